@@ -1,0 +1,1 @@
+"""kqp bench: side-by-side benchmark of kqp against direct, a bare relay and the tansu proxy."""
