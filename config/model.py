@@ -1,0 +1,132 @@
+"""The immutable configuration objects the rest of kqp reads.
+
+These are plain frozen dataclasses with no defaults of their own: every default lives in one place,
+the schema tables of :mod:`kqp.config.loader`, so a value printed by ``kqp`` and a value documented
+in ``deploy/kqp.example.yaml`` cannot drift apart. Mappings inside are read-only views, so a config
+handed to many connections can be shared without copying.
+
+Quota settings are :class:`kqp.quotas.model.QuotaSettings`, owned by the quotas layer; config only
+builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from kqp.config.errors import ConfigError
+from kqp.quotas.model import QuotaSettings
+
+MAX_PORT = 65535
+
+# The two fetch_throttle modes (DESIGN.md): deliver the bytes already paid for upstream, or answer
+# with the broker's empty KIP-219 response.
+FETCH_THROTTLE_MODES = ("deliver", "empty")
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A ``host:port`` pair; IPv6 hosts are stored bare and written in brackets."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str, *, allow_zero_port: bool = False) -> HostPort:
+        """Parse ``host:port`` or ``[v6-host]:port``; raise ValueError saying what is wrong.
+
+        Port 0 (let the OS choose) only where the caller allows it: a listener may take an
+        ephemeral port, an upstream address may not.
+        """
+        text = text.strip()
+        example = "e.g. 127.0.0.1:9092 or [::1]:9092"
+        if text.startswith("["):
+            host, sep, rest = text[1:].partition("]")
+            if not sep or not rest.startswith(":"):
+                raise ValueError(f"must be [ipv6-host]:port, {example}, got {text!r}")
+            port_text = rest[1:]
+        else:
+            host, sep, port_text = text.rpartition(":")
+            if not sep:
+                raise ValueError(f"must be host:port, {example}, got {text!r}")
+            if ":" in host:
+                raise ValueError(f"an IPv6 host needs brackets, e.g. [::1]:9092, got {text!r}")
+        if not host or any(c.isspace() for c in host):
+            raise ValueError(f"host must be non-empty without spaces, got {text!r}")
+        if not port_text.isascii() or not port_text.isdigit():
+            raise ValueError(f"port must be a number, got {text!r}")
+        port = int(port_text)
+        low = 0 if allow_zero_port else 1
+        if not low <= port <= MAX_PORT:
+            raise ValueError(f"port must be in {low}..{MAX_PORT}, got {text!r}")
+        return cls(host, port)
+
+    def __str__(self) -> str:
+        if ":" in self.host:
+            return f"[{self.host}]:{self.port}"
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """The Kafka cluster behind kqp. ``bootstrap_servers`` is empty until a file or --upstream sets it."""
+
+    bootstrap_servers: tuple[HostPort, ...]
+    connect_timeout_ms: int
+    metadata_refresh_ms: int
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The Prometheus endpoint; ``listen`` None means no endpoint."""
+
+    listen: HostPort | None
+    entity_expiry_seconds: float
+    max_entities: int
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Everything one kqp process runs with."""
+
+    listen: HostPort
+    advertised_host: str
+    broker_port_base: int
+    broker_ports: Mapping[int, int]
+    upstream: UpstreamConfig
+    max_frame_bytes: int
+    connections_max_idle_ms: int
+    shutdown_grace_ms: int
+    fetch_throttle: str
+    quotas: QuotaSettings
+    metrics: MetricsConfig
+    source: str | None
+    # The validated input this config was built from. CLI overrides are applied to it and parsed
+    # again, so a value the file left to its default (advertised_host follows listen, the broker
+    # port base follows the listen port) follows an overridden --listen too.
+    document: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
+
+    def broker_port(self, node_id: int) -> int:
+        """The port kqp listens on for upstream broker ``node_id``; 0 means an ephemeral port.
+
+        A pin in ``broker_ports`` wins; otherwise ``broker_port_base + node_id``. Node ids are only
+        known once the upstream's Metadata arrives, so a base that overflows for a large id is
+        reported then, as a config error the operator fixes with a pin.
+        """
+        if node_id < 0:
+            raise ValueError(f"broker node ids are non-negative, got {node_id}")
+        pinned = self.broker_ports.get(node_id)
+        if pinned is not None:
+            return pinned
+        if self.broker_port_base == 0:
+            return 0
+        port = self.broker_port_base + node_id
+        if port > MAX_PORT:
+            raise ConfigError(
+                "broker_ports",
+                f"broker node id {node_id}: broker_port_base {self.broker_port_base} + {node_id} "
+                f"is above {MAX_PORT}; pin a port for it in broker_ports",
+                self.source,
+            )
+        return port

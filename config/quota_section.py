@@ -1,0 +1,115 @@
+"""The ``quotas:`` section: window settings and per-entity quota values, as QuotaSettings.
+
+Kept apart from the loader because live reload re-reads only this section
+(:func:`quota_settings_from`), and because its rules are the quota layer's vocabulary: the entity
+``<user, client-id>`` with ``<default>`` placeholders, and the quota types of KIP-13, KIP-124,
+KIP-599 and KIP-731. An entry names its entity and carries its values side by side::
+
+    - user: alice
+      client_id: spark-writer
+      producer_byte_rate: 1048576
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from kqp.config.errors import ConfigError, shown
+from kqp.config.schema import Field, child, did_you_mean, integer, name, number, read_section
+from kqp.quotas.model import QUOTA_TYPES, EntitySpec, QuotaSettings
+
+_ENTITY_KEYS = ("user", "client_id")
+
+# KIP-124: request_percentage is a percent of one thread, so 0 would forbid all work and values
+# above 100 (more than one thread's worth) are meaningful. Every other quota is a rate where 0 is
+# a legitimate "block this entity" setting, as in Kafka.
+_QUOTA_CHECKS = {
+    quota_type: number(above=0, note="percent of one thread; may exceed 100")
+    if quota_type == "request_percentage"
+    else number(minimum=0)
+    for quota_type in QUOTA_TYPES
+}
+
+
+def _entity_entry(entry: object, path: str) -> tuple[EntitySpec, dict[str, float]]:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(path, f"must be a mapping with user and/or client_id and quota values, got {shown(entry)}")
+    ids: dict[str, str | None] = {key: None for key in _ENTITY_KEYS}
+    values: dict[str, float] = {}
+    for key, value in entry.items():
+        key_path = child(path, key)
+        if key in _ENTITY_KEYS:
+            # An explicit empty `user:` is refused rather than read as "omitted": omitting the
+            # user selects a different entity (/clients/x, not /users/<default>/clients/x).
+            ids[key] = name(value, key_path)
+        elif key in _QUOTA_CHECKS:
+            values[key] = _QUOTA_CHECKS[key](value, key_path)
+        else:
+            raise ConfigError(key_path, f"unknown key; {did_you_mean(key, (*_ENTITY_KEYS, *QUOTA_TYPES))}")
+    if ids["user"] is None and ids["client_id"] is None:
+        raise ConfigError(path, "needs a user, a client_id or both (a name or '<default>')")
+    if not values:
+        raise ConfigError(path, "sets no quota; add one, e.g. producer_byte_rate: 1048576")
+    return EntitySpec(user=ids["user"], client_id=ids["client_id"]), values
+
+
+def _entities(value: object, path: str) -> Mapping[EntitySpec, Mapping[str, float]]:
+    if value is None:
+        value = []
+    if not isinstance(value, list | tuple):
+        raise ConfigError(path, f"must be a list of entity entries, got {shown(value)}")
+    entities: dict[EntitySpec, Mapping[str, float]] = {}
+    first_index: dict[EntitySpec, int] = {}
+    for index, entry in enumerate(value):
+        entry_path = f"{path}[{index}]"
+        entity, values = _entity_entry(entry, entry_path)
+        if entity in first_index:
+            # Merging two entries silently would hide a typo or a copy-paste; say where both are.
+            raise ConfigError(
+                entry_path,
+                f"same entity {entity.path} as {path}[{first_index[entity]}]; merge the two entries",
+            )
+        first_index[entity] = index
+        entities[entity] = MappingProxyType(values)
+    return MappingProxyType(entities)
+
+
+QUOTA_FIELDS = {
+    "window_size_seconds": Field(number(above=0), 1),  # quota.window.size.seconds
+    "window_count": Field(integer(minimum=2), 11),  # quota.window.num
+    "entities": Field(_entities, []),
+}
+
+
+def quota_settings_from(data: object, *, path: str = "quotas", source: str | None = None) -> QuotaSettings:
+    """Build QuotaSettings from the ``quotas:`` section alone (None reads as an empty section).
+
+    Errors name keys under ``path``, so a reload that re-reads the same file reports the same
+    ``quotas.entities[1]...`` paths as the first load.
+    """
+    try:
+        values = read_section(data, path, QUOTA_FIELDS)
+    except ConfigError as exc:
+        raise exc.with_source(source) from None
+    return QuotaSettings(
+        window_size_seconds=values["window_size_seconds"],
+        window_count=values["window_count"],
+        entities=values["entities"],
+    )
+
+
+def quota_document(settings: QuotaSettings) -> dict[str, object]:
+    """The ``quotas:`` section that :func:`quota_settings_from` reads back as ``settings``."""
+    entries: list[dict[str, object]] = []
+    for entity, values in settings.entities.items():
+        entry: dict[str, object] = {
+            key: getattr(entity, key) for key in _ENTITY_KEYS if getattr(entity, key) is not None
+        }
+        entry.update(values)
+        entries.append(entry)
+    return {
+        "window_size_seconds": settings.window_size_seconds,
+        "window_count": settings.window_count,
+        "entities": entries,
+    }

@@ -1,0 +1,92 @@
+"""The quotas section on its own, as live reload reads it."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kqp.config import ConfigError, quota_settings_from
+from kqp.config.quota_section import quota_document
+from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, QuotaSettings
+
+
+def test_empty_section_is_the_kafka_defaults() -> None:
+    settings = quota_settings_from(None)
+    assert isinstance(settings, QuotaSettings)
+    assert (settings.window_size_seconds, settings.window_count, dict(settings.entities)) == (1.0, 11, {})
+
+
+def test_windows_and_every_quota_type() -> None:
+    entry = {"user": "svc", "client_id": DEFAULT, **{name: i + 1 for i, name in enumerate(QUOTA_TYPES)}}
+    settings = quota_settings_from({"window_size_seconds": 0.2, "window_count": 2, "entities": [entry]})
+    assert (settings.window_size_seconds, settings.window_count) == (0.2, 2)
+    values = settings.entities[EntitySpec(user="svc", client_id="<default>")]
+    assert list(values) == list(QUOTA_TYPES)
+    assert all(isinstance(v, float) for v in values.values())
+    assert values["request_percentage"] == QUOTA_TYPES.index("request_percentage") + 1
+
+
+def test_zero_blocks_and_request_percentage_may_exceed_100() -> None:
+    settings = quota_settings_from({"entities": [{"user": "u", "producer_byte_rate": 0, "request_percentage": 250.5}]})
+    assert dict(settings.entities[EntitySpec(user="u", client_id=None)]) == {
+        "producer_byte_rate": 0.0,
+        "request_percentage": 250.5,
+    }
+
+
+def test_entity_forms_stay_distinct() -> None:
+    # /clients/c and /users/<default>/clients/c are different quota nodes in Kafka.
+    settings = quota_settings_from(
+        {
+            "entities": [
+                {"client_id": "c", "request_rate": 1},
+                {"user": "<default>", "client_id": "c", "request_rate": 2},
+                {"user": "<default>", "request_rate": 3},
+            ]
+        }
+    )
+    assert list(settings.entities) == [
+        EntitySpec(user=None, client_id="c"),
+        EntitySpec(user="<default>", client_id="c"),
+        EntitySpec(user="<default>", client_id=None),
+    ]
+
+
+def test_errors_carry_path_and_source() -> None:
+    with pytest.raises(ConfigError) as info:
+        quota_settings_from({"entities": [{"user": "a"}]}, source="kqp.yaml")
+    assert str(info.value) == (
+        "config error in kqp.yaml: quotas.entities[0]: sets no quota; add one, e.g. producer_byte_rate: 1048576"
+    )
+    with pytest.raises(ConfigError) as info:
+        quota_settings_from({"window_count": 0}, path="tenants.a.quotas")
+    assert str(info.value) == "config error: tenants.a.quotas.window_count: must be an integer >= 2, got 0"
+
+
+names = st.sampled_from(["alice", "bob", DEFAULT, "spark-writer", "ANONYMOUS"])
+entries = st.fixed_dictionaries(
+    {},
+    optional={
+        "user": names,
+        "client_id": names,
+    },
+).flatmap(
+    lambda ids: st.dictionaries(st.sampled_from(QUOTA_TYPES), st.floats(min_value=0.5, max_value=1e12), min_size=1).map(
+        lambda values: {**ids, **values}
+    )
+)
+
+
+@given(
+    st.lists(entries, max_size=6),
+    st.floats(min_value=0.01, max_value=60),
+    st.integers(min_value=2, max_value=100),
+)
+def test_valid_sections_round_trip(entities: list[dict], window: float, count: int) -> None:
+    data = {"window_size_seconds": window, "window_count": count, "entities": entities}
+    try:
+        settings = quota_settings_from(data)
+    except ConfigError as exc:
+        # Only the refusals these generated entries can earn.
+        assert "needs a user, a client_id or both" in exc.message or "same entity" in exc.message
+        return
+    assert quota_settings_from(quota_document(settings)) == settings
+    assert len(settings.entities) == len(entities)
