@@ -1,0 +1,155 @@
+"""Which configured entity's quota applies to a principal, and which sensor it is charged to.
+
+Kafka resolves quotas through eight config levels, most specific first (ClientQuotaManager's
+DefaultQuotaCallback):
+
+    1 /users/<user>/clients/<client-id>     5 /users/<default>/clients/<default>
+    2 /users/<user>/clients/<default>       6 /users/<default>
+    3 /users/<user>                         7 /clients/<client-id>
+    4 /users/<default>/clients/<client-id>  8 /clients/<default>
+
+Each quota type resolves on its own: an entity that sets only `producer_byte_rate` does not match
+for `consumer_byte_rate`, which falls through to less specific levels (Kafka keeps one quota map
+per quota manager, i.e. per type).
+
+The level that matched decides the sensor (Kafka's quota metric tags): levels 1, 2, 4 and 5 give
+each `<user, client-id>` its own sensor; levels 3 and 6 share one sensor among all clients of a
+user (client id tag ""); levels 7 and 8 share one among all users of a client id (user tag "").
+So `/users/alice/clients/<default>` limits each of alice's clients separately while `/users/alice`
+limits all of them together.
+
+Resolution runs on every request, so results are cached per principal on the settings instance
+(`QuotaSettings.resolution_cache`); new settings come with an empty cache.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kqp.quotas.model import DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings
+
+# Client ids are chosen by clients, so the cache is bounded: past this many principals it starts
+# over, which costs one re-resolution per active principal and nothing else.
+MAX_CACHED_PRINCIPALS = 65536
+
+
+class Resolution(NamedTuple):
+    """The quota in force for one quota type: the sensor key, the limit and the entity it came from."""
+
+    key: QuotaKey
+    limit: float
+    entity: EntitySpec
+
+
+def _levels(principal: Principal) -> tuple[tuple[tuple[str | None, str | None], QuotaKey], ...]:
+    """The eight levels for `principal`, most specific first: (entity user, entity client), key."""
+    user, client = principal.user, principal.client_id
+    per_client = QuotaKey(user, client)
+    per_user = QuotaKey(user, "")
+    per_client_id = QuotaKey("", client)
+    return (
+        ((user, client), per_client),
+        ((user, DEFAULT), per_client),
+        ((user, None), per_user),
+        ((DEFAULT, client), per_client),
+        ((DEFAULT, DEFAULT), per_client),
+        ((DEFAULT, None), per_user),
+        ((None, client), per_client_id),
+        ((None, DEFAULT), per_client_id),
+    )
+
+
+def _resolve_uncached(settings: QuotaSettings, principal: Principal) -> dict[str, Resolution]:
+    found: dict[str, Resolution] = {}
+    if not settings.by_type:
+        return found
+    # An empty user or client id is not an entity name (EntitySpec refuses ""), so levels naming
+    # one cannot match and are skipped rather than built.
+    specs = [
+        (EntitySpec(user, client), key)
+        for (user, client), key in _levels(principal)
+        if user != "" and client != ""
+    ]
+    for quota_type, limits in settings.by_type.items():
+        for spec, key in specs:
+            limit = limits.get(spec)
+            if limit is not None:
+                found[quota_type] = Resolution(key, limit, spec)
+                break
+    return found
+
+
+def resolutions(settings: QuotaSettings, principal: Principal) -> dict[str, Resolution]:
+    """Every quota type that applies to `principal`, resolved; cached per settings instance.
+
+    The returned dict is shared with the cache: treat it as read-only.
+    """
+    cache = settings.resolution_cache
+    found = cache.get(principal)
+    if found is None:
+        if len(cache) >= MAX_CACHED_PRINCIPALS:
+            cache.clear()
+        found = cache[principal] = _resolve_uncached(settings, principal)
+    return found
+
+
+def resolve(settings: QuotaSettings, quota_type: str, principal: Principal) -> tuple[QuotaKey, float] | None:
+    """The sensor key and limit of `quota_type` for `principal`, or None when no entity sets it."""
+    found = resolutions(settings, principal).get(quota_type)
+    return None if found is None else (found.key, found.limit)
+
+
+def matched_entity(settings: QuotaSettings, quota_type: str, principal: Principal) -> EntitySpec | None:
+    """The configured entity whose `quota_type` applies to `principal` (for logs and `kqp top`)."""
+    found = resolutions(settings, principal).get(quota_type)
+    return None if found is None else found.entity
+
+
+def sharing(entity: EntitySpec) -> str:
+    """How a matched entity keys its sensor: "client" (one per <user, client-id>), "user" (one per
+    user, levels 3 and 6) or "client-id" (one per client id, levels 7 and 8)."""
+    if entity.client_id is None:
+        return "user"
+    if entity.user is None:
+        return "client-id"
+    return "client"
+
+
+def resolve_key(
+    settings: QuotaSettings, quota_type: str, key: QuotaKey, matched: EntitySpec | None = None
+) -> Resolution | None:
+    """What a sensor keyed `key` resolves to under `settings`, or None if nothing charges it any more.
+
+    Used when settings change, to decide which sensors survive and with which limit. Kafka re-reads
+    the limit from the metric tags (DefaultQuotaCallback.quotaLimit). Here a key with a user is
+    re-resolved as the principal it names and survives only if that principal still lands on the
+    same key, which is the same answer for every principal sharing the key. `matched`, the entity
+    the sensor was charged under, disambiguates the one collision in Kafka's tags: a client with an
+    empty client id at a per-client level has the same key as a per-user sensor (client tag ""),
+    so a sensor survives only if it keeps its kind of sharing. A key without a user (levels 7 and
+    8) depends only on the client id, as in Kafka.
+    """
+    limits = settings.by_type.get(quota_type)
+    if not limits:
+        return None
+    if key.user == "":
+        for client in (key.client_id, DEFAULT):
+            if client == "":
+                continue
+            spec = EntitySpec(None, client)
+            limit = limits.get(spec)
+            if limit is not None:
+                return Resolution(key, limit, spec)
+        return None
+    found = resolutions(settings, Principal(key.user, key.client_id)).get(quota_type)
+    if found is None or found.key != key:
+        return None
+    if matched is not None and sharing(matched) != sharing(found.entity):
+        return None
+    return found
+
+
+def limit_for_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> float | None:
+    """The limit of `resolve_key`, or None."""
+    found = resolve_key(settings, quota_type, key)
+    return None if found is None else found.limit

@@ -1,0 +1,312 @@
+"""The quota engine the proxy calls: charge usage to sensors, get back the throttles it earns.
+
+One `QuotaManager` holds every sensor, keyed by quota type and `QuotaKey` (Kafka keeps one
+ClientQuotaManager per quota type; here one object holds them all so a request's several quotas
+resolve with one cache lookup). Each `record_*` call records first and then checks, as Kafka's
+`Sensor.record` does, and returns one `Violation` per quota exceeded; `throttle.combine` turns
+them into the request's throttle (the largest wins, KIP-124 co-existence).
+
+Fast path: the manager knows which quota types any entity configures at all. A `record_*` whose
+types are all unconfigured returns at once, without resolving the principal; otherwise the cost is
+one cached resolution and O(window_count) per configured type.
+
+Time is an argument everywhere (`now`, seconds on a monotonic clock): this module never reads a
+clock, so tests drive it with plain numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kqp.quotas.entities import Resolution, resolutions, resolve_key
+from kqp.quotas.model import QUOTA_TYPES, EntitySpec, Principal, QuotaKey, QuotaSettings
+from kqp.quotas.sensor import QuotaSensor
+from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
+
+__all__ = ["QuotaManager", "SensorState", "Violation", "combine"]
+
+MUTATION = "controller_mutation_rate"
+# (quota type, index of the value it measures in the record_* call's (bytes, records, batches)).
+_PRODUCE = (("producer_byte_rate", 0), ("producer_record_rate", 1), ("producer_batch_rate", 2))
+_FETCH = (("consumer_byte_rate", 0), ("consumer_record_rate", 1), ("consumer_batch_rate", 2))
+_PRODUCE_COUNTS = frozenset({"producer_record_rate", "producer_batch_rate"})
+_FETCH_COUNTS = frozenset({"consumer_record_rate", "consumer_batch_rate"})
+
+
+@dataclass(frozen=True, slots=True)
+class SensorState:
+    """One sensor as metrics and `kqp top` see it."""
+
+    quota_type: str
+    key: QuotaKey
+    entity: EntitySpec | None  # the configured entity whose quota applies
+    rate: float  # units per second over the sampled window (mutations/s for the token bucket)
+    limit: float
+    last_throttle_seconds: float
+    tokens: float | None  # token bucket credit (controller_mutation_rate only)
+    idle_seconds: float
+
+
+class QuotaManager:
+    """Sensors per (quota type, QuotaKey), created on first use, updated live, expired when idle."""
+
+    def __init__(self, settings: QuotaSettings, now: float) -> None:
+        # `now` is accepted for symmetry with every other call; sensors are created lazily, each
+        # with the time of its first use, so nothing needs the start time yet.
+        self._sensors: dict[str, dict[QuotaKey, QuotaSensor]] = {t: {} for t in QUOTA_TYPES}
+        self._apply(settings)
+
+    def _apply(self, settings: QuotaSettings) -> None:
+        self._settings = settings
+        on = settings.quota_types
+        self._produce = tuple(p for p in _PRODUCE if p[0] in on)
+        self._fetch = tuple(f for f in _FETCH if f[0] in on)
+        self._request = tuple(t for t in ("request_rate", "request_percentage") if t in on)
+        self._mutation = MUTATION in on
+        self._produce_counts = bool(_PRODUCE_COUNTS & on)
+        self._fetch_counts = bool(_FETCH_COUNTS & on)
+
+    @property
+    def settings(self) -> QuotaSettings:
+        return self._settings
+
+    @property
+    def enabled(self) -> bool:
+        """Any entity configured at all."""
+        return self._settings.enabled
+
+    # -- settings ------------------------------------------------------------------------------
+    def update_settings(self, settings: QuotaSettings, now: float) -> list[str]:
+        """Swap settings live; return one human-readable line per change, for the log.
+
+        Sensors whose key still resolves keep their measurement and take the new limit (as Kafka
+        updates a live metric's quota); sensors nothing charges any more are released at once.
+        A new window size or count changes what every sample means, so then all measurements
+        restart.
+        """
+        old = self._settings
+        lines = _describe_changes(old, settings)
+        released = 0
+        if (old.window_size_seconds, old.window_count) != (settings.window_size_seconds, settings.window_count):
+            released = self.sensor_count
+            self._sensors = {t: {} for t in QUOTA_TYPES}
+        else:
+            for quota_type, sensors in self._sensors.items():
+                for key, sensor in list(sensors.items()):
+                    found = resolve_key(settings, quota_type, key, sensor.entity)
+                    if found is None:
+                        del sensors[key]
+                        released += 1
+                        continue
+                    sensor.entity = found.entity
+                    if found.limit != sensor.limit:
+                        sensor.set_limit(found.limit, now)
+        self._apply(settings)
+        if released:
+            lines.append(f"released {released} sensor(s) whose quota no longer applies")
+        return lines
+
+    # -- recording -----------------------------------------------------------------------------
+    def _sensor(self, quota_type: str, found: Resolution, now: float) -> QuotaSensor:
+        sensors = self._sensors[quota_type]
+        sensor = sensors.get(found.key)
+        if sensor is None:
+            s = self._settings
+            cap = s.window_size_seconds if quota_type in CAPPED_TYPES else None
+            sensor = sensors[found.key] = QuotaSensor(
+                found.limit, s.window_size_seconds, s.window_count, now,
+                cap=cap, token_bucket=quota_type == MUTATION, entity=found.entity,
+            )
+        elif sensor.limit != found.limit:
+            # update_settings re-checks every key, so this is only a safety net: the latest
+            # resolution wins.
+            sensor.entity = found.entity
+            sensor.set_limit(found.limit, now)
+        return sensor
+
+    def _charge_all(self, types: tuple[tuple[str, int], ...], p: Principal, values: tuple[float, ...],
+                    now: float) -> list[Violation]:
+        out: list[Violation] = []
+        found = resolutions(self._settings, p)
+        for quota_type, index in types:
+            res = found.get(quota_type)
+            if res is None:
+                continue
+            t = self._sensor(quota_type, res, now).charge(values[index], now)
+            if t > 0:
+                out.append(Violation(quota_type, t, res.key))
+        return out
+
+    def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
+        """Charge a Produce request: producer byte, record and batch rates (uncapped throttles)."""
+        if not self._produce:
+            return []
+        return self._charge_all(self._produce, p, (nbytes, records, batches), now)
+
+    def record_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
+        """Charge a Fetch response: consumer byte, record and batch rates (uncapped throttles)."""
+        if not self._fetch:
+            return []
+        return self._charge_all(self._fetch, p, (nbytes, records, batches), now)
+
+    def unrecord_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> None:
+        """Take back a Fetch's usage (Kafka's `unrecordQuotaSensor`), for a throttled fetch
+        answered empty: the client did not get those bytes, so they must not count."""
+        if not self._fetch:
+            return
+        found = resolutions(self._settings, p)
+        values = (nbytes, records, batches)
+        for quota_type, index in self._fetch:
+            res = found.get(quota_type)
+            if res is not None:
+                self._sensor(quota_type, res, now).add(-values[index], now)
+
+    def record_request(self, p: Principal, handler_seconds: float, now: float) -> list[Violation]:
+        """Charge one request: `request_rate` counts 1, `request_percentage` the handler time.
+
+        KIP-124: n% is n% of one thread, so handler seconds are recorded as percent-seconds
+        (x 100) and their rate per second compares directly with n. Both throttles are capped at
+        one window. Which APIs are exempt is the caller's decision.
+        """
+        if not self._request:
+            return []
+        out: list[Violation] = []
+        found = resolutions(self._settings, p)
+        for quota_type in self._request:
+            res = found.get(quota_type)
+            if res is None:
+                continue
+            value = 1.0 if quota_type == "request_rate" else handler_seconds * 100.0
+            t = self._sensor(quota_type, res, now).charge(value, now)
+            if t > 0:
+                out.append(Violation(quota_type, t, res.key))
+        return out
+
+    # -- controller mutations (KIP-599) --------------------------------------------------------
+    def record_mutations(self, p: Principal, partitions: int, now: float) -> list[Violation]:
+        """Permissive quota (versions before the strict ones): admit, record, throttle ``-K/R``."""
+        if not self._mutation:
+            return []
+        res = resolutions(self._settings, p).get(MUTATION)
+        if res is None:
+            return []
+        t = self._sensor(MUTATION, res, now).charge(partitions, now)
+        return [Violation(MUTATION, t, res.key)] if t > 0 else []
+
+    def mutation_tokens_available(self, p: Principal, now: float) -> bool:
+        """Kafka's strict admit rule: a mutation is accepted iff the bucket has tokens >= 0.
+
+        The bucket may then go negative by the whole mutation (KIP-599: a topic of any size fits).
+        """
+        if not self._mutation:
+            return True
+        res = resolutions(self._settings, p).get(MUTATION)
+        if res is None:
+            return True
+        sensor = self._sensors[MUTATION].get(res.key)
+        return sensor is None or (sensor.tokens(now) or 0.0) >= 0
+
+    def admit_mutations(self, p: Principal, partitions: int, now: float) -> Violation | None:
+        """Strict quota (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+), per topic.
+
+        Tokens >= 0: the topic is admitted and recorded, and None is returned: like Kafka's
+        StrictControllerMutationQuota, an admitted topic does not throttle even if it drives the
+        bucket negative. Tokens < 0: nothing is recorded and the Violation carries ``-K/R``,
+        for the topic's THROTTLING_QUOTA_EXCEEDED (89) error and the response's throttle.
+        """
+        if not self._mutation:
+            return None
+        res = resolutions(self._settings, p).get(MUTATION)
+        if res is None:
+            return None
+        sensor = self._sensor(MUTATION, res, now)
+        if (sensor.tokens(now) or 0.0) >= 0:
+            sensor.add(partitions, now)
+            return None
+        return Violation(MUTATION, sensor.throttle(now), res.key)
+
+    # -- queries -------------------------------------------------------------------------------
+    def counts_produce_records(self, p: Principal) -> bool:
+        """Whether a record or batch rate applies to `p`'s Produce (else counting is wasted work)."""
+        if not self._produce_counts:
+            return False
+        return not _PRODUCE_COUNTS.isdisjoint(resolutions(self._settings, p))
+
+    def counts_fetch_records(self, p: Principal) -> bool:
+        """Whether a record or batch rate applies to `p`'s Fetch responses."""
+        if not self._fetch_counts:
+            return False
+        return not _FETCH_COUNTS.isdisjoint(resolutions(self._settings, p))
+
+    def fetch_max_bytes_cap(self, p: Principal) -> int | None:
+        """The most one Fetch may return without being bound to be throttled, or None.
+
+        Kafka's getMaxValueInQuotaWindow: consumer_byte_rate x (window_count - 1) x window_size.
+        """
+        if not self._fetch:
+            return None
+        res = resolutions(self._settings, p).get("consumer_byte_rate")
+        if res is None:
+            return None
+        s = self._settings
+        return int(res.limit * (s.window_count - 1) * s.window_size_seconds)
+
+    def limits(self, p: Principal) -> dict[str, tuple[QuotaKey, float]]:
+        """The quota in force for `p`, per configured quota type, with the key it is charged to."""
+        return {t: (r.key, r.limit) for t, r in resolutions(self._settings, p).items()}
+
+    @property
+    def sensor_count(self) -> int:
+        return sum(len(sensors) for sensors in self._sensors.values())
+
+    def snapshot(self, now: float) -> list[SensorState]:
+        """Every sensor's current rate, limit and last throttle (measuring purges idle samples)."""
+        out: list[SensorState] = []
+        for quota_type, sensors in self._sensors.items():
+            for key, sensor in sensors.items():
+                out.append(SensorState(
+                    quota_type, key, sensor.entity, sensor.rate.measure(now), sensor.limit, sensor.last_throttle,
+                    sensor.tokens(now), now - sensor.last_record,
+                ))
+        return out
+
+    def expire(self, now: float, idle_seconds: float) -> int:
+        """Drop sensors not recorded for `idle_seconds` or more; return how many.
+
+        Kafka expires quota sensors after an hour of inactivity; a re-created sensor starts empty,
+        which is what an idle entity's purged samples would read as anyway.
+        """
+        dropped = 0
+        for sensors in self._sensors.values():
+            stale = [key for key, sensor in sensors.items() if now - sensor.last_record >= idle_seconds]
+            for key in stale:
+                del sensors[key]
+            dropped += len(stale)
+        return dropped
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
+    lines: list[str] = []
+    if (old.window_size_seconds, old.window_count) != (new.window_size_seconds, new.window_count):
+        lines.append(
+            f"quota window {old.window_count} x {_number(old.window_size_seconds)}s -> "
+            f"{new.window_count} x {_number(new.window_size_seconds)}s: all measurements restart"
+        )
+    for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
+        before = old.entities.get(spec, {})
+        after = new.entities.get(spec, {})
+        for quota_type in QUOTA_TYPES:
+            a, b = before.get(quota_type), after.get(quota_type)
+            if a == b:
+                continue
+            if a is None:
+                lines.append(f"{spec.path}: {quota_type} set to {_number(b)}")
+            elif b is None:
+                lines.append(f"{spec.path}: {quota_type} removed (was {_number(a)})")
+            else:
+                lines.append(f"{spec.path}: {quota_type} {_number(a)} -> {_number(b)}")
+    return lines

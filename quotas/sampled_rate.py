@@ -1,0 +1,129 @@
+"""Kafka's windowed rate (`Rate` over a `WindowedSum` `SampledStat`), with an explicit clock.
+
+Why reproduce Kafka's arithmetic rather than a simpler moving average: kqp promises the throttle
+times a broker would compute, and those depend on the details below.
+
+- A sample covers `window_size` seconds from its first event; a record arriving after that opens
+  the next sample (samples start at event times, not on aligned boundaries).
+- `window_count` samples are monitored, plus one extra slot for the sample that overlaps the start
+  of the monitored span, so `window_count + 1` slots rotate.
+- Before each measurement, samples whose last event is `window_count * window_size` or more old
+  are reset ("purged"): an idle entity's history disappears, it does not linger as zeros.
+- The rate is the sum of the samples divided by `Rate.windowSize`: the time since the oldest
+  sample started, but never less than `window_count - 1` full windows plus the elapsed part of
+  the current one. This is what keeps a fresh entity's first burst from reading as an enormous
+  rate: a first record of B bytes reads as B / ((window_count - 1) * window_size).
+
+Memory: one flat `array('d')` of `(window_count + 1) * 3` floats (value, start, last event per
+slot) and a handful of slots, so ten thousand sensors cost a few megabytes. Measuring sums at most
+`window_count + 1` slots, a constant.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+_VALUE, _START, _LAST = 0, 1, 2
+_STRIDE = 3
+# Kafka's Rate.windowSize returns at least 1 ms so that a rate measured at the very start of a
+# window with no history is defined.
+MIN_WINDOW_SECONDS = 0.001
+
+
+class SampledRate:
+    """Units per second over `window_count` samples of `window_size_seconds` (Kafka's `Rate`)."""
+
+    __slots__ = ("_current", "_data", "_expire_age", "_min_full", "_size", "_slots", "_window")
+
+    def __init__(self, window_size_seconds: float, window_count: int) -> None:
+        if not window_size_seconds > 0:
+            raise ValueError(f"window_size_seconds must be > 0, got {window_size_seconds}")
+        if window_count < 1:
+            raise ValueError(f"window_count must be >= 1, got {window_count}")
+        self._window = float(window_size_seconds)
+        self._slots = window_count + 1
+        self._min_full = window_count - 1  # prior windows assumed present besides the current one
+        self._expire_age = window_count * self._window
+        self._data = array("d", [0.0]) * (self._slots * _STRIDE)
+        # Kafka's sample list grows lazily up to `slots`; slots past `_size` have never been used
+        # and must not count as "oldest".
+        self._size = 0
+        self._current = 0
+
+    def _first(self, now: float) -> None:
+        if self._size == 0:
+            self._size = 1
+            self._current = 0
+            self._reset(0, now)
+
+    def _reset(self, slot: int, now: float) -> None:
+        i = slot * _STRIDE
+        d = self._data
+        d[i + _VALUE] = 0.0
+        d[i + _START] = now
+        d[i + _LAST] = now
+
+    def record(self, value: float, now: float) -> None:
+        """Add `value` at time `now` (SampledStat.record: no purge, no quota check)."""
+        self._first(now)
+        d = self._data
+        i = self._current * _STRIDE
+        if now - d[i + _START] >= self._window:
+            # The current sample is complete: recycle the next slot (the oldest) for a new one.
+            self._current = (self._current + 1) % self._slots
+            if self._current >= self._size:
+                self._size += 1
+            self._reset(self._current, now)
+            i = self._current * _STRIDE
+        d[i + _VALUE] += value
+        d[i + _LAST] = now
+
+    def _scan(self, now: float) -> tuple[float, float]:
+        """Purge, then return (sum of samples, start of the oldest): one pass over the slots.
+
+        Kafka purges samples whose last event is `window_count * window_size` or more old, and
+        keeps those overlapping the monitored span even if they started before it.
+        """
+        d = self._data
+        age = self._expire_age
+        total = 0.0
+        oldest = now
+        for i in range(0, self._size * _STRIDE, _STRIDE):
+            if now - d[i + _LAST] >= age:
+                d[i + _VALUE] = 0.0
+                d[i + _START] = now
+                d[i + _LAST] = now
+                continue
+            total += d[i + _VALUE]
+            start = d[i + _START]
+            if start < oldest:
+                oldest = start
+        return total, oldest
+
+    def _span(self, now: float, oldest: float) -> float:
+        elapsed = now - oldest
+        full = math.floor(elapsed / self._window)
+        if full < self._min_full:
+            elapsed += (self._min_full - full) * self._window
+        return max(elapsed, MIN_WINDOW_SECONDS)
+
+    def window_size(self, now: float) -> float:
+        """Seconds the rate is computed over (Kafka's `Rate.windowSize`)."""
+        self._first(now)  # Kafka's SampledStat.oldest creates the first sample when none exists
+        return self._span(now, self._scan(now)[1])
+
+    def total(self, now: float) -> float:
+        """The sum of the monitored samples after purging (Kafka's `WindowedSum.measure`)."""
+        return self._scan(now)[0]
+
+    def observe(self, now: float) -> tuple[float, float]:
+        """`(measure(now), window_size(now))` in one pass: what a quota check needs."""
+        self._first(now)
+        total, oldest = self._scan(now)
+        window = self._span(now, oldest)
+        return total / window, window
+
+    def measure(self, now: float) -> float:
+        """Units per second (Kafka's `Rate.measure`)."""
+        return self.observe(now)[0]

@@ -1,0 +1,81 @@
+"""One quota sensor: what one quota key has used of one quota type, and the throttle it earns.
+
+Kafka's `Sensor.record` records first and checks the quota afterwards, so usage is counted even
+while the entity is over quota; a throttled client's next request finds the rate it really caused.
+`QuotaSensor.charge` does the same (`add` then `throttle`).
+
+Rate quotas measure with a `SampledRate` and throttle by ``(O - T) / T * W`` (capped at one window
+for request quotas). `controller_mutation_rate` also keeps a `SampledRate` (Kafka's
+`mutation-rate` metric, for observation only) but enforces with a `TokenBucket` (KIP-599).
+
+A quota of 0 means "block": the arithmetic has no finite answer (no delay brings a positive rate
+down to zero), so any use throttles for the whole measured span, `window_count * window_size`,
+after which the use has aged out of the samples and the entity gets one more request through.
+Kafka itself refuses a zero quota (ClientQuotaControlManager: "must be greater than 0").
+"""
+
+from __future__ import annotations
+
+import math
+
+from kqp.quotas.model import EntitySpec
+from kqp.quotas.sampled_rate import SampledRate
+from kqp.quotas.throttle import throttle_seconds
+from kqp.quotas.token_bucket import TokenBucket
+
+
+class QuotaSensor:
+    """Measurement, limit and last throttle of one `(quota type, QuotaKey)`."""
+
+    __slots__ = ("bucket", "cap", "entity", "last_record", "last_throttle", "limit", "rate", "span")
+
+    def __init__(self, limit: float, window_size: float, window_count: int, now: float, *,
+                 cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None) -> None:
+        self.limit = limit
+        self.entity = entity  # the configured entity whose quota this is (for logs and metrics)
+        self.span = window_size * window_count
+        self.cap = cap
+        self.rate = SampledRate(window_size, window_count)
+        # KIP-599: refill rate Q, burst Q * S * W.
+        self.bucket = TokenBucket(limit, limit * self.span, now) if token_bucket else None
+        self.last_record = now
+        self.last_throttle = 0.0
+
+    def set_limit(self, limit: float, now: float) -> None:
+        """Apply a new limit to the existing measurement (rates are not reset)."""
+        self.limit = limit
+        if self.bucket is not None:
+            self.bucket.update_rate(limit, limit * self.span, now)
+
+    def add(self, value: float, now: float) -> None:
+        """Record `value` without checking the quota (Kafka's `record(value, time, false)`)."""
+        self.rate.record(value, now)
+        if self.bucket is not None:
+            self.bucket.record(value, now)
+        self.last_record = now
+
+    def throttle(self, now: float) -> float:
+        """Seconds of throttle the quota asks for at `now`; 0 within quota."""
+        if self.bucket is not None:
+            t = self.bucket.throttle_seconds(now)
+            if t == math.inf:
+                t = self.span
+        else:
+            observed, window = self.rate.observe(now)
+            if observed <= self.limit:
+                return 0.0
+            t = self.span if self.limit <= 0 else throttle_seconds(observed, self.limit, window)
+        if self.cap is not None and t > self.cap:
+            t = self.cap
+        if t > 0:
+            self.last_throttle = t
+        return t
+
+    def charge(self, value: float, now: float) -> float:
+        """Record, then check (Kafka's `Sensor.record(value, time, true)`); returns the throttle."""
+        self.add(value, now)
+        return self.throttle(now)
+
+    def tokens(self, now: float) -> float | None:
+        """Tokens left in the bucket, or None for a rate sensor."""
+        return None if self.bucket is None else self.bucket.tokens(now)

@@ -1,0 +1,81 @@
+"""Throttle-time arithmetic (Kafka's QuotaUtils) and how several quotas on one request combine.
+
+KIP-13 / KIP-124: if O is the observed rate and T the target over a window W, the delay X that
+brings the average back to the target solves ``O * W / (W + X) = T``, so ``X = (O - T) / T * W``,
+with W the rate's own window (`SampledRate.window_size`). Byte-rate (and record/batch-rate)
+throttles are used as computed; request quotas (`request_percentage`, `request_rate`) are capped at
+one window (`window_size_seconds`) so a GC pause or one huge request cannot silence a client,
+heartbeats included, for long (KIP-124).
+
+Co-existence (KIP-124): the KIP describes the byte-rate delay applied first and the request quota
+checked afterwards. What the broker does (KafkaApis for Produce and Fetch,
+`sendResponseMaybeThrottleWithControllerQuota` for topic mutations) is to record every quota for
+the request, take the largest throttle, and throttle the channel once, for that time, under the
+quota that produced it; on a tie the request quota is named. The throttles do not add up: the
+client waits once, and while it waits every rate falls together. `combine` does exactly that.
+
+Throttles are seconds as floats; the proxy rounds to `throttle_time_ms` when it writes a response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kqp.quotas.model import QUOTA_TYPES, QuotaKey
+
+# Quota types whose throttle is capped at one window (ClientRequestQuotaManager.maxThrottleTimeMs).
+CAPPED_TYPES = frozenset({"request_percentage", "request_rate"})
+
+# Tie-break for `combine`: KafkaApis names the request quota when the throttles are equal (its
+# `bandwidth > request` test sends ties to the request quota), so request types rank first.
+_TIE_ORDER = ("request_percentage", "request_rate", *(t for t in QUOTA_TYPES if t not in CAPPED_TYPES))
+_RANK = {t: i for i, t in enumerate(_TIE_ORDER)}
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One quota exceeded by one recording: its type, the throttle it asks for, and the sensor."""
+
+    quota_type: str
+    throttle_seconds: float
+    key: QuotaKey
+
+
+def throttle_seconds(observed: float, bound: float, window_size: float) -> float:
+    """``X = (O - T) / T * W``: the delay that brings rate O over window W back to T; 0 if O <= T.
+
+    Kafka only computes this after a violation (O > T), so it is never negative there; here an
+    acceptable rate gives 0 to the same effect.
+    """
+    if bound <= 0:
+        raise ValueError(f"a throttle needs a positive bound, got {bound}")
+    if observed <= bound:
+        return 0.0
+    return (observed - bound) / bound * window_size
+
+
+def capped(throttle: float, cap: float) -> float:
+    """`throttle`, but no longer than `cap` (QuotaUtils.boundedThrottleTime)."""
+    return cap if throttle > cap else throttle
+
+
+def combine(violations: Iterable[Violation]) -> tuple[float, str | None]:
+    """The throttle one request gets from all its violations, and the quota type that caused it.
+
+    The largest throttle wins; ties go to the request quotas as in KafkaApis. No violations (or
+    only zero throttles) give ``(0.0, None)``.
+    """
+    best_time = 0.0
+    best_type: str | None = None
+    for violation in violations:
+        t = violation.throttle_seconds
+        if t <= 0:
+            continue
+        if (
+            best_type is None
+            or t > best_time
+            or (t == best_time and _RANK.get(violation.quota_type, 99) < _RANK.get(best_type, 99))
+        ):
+            best_time, best_type = t, violation.quota_type
+    return best_time, best_type

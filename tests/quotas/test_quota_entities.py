@@ -1,0 +1,191 @@
+"""Entity resolution: Kafka's eight levels, per quota type, metric-key sharing and the cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from kqp.quotas import entities
+from kqp.quotas.entities import limit_for_key, matched_entity, resolve, resolve_key, sharing
+from kqp.quotas.model import ANONYMOUS, DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings
+
+ALICE_APP = Principal("alice", "app")
+
+# The eight levels, most specific first, each with a distinct limit (its level number) and the
+# key Kafka's DefaultQuotaCallback.quotaMetricTags gives alice/app at that level.
+LEVELS = [
+    (EntitySpec("alice", "app"), 1.0, QuotaKey("alice", "app")),
+    (EntitySpec("alice", DEFAULT), 2.0, QuotaKey("alice", "app")),
+    (EntitySpec("alice", None), 3.0, QuotaKey("alice", "")),
+    (EntitySpec(DEFAULT, "app"), 4.0, QuotaKey("alice", "app")),
+    (EntitySpec(DEFAULT, DEFAULT), 5.0, QuotaKey("alice", "app")),
+    (EntitySpec(DEFAULT, None), 6.0, QuotaKey("alice", "")),
+    (EntitySpec(None, "app"), 7.0, QuotaKey("", "app")),
+    (EntitySpec(None, DEFAULT), 8.0, QuotaKey("", "app")),
+]
+
+
+def settings_of(entities: dict, **kw: float) -> QuotaSettings:
+    return QuotaSettings(entities=entities, **kw)
+
+
+@pytest.mark.parametrize("level", range(8))
+def test_each_level_wins_over_all_less_specific_ones(level: int) -> None:
+    # Configure this level and every less specific one: this level must win.
+    configured = {spec: {"producer_byte_rate": limit} for spec, limit, _ in LEVELS[level:]}
+    spec, limit, key = LEVELS[level]
+    s = settings_of(configured)
+    assert resolve(s, "producer_byte_rate", ALICE_APP) == (key, limit)
+    assert matched_entity(s, "producer_byte_rate", ALICE_APP) == spec
+
+
+def test_levels_that_name_someone_else_do_not_match() -> None:
+    s = settings_of({
+        EntitySpec("bob", "app"): {"producer_byte_rate": 1.0},
+        EntitySpec("bob", None): {"producer_byte_rate": 2.0},
+        EntitySpec(DEFAULT, "other"): {"producer_byte_rate": 3.0},
+        EntitySpec(None, "other"): {"producer_byte_rate": 4.0},
+    })
+    assert resolve(s, "producer_byte_rate", ALICE_APP) is None
+
+
+def test_user_level_beats_default_user_with_exact_client() -> None:
+    # Kafka's order puts /users/alice (3) above /users/<default>/clients/app (4).
+    s = settings_of({
+        EntitySpec("alice", None): {"consumer_byte_rate": 3.0},
+        EntitySpec(DEFAULT, "app"): {"consumer_byte_rate": 4.0},
+    })
+    assert resolve(s, "consumer_byte_rate", ALICE_APP) == (QuotaKey("alice", ""), 3.0)
+    assert resolve(s, "consumer_byte_rate", Principal("bob", "app")) == (QuotaKey("bob", "app"), 4.0)
+
+
+def test_each_quota_type_resolves_on_its_own() -> None:
+    # The most specific entity sets only consumer_byte_rate: producer falls through to /users/alice.
+    s = settings_of({
+        EntitySpec("alice", "app"): {"consumer_byte_rate": 100.0},
+        EntitySpec("alice", None): {"producer_byte_rate": 200.0},
+        EntitySpec(None, DEFAULT): {"request_percentage": 50.0},
+    })
+    assert resolve(s, "consumer_byte_rate", ALICE_APP) == (QuotaKey("alice", "app"), 100.0)
+    assert resolve(s, "producer_byte_rate", ALICE_APP) == (QuotaKey("alice", ""), 200.0)
+    assert resolve(s, "request_percentage", ALICE_APP) == (QuotaKey("", "app"), 50.0)
+    assert resolve(s, "request_rate", ALICE_APP) is None
+
+
+def test_metric_keys_per_client_for_user_client_default() -> None:
+    # /users/alice/clients/<default>: each of alice's clients has its own sensor.
+    s = settings_of({EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0}})
+    a = resolve(s, "producer_byte_rate", Principal("alice", "a"))
+    b = resolve(s, "producer_byte_rate", Principal("alice", "b"))
+    assert a == (QuotaKey("alice", "a"), 10.0)
+    assert b == (QuotaKey("alice", "b"), 10.0)
+
+
+def test_metric_keys_shared_by_clients_for_user_level() -> None:
+    # /users/alice: all of alice's clients share one sensor (client id tag "").
+    s = settings_of({EntitySpec("alice", None): {"producer_byte_rate": 10.0}})
+    a = resolve(s, "producer_byte_rate", Principal("alice", "a"))
+    b = resolve(s, "producer_byte_rate", Principal("alice", "b"))
+    assert a == b == (QuotaKey("alice", ""), 10.0)
+
+
+def test_metric_keys_shared_by_users_for_client_level() -> None:
+    # /clients/<default>: one sensor per client id, shared by every user (user tag "").
+    s = settings_of({EntitySpec(None, DEFAULT): {"producer_byte_rate": 10.0}})
+    assert resolve(s, "producer_byte_rate", Principal("alice", "c")) == (QuotaKey("", "c"), 10.0)
+    assert resolve(s, "producer_byte_rate", Principal(ANONYMOUS, "c")) == (QuotaKey("", "c"), 10.0)
+    assert resolve(s, "producer_byte_rate", Principal("alice", "d")) == (QuotaKey("", "d"), 10.0)
+
+
+def test_default_user_level_gives_each_user_one_sensor() -> None:
+    s = settings_of({EntitySpec(DEFAULT, None): {"request_rate": 5.0}})
+    assert resolve(s, "request_rate", Principal(ANONYMOUS, "x")) == (QuotaKey(ANONYMOUS, ""), 5.0)
+    assert resolve(s, "request_rate", Principal("bob", "y")) == (QuotaKey("bob", ""), 5.0)
+
+
+def test_empty_client_id_matches_defaults_only() -> None:
+    s = settings_of({EntitySpec(None, DEFAULT): {"producer_byte_rate": 10.0}})
+    assert resolve(s, "producer_byte_rate", Principal("alice", "")) == (QuotaKey("", ""), 10.0)
+    s2 = settings_of({EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0}})
+    assert resolve(s2, "producer_byte_rate", Principal("alice", "")) == (QuotaKey("alice", ""), 10.0)
+    # ...and the key still resolves when settings are re-checked (limit_for_key re-resolves it).
+    assert limit_for_key(s2, "producer_byte_rate", QuotaKey("alice", "")) == 10.0
+
+
+def test_cache_is_filled_and_new_settings_start_empty() -> None:
+    s1 = settings_of({EntitySpec("alice", None): {"producer_byte_rate": 10.0}})
+    assert resolve(s1, "producer_byte_rate", ALICE_APP) == (QuotaKey("alice", ""), 10.0)
+    assert ALICE_APP in s1.resolution_cache
+    s2 = settings_of({EntitySpec("alice", None): {"producer_byte_rate": 20.0}})
+    assert s2.resolution_cache == {}
+    assert resolve(s2, "producer_byte_rate", ALICE_APP) == (QuotaKey("alice", ""), 20.0)
+    # The old instance keeps answering from its own cache; nothing leaked between them.
+    assert resolve(s1, "producer_byte_rate", ALICE_APP) == (QuotaKey("alice", ""), 10.0)
+
+
+def test_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entities, "MAX_CACHED_PRINCIPALS", 3)
+    s = settings_of({EntitySpec(None, DEFAULT): {"producer_byte_rate": 10.0}})
+    for i in range(10):
+        assert resolve(s, "producer_byte_rate", Principal("u", f"c{i}")) == (QuotaKey("", f"c{i}"), 10.0)
+        assert len(s.resolution_cache) <= 3
+
+
+def test_limit_for_key_follows_kafka_tags() -> None:
+    s = settings_of({
+        EntitySpec("alice", None): {"producer_byte_rate": 3.0},
+        EntitySpec(None, DEFAULT): {"producer_byte_rate": 8.0},
+    })
+    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "")) == 3.0
+    assert limit_for_key(s, "producer_byte_rate", QuotaKey("", "anything")) == 8.0
+    # alice/app now charges (alice, "") rather than (alice, app): that per-client key is gone.
+    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "app")) is None
+    assert limit_for_key(s, "consumer_byte_rate", QuotaKey("alice", "")) is None
+
+
+def test_entity_spec_validation_and_path() -> None:
+    with pytest.raises(ValueError):
+        EntitySpec(None, None)
+    with pytest.raises(ValueError):
+        EntitySpec("", "app")
+    assert EntitySpec("alice", DEFAULT).path == "/users/alice/clients/<default>"
+    assert EntitySpec(None, "app").path == "/clients/app"
+    assert EntitySpec(DEFAULT, None).path == "/users/<default>"
+
+
+@pytest.mark.parametrize("values, kw", [
+    ({"producer_byte_rate": -1.0}, {}),
+    ({"producer_byte_rate": float("inf")}, {}),
+    ({"bogus_rate": 1.0}, {}),
+    ({"producer_byte_rate": 1.0}, {"window_size_seconds": 0.0}),
+    ({"producer_byte_rate": 1.0}, {"window_count": 0}),
+])
+def test_settings_validation(values: dict, kw: dict) -> None:
+    with pytest.raises(ValueError):
+        QuotaSettings(entities={EntitySpec("a", None): values}, **kw)
+
+
+def test_settings_are_frozen_and_indexed() -> None:
+    raw = {EntitySpec("a", None): {"producer_byte_rate": 1, "request_rate": 2.5}}
+    s = QuotaSettings(entities=raw)
+    raw[EntitySpec("b", None)] = {"producer_byte_rate": 1.0}  # later edits to the input do not leak
+    assert list(s.entities) == [EntitySpec("a", None)]
+    with pytest.raises(TypeError):
+        s.entities[EntitySpec("c", None)] = {}  # type: ignore[index]
+    assert s.quota_types == {"producer_byte_rate", "request_rate"}
+    assert s.by_type["request_rate"] == {EntitySpec("a", None): 2.5}
+    assert s.enabled and not QuotaSettings().enabled
+    assert QuotaSettings(entities=raw) != s and QuotaSettings(entities=dict(s.entities)) == s
+
+
+def test_resolve_key_keeps_the_kind_of_sharing() -> None:
+    # Under /users/alice/clients/<default>, a client with an empty client id is charged to
+    # (alice, ""), the same tags as alice's shared per-user sensor under /users/alice.
+    s = settings_of({EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0}})
+    key = QuotaKey("alice", "")
+    found = resolve_key(s, "producer_byte_rate", key)
+    assert found is not None and found.entity == EntitySpec("alice", DEFAULT)
+    # a sensor that was alice's shared one does not silently become the empty client's
+    assert resolve_key(s, "producer_byte_rate", key, matched=EntitySpec("alice", None)) is None
+    assert resolve_key(s, "producer_byte_rate", key, matched=EntitySpec(DEFAULT, DEFAULT)) == found
+    assert [sharing(e) for e in (EntitySpec("a", None), EntitySpec(None, "c"), EntitySpec("a", "c"))] == [
+        "user", "client-id", "client"]

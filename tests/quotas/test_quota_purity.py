@@ -1,0 +1,42 @@
+"""kqp.quotas is pure: no module in it imports a clock, an event loop or a socket."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kqp.quotas
+
+FORBIDDEN = {"time", "asyncio", "socket", "selectors", "uvloop"}
+QUOTAS_DIR = Path(kqp.quotas.__file__).parent
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_the_package_has_the_modules_we_scan() -> None:
+    names = {p.name for p in QUOTAS_DIR.glob("*.py")}
+    # If the scan found nothing, the purity assertion below would pass vacuously.
+    assert {"manager.py", "sampled_rate.py", "token_bucket.py", "delay_queue.py"} <= names
+
+
+def test_no_quota_module_imports_time_or_asyncio() -> None:
+    offenders = {
+        path.name: sorted(_imported_roots(path) & FORBIDDEN)
+        for path in sorted(QUOTAS_DIR.glob("*.py"))
+        if _imported_roots(path) & FORBIDDEN
+    }
+    assert offenders == {}
+
+
+def test_the_scan_would_catch_an_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import time\nfrom asyncio import sleep\n")
+    assert _imported_roots(bad) & FORBIDDEN == {"time", "asyncio"}

@@ -1,0 +1,66 @@
+"""Throttle arithmetic (QuotaUtils) and KIP-124 co-existence, with the KIPs' own numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from kqp.quotas.model import QuotaKey
+from kqp.quotas.throttle import CAPPED_TYPES, Violation, capped, combine, throttle_seconds
+
+MB = 1024 * 1024
+KEY = QuotaKey("alice", "")
+
+
+def test_kip13_byte_rate_example() -> None:
+    # quota T = 10 MB/s, observed O = 12 MB/s over W = 10 s:
+    # X = (12 - 10) / 10 * 10 = 2 s, and indeed 12 * 10 / (10 + 2) = 10
+    x = throttle_seconds(12 * MB, 10 * MB, 10.0)
+    assert x == pytest.approx(2.0)
+    assert 12 * MB * 10.0 / (10.0 + x) == pytest.approx(10 * MB)
+
+
+def test_kip599_sampled_rate_example() -> None:
+    # Q = 5/s, S * W = 100 s, a burst of 560 reads R = 5.6/s: (5.6 - 5) / 5 * 100 = 12 s
+    assert throttle_seconds(5.6, 5.0, 100.0) == pytest.approx(12.0)
+
+
+def test_within_quota_is_zero() -> None:
+    assert throttle_seconds(10.0, 10.0, 10.0) == 0.0
+    assert throttle_seconds(3.0, 10.0, 10.0) == 0.0
+
+
+def test_zero_bound_is_refused() -> None:
+    with pytest.raises(ValueError):
+        throttle_seconds(1.0, 0.0, 10.0)
+
+
+def test_byte_rate_is_uncapped_request_quota_capped_at_one_window() -> None:
+    # KIP-124: request quota 50% over W = 10 s, observed 150%: X = (150 - 50) / 50 * 10 = 20 s,
+    # but a request quota throttles at most one window (1 s).
+    x = throttle_seconds(150.0, 50.0, 10.0)
+    assert x == 20.0
+    assert capped(x, 1.0) == 1.0
+    assert capped(0.25, 1.0) == 0.25
+    assert CAPPED_TYPES == {"request_percentage", "request_rate"}
+    assert "producer_byte_rate" not in CAPPED_TYPES
+
+
+def test_combine_takes_the_largest_throttle() -> None:
+    # KafkaApis: max(bandwidth, request); the client waits once, for the longer of the two.
+    vs = [Violation("producer_byte_rate", 2.0, KEY), Violation("request_percentage", 1.0, KEY)]
+    assert combine(vs) == (2.0, "producer_byte_rate")
+    vs = [Violation("producer_byte_rate", 0.5, KEY), Violation("request_rate", 1.0, KEY)]
+    assert combine(vs) == (1.0, "request_rate")
+
+
+def test_combine_ties_go_to_the_request_quota() -> None:
+    # KafkaApis throttles under the byte quota only when bandwidth > request: ties go to request.
+    vs = [Violation("consumer_byte_rate", 1.0, KEY), Violation("request_percentage", 1.0, KEY)]
+    assert combine(vs) == (1.0, "request_percentage")
+    vs = [Violation("controller_mutation_rate", 1.0, KEY), Violation("request_rate", 1.0, KEY)]
+    assert combine(vs) == (1.0, "request_rate")
+
+
+def test_combine_of_nothing() -> None:
+    assert combine([]) == (0.0, None)
+    assert combine([Violation("producer_byte_rate", 0.0, KEY)]) == (0.0, None)
