@@ -1,0 +1,257 @@
+"""Find and rewrite every broker address a client can see in a response.
+
+kqp listens on one port per upstream node, so each ``host:port`` an upstream advertises must be
+replaced by kqp's own before the client sees it. Which responses carry addresses is derived from
+kafka-python's schemas at import: a struct holding both a ``host`` and a ``port`` field is an
+endpoint. Scanning every response schema kqp can decode finds exactly these:
+
+* Metadata (all versions): ``brokers[]`` {node_id, host, port, rack};
+* FindCoordinator v0-v3: top-level node_id/host/port; v4+: ``coordinators[]``;
+* DescribeCluster (all versions): ``brokers[]`` {broker_id, host, port, ...}; with
+  endpoint_type 2 (KIP-919) these are controllers, rewritten all the same;
+* DescribeQuorum v2+: ``nodes[].listeners[]`` {name, host, port}, the node id from the parent;
+* Produce v10+ and Fetch v16+: the top-level tagged field ``NodeEndpoints`` (KIP-951 new-leader
+  hints), present only when a partition reports NOT_LEADER_OR_FOLLOWER.
+
+Look-alikes that are not broker endpoints and stay untouched: DescribeGroups
+``members[].client_host`` (a client's address, no port) and the ACL ``host`` of
+DescribeAcls/DeleteAcls (a principal's host pattern, no port).
+
+How, without decoding what need not be decoded: the skip walker (:mod:`kqp.protocol.walker`)
+finds the byte range of the top-level field that holds the endpoints; only that field is decoded
+and re-encoded with kafka-python, and the frame is spliced around it. A Metadata response with
+thousands of partitions costs a walk over ``brokers`` only; a Fetch response is walked to its
+tagged fields (record data skipped by length) and copied only when ``NodeEndpoints`` is present.
+FindCoordinator v0-v3, whose endpoint *is* the top-level struct, is small and decoded whole.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.schemas.fields.struct import StructField
+from kafka.protocol.schemas.fields.struct_array import StructArrayField
+
+from .apis import kqp_ranges, message_classes
+from .errors import ProtocolError
+from .walker import MessageWalker, read_tagged_fields, walker_for, write_uvarint
+
+__all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "rewrite_addresses"]
+
+_I32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+
+
+#: (node_id, upstream host, upstream port) -> (host, port) the client should see.
+AddressMapper = Callable[[int, str, int], tuple[str, int]]
+
+
+def _struct_of(field: Any) -> StructField | None:
+    if isinstance(field, StructArrayField):
+        return field.array_of
+    if isinstance(field, StructField):
+        return field
+    return None
+
+
+def _is_endpoint(struct_field: StructField, version: int) -> bool:
+    names = {f.name for f in struct_field.untagged_fields(version)}
+    return "host" in names and "port" in names
+
+
+def _holds_endpoint(field: Any, version: int) -> bool:
+    inner = _struct_of(field)
+    if inner is None:
+        return False
+    if _is_endpoint(inner, version):
+        return True
+    return any(_holds_endpoint(f, version) for f in inner.untagged_fields(version))
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    walker: MessageWalker
+    whole: bool  # the top-level struct is itself the endpoint (FindCoordinator v0-v3)
+    untagged: tuple[int, ...]  # indexes of top-level untagged fields holding endpoints
+    tagged: dict[int, Any]  # tag -> kafka-python field, for top-level tagged fields holding endpoints
+
+
+def _build() -> dict[tuple[int, int], _Plan]:
+    plans = {}
+    for api_key, (lo, hi) in kqp_ranges().items():
+        response_cls = message_classes(api_key)[1]
+        top = response_cls._struct
+        for version in range(lo, hi + 1):
+            walker = walker_for(response_cls, version)
+            whole = _is_endpoint(top, version)
+            untagged = tuple(i for i, f in enumerate(top.untagged_fields(version)) if _holds_endpoint(f, version))
+            tagged = {}
+            if walker.flexible:
+                tagged = {f.tag: f for f in top.tagged_fields(version)._fields if _holds_endpoint(f, version)}
+            if whole or untagged or tagged:
+                plans[api_key, version] = _Plan(walker, whole, untagged, tagged)
+    return plans
+
+
+_PLANS = _build()
+
+
+def may_carry_addresses(api_key: int, api_version: int) -> bool:
+    """Whether this response version can hold a broker endpoint (cheap table lookup)."""
+    return (api_key, api_version) in _PLANS
+
+
+class _Rewriter:
+    """Walks decoded kafka-python objects, recording and remapping every endpoint it meets."""
+
+    __slots__ = ("changed", "mapper", "seen", "version")
+
+    def __init__(self, mapper: AddressMapper, version: int) -> None:
+        self.mapper = mapper
+        self.version = version
+        self.seen: list[BrokerAddress] = []
+        self.changed = False
+
+    def visit(self, value: Any, parent_node: int = -1) -> None:
+        if isinstance(value, list):
+            for item in value:
+                self.visit(item, parent_node)
+            return
+        struct_field = getattr(value, "_struct", None)
+        if struct_field is None:
+            return
+        fields = struct_field.untagged_fields(self.version)
+        names = {f.name for f in fields}
+        node = parent_node
+        for id_name in ("node_id", "broker_id"):
+            if id_name in names:
+                node = getattr(value, id_name)
+        if "host" in names and "port" in names:
+            self._endpoint(value, node, getattr(value, "error_code", 0) if "error_code" in names else 0)
+        for f in fields:
+            if _struct_of(f) is not None:
+                self.visit(getattr(value, f.name), node)
+
+    def _endpoint(self, value: Any, node: int, error_code: int) -> None:
+        host, port = value.host, value.port
+        if node < 0 or error_code != 0 or not host:
+            return  # e.g. a FindCoordinator error: node -1, host "", port -1; nothing to redirect
+        self.seen.append(BrokerAddress(node, host, port))
+        new_host, new_port = self.mapper(node, host, port)
+        if (new_host, new_port) != (host, port):
+            value.host, value.port = new_host, new_port
+            self.changed = True
+
+
+# What kafka-python's decoders raise on bytes that do not fit the schema.
+_DECODE_ERRORS = (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError)
+
+
+def _decode(decode: Callable[..., Any], data: Any, **kwargs: Any) -> Any:
+    try:
+        return decode(data, **kwargs)
+    except _DECODE_ERRORS as exc:
+        raise ProtocolError(f"malformed response field: {exc!r}") from None
+
+
+def _reframe(parts: list[bytes | memoryview]) -> bytes:
+    body = b"".join(parts)
+    return _I32.pack(len(body)) + body
+
+
+def _rewrite_whole(api_key: int, version: int, frame: memoryview, body_offset: int, rw: _Rewriter) -> bytes | None:
+    response_cls = message_classes(api_key)[1]
+    obj = _decode(response_cls.decode, frame[body_offset:], version=version)
+    rw.visit(obj)
+    if not rw.changed:
+        return None
+    flexible = response_cls.flexible_version_q(version)
+    # Through the schema struct: kafka-python's decoded messages cannot re-encode themselves
+    # (decode builds them without the header slot that ApiMessage.encode reads).
+    body = response_cls._struct.encode(obj, version=version, compact=flexible, tagged=flexible)
+    return _reframe([frame[4:body_offset], body])
+
+
+def _rewrite_untagged(plan: _Plan, frame: memoryview, body_offset: int, rw: _Rewriter) -> bytes | None:
+    walker = plan.walker
+    bounds = walker.boundaries(frame, body_offset, upto=plan.untagged[-1] + 1)
+    fields = walker.struct.untagged_fields(walker.version)
+    flexible = walker.flexible
+    parts: list[bytes | memoryview] = [frame[4 : bounds[0]]]
+    cursor = bounds[0]
+    for index in plan.untagged:
+        start, end = bounds[index], bounds[index + 1]
+        field = fields[index]
+        data = io.BytesIO(frame[start:end])
+        value = _decode(field.decode, data, version=walker.version, compact=flexible, tagged=flexible)
+        before = rw.changed
+        rw.changed = False
+        rw.visit(value)
+        if rw.changed:
+            parts.append(frame[cursor:start])
+            parts.append(field.encode(value, version=walker.version, compact=flexible, tagged=flexible))
+            cursor = end
+        rw.changed = rw.changed or before
+    if not rw.changed:
+        return None
+    parts.append(frame[cursor:])
+    return _reframe(parts)
+
+
+def _rewrite_tagged(plan: _Plan, frame: memoryview, body_offset: int, rw: _Rewriter) -> bytes | None:
+    walker = plan.walker
+    start = walker.tagged_start(frame, body_offset)
+    entries, end = read_tagged_fields(frame, start)
+    if not any(tag in plan.tagged for tag, _, _ in entries):
+        return None  # the common case: no new-leader hints, nothing copied
+    section = [write_uvarint(len(entries))]
+    for tag, vstart, vend in entries:
+        value_bytes: bytes | memoryview = frame[vstart:vend]
+        field = plan.tagged.get(tag)
+        if field is not None:
+            before = rw.changed
+            rw.changed = False
+            data = io.BytesIO(value_bytes)
+            value = _decode(field.decode, data, version=walker.version, compact=True, tagged=True)
+            rw.visit(value)
+            if rw.changed:
+                value_bytes = field.encode(value, version=walker.version, compact=True, tagged=True)
+            rw.changed = rw.changed or before
+        section += [write_uvarint(tag), write_uvarint(len(value_bytes)), value_bytes]
+    if not rw.changed:
+        return None
+    return _reframe([frame[4:start], *section, frame[end:]])
+
+
+def rewrite_addresses(
+    api_key: int, api_version: int, frame: memoryview, body_offset: int, mapper: AddressMapper
+) -> tuple[bytes | None, list[BrokerAddress]]:
+    """Remap every endpoint in a response frame.
+
+    Returns ``(new_frame, seen)``: ``new_frame`` is the whole re-sized frame, or None when the
+    response carried no endpoint or the mapper kept every one as it was (forward the original);
+    ``seen`` lists the upstream endpoints found, before mapping (node id, host, port). Entries
+    with a negative node id or an error code (FindCoordinator failures) are left untouched.
+    """
+    plan = _PLANS.get((api_key, api_version))
+    if plan is None:
+        return None, []
+    rw = _Rewriter(mapper, api_version)
+    if plan.whole:
+        return _rewrite_whole(api_key, api_version, frame, body_offset, rw), rw.seen
+    new = None
+    if plan.untagged:
+        new = _rewrite_untagged(plan, frame, body_offset, rw)
+    if plan.tagged:
+        new = _rewrite_tagged(plan, memoryview(new) if new is not None else frame, body_offset, rw) or new
+    return new, rw.seen

@@ -1,0 +1,116 @@
+"""What kqp reads and rewrites in Fetch (api key 1): max_bytes, record counts, throttled answers.
+
+Three broker behaviours are reproduced here, each from Apache Kafka's handling of Fetch:
+
+* KafkaApis.handleFetchRequest caps a consumer's fetch at the bytes its quota allows in one
+  quota window (quota x (window count - 1) x window size), so that no single response is bound
+  to be throttled whatever came before it: ``max_bytes = min(max_bytes, cap)`` and then
+  ``min_bytes = min(min_bytes, max_bytes)``. Partition max bytes are left alone, as the broker
+  leaves them, and a follower's fetch (replica id >= 0) is never capped.
+* Record and batch counts of a response (KIP-731 record-rate quotas) come from walking
+  responses -> partitions -> records by the FetchResponse schema, skipping aborted transactions,
+  tagged fields and the rest by length; see ``records.py``.
+* A throttled fetch answered empty (KIP-219, FetchContext.getThrottledResponse): throttle set,
+  no partition data. See ``empty_fetch_response_body`` for what is kept and why.
+
+All of it runs per Fetch, so it reads the body in place and only builds bytes when it rewrites.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kafka.protocol.consumer.fetch import FetchResponse
+
+from .records import BodyError, RecordCounts, count_body_records, field_position, schema_versions
+
+__all__ = [
+    "FETCH_REQUEST_VERSIONS",
+    "FETCH_RESPONSE_VERSIONS",
+    "cap_fetch_max_bytes",
+    "empty_fetch_response_body",
+    "fetch_max_bytes",
+    "fetch_response_counts",
+]
+
+_REQUEST = "FetchRequest"
+_RESPONSE = "FetchResponse"
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+FETCH_REQUEST_VERSIONS: range = schema_versions(_REQUEST)
+FETCH_RESPONSE_VERSIONS: range = schema_versions(_RESPONSE)
+
+
+def _read_i32(message: str, version: int, field: str, body: memoryview | bytes) -> tuple[int, int] | None:
+    """(value, offset) of a top-level int32 field, or None when the version lacks it."""
+    pos = field_position(message, version, field, body)
+    if pos is None:
+        return None
+    if pos + 4 > len(body):
+        raise BodyError(f"{message} body truncated before {field}")
+    return _I32.unpack_from(body, pos)[0], pos
+
+
+def fetch_max_bytes(api_version: int, body: memoryview | bytes) -> int | None:
+    """The request-level max_bytes (v3+, KIP-74), None for versions without one."""
+    found = _read_i32(_REQUEST, api_version, "MaxBytes", body)
+    return None if found is None else found[0]
+
+
+def cap_fetch_max_bytes(api_version: int, body: memoryview | bytes, cap: int) -> bytes | None:
+    """A copy of the request body with max_bytes lowered to ``cap``, or None if nothing changes.
+
+    None when max_bytes is already at or below the cap, when the version has no max_bytes (v0-2:
+    the broker caps those internally, but there is no field for a proxy to lower), or when the
+    fetch comes from a follower (replica id >= 0, v0-14; from v15 the replica id is a tagged
+    field, and followers do not connect through kqp).
+    """
+    if cap < 0:
+        raise ValueError(f"fetch cap must be >= 0, got {cap}")
+    found = _read_i32(_REQUEST, api_version, "MaxBytes", body)
+    if found is None:
+        return None
+    max_bytes, max_pos = found
+    if max_bytes <= cap:
+        return None
+    replica = _read_i32(_REQUEST, api_version, "ReplicaId", body)
+    if replica is not None and replica[0] >= 0:
+        return None
+    min_found = _read_i32(_REQUEST, api_version, "MinBytes", body)
+    patched = bytearray(body)
+    _I32.pack_into(patched, max_pos, cap)
+    if min_found is not None and min_found[0] > cap:
+        _I32.pack_into(patched, min_found[1], cap)
+    return bytes(patched)
+
+
+def fetch_response_counts(api_version: int, body: memoryview | bytes) -> RecordCounts:
+    """Records and record batches across every partition of a Fetch response."""
+    return count_body_records(_RESPONSE, api_version, body)
+
+
+def empty_fetch_response_body(api_version: int, body: memoryview | bytes, throttle_ms: int) -> bytes:
+    """The KIP-219 throttled answer to a Fetch whose upstream response is ``body``.
+
+    The broker's throttled response (FetchContext.getThrottledResponse) carries the throttle
+    time, no partitions, error NONE and the fetch session id: INVALID_SESSION_ID (0) for full and
+    sessionless fetches, the session's own id for incremental ones (or
+    INVALID_FETCH_SESSION_EPOCH when the epoch raced). The broker builds it *instead of*
+    touching the session; kqp builds it *after* the upstream has answered and updated its
+    session, so it keeps the upstream's error_code and session_id: a full fetch that created
+    session N on the upstream must tell the client N, or the client would keep opening sessions
+    the upstream then holds for nothing. With no partition data, NodeEndpoints (v16+) is empty.
+    """
+    error_code = 0
+    session_id = 0
+    found = _read_i32(_RESPONSE, api_version, "SessionId", body)
+    if found is not None:
+        session_id = found[0]
+        pos = field_position(_RESPONSE, api_version, "ErrorCode", body)
+        assert pos is not None  # ErrorCode and SessionId arrive together (v7+)
+        error_code = _I16.unpack_from(body, pos)[0]
+    response = FetchResponse(
+        throttle_time_ms=throttle_ms, error_code=error_code, session_id=session_id, responses=[]
+    )
+    return bytes(response.encode(version=api_version))

@@ -1,0 +1,154 @@
+"""Split a Kafka byte stream into size-prefixed frames, without copying where it can be avoided.
+
+Every Kafka request and response travels as a 4-byte big-endian signed size followed by that many
+bytes. :class:`FrameDecoder` is the sans-io half of a connection's reader (h11's
+``receive_data``/``next_event`` shape): the transport feeds it the immutable ``bytes`` objects it
+received, and ``next_frame()`` hands back whole frames as memoryviews over those very objects.
+
+Why it is shaped so:
+
+* Zero-copy on the hot path. A frame lying inside one received chunk is returned as a memoryview
+  slice of that chunk; only a frame spanning chunks costs one ``b"".join``. The views stay valid
+  forever because they view immutable ``bytes``; the decoder never writes into a buffer it has
+  handed out.
+* The size prefix is checked as soon as its 4 bytes are in (Kafka's ``socket.request.max.bytes``
+  applies to the size value, exactly as ``NetworkReceive`` does): a negative size raises
+  :class:`ProtocolError`, a size above the limit raises :class:`FrameTooLarge`, before kqp waits
+  for the body. A peer cannot make kqp buffer more than one legal frame plus what TCP delivered.
+* O(1) per frame apart from the unavoidable join: chunks sit in a deque with a read offset into
+  the first one, and the decoder keeps a running count of buffered bytes.
+* Errors are sticky: once the stream is known to be broken, every later call raises the same
+  error, so a caller that keeps going by mistake cannot resynchronise on garbage.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from struct import Struct
+
+from .errors import FrameTooLarge, ProtocolError
+
+__all__ = ["SIZE_PREFIX", "FrameDecoder"]
+
+SIZE_PREFIX = 4
+_SIZE = Struct(">i")
+
+
+class FrameDecoder:
+    """Incremental splitter of one direction of one connection into whole frames."""
+
+    __slots__ = ("_chunks", "_error", "_first", "_max", "_need", "_pos", "_size")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        if max_frame_bytes < 0:
+            raise ValueError("max_frame_bytes must be >= 0")
+        self._max = max_frame_bytes
+        self._chunks: deque[bytes] = deque()
+        self._first: memoryview | None = None  # view over _chunks[0], made once per chunk
+        self._pos = 0  # read offset into _chunks[0]
+        self._size = 0  # bytes buffered and not yet returned
+        self._need = -1  # length of the next frame including its prefix, -1 while unknown
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held that no returned frame has covered yet."""
+        return self._size
+
+    def has_partial(self) -> bool:
+        """True if the bytes held do not start with a whole frame (an incomplete frame is pending).
+
+        Meant for the moment a connection ends: call it after ``next_frame()`` returned ``None``
+        to learn whether the peer stopped in the middle of a frame.
+        """
+        return self._size > 0 and (self._need < 0 or self._size < self._need)
+
+    def feed(self, data: bytes) -> None:
+        """Take ownership of ``data`` (immutable bytes from the transport); validates a new size prefix."""
+        if self._error is not None:
+            raise self._error
+        if not data:
+            return
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._need < 0:
+            self._read_size()
+
+    def next_frame(self) -> memoryview | None:
+        """One whole frame including its size prefix, or ``None`` if it has not fully arrived."""
+        if self._error is not None:
+            raise self._error
+        need = self._need
+        if need < 0:
+            need = self._read_size()
+            if need < 0:
+                return None
+        if self._size < need:
+            return None
+        first = self._first
+        if first is None:
+            first = self._first = memoryview(self._chunks[0])
+        pos = self._pos
+        end = pos + need
+        if end <= len(first):
+            frame = first[pos:end]
+            if end == len(first):
+                self._drop_first()
+            else:
+                self._pos = end
+        else:
+            frame = memoryview(self._take_joined(need))
+        self._size -= need
+        self._need = -1
+        # The next prefix is validated on the next call (not here), so the frame just cut is
+        # never lost to an error that belongs to the frame after it.
+        return frame
+
+    def _drop_first(self) -> None:
+        self._chunks.popleft()
+        self._first = None
+        self._pos = 0
+
+    def _take_joined(self, need: int) -> bytes:
+        """Cut ``need`` bytes that span several chunks: the one copy a split frame costs."""
+        chunks = self._chunks
+        parts: list[bytes | memoryview] = []
+        missing = need
+        while missing:
+            first = self._first if self._first is not None else memoryview(chunks[0])
+            avail = len(first) - self._pos
+            if avail <= missing:
+                parts.append(first[self._pos :])
+                missing -= avail
+                self._drop_first()
+            else:
+                parts.append(first[self._pos : self._pos + missing])
+                self._first = first
+                self._pos += missing
+                missing = 0
+        return b"".join(parts)
+
+    def _read_size(self) -> int:
+        """Parse and check the next size prefix if its 4 bytes are in; the frame length or -1."""
+        if self._size < SIZE_PREFIX:
+            return -1
+        first = self._chunks[0]
+        pos = self._pos
+        if len(first) - pos >= SIZE_PREFIX:
+            (size,) = _SIZE.unpack_from(first, pos)
+        else:
+            head = bytearray()
+            for chunk in self._chunks:
+                head += chunk[pos : pos + SIZE_PREFIX - len(head)]
+                pos = 0
+                if len(head) == SIZE_PREFIX:
+                    break
+            (size,) = _SIZE.unpack(head)
+        if size < 0:
+            self._error = ProtocolError(f"negative frame size {size}")
+            raise self._error
+        if size > self._max:
+            self._error = FrameTooLarge(f"frame size {size} exceeds the maximum of {self._max} bytes")
+            raise self._error
+        self._need = size + SIZE_PREFIX
+        return self._need

@@ -1,0 +1,71 @@
+"""kqp's own requests to upstreams, and small decodes of their answers.
+
+kqp talks to upstreams on its own behalf for a few control messages: ApiVersions (to learn the
+ranges it intersects with its own), Metadata (to learn the upstream node ids and addresses it must
+open listeners for) and whatever a later feature needs. Those messages are small and rare, so they
+go through kafka-python's message classes; nothing on the forwarding path uses this module.
+
+Frames are whole (size prefix included) in both directions, like everything else in
+``kqp.protocol``. Headers are produced and skipped by :mod:`kqp.protocol.headers`, so kqp's own
+frames follow exactly the same header-version rules as the frames it forwards.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from .addresses import BrokerAddress, rewrite_addresses
+from .apis import decodable_range, message_classes
+from .errors import ProtocolError, UnsupportedApi
+from .headers import encode_request_header, response_body_offset
+
+__all__ = ["METADATA_KEY", "decode_response", "encode_request", "metadata_brokers"]
+
+METADATA_KEY = 3
+_I32 = struct.Struct(">i")
+_DECODE_ERRORS = (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError)
+
+
+def _check_version(api_key: int, api_version: int) -> None:
+    rng = decodable_range(api_key)
+    if rng is None or not rng[0] <= api_version <= rng[1]:
+        raise UnsupportedApi(f"kqp cannot encode api key {api_key} version {api_version}")
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str, **fields: Any) -> bytes:
+    """A whole request frame; ``fields`` are the request's fields by kafka-python's snake_case names.
+
+    Fields left out take the schema's defaults (e.g. MetadataRequest ``topics=None`` asks for
+    every topic, the default ``[]`` for none).
+    """
+    _check_version(api_key, api_version)
+    request_cls = message_classes(api_key)[0]
+    body = request_cls(version=api_version, **fields).encode(version=api_version)
+    header = encode_request_header(api_key, api_version, correlation_id, client_id)
+    return _I32.pack(len(header) + len(body)) + header + body
+
+
+def decode_response(api_key: int, api_version: int, frame: memoryview) -> object:
+    """The kafka-python response object for a whole response frame.
+
+    For ApiVersions answers prefer :func:`kqp.protocol.api_versions.decode_api_versions_response`,
+    which also reads the answers kafka-python cannot.
+    """
+    _check_version(api_key, api_version)
+    response_cls = message_classes(api_key)[1]
+    offset = response_body_offset(api_key, api_version, frame)
+    try:
+        return response_cls.decode(frame[offset:], version=api_version)
+    except _DECODE_ERRORS as exc:
+        raise ProtocolError(f"malformed api key {api_key} v{api_version} response: {exc!r}") from None
+
+
+def _keep(node_id: int, host: str, port: int) -> tuple[str, int]:
+    return host, port
+
+
+def metadata_brokers(frame: memoryview, api_version: int) -> list[BrokerAddress]:
+    """The brokers of a whole Metadata response frame, without decoding its topics."""
+    offset = response_body_offset(METADATA_KEY, api_version, frame)
+    return rewrite_addresses(METADATA_KEY, api_version, frame, offset, _keep)[1]

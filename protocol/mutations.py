@@ -1,0 +1,237 @@
+"""KIP-599 topic mutations: read, split and answer CreateTopics, DeleteTopics, CreatePartitions.
+
+A controller mutation quota is charged per partition created or deleted, and an over-quota
+request is answered topic by topic: the broker rejects the topics that do not fit with
+THROTTLING_QUOTA_EXCEEDED (89) and carries out the rest. kqp does the same in front of the
+upstream: it reads the topics of a request, forwards a request holding only the admitted ones,
+then merges the upstream's results with its own rejections back into one response in the
+client's original topic order. These requests are small and rare, so unlike Produce and Fetch
+they are decoded and re-encoded whole with kafka-python's message classes.
+
+What a topic costs, as Apache Kafka records it (ZkAdminManager / ReplicationControlManager):
+* CreateTopics: the partitions the topic gets: len(assignments) for a manual assignment, else
+  num_partitions, else (-1) the broker's ``num.partitions`` default, unknown to kqp: reported as
+  ``partitions=None`` (Kafka's own default for that setting is 1).
+* DeleteTopics: the topic's current partition count: metadata kqp must look up (None here).
+* CreatePartitions: the increment, new count minus current count: ``target_count`` here,
+  the current count again from metadata (None here).
+* validate_only: the ZooKeeper-era broker records nothing for it, the KRaft controller checks
+  the quota before it looks at validate_only. The flag is returned for the caller to choose.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kafka.protocol.admin.topics import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+
+from .records import BodyError
+
+__all__ = [
+    "CREATE_PARTITIONS",
+    "CREATE_TOPICS",
+    "DELETE_TOPICS",
+    "THROTTLING_QUOTA_EXCEEDED",
+    "TopicMutation",
+    "knows_throttling_error",
+    "merge_mutation_response",
+    "mutation_request",
+    "split_mutation_request",
+]
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+CREATE_PARTITIONS = 37
+THROTTLING_QUOTA_EXCEEDED = 89
+# Kafka's Errors.THROTTLING_QUOTA_EXCEEDED message, which the broker puts in each rejected entry.
+DEFAULT_MESSAGE = "The throttling quota has been exceeded."
+
+_REQUESTS = {CREATE_TOPICS: CreateTopicsRequest, DELETE_TOPICS: DeleteTopicsRequest,
+             CREATE_PARTITIONS: CreatePartitionsRequest}  # fmt: skip
+_RESPONSES = {CREATE_TOPICS: CreateTopicsResponse, DELETE_TOPICS: DeleteTopicsResponse,
+              CREATE_PARTITIONS: CreatePartitionsResponse}  # fmt: skip
+# The first request version whose response may carry error 89 (KIP-599); older clients would
+# not understand it, so the caller admits their topics and throttles instead.
+_THROTTLING_ERROR_SINCE = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
+# Where each response keeps its per-topic results.
+_RESULTS_FIELD = {CREATE_TOPICS: "topics", DELETE_TOPICS: "responses", CREATE_PARTITIONS: "results"}
+
+
+@dataclass(slots=True, frozen=True)
+class TopicMutation:
+    """One topic of a mutation request, in request order.
+
+    ``key`` is the topic name, or the topic id as a string for a DeleteTopics v6+ entry that
+    names its topic by id only (``topic_id`` is then set). ``partitions`` is the number of
+    partition mutations the topic costs when the request alone tells it, None when it takes
+    metadata or broker configuration (see the module docstring); ``target_count`` is the
+    partition count a CreatePartitions entry asks for.
+    """
+
+    key: str
+    partitions: int | None
+    topic_id: uuid.UUID | None = None
+    target_count: int | None = None
+
+
+def knows_throttling_error(api_key: int, api_version: int) -> bool:
+    """Whether this request version may be answered with THROTTLING_QUOTA_EXCEEDED per topic."""
+    return api_version >= _THROTTLING_ERROR_SINCE[_checked(api_key)]
+
+
+def _checked(api_key: int) -> int:
+    if api_key not in _REQUESTS:
+        raise ValueError(f"api key {api_key} is not a topic mutation (19, 20 or 37)")
+    return api_key
+
+
+def _decode(cls: type, api_version: int, body: memoryview | bytes) -> object:
+    if not 0 <= api_version <= cls.max_version:
+        raise BodyError(f"{cls.__name__} has no version {api_version}")
+    try:
+        return cls.decode(bytes(body), version=api_version)
+    except Exception as error:  # kafka-python raises struct.error, IndexError, Unicode errors...
+        raise BodyError(f"malformed {cls.__name__} v{api_version}: {error}") from error
+
+
+def _request_entries(api_key: int, api_version: int, request: object) -> list:
+    entries = request.topic_names if api_key == DELETE_TOPICS and api_version <= 5 else request.topics
+    if entries is None:  # kafka-python decodes a null array it should have refused
+        raise BodyError("null topic array in a topic mutation request")
+    return entries
+
+
+def _mutation(api_key: int, entry: object) -> TopicMutation:
+    if entry is None or (api_key != DELETE_TOPICS and entry.name is None):
+        raise BodyError("null topic name in a topic mutation request")
+    if api_key == CREATE_TOPICS:
+        if entry.assignments:
+            return TopicMutation(entry.name, len(entry.assignments))
+        count = entry.num_partitions
+        # -1 is "the broker's default"; any other non-positive count is invalid and the broker
+        # rejects it before recording anything.
+        return TopicMutation(entry.name, None if count == -1 else max(count, 0))
+    if api_key == CREATE_PARTITIONS:
+        return TopicMutation(entry.name, None, target_count=entry.count)
+    if isinstance(entry, str):  # DeleteTopics v0-5: a bare name
+        return TopicMutation(entry, None)
+    if entry.name is None:
+        return TopicMutation(str(entry.topic_id), None, topic_id=entry.topic_id)
+    return TopicMutation(entry.name, None)
+
+
+def mutation_request(
+    api_key: int, api_version: int, body: memoryview | bytes
+) -> tuple[list[TopicMutation], bool]:
+    """The request's topics in order, and its validate_only flag (False where it has none)."""
+    request = _decode(_REQUESTS[_checked(api_key)], api_version, body)
+    topics = [_mutation(api_key, entry) for entry in _request_entries(api_key, api_version, request)]
+    return topics, bool(getattr(request, "validate_only", False))
+
+
+def split_mutation_request(
+    api_key: int, api_version: int, body: memoryview | bytes, admitted: Sequence[int]
+) -> bytes:
+    """A new request body holding only the topics at the ``admitted`` indexes, in request order."""
+    request = _decode(_REQUESTS[_checked(api_key)], api_version, body)
+    entries = _request_entries(api_key, api_version, request)
+    for entry in entries:
+        _mutation(api_key, entry)  # refuses what kafka-python decoded but could not encode back
+    kept = [entries[index] for index in _indexes(admitted, len(entries))]
+    field = "topic_names" if api_key == DELETE_TOPICS and api_version <= 5 else "topics"
+    return _encode(request, api_version, **{field: kept})
+
+
+def _encode(message: object, version: int, **changes: object) -> bytes:
+    # Encode a fresh copy: a message kafka-python decoded lacks the header slot its encode()
+    # touches when given a version, and some classes (DeleteTopicsRequest) always pass one.
+    cls = type(message)
+    values = {name: getattr(message, name) for name, field in cls.fields.items() if field.for_version_q(version)}
+    values.update(changes)
+    return bytes(cls(version=version, **values).encode(version=version))
+
+
+def _indexes(admitted: Sequence[int], size: int) -> list[int]:
+    indexes = sorted(set(admitted))
+    if indexes and not (0 <= indexes[0] and indexes[-1] < size):
+        raise ValueError(f"admitted indexes {indexes} outside a request of {size} topics")
+    return indexes
+
+
+def merge_mutation_response(
+    api_key: int,
+    api_version: int,
+    upstream_body: memoryview | bytes | None,
+    all_topics: Sequence[TopicMutation],
+    admitted: Sequence[int],
+    error_code: int = THROTTLING_QUOTA_EXCEEDED,
+    error_message: str | None = DEFAULT_MESSAGE,
+    throttle_ms: int = 0,
+) -> bytes:
+    """One response body in the client's topic order: upstream results for the admitted topics,
+    kqp-made ``error_code`` entries for the rest, throttle_time_ms = max(upstream's, throttle_ms).
+
+    ``upstream_body`` is the upstream's answer to the split request, None when nothing was
+    admitted and kqp answers alone. Upstream results are matched to admitted topics by name (by
+    topic id for DeleteTopics entries given by id), not by position, since a broker need not
+    answer in request order; an admitted topic the upstream left out stays out, and results
+    the upstream added beyond the admitted topics are kept, at the end.
+    """
+    cls = _RESPONSES[_checked(api_key)]
+    admitted_set = set(_indexes(admitted, len(all_topics)))
+    field = _RESULTS_FIELD[api_key]
+    if upstream_body is None:
+        if admitted_set:
+            raise ValueError("topics were admitted but there is no upstream response to merge")
+        response = cls(version=api_version, throttle_time_ms=throttle_ms, **{field: []})
+        upstream_results: list = []
+        throttle = throttle_ms
+    else:
+        response = _decode(cls, api_version, upstream_body)
+        upstream_results = list(getattr(response, field) or ())
+        throttle = max(getattr(response, "throttle_time_ms", None) or 0, throttle_ms)
+    merged = []
+    for index, topic in enumerate(all_topics):
+        if index in admitted_set:
+            result = _take_result(upstream_results, topic)
+            if result is not None:
+                merged.append(result)
+        else:
+            merged.append(_rejected(api_key, cls, topic, error_code, error_message))
+    merged.extend(upstream_results)
+    return _encode(response, api_version, throttle_time_ms=throttle, **{field: merged})
+
+
+def _take_result(results: list, topic: TopicMutation) -> object | None:
+    for position, result in enumerate(results):
+        if topic.topic_id is not None:
+            if getattr(result, "topic_id", None) == topic.topic_id:
+                return results.pop(position)
+        elif result.name == topic.key:
+            return results.pop(position)
+    return None
+
+
+def _rejected(api_key: int, cls: type, topic: TopicMutation, error_code: int, message: str | None) -> object:
+    if api_key == CREATE_TOPICS:
+        # As the broker fills a topic it did not create: no id, and -1 / empty for the v5+
+        # num_partitions, replication_factor and configs.
+        return cls.CreatableTopicResult(
+            name=topic.key, topic_id=None, error_code=error_code, error_message=message,
+            num_partitions=-1, replication_factor=-1, configs=[],
+        )  # fmt: skip
+    if api_key == DELETE_TOPICS:
+        name = None if topic.topic_id is not None else topic.key
+        return cls.DeletableTopicResult(
+            name=name, topic_id=topic.topic_id, error_code=error_code, error_message=message
+        )
+    return cls.CreatePartitionsTopicResult(name=topic.key, error_code=error_code, error_message=message)

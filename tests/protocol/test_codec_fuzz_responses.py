@@ -1,0 +1,55 @@
+"""Corrupted upstream responses: the response-side codec raises ProtocolError and nothing else."""
+
+from __future__ import annotations
+
+from codec_support import response_frame, sample_message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kqp.protocol.addresses import rewrite_addresses
+from kqp.protocol.api_versions import decode_api_versions_response, encode_api_versions_response
+from kqp.protocol.apis import message_classes
+from kqp.protocol.errors import ProtocolError
+from kqp.protocol.headers import response_body_offset
+from kqp.protocol.throttle import patch_throttle_ms
+
+CASES = [(3, 1), (3, 12), (10, 2), (10, 6), (60, 1), (55, 2), (0, 11), (1, 17)]
+FRAMES = {c: bytes(response_frame(c[0], c[1], sample_message(message_classes(c[0])[1], c[1]))) for c in CASES}
+
+
+def corrupt(data: bytes, cut: int, flips: list[tuple[int, int]]) -> memoryview:
+    buf = bytearray(data[: max(8, len(data) - cut)])
+    for pos, value in flips:
+        buf[8 + pos % (len(buf) - 8) if len(buf) > 8 else 0] = value
+    return memoryview(bytes(buf))
+
+
+MUTATIONS = dict(
+    case=st.sampled_from(CASES),
+    cut=st.integers(min_value=0, max_value=40),
+    flips=st.lists(st.tuples(st.integers(min_value=0, max_value=10_000), st.integers(0, 255)), max_size=4),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**MUTATIONS)
+def test_rewrite_and_patch_raise_only_protocol_errors(case, cut, flips) -> None:
+    api_key, version = case
+    frame = corrupt(FRAMES[case], cut, flips)
+    try:
+        offset = response_body_offset(api_key, version, frame)
+        rewrite_addresses(api_key, version, frame, offset, lambda n, h, p: ("kqp", 1))
+        patch_throttle_ms(api_key, version, frame, offset, 10)
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.integers(0, 4), cut=st.integers(0, 30), flips=MUTATIONS["flips"])
+def test_api_versions_decode_raises_only_protocol_errors(version, cut, flips) -> None:
+    frame = corrupt(encode_api_versions_response(version, 1, {0: (3, 9), 18: (0, 4)}), cut, flips)
+    try:
+        error, ranges = decode_api_versions_response(frame, version)
+    except ProtocolError:
+        return
+    assert isinstance(error, int) and all(isinstance(r, tuple) for r in ranges.values())
