@@ -1,0 +1,113 @@
+"""The `kqp` command: run, check-config, demo, bench.
+
+Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
+a clean SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from kqp.config.errors import ConfigError
+from kqp.config.loader import load_config, with_overrides
+from kqp.config.model import ProxyConfig
+
+from . import loops
+from .logs import setup_logging
+
+EXIT_USAGE = 2
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+                   help="event loop implementation (default: uvloop when installed)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kqp", description="A quota-enforcing Kafka proxy.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the proxy")
+    run.add_argument("--config", "-c", help="YAML config file")
+    run.add_argument("--upstream", help="HOST:PORT[,HOST:PORT...] upstream bootstrap servers (overrides the file)")
+    run.add_argument("--listen", help="HOST:PORT of the bootstrap listener (overrides the file)")
+    run.add_argument("--advertised-host", help="host written into rewritten broker addresses")
+    _add_common(run)
+
+    check = sub.add_parser("check-config", help="validate a config file without starting")
+    check.add_argument("config")
+
+    demo = sub.add_parser("demo", help="embedded upstream + kqp + clients exceeding a quota")
+    demo.add_argument("--seconds", type=float, default=6.0, help="how long each scene runs")
+    demo.add_argument("--spark", action="store_true", help="run the PySpark sink scene (needs pyspark)")
+    _add_common(demo)
+
+    bench = sub.add_parser("bench", help="benchmark kqp side by side with direct, relay and tansu proxy",
+                           add_help=False)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> ProxyConfig:
+    cfg = load_config(args.config) if args.config else None
+    return with_overrides(cfg, upstream=args.upstream, listen=args.listen, advertised_host=args.advertised_host)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(args.log_level, args.log_format)
+    from .server import ProxyServer
+
+    async def main() -> int:
+        overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
+        server = ProxyServer(config, overrides=overrides)
+        return await server.run()
+
+    try:
+        return loops.run(main(), args.loop)
+    except OSError as exc:
+        logging.getLogger("kqp").error("cannot start: %s", exc)
+        return EXIT_USAGE
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    entities = len(config.quotas.entities)
+    print(f"{args.config}: ok (listen {config.listen}, {len(config.upstream.bootstrap_servers)} upstream "
+          f"bootstrap server(s), {entities} quota entit{'y' if entities == 1 else 'ies'})")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    setup_logging("warning" if args.log_level == "info" else args.log_level, args.log_format)
+    from .demo import run_demo
+
+    return run_demo(seconds=args.seconds, spark=args.spark, loop_choice=args.loop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from .bench import main as bench_main
+
+        return bench_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""What kqp knows of the upstream cluster: its brokers and the API versions both sides speak.
+
+Learned from the upstream's own answers (ApiVersions, Metadata) at start, every
+`upstream.metadata_refresh_ms`, and whenever a forwarded response names a broker kqp has not seen.
+The result of the last successful refresh also feeds readiness (`/readyz`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from kqp.config.model import HostPort, UpstreamConfig
+from kqp.protocol.addresses import BrokerAddress
+from kqp.protocol.api_versions import decode_api_versions_response, intersect_ranges
+from kqp.protocol.apis import kqp_ranges
+from kqp.protocol.errors import ProtocolError
+from kqp.protocol.messages import metadata_brokers
+
+from .upstream_client import UpstreamClient
+
+log = logging.getLogger("kqp.cluster")
+
+API_VERSIONS, METADATA = 18, 3
+# kqp asks with ApiVersions v3: the highest version every known upstream answers in a decodable form
+# (the librdkafka mock cluster's v4 answer is not).
+PROBE_API_VERSIONS_VERSION = 3
+
+
+class UpstreamCluster:
+    def __init__(self, config: UpstreamConfig, max_frame_bytes: int,
+                 on_broker: Callable[[BrokerAddress], None] | None = None) -> None:
+        self.config = config
+        self._max_frame = max_frame_bytes
+        self.brokers: dict[int, HostPort] = {}
+        self.api_ranges: dict[int, tuple[int, int]] = {}
+        self.last_refresh_ok: float | None = None     # time.monotonic() of the last good refresh
+        self.last_error: str | None = None
+        self._on_broker = on_broker
+        self._rr = itertools.count()
+
+    # -- addresses -----------------------------------------------------------------------------
+    def upstream_for(self, node_id: int | None) -> HostPort | None:
+        """Where a client connection on this listener goes: that broker, or any broker for bootstrap."""
+        if node_id is not None:
+            return self.brokers.get(node_id)
+        candidates = list(self.brokers.values()) or list(self.config.bootstrap_servers)
+        return candidates[next(self._rr) % len(candidates)]
+
+    def learn(self, brokers: Iterable[BrokerAddress]) -> None:
+        """Record brokers named by any upstream answer; new or moved ones are announced."""
+        for b in brokers:
+            if b.node_id < 0:
+                continue
+            addr = HostPort(b.host, b.port)
+            if self.brokers.get(b.node_id) != addr:
+                if b.node_id in self.brokers:
+                    log.info("upstream broker %d moved from %s to %s", b.node_id, self.brokers[b.node_id], addr)
+                else:
+                    log.info("upstream broker %d is %s", b.node_id, addr)
+                self.brokers[b.node_id] = addr
+                if self._on_broker is not None:
+                    self._on_broker(b)
+
+    # -- refresh ---------------------------------------------------------------------------------
+    def _targets(self) -> list[HostPort]:
+        seen: list[HostPort] = []
+        for hp in [*self.brokers.values(), *self.config.bootstrap_servers]:
+            if hp not in seen:
+                seen.append(hp)
+        return seen
+
+    async def refresh(self) -> None:
+        """ApiVersions + Metadata from the first upstream that answers; raises if none does."""
+        errors: list[str] = []
+        timeout = self.config.connect_timeout_ms / 1000
+        for target in self._targets():
+            try:
+                async with UpstreamClient(target.host, target.port, timeout, self._max_frame) as client:
+                    frame = await client.request_frame(API_VERSIONS, PROBE_API_VERSIONS_VERSION)
+                    error, ranges = decode_api_versions_response(frame, PROBE_API_VERSIONS_VERSION)
+                    if error != 0 or not ranges:
+                        # Kafka answers an unknown ApiVersions version with error 35 and its own range.
+                        frame = await client.request_frame(API_VERSIONS, 0)
+                        error, ranges = decode_api_versions_response(frame, 0)
+                    if error != 0:
+                        raise ProtocolError(f"ApiVersions error code {error}")
+                    common = intersect_ranges(ranges, kqp_ranges())
+                    if METADATA not in common:
+                        raise ProtocolError("upstream and kqp share no Metadata version")
+                    md_version = common[METADATA][1]
+                    frame = await client.request_frame(METADATA, md_version, **_metadata_fields(md_version))
+                    brokers = metadata_brokers(frame, md_version)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, ValueError) as exc:
+                errors.append(f"{target}: {exc.__class__.__name__}: {exc}")
+                continue
+            self.api_ranges = common
+            self.learn(brokers)
+            self.last_refresh_ok = time.monotonic()
+            self.last_error = None
+            return
+        self.last_error = "; ".join(errors) or "no upstream address configured"
+        raise ConnectionError(f"no upstream broker answered ({self.last_error})")
+
+    async def refresh_forever(self, stop: asyncio.Event) -> None:
+        interval = self.config.metadata_refresh_ms / 1000
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await self.refresh()
+            except ConnectionError as exc:
+                log.warning("upstream metadata refresh failed: %s", exc)
+
+
+def _metadata_fields(version: int) -> dict[str, object]:
+    """A Metadata request for brokers only: an empty topic list (null would mean all topics)."""
+    fields: dict[str, object] = {"topics": []}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = False
+    return fields

@@ -1,0 +1,39 @@
+"""Everything a session shares with the rest of the process, in one object passed to constructors.
+
+Injected rather than global so tests can build a context with their own loop, clock and quota
+settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kqp.config.model import ProxyConfig
+from kqp.quotas.manager import QuotaManager
+
+from .cluster import UpstreamCluster
+from .delay import DelayDriver
+from .hooks import ProxyObserver
+
+if TYPE_CHECKING:
+    from .listeners import ListenerSet
+    from .session import ClientSession
+
+
+@dataclass
+class ProxyContext:
+    loop: asyncio.AbstractEventLoop
+    config: ProxyConfig
+    quotas: QuotaManager
+    delay: DelayDriver
+    cluster: UpstreamCluster
+    listeners: ListenerSet
+    observer: ProxyObserver = field(default_factory=ProxyObserver)
+    sessions: set[ClientSession] = field(default_factory=set)
+    clock: Callable[[], float] | None = None   # defaults to loop.time; quota math and the delay queue share it
+
+    def now(self) -> float:
+        return self.clock() if self.clock is not None else self.loop.time()

@@ -1,0 +1,90 @@
+"""kqp's listening sockets: one bootstrap listener, and one listener per upstream broker node id.
+
+A broker's listener is bound synchronously (socket, bind, listen) the moment kqp first hears of the
+broker, so the port can be written into the very response that named it; accepting starts a moment
+later and the kernel's backlog holds any client that is quicker than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+
+from kqp.config.model import HostPort
+
+log = logging.getLogger("kqp.listeners")
+
+ProtocolFactory = Callable[[str, "int | None"], asyncio.Protocol]
+BACKLOG = 1024
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class ListenerSet:
+    def __init__(self, loop: asyncio.AbstractEventLoop, listen: HostPort, advertised_host: str,
+                 broker_port: Callable[[int], int], factory: ProtocolFactory) -> None:
+        self._loop = loop
+        self._listen = listen
+        self.advertised_host = advertised_host
+        self._broker_port = broker_port
+        self._factory = factory
+        self._servers: list[asyncio.base_events.Server] = []
+        self.bootstrap_port: int | None = None
+        self.broker_ports: dict[int, int] = {}       # node id -> kqp's port for it
+        self._pending: set[asyncio.Task[None]] = set()
+
+    async def start_bootstrap(self) -> int:
+        sock = bind_socket(self._listen.host, self._listen.port)
+        self.bootstrap_port = sock.getsockname()[1]
+        await self._serve(sock, "bootstrap", None)
+        log.info("bootstrap listener on %s:%d", self._listen.host, self.bootstrap_port)
+        return self.bootstrap_port
+
+    def ensure_broker(self, node_id: int) -> int:
+        """kqp's port for upstream broker `node_id`, binding its listener now if it has none."""
+        port = self.broker_ports.get(node_id)
+        if port is not None:
+            return port
+        sock = bind_socket(self._listen.host, self._broker_port(node_id))
+        port = sock.getsockname()[1]
+        self.broker_ports[node_id] = port
+        task = self._loop.create_task(self._serve(sock, f"broker-{node_id}", node_id))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        log.info("broker %d listener on %s:%d", node_id, self._listen.host, port)
+        return port
+
+    async def _serve(self, sock: socket.socket, name: str, node_id: int | None) -> None:
+        server = await self._loop.create_server(lambda: self._factory(name, node_id), sock=sock,
+                                                backlog=BACKLOG)
+        self._servers.append(server)
+
+    def map_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        """The AddressMapper for response rewriting: every broker becomes one of kqp's ports."""
+        return self.advertised_host, self.ensure_broker(node_id)
+
+    async def settle(self) -> None:
+        """Wait until every listener bound so far is accepting."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending))
+
+    async def close(self) -> None:
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()

@@ -1,0 +1,107 @@
+"""Live reload of the config file: watched by polling its stat, and on SIGHUP.
+
+Polling (a stat every 250 ms) rather than inotify: it needs no dependency, works on every file system
+a ConfigMap can be mounted from, and follows Kubernetes' symlink swap (`..data` -> new directory),
+which changes the inode the path resolves to. Only the `quotas` section applies live; the measured
+rates are kept (the quota manager swaps settings, not sensors). A file that does not load keeps the
+running config, logs one line naming the key, and counts as a failed reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+
+from kqp.config.errors import ConfigError
+from kqp.config.loader import load_config, with_overrides
+from kqp.config.model import ProxyConfig
+from kqp.quotas.model import QuotaSettings
+
+log = logging.getLogger("kqp.reload")
+
+POLL_SECONDS = 0.25
+# Keys whose change needs a restart: kqp says so instead of half-applying them.
+_RESTART_KEYS = ("listen", "advertised_host", "broker_port_base", "broker_ports", "upstream",
+                 "max_frame_bytes", "metrics")
+
+
+def _stamp(path: str) -> tuple[int, int, int, float] | None:
+    try:
+        st = os.stat(path)  # follows symlinks, so a ConfigMap's atomic swap shows as a new inode
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime)
+
+
+class ConfigReloader:
+    def __init__(self, path: str, current: ProxyConfig,
+                 apply_quotas: Callable[[QuotaSettings], list[str]],
+                 on_result: Callable[[str], None] | None = None,
+                 apply_runtime: Callable[[ProxyConfig], None] | None = None,
+                 overrides: dict[str, str | None] | None = None) -> None:
+        self.path = path
+        self._overrides = overrides or {}
+        self.current = current
+        self._apply_quotas = apply_quotas
+        self._apply_runtime = apply_runtime
+        self._on_result = on_result or (lambda result: None)
+        self._stamp = _stamp(path)
+        self._settling: tuple[int, int, int, float] | None = None
+        self._wake = asyncio.Event()
+
+    def reload(self) -> bool:
+        """Load the file now and apply it; True when the new config is in force."""
+        try:
+            # The command line's flags still override the file, as they did at start.
+            new = with_overrides(load_config(self.path), **self._overrides)
+        except ConfigError as exc:
+            log.error("config reload failed, keeping the running config: %s", exc)
+            self._on_result("failure")
+            return False
+        for key in _RESTART_KEYS:
+            if getattr(new, key) != getattr(self.current, key):
+                log.warning("config reload: a change of %r needs a restart; it is not applied", key)
+        changes = self._apply_quotas(new.quotas)
+        if self._apply_runtime is not None:
+            self._apply_runtime(new)
+        for line in changes:
+            log.info("quota change: %s", line)
+        if not changes:
+            log.info("config reloaded: no quota changed")
+        self.current = new
+        self._on_result("success")
+        return True
+
+    def request(self) -> None:
+        """Ask for a reload from a signal handler or another thread-safe context."""
+        self._wake.set()
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, self.request)
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
+                forced = self._wake.is_set()
+                self._wake.clear()
+                stamp = _stamp(self.path)
+                if forced:
+                    log.info("SIGHUP: reloading %s", self.path)
+                    self._stamp = stamp
+                    self.reload()
+                elif stamp != self._stamp:
+                    # Debounce one poll: an editor's write in progress must not count as a failure.
+                    if stamp == self._settling:
+                        self._stamp = stamp
+                        self.reload()
+                    else:
+                        self._settling = stamp
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGHUP)

@@ -1,0 +1,446 @@
+"""One client connection and its one upstream connection: forwarding, attribution, KIP-219 muting.
+
+Frames are forwarded as the slices they arrived in; only the request header is always decoded.
+Bodies are read for the few APIs kqp must look into (Produce acks and record counts, Fetch
+max_bytes and record counts, responses that carry broker addresses) and rewritten only when a value
+changes. Responses come back in request order per connection (Kafka guarantees it), so the in-flight
+requests are a FIFO; requests kqp answers itself (ApiVersions) wait their turn in that FIFO.
+
+Throttling (KIP-219): a response whose version honours client-side throttling goes out at once with
+`throttle_time_ms` filled, then the connection is muted until the throttle has passed; an older
+version's response is held for the throttle time (and later responses queue behind it); acks=0
+Produce is muted only. A muted connection is not read, and frames read before the mute wait in the
+decoder, so the upstream sees nothing from it before the throttle has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses
+from kqp.protocol.api_versions import encode_api_versions_response
+from kqp.protocol.apis import should_client_throttle
+from kqp.protocol.errors import ProtocolError
+from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response_body, fetch_response_counts
+from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
+from kqp.protocol.produce import produce_acks, produce_request_counts
+from kqp.protocol.records import BodyError
+from kqp.protocol.throttle import patch_throttle_ms
+from kqp.quotas.manager import Violation
+from kqp.quotas.model import ANONYMOUS, Principal
+from kqp.quotas.throttle import combine
+
+from .context import ProxyContext
+from .mute import MuteReason, MuteState
+
+log = logging.getLogger("kqp.session")
+
+PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
+WRITE_HIGH_WATER = 1024 * 1024
+_SIZE = struct.Struct(">i")
+# Reasons that stop kqp forwarding requests it has already read (backpressure only stops reading).
+_BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING})
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A request kqp has forwarded (or will answer itself) and whose response is still owed."""
+
+    correlation_id: int
+    api_key: int
+    api_version: int
+    principal: Principal
+    sent_at: float
+    handler_seconds: float
+    violations: list[Violation] = field(default_factory=list)
+    local_response: bytes | None = None    # kqp's own answer, sent when its turn comes
+    fetched: tuple[int, int, int] | None = None   # Fetch response bytes, records, batches charged
+
+
+class ClientSession(asyncio.Protocol):
+    """The client side of a connection pair; owns the upstream side."""
+
+    def __init__(self, ctx: ProxyContext, listener: str, node_id: int | None) -> None:
+        self.ctx = ctx
+        self.listener = listener
+        self.node_id = node_id
+        self.peer = "?"
+        self.client: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
+        self.requests = FrameDecoder(ctx.config.max_frame_bytes)
+        self.responses = FrameDecoder(ctx.config.max_frame_bytes)
+        self.in_flight: deque[InFlight] = deque()
+        self.outbound: deque[tuple[float | None, bytes | memoryview]] = deque()  # (release time, frame)
+        self.muted_until = 0.0
+        self.last_activity = ctx.now()
+        self.closed = False
+        self._client_eof = False
+        self.mute = MuteState(self._pause_client, self._resume_client)
+        self._mute_handle: object | None = None
+        self._principals: dict[str | None, Principal] = {}
+        self._connect_task: asyncio.Task[None] | None = None
+
+    # -- muting: named reasons, reading resumes only when none is left ------------------------
+    def _pause_client(self) -> None:
+        if self.client is not None and not self.closed:
+            self.client.pause_reading()
+
+    def _resume_client(self) -> None:
+        if self.client is not None and not self.closed:
+            self.client.resume_reading()
+
+    def _mute(self, reason: MuteReason) -> None:
+        if reason is MuteReason.THROTTLED and reason not in self.mute:
+            self.ctx.observer.muted(1)
+        self.mute.mute(reason)
+
+    def _unmute(self, reason: MuteReason) -> None:
+        if reason is MuteReason.THROTTLED and reason in self.mute:
+            self.ctx.observer.muted(-1)
+        self.mute.unmute(reason)
+
+    @property
+    def throttled(self) -> bool:
+        return MuteReason.THROTTLED in self.mute
+
+    # -- client transport callbacks ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio subclasses
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.client.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self.ctx.sessions.add(self)
+        self.ctx.observer.connection_opened(self.listener)
+        self._mute(MuteReason.CONNECTING)
+        self._connect_task = self.ctx.loop.create_task(self._connect_upstream())
+
+    async def _connect_upstream(self) -> None:
+        target = self.ctx.cluster.upstream_for(self.node_id)
+        if target is None:
+            self.close("upstream_unknown", f"kqp knows no upstream address for broker {self.node_id}")
+            return
+        timeout = self.ctx.config.upstream.connect_timeout_ms / 1000
+        try:
+            transport, _ = await asyncio.wait_for(
+                self.ctx.loop.create_connection(lambda: UpstreamSide(self), target.host, target.port),
+                timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            self.close("upstream_unreachable", f"upstream {target} unreachable: {exc or type(exc).__name__}")
+            return
+        if self.closed:
+            transport.close()
+            return
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
+        self.upstream = transport  # type: ignore[assignment]
+        self._unmute(MuteReason.CONNECTING)
+        self._guarded(self._pump_requests)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = self.ctx.now()
+        try:
+            self.requests.feed(data)
+        except ProtocolError as exc:
+            self.close("protocol_error", f"bad frame from client: {exc}")
+            return
+        self._guarded(self._pump_requests)
+
+    def eof_received(self) -> bool:
+        # The client half-closed: no more requests. Let owed responses drain, then close.
+        self._client_eof = True
+        self._close_if_done()
+        return True
+
+    def _close_if_done(self) -> None:
+        if self._client_eof and self.drained and not self.requests.buffered:
+            self.close("client_closed", None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("client_closed", None)
+
+    def pause_writing(self) -> None:          # the client reads slower than the upstream answers
+        if self.upstream is not None:
+            self.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and not self.closed:
+            self.upstream.resume_reading()
+
+    # -- requests: client -> upstream ----------------------------------------------------------
+    def _pump_requests(self) -> None:
+        while self.upstream is not None and not self.closed and not self._blocked():
+            frame = self.requests.next_frame()
+            if frame is None:
+                return
+            self._on_request(frame)
+
+    def _blocked(self) -> bool:
+        return not self.mute.reasons.isdisjoint(_BLOCKING)
+
+    def _principal(self, client_id: str | None) -> Principal:
+        p = self._principals.get(client_id)
+        if p is None:
+            p = Principal(ANONYMOUS, client_id or "")
+            self._principals[client_id] = p
+        return p
+
+    def _on_request(self, frame: memoryview) -> None:
+        t0 = time.perf_counter()
+        ctx = self.ctx
+        now = ctx.now()
+        hdr = parse_request_header(frame)
+        api, version = hdr.api_key, hdr.api_version
+        principal = self._principal(hdr.client_id)
+        ctx.observer.request(principal, api, len(frame))
+        if api == API_VERSIONS:
+            answer = encode_api_versions_response(version, hdr.correlation_id, ctx.cluster.api_ranges)
+            self.in_flight.append(InFlight(hdr.correlation_id, api, version, principal, now,
+                                           time.perf_counter() - t0, local_response=answer))
+            self._flush_local()
+            return
+        violations: list[Violation] = []
+        expects_response = True
+        if api == PRODUCE:
+            body = frame[hdr.body_offset:]
+            expects_response = produce_acks(version, body) != 0
+            violations = self._record_produce(principal, frame, body, version, now)
+        elif api == FETCH:
+            frame = self._cap_fetch(principal, frame, hdr.body_offset, version)
+        assert self.upstream is not None
+        self.upstream.write(frame)
+        handler = time.perf_counter() - t0
+        if expects_response:
+            self.in_flight.append(InFlight(hdr.correlation_id, api, version, principal, now, handler, violations))
+            if violations:
+                # Over quota already (produce bytes are known now): read nothing more until the
+                # throttle has passed, as the broker, which reads one request at a time, would.
+                throttle, _ = combine(violations)
+                if throttle > 0:
+                    self._mute_until(now + throttle)
+            return
+        # acks=0 Produce: no response will come, so the throttle can only be a mute.
+        violations.extend(ctx.quotas.record_request(principal, handler, now))
+        ctx.observer.handler_time(principal, handler)
+        throttle = self._throttle_of(principal, violations)
+        if throttle > 0:
+            self._mute_until(now + throttle)
+
+    def _record_produce(self, principal: Principal, frame: memoryview, body: memoryview, version: int,
+                        now: float) -> list[Violation]:
+        quotas = self.ctx.quotas
+        records = batches = 0
+        if quotas.counts_produce_records(principal) or self.ctx.observer.wants_records:
+            counts = produce_request_counts(version, body)
+            records, batches = counts.records, counts.batches
+        self.ctx.observer.produced(principal, len(frame), records)
+        return quotas.record_produce(principal, len(frame), records, batches, now)
+
+    def _cap_fetch(self, principal: Principal, frame: memoryview, body_offset: int, version: int) -> memoryview:
+        cap = self.ctx.quotas.fetch_max_bytes_cap(principal)
+        if cap is None:
+            return frame
+        body = cap_fetch_max_bytes(version, frame[body_offset:], cap)
+        if body is None:
+            return frame
+        head = frame[4:body_offset]
+        return memoryview(b"".join((_SIZE.pack(len(head) + len(body)), head, body)))
+
+    # -- responses: upstream -> client ---------------------------------------------------------
+    def on_upstream_data(self, data: bytes) -> None:
+        try:
+            self.responses.feed(data)
+            while not self.closed:
+                frame = self.responses.next_frame()
+                if frame is None:
+                    break
+                self._on_response(frame)
+        except (ProtocolError, BodyError) as exc:
+            self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
+        except Exception:
+            log.exception("client %s: unexpected error handling an upstream response; closing", self.peer)
+            self.close("internal_error", None)
+
+    def _on_response(self, frame: memoryview) -> None:
+        t0 = time.perf_counter()
+        ctx = self.ctx
+        now = ctx.now()
+        correlation_id = response_correlation_id(frame)
+        if not self.in_flight or self.in_flight[0].local_response is not None:
+            raise ProtocolError(f"response {correlation_id} to no request")
+        entry = self.in_flight.popleft()
+        if entry.correlation_id != correlation_id:
+            raise ProtocolError(f"response {correlation_id} where {entry.correlation_id} was due")
+        api, version, principal = entry.api_key, entry.api_version, entry.principal
+        ctx.observer.response(principal, api, len(frame), now - entry.sent_at)
+        body_offset = response_body_offset(api, version, frame)
+        if may_carry_addresses(api, version):
+            rewritten, seen = rewrite_addresses(api, version, frame, body_offset, ctx.listeners.map_address)
+            ctx.cluster.learn(seen)
+            if rewritten is not None:
+                frame = memoryview(rewritten)
+        violations = entry.violations
+        if api == FETCH:
+            violations = violations + self._record_fetch(entry, frame, body_offset, now)
+        handler = entry.handler_seconds + (time.perf_counter() - t0)
+        violations = violations + ctx.quotas.record_request(principal, handler, now)
+        ctx.observer.handler_time(principal, handler)
+        throttle = self._throttle_of(principal, violations)
+        self._deliver(entry, frame, body_offset, throttle, now)
+        self._flush_local()
+
+    def _record_fetch(self, entry: InFlight, frame: memoryview, body_offset: int, now: float) -> list[Violation]:
+        quotas, principal, version = self.ctx.quotas, entry.principal, entry.api_version
+        records = batches = 0
+        if quotas.counts_fetch_records(principal) or self.ctx.observer.wants_records:
+            counts = fetch_response_counts(version, frame[body_offset:])
+            records, batches = counts.records, counts.batches
+        self.ctx.observer.fetched(principal, len(frame), records)
+        entry.fetched = (len(frame), records, batches)
+        return quotas.record_fetch(principal, len(frame), records, batches, now)
+
+    def _throttle_of(self, principal: Principal, violations: list[Violation]) -> float:
+        """KIP-124 co-existence: one throttle, the largest of the request's quota throttles."""
+        if not violations:
+            return 0.0
+        throttle, quota_type = combine(violations)
+        if quota_type is not None:
+            self.ctx.observer.throttled(principal, quota_type, throttle)
+        return throttle
+
+    def _deliver(self, entry: InFlight, frame: memoryview | bytes, body_offset: int, throttle: float,
+                 now: float) -> None:
+        if throttle <= 0:
+            self._send(frame)
+            return
+        api, version = entry.api_key, entry.api_version
+        throttle_ms = max(1, round(throttle * 1000))
+        if should_client_throttle(api, version):
+            if api == FETCH and self.ctx.config.fetch_throttle == "empty" and entry.fetched is not None:
+                # As the broker does: the data is not delivered, so it is not charged either.
+                self.ctx.quotas.unrecord_fetch(entry.principal, *entry.fetched, now)
+                frame = self._empty_fetch(frame, body_offset, version, throttle_ms)
+            frame = patch_throttle_ms(api, version, memoryview(frame), body_offset, throttle_ms)
+            self._send(frame)
+        else:
+            # The client would not back off by itself: hold the response back for the throttle time.
+            self.outbound.append((now + throttle, frame))
+            self.ctx.delay.schedule(self, now + throttle)
+        self._mute_until(now + throttle)
+
+    def _empty_fetch(self, frame: memoryview | bytes, body_offset: int, version: int,
+                     throttle_ms: int) -> bytes:
+        view = memoryview(frame)
+        body = empty_fetch_response_body(version, view[body_offset:], throttle_ms)
+        head = view[4:body_offset]
+        return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
+
+    def _flush_local(self) -> None:
+        """Send kqp's own answers that have reached the front of the in-flight FIFO."""
+        while self.in_flight and self.in_flight[0].local_response is not None:
+            entry = self.in_flight.popleft()
+            now = self.ctx.now()
+            violations = self.ctx.quotas.record_request(entry.principal, entry.handler_seconds, now)
+            throttle = self._throttle_of(entry.principal, violations)
+            assert entry.local_response is not None
+            frame = entry.local_response
+            if throttle > 0:
+                self._deliver(entry, frame, 8, throttle, now)   # ApiVersions: response header v0
+            else:
+                self._send(frame)
+
+    def _send(self, frame: memoryview | bytes) -> None:
+        if self.outbound:                         # an earlier response is held: keep the order
+            self.outbound.append((None, frame))
+            return
+        if self.client is not None and not self.closed:
+            self.client.write(frame)
+            self.last_activity = self.ctx.now()
+        self._close_if_done()
+
+    # -- the delay queue -----------------------------------------------------------------------
+    def _mute_until(self, until: float) -> None:
+        if until <= self.muted_until:
+            return
+        self.muted_until = until
+        self._mute(MuteReason.THROTTLED)
+        if self._mute_handle is not None:
+            self.ctx.delay.cancel(self._mute_handle)
+        self._mute_handle = self.ctx.delay.schedule(self, until)
+
+    def on_delay(self, now: float) -> None:
+        if self.closed:
+            return
+        while self.outbound and (self.outbound[0][0] is None or self.outbound[0][0] <= now):
+            _, frame = self.outbound.popleft()
+            if self.client is not None:
+                self.client.write(frame)
+        self._close_if_done()
+        if self.throttled and self.muted_until <= now:
+            self._mute_handle = None
+            self._unmute(MuteReason.THROTTLED)
+            self._guarded(self._pump_requests)
+
+    # -- errors and closing --------------------------------------------------------------------
+    def _guarded(self, step: object) -> None:
+        """The one top-level guard per connection: a peer's error closes this connection only."""
+        try:
+            step()  # type: ignore[operator]
+        except (ProtocolError, BodyError) as exc:
+            self.close("protocol_error", f"bad request from client: {exc}")
+        except Exception:
+            log.exception("client %s: unexpected error; closing the connection", self.peer)
+            self.close("internal_error", None)
+
+    def close(self, reason: str, message: str | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if message:
+            log.warning("closing client %s on %s: %s", self.peer, self.listener, message)
+        if self.throttled:
+            self.ctx.observer.muted(-1)
+        if self._mute_handle is not None:
+            self.ctx.delay.cancel(self._mute_handle)
+        if self._connect_task is not None and not self._connect_task.done():
+            self._connect_task.cancel()
+        if self.client is not None:
+            self.client.close()
+        if self.upstream is not None:
+            self.upstream.close()
+        self.ctx.sessions.discard(self)
+        self.ctx.observer.connection_closed(self.listener, reason)
+
+    def begin_shutdown(self) -> None:
+        self._mute(MuteReason.CLOSING)
+
+    @property
+    def drained(self) -> bool:
+        return not self.in_flight and not self.outbound
+
+
+class UpstreamSide(asyncio.Protocol):
+    """The upstream half: hands bytes to the session and reports its own flow control."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    def data_received(self, data: bytes) -> None:
+        self.session.on_upstream_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        s = self.session
+        if not s.closed:
+            detail = f": {exc}" if exc else ""
+            s.close("upstream_closed", f"upstream connection closed{detail}")
+
+    def pause_writing(self) -> None:          # the upstream reads slower than the client sends
+        self.session._mute(MuteReason.BACKPRESSURE)
+
+    def resume_writing(self) -> None:
+        self.session._unmute(MuteReason.BACKPRESSURE)
