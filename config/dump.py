@@ -21,6 +21,7 @@ def config_document(cfg: ProxyConfig) -> dict[str, object]:
     upstream: dict[str, object] = {
         "connect_timeout_ms": cfg.upstream.connect_timeout_ms,
         "metadata_refresh_ms": cfg.upstream.metadata_refresh_ms,
+        "max_api_versions": dict(cfg.upstream.max_api_versions),
     }
     # An empty list would be refused on the way back in; absent means "not set yet".
     if cfg.upstream.bootstrap_servers:

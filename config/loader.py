@@ -19,11 +19,13 @@ from types import MappingProxyType
 from typing import Any
 
 import yaml
+
 from kqp.config.errors import ConfigError, shown
 from kqp.config.model import FETCH_THROTTLE_MODES, MAX_PORT, MetricsConfig, ProxyConfig, UpstreamConfig
 from kqp.config.quota_section import quota_settings_from
 from kqp.config.schema import (
     Field,
+    api_version_caps,
     choice,
     host,
     host_port,
@@ -40,6 +42,7 @@ UPSTREAM_FIELDS = {
     "bootstrap_servers": Field(host_port_list, None),
     "connect_timeout_ms": Field(integer(minimum=1), 10000),
     "metadata_refresh_ms": Field(integer(minimum=1), 30000),
+    "max_api_versions": Field(api_version_caps, {}),
 }
 
 METRICS_FIELDS = {

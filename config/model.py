@@ -75,6 +75,9 @@ class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...]
     connect_timeout_ms: int
     metadata_refresh_ms: int
+    # api key -> highest version kqp advertises, for upstreams that advertise a version they
+    # cannot serve (librdkafka's mock cluster closes the connection on the JoinGroup v6 it advertises).
+    max_api_versions: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

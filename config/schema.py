@@ -220,6 +220,28 @@ def port_pins(value: object, path: str) -> dict[int, int]:
     return pins
 
 
+def api_version_caps(value: object, path: str) -> dict[int, int]:
+    """``api -> max version``; the api named as Kafka names it (``JoinGroup``) or by its key."""
+    from kqp.protocol.apis import API_NAMES
+
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, f"must be a mapping of API name to highest version, got {shown(value)}")
+    by_name = {name: key for key, name in API_NAMES.items()}
+    caps: dict[int, int] = {}
+    for api, version in value.items():
+        where = child(path, api)
+        if isinstance(api, int) and not isinstance(api, bool) and api in API_NAMES:
+            key = api
+        elif isinstance(api, str) and api in by_name:
+            key = by_name[api]
+        else:
+            raise ConfigError(where, f"unknown API; {did_you_mean(api, by_name)}")
+        caps[key] = integer(0, what="an API version")(version, where)
+    return caps
+
+
 def readable_file(value: object, path: str) -> str:
     """A path to a file kqp can open now (certificates, keys, credential files)."""
     text = name(value, path)

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from kqp.config.model import HostPort, UpstreamConfig
 from kqp.protocol.addresses import BrokerAddress
@@ -88,7 +88,7 @@ class UpstreamCluster:
                         error, ranges = decode_api_versions_response(frame, 0)
                     if error != 0:
                         raise ProtocolError(f"ApiVersions error code {error}")
-                    common = intersect_ranges(ranges, kqp_ranges())
+                    common = _capped(intersect_ranges(ranges, kqp_ranges()), self.config.max_api_versions)
                     if METADATA not in common:
                         raise ProtocolError("upstream and kqp share no Metadata version")
                     md_version = common[METADATA][1]
@@ -117,6 +117,19 @@ class UpstreamCluster:
                 await self.refresh()
             except ConnectionError as exc:
                 log.warning("upstream metadata refresh failed: %s", exc)
+
+
+def _capped(ranges: dict[int, tuple[int, int]], caps: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+    """The operator's `upstream.max_api_versions` applied; an API capped below its minimum is dropped."""
+    out = dict(ranges)
+    for key, cap in caps.items():
+        if key in out:
+            low, high = out[key]
+            if cap < low:
+                del out[key]
+            else:
+                out[key] = (low, min(high, cap))
+    return out
 
 
 def _metadata_fields(version: int) -> dict[str, object]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses
 from kqp.protocol.api_versions import encode_api_versions_response
-from kqp.protocol.apis import should_client_throttle
+from kqp.protocol.apis import API_NAMES, should_client_throttle
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response_body, fetch_response_counts
 from kqp.protocol.frames import FrameDecoder
@@ -437,6 +437,9 @@ class UpstreamSide(asyncio.Protocol):
         s = self.session
         if not s.closed:
             detail = f": {exc}" if exc else ""
+            if s.in_flight:
+                e = s.in_flight[0]
+                detail += f" (awaiting the response to {API_NAMES.get(e.api_key, e.api_key)} v{e.api_version})"
             s.close("upstream_closed", f"upstream connection closed{detail}")
 
     def pause_writing(self) -> None:          # the upstream reads slower than the client sends

@@ -4,6 +4,7 @@ The CLI prints str(ConfigError) and exits 2, so these tests assert on the exact 
 """
 
 import pytest
+
 from kqp.config.errors import ConfigError
 from kqp.config.loader import parse_config, read_yaml
 

@@ -1,6 +1,7 @@
 """HostPort.parse: the one place host:port strings are read, for every address in the file."""
 
 import pytest
+
 from kqp.config.model import HostPort
 
 

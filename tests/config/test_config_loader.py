@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from kqp.config import ConfigError, HostPort, config_document, load_config, parse_config
 from kqp.quotas.model import EntitySpec
 
@@ -202,3 +203,24 @@ def test_python_only_yaml_tags_are_refused() -> None:
 
     with pytest.raises(ConfigError, match="invalid YAML at line 1"):
         read_yaml("x: !!python/object/apply:os.system ['true']\n")
+
+
+def test_max_api_versions_by_name_or_key_and_round_trip() -> None:
+    from kqp.config.dump import config_document
+    from kqp.config.loader import parse_config
+
+    cfg = parse_config({"upstream": {"bootstrap_servers": "a:1", "max_api_versions": {"JoinGroup": 5, 1: 12}}})
+    assert dict(cfg.upstream.max_api_versions) == {11: 5, 1: 12}
+    assert parse_config(config_document(cfg)) == cfg
+
+
+def test_max_api_versions_refuses_unknown_api_and_bad_version() -> None:
+    import pytest
+
+    from kqp.config.errors import ConfigError
+    from kqp.config.loader import parse_config
+
+    with pytest.raises(ConfigError, match=r"upstream.max_api_versions.JoinGrup: unknown API; did you mean 'JoinGroup'"):
+        parse_config({"upstream": {"max_api_versions": {"JoinGrup": 5}}})
+    with pytest.raises(ConfigError, match=r"upstream.max_api_versions.Fetch"):
+        parse_config({"upstream": {"max_api_versions": {"Fetch": -1}}})

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+
 from kqp.config import ConfigError, HostPort, load_config, parse_config, with_overrides
 
 

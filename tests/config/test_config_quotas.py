@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from kqp.config import ConfigError, quota_settings_from
 from kqp.config.quota_section import quota_document
 from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, QuotaSettings

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from kqp.config.errors import ConfigError
 from kqp.config.schema import Field, did_you_mean, integer, optional, readable_file, section
 
