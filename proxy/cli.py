@@ -17,6 +17,7 @@ from kqp.config.model import ProxyConfig
 
 from . import loops
 from .logs import setup_logging
+from .workers import check_workers, run_workers
 
 EXIT_USAGE = 2
 
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--upstream", help="HOST:PORT[,HOST:PORT...] upstream bootstrap servers (overrides the file)")
     run.add_argument("--listen", help="HOST:PORT of the bootstrap listener (overrides the file)")
     run.add_argument("--advertised-host", help="host written into rewritten broker addresses")
+    run.add_argument("--workers", type=int, default=1,
+                     help="processes sharing the ports with SO_REUSEPORT (quotas are per worker)")
     _add_common(run)
 
     check = sub.add_parser("check-config", help="validate a config file without starting")
@@ -61,22 +64,29 @@ def _load(args: argparse.Namespace) -> ProxyConfig:
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = _load(args)
+        check_workers(config, args.workers)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
-    from .server import ProxyServer
+    overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
-    async def main() -> int:
-        overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
-        server = ProxyServer(config, overrides=overrides)
-        return await server.run()
+    def run_one(cfg: ProxyConfig) -> int:
+        from .server import ProxyServer
 
-    try:
-        return loops.run(main(), args.loop)
-    except OSError as exc:
-        logging.getLogger("kqp").error("cannot start: %s", exc)
-        return EXIT_USAGE
+        async def main() -> int:
+            server = ProxyServer(cfg, overrides=overrides, reuse_port=args.workers > 1)
+            return await server.run()
+
+        try:
+            return loops.run(main(), args.loop)
+        except OSError as exc:
+            logging.getLogger("kqp").error("cannot start: %s", exc)
+            return EXIT_USAGE
+
+    if args.workers > 1:
+        return run_workers(config, args.workers, run_one)
+    return run_one(config)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -20,11 +20,13 @@ ProtocolFactory = Callable[[str, "int | None"], asyncio.Protocol]
 BACKLOG = 1024
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # `kqp run --workers N`: the kernel spreads connections over the workers
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(BACKLOG)
         sock.setblocking(False)
@@ -36,8 +38,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 class ListenerSet:
     def __init__(self, loop: asyncio.AbstractEventLoop, listen: HostPort, advertised_host: str,
-                 broker_port: Callable[[int], int], factory: ProtocolFactory) -> None:
+                 broker_port: Callable[[int], int], factory: ProtocolFactory, reuse_port: bool = False) -> None:
         self._loop = loop
+        self._reuse_port = reuse_port
         self._listen = listen
         self.advertised_host = advertised_host
         self._broker_port = broker_port
@@ -48,7 +51,7 @@ class ListenerSet:
         self._pending: set[asyncio.Task[None]] = set()
 
     async def start_bootstrap(self) -> int:
-        sock = bind_socket(self._listen.host, self._listen.port)
+        sock = bind_socket(self._listen.host, self._listen.port, self._reuse_port)
         self.bootstrap_port = sock.getsockname()[1]
         await self._serve(sock, "bootstrap", None)
         log.info("bootstrap listener on %s:%d", self._listen.host, self.bootstrap_port)
@@ -59,7 +62,7 @@ class ListenerSet:
         port = self.broker_ports.get(node_id)
         if port is not None:
             return port
-        sock = bind_socket(self._listen.host, self._broker_port(node_id))
+        sock = bind_socket(self._listen.host, self._broker_port(node_id), self._reuse_port)
         port = sock.getsockname()[1]
         self.broker_ports[node_id] = port
         task = self._loop.create_task(self._serve(sock, f"broker-{node_id}", node_id))

@@ -32,8 +32,9 @@ START_RETRY_MAX_SECONDS = 5.0
 
 class ProxyServer:
     def __init__(self, config: ProxyConfig, observer: ProxyObserver | None = None,
-                 overrides: dict[str, str | None] | None = None) -> None:
+                 overrides: dict[str, str | None] | None = None, reuse_port: bool = False) -> None:
         self.config = config
+        self.reuse_port = reuse_port
         self.overrides = overrides or {}
         self.observer = observer or ProxyObserver()
         self.stopping = asyncio.Event()
@@ -48,7 +49,8 @@ class ProxyServer:
         def factory(name: str, node_id: int | None) -> asyncio.Protocol:
             return ClientSession(holder[0], name, node_id)
 
-        listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port, factory)
+        listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port, factory,
+                                reuse_port=self.reuse_port)
         cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
                                   on_broker=lambda b: listeners.ensure_broker(b.node_id))
         ctx = ProxyContext(
