@@ -1,0 +1,117 @@
+"""The Kubernetes manifests validate against Kubernetes' schemas and agree with kqp's config.
+
+kubernetes-validate carries the OpenAPI schemas of each Kubernetes release, so this runs offline.
+The Prometheus Operator's ServiceMonitor is a custom resource those schemas do not cover: it is
+checked by what makes it work (it selects an existing Service and names one of its ports).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from deploy_files import K8S, KUBERNETES_VERSION, by_kind, manifests, relative
+
+from kqp.config.loader import parse_config
+from kqp.config.model import ProxyConfig
+
+BUILTIN = [(p, d) for p, d in manifests() if not d["apiVersion"].startswith("monitoring.coreos.com/")]
+
+
+def validate(doc: dict[str, Any]) -> None:
+    # strict: unknown fields (a typo'd key that Kubernetes would silently drop) fail too.
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def kqp_config(variant: str) -> ProxyConfig:
+    [configmap] = by_kind("ConfigMap", K8S / variant)
+    return parse_config(yaml.safe_load(configmap["data"]["kqp.yaml"]), source=variant)
+
+
+def kqp_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    [container] = [c for c in pod_spec.get("initContainers", []) + pod_spec["containers"] if c["name"] == "kqp"]
+    return container
+
+
+@pytest.mark.parametrize(("path", "doc"), BUILTIN, ids=[f"{relative(p)}:{d['kind']}" for p, d in BUILTIN])
+def test_manifest_validates_strictly(path: Path, doc: dict[str, Any]) -> None:
+    validate(doc)
+
+
+def test_a_broken_manifest_is_caught() -> None:
+    # The validator is really consulted: a Service port that is a string fails.
+    bad = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+           "spec": {"ports": [{"port": "not-a-port"}]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(bad)
+
+
+@pytest.mark.parametrize("variant", ["sidecar", "shared"])
+def test_service_monitor_selects_a_service_port(variant: str) -> None:
+    [monitor] = by_kind("ServiceMonitor", K8S / variant)
+    services = by_kind("Service", K8S / variant)
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    matching = [s for s in services if wanted.items() <= s["metadata"]["labels"].items()]
+    assert matching, f"{variant}: the ServiceMonitor selects no Service"
+    port_names = {p["name"] for s in matching for p in s["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["port"] in port_names
+        assert endpoint["path"] == "/metrics"
+
+
+@pytest.mark.parametrize("role", ["driver", "executor"])
+def test_pod_template_runs_kqp_as_a_native_sidecar(role: str) -> None:
+    [pod] = [d for p, d in manifests(K8S / "sidecar") if p.name == f"{role}-pod-template.yaml"]
+    spec = pod["spec"]
+    kqp = kqp_container(spec)
+    # An init container with restartPolicy Always: up before Spark, stopped after it.
+    assert kqp in spec["initContainers"] and kqp["restartPolicy"] == "Always"
+    assert kqp["startupProbe"]["httpGet"]["path"] == "/readyz"
+    assert kqp["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert kqp["securityContext"]["runAsNonRoot"] is True
+    [spark] = spec["containers"]
+    assert spark["name"] == f"spark-kubernetes-{role}"
+    config = kqp_config("sidecar")
+    # Spark talks to kqp over the pod's loopback, at the address kqp listens on.
+    assert {e["name"]: e["value"] for e in spark["env"]}["KAFKA_BOOTSTRAP_SERVERS"] == str(config.listen)
+    assert config.listen.host == "127.0.0.1" and config.advertised_host == "127.0.0.1"
+    # The metrics port: container port, annotations and the ConfigMap agree.
+    assert config.metrics.listen is not None
+    metrics_port = config.metrics.listen.port
+    assert [p["containerPort"] for p in kqp["ports"]] == [metrics_port]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(metrics_port)
+    # The config comes from the ConfigMap, mounted as a directory (no subPath: it must update live).
+    [configmap] = by_kind("ConfigMap", K8S / "sidecar")
+    [volume] = [v for v in spec["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    [mount] = kqp["volumeMounts"]
+    assert mount["name"] == volume["name"] and mount["mountPath"] == "/etc/kqp" and "subPath" not in mount
+    # The headless metrics Service selects these pods.
+    [service] = by_kind("Service", K8S / "sidecar")
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_shared_service_exposes_every_port_kqp_advertises() -> None:
+    config = kqp_config("shared")
+    [deployment] = by_kind("Deployment", K8S / "shared")
+    [service] = by_kind("Service", K8S / "shared")
+    pod = deployment["spec"]["template"]
+    kqp = kqp_container(pod["spec"])
+    container_ports = {p["name"]: p["containerPort"] for p in kqp["ports"]}
+    service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert config.metrics.listen is not None
+    expected = {"bootstrap": config.listen.port, "metrics": config.metrics.listen.port}
+    # Brokers 1..3 on broker_port_base + node id, under the Service's name.
+    expected |= {f"broker-{n}": config.broker_port(n) for n in (1, 2, 3)}
+    assert container_ports == expected
+    assert service_ports == {name: (port, name) for name, port in expected.items()}
+    meta = service["metadata"]
+    assert config.advertised_host == f"{meta['name']}.{meta['namespace']}.svc.cluster.local"
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # SIGTERM drain fits inside Kubernetes' grace period.
+    assert pod["spec"]["terminationGracePeriodSeconds"] * 1000 > config.shutdown_grace_ms
+    [volume] = pod["spec"]["volumes"]
+    assert volume["configMap"]["name"] == by_kind("ConfigMap", K8S / "shared")[0]["metadata"]["name"]
