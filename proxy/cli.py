@@ -1,4 +1,4 @@
-"""The `kqp` command: run, check-config, demo, bench.
+"""The `kqp` command: run, check-config, demo, top, bench.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
 a clean SIGTERM.
@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seconds", type=float, default=6.0, help="how long each scene runs")
     demo.add_argument("--spark", action="store_true", help="run the PySpark sink scene (needs pyspark)")
     _add_common(demo)
+
+    top = sub.add_parser("top", help="live view of a running kqp's entities, rates and throttling")
+    top.add_argument("--url", default="http://127.0.0.1:9404/metrics", help="kqp's metrics endpoint")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    top.add_argument("--once", action="store_true", help="print one plain-text frame and exit")
 
     bench = sub.add_parser("bench", help="benchmark kqp side by side with direct, relay and tansu proxy",
                            add_help=False)
@@ -108,6 +113,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(seconds=args.seconds, spark=args.spark, loop_choice=args.loop)
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        print("--interval: must be a positive number of seconds", file=sys.stderr)
+        return EXIT_USAGE
+    from .top import run_top
+
+    return run_top(args.url, args.interval, once=args.once)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
@@ -115,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
-    handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo}
+    handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top}
     return handlers[args.command](args)
 
 

@@ -21,7 +21,9 @@ from .cluster import UpstreamCluster
 from .context import ProxyContext
 from .delay import DelayDriver
 from .hooks import ProxyObserver
+from .http_endpoint import MetricsService, start_metrics
 from .listeners import ListenerSet
+from .metrics import PrometheusObserver
 from .reload import ConfigReloader
 from .session import ClientSession
 
@@ -36,7 +38,8 @@ class ProxyServer:
         self.config = config
         self.reuse_port = reuse_port
         self.overrides = overrides or {}
-        self.observer = observer or ProxyObserver()
+        self.observer = observer or PrometheusObserver.for_proxy(config.metrics)
+        self.metrics: MetricsService | None = None
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -63,6 +66,7 @@ class ProxyServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.ctx = ctx = self._build(loop)
+        self.metrics = await start_metrics(self)   # first, so /healthz answers while kqp waits for the upstream
         delay = 0.2
         while True:
             try:
@@ -97,6 +101,8 @@ class ProxyServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), interval)
             now = self.ctx.now()
+            # Kafka drops a quota sensor after an hour unused; so does kqp, metrics endpoint or not.
+            self.ctx.quotas.expire(now, self.config.metrics.entity_expiry_seconds)
             for session in list(self.ctx.sessions):
                 if now - session.last_activity > idle:
                     session.close("idle", f"idle for more than {self.config.connections_max_idle_ms} ms")
@@ -130,6 +136,8 @@ class ProxyServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.metrics is not None:
+            await self.metrics.close()
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; returns the process exit code."""

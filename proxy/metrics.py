@@ -1,0 +1,357 @@
+"""Prometheus metrics for kqp: a `ProxyObserver` that counts traffic per quota entity.
+
+Sessions report events through the hooks of `hooks.py`. Hooks run on the forwarding path, several
+per request, so they only add to plain numbers held per principal (a dict lookup and an addition,
+no lock: everything runs on the event loop's thread). The Prometheus view is built when /metrics
+is scraped, by one collector on the observer's own `CollectorRegistry` (never the global one, so
+tests and several proxies in one process stay apart):
+
+- counters and the upstream latency histogram, from those numbers;
+- gauges that describe state rather than events (quota limits and measured rates, the delay queue,
+  muted connections, upstream health), read from the quota manager and the proxy context.
+
+`prepare_scrape` freezes all of it on the loop's thread; rendering the text then runs in a worker
+thread. A scrape of 10k entities costs the loop tens of milliseconds every scrape interval, instead
+of a lock per counter per request.
+
+Cardinality is bounded the way Kafka bounds its quota sensors: an entity (a `<user, client-id>`
+principal) that sends no request for `entity_expiry_seconds` loses its series, here and in the
+quota manager; past `max_entities` distinct principals, new ones are counted under
+`user="other", client_id="other"` until expiry frees room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.utils import floatToGoString
+
+from kqp.protocol.apis import API_NAMES
+from kqp.quotas.model import QUOTA_TYPES, Principal
+
+from .hooks import ProxyObserver
+
+if TYPE_CHECKING:
+    from kqp.config.model import MetricsConfig
+
+    from .context import ProxyContext
+
+OTHER = "other"  # the label values of the bucket for principals past `max_entities`
+_OTHER_PRINCIPAL = Principal(OTHER, OTHER)
+ENTITY = ("user", "client_id")
+# Every close reason a session uses, at zero from the start so rate() and alerts see the series.
+CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
+                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error")
+RELOAD_RESULTS = ("success", "failure")
+# Upstream round trips run from sub-millisecond to a Fetch long poll (max_wait_ms, often 0.5 s).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+UNKNOWN_QUOTA = "unknown"  # a delay-queue entry whose throttle is not attributed yet
+
+
+@dataclass(slots=True)
+class _Entity:
+    """One principal's running totals; a series exists once its number has been touched."""
+
+    user: str
+    client_id: str
+    seen: float
+    traffic: dict[str, list[float]] = field(default_factory=dict)   # direction -> [bytes, records]
+    requests: dict[int, int] = field(default_factory=dict)          # api key -> count
+    handler: float | None = None                                    # seconds
+    throttle: dict[str, list[float]] = field(default_factory=dict)  # quota -> [seconds, responses]
+
+
+class _Latency:
+    """A fixed-bucket histogram as plain numbers (per-bucket counts; cumulated at scrape time)."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, n in zip((*LATENCY_BUCKETS, float("inf")), self.counts, strict=True):
+            running += n
+            out.append((floatToGoString(bound), running))
+        return out
+
+
+class PrometheusObserver(ProxyObserver):
+    """The hooks of `ProxyObserver` as Prometheus series on `self.registry`."""
+
+    wants_records = True  # kqp_records_total counts records even where no record quota needs them
+
+    def __init__(self, *, entity_expiry_seconds: float = 3600.0, max_entities: int = 10_000,
+                 clock: Callable[[], float] | None = None, registry: CollectorRegistry | None = None,
+                 process_metrics: bool = True) -> None:
+        if entity_expiry_seconds <= 0 or max_entities < 1:
+            raise ValueError("entity_expiry_seconds must be > 0 and max_entities >= 1")
+        self.entity_expiry_seconds = float(entity_expiry_seconds)
+        self.max_entities = int(max_entities)
+        self._clock = clock
+        self._entities: dict[Principal, _Entity] = {}
+        self._connections: dict[str, int] = {}
+        self._closed = dict.fromkeys(CLOSE_REASONS, 0)
+        self._reloads = dict.fromkeys(RELOAD_RESULTS, 0)
+        self._latency: dict[int, _Latency] = {}
+        self._muted = 0
+        self.ctx: ProxyContext | None = None
+        self.readiness: Callable[[], tuple[bool, str]] | None = None
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._scrape = _ScrapeCollector(self)
+        self.registry.register(self._scrape)
+        if process_metrics:
+            ProcessCollector(registry=self.registry)
+
+    @classmethod
+    def from_config(cls, config: MetricsConfig) -> PrometheusObserver:
+        return cls(entity_expiry_seconds=config.entity_expiry_seconds, max_entities=config.max_entities)
+
+    @staticmethod
+    def for_proxy(config: MetricsConfig) -> ProxyObserver:
+        """What a proxy observes with: this observer when an endpoint will serve it, else the no-op base."""
+        return PrometheusObserver.from_config(config) if config.listen is not None else ProxyObserver()
+
+    def bind(self, ctx: ProxyContext, readiness: Callable[[], tuple[bool, str]] | None = None) -> None:
+        """Give the scrape-time gauges the process state they read; the clock becomes the proxy's."""
+        self.ctx = ctx
+        self.readiness = readiness
+        if self._clock is None:
+            self._clock = ctx.now
+
+    def now(self) -> float:
+        return self._clock() if self._clock is not None else time.monotonic()
+
+    # -- entities ------------------------------------------------------------------------------
+    def _entity(self, p: Principal) -> _Entity:
+        e = self._entities.get(p)
+        if e is None:
+            if len(self._entities) >= self.max_entities and p != _OTHER_PRINCIPAL:
+                return self._entity(_OTHER_PRINCIPAL)
+            e = self._entities[p] = _Entity(p.user, p.client_id, self.now())
+        return e
+
+    @property
+    def entity_count(self) -> int:
+        """Distinct label sets held, the `other` bucket included."""
+        return len(self._entities)
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop entities idle for `entity_expiry_seconds`, and the quota sensors idle as long."""
+        now = self.now() if now is None else now
+        limit = self.entity_expiry_seconds
+        stale = [p for p, e in self._entities.items() if now - e.seen >= limit]
+        for p in stale:
+            del self._entities[p]
+        if self.ctx is not None:
+            self.ctx.quotas.expire(now, limit)
+        return len(stale)
+
+    async def maintain(self, stop: asyncio.Event) -> None:
+        """Expire idle entities every tenth of the expiry time (1 s to 60 s) until `stop` is set."""
+        interval = min(max(self.entity_expiry_seconds / 10, 1.0), 60.0)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            self.expire()
+
+    # -- hooks (per request: a lookup and an addition each) ------------------------------------
+    def connection_opened(self, listener: str) -> None:
+        self._connections[listener] = self._connections.get(listener, 0) + 1
+
+    def connection_closed(self, listener: str, reason: str) -> None:
+        self._connections[listener] = self._connections.get(listener, 0) - 1
+        self._closed[reason] = self._closed.get(reason, 0) + 1
+
+    def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
+        e = self._entity(principal)
+        e.seen = self.now()  # idleness is measured from the last request
+        e.requests[api_key] = e.requests.get(api_key, 0) + 1
+
+    def response(self, principal: Principal, api_key: int, nbytes: int, upstream_seconds: float) -> None:
+        h = self._latency.get(api_key)
+        if h is None:
+            h = self._latency[api_key] = _Latency()
+        h.observe(upstream_seconds)
+
+    def _traffic(self, principal: Principal, direction: str, nbytes: int, records: int) -> None:
+        traffic = self._entity(principal).traffic
+        totals = traffic.get(direction)
+        if totals is None:
+            totals = traffic[direction] = [0, 0]
+        totals[0] += nbytes
+        totals[1] += records
+
+    def produced(self, principal: Principal, nbytes: int, records: int) -> None:
+        self._traffic(principal, "produce", nbytes, records)
+
+    def fetched(self, principal: Principal, nbytes: int, records: int) -> None:
+        self._traffic(principal, "fetch", nbytes, records)
+
+    def handler_time(self, principal: Principal, seconds: float) -> None:
+        e = self._entity(principal)
+        e.handler = (e.handler or 0.0) + seconds
+
+    def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
+        throttle = self._entity(principal).throttle
+        totals = throttle.get(quota_type)
+        if totals is None:
+            totals = throttle[quota_type] = [0.0, 0]
+        totals[0] += seconds
+        totals[1] += 1
+
+    def muted(self, delta: int) -> None:
+        self._muted += delta
+
+    def config_reload(self, result: str) -> None:
+        self._reloads[result] = self._reloads.get(result, 0) + 1
+
+    # -- the scrape (on the loop's thread: it reads live state) ---------------------------------
+    def families(self) -> list[Metric]:
+        return [*self._event_families(), *self._state_families()]
+
+    def _event_families(self) -> Iterator[Metric]:
+        def counter(name: str, doc: str, labels: tuple[str, ...]) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, labels=labels)
+
+        nbytes = counter("kqp_bytes", "Frame bytes of Produce requests and Fetch responses, size prefix included",
+                         ("direction", *ENTITY))
+        records = counter("kqp_records", "Records in Produce requests and Fetch responses", ("direction", *ENTITY))
+        requests = counter("kqp_requests", "Requests received from clients", ("api", *ENTITY))
+        handler = counter("kqp_request_handler_seconds", "Event-loop time spent on an entity's frames, both "
+                          "directions (what request_percentage measures)", ENTITY)
+        throttle = counter("kqp_throttle_seconds", "Throttle time given to responses (the throttle_time_ms "
+                           "clients see), by the quota that caused it", ("quota", *ENTITY))
+        throttled = counter("kqp_throttled_responses", "Responses (and acks=0 requests) throttled, by the "
+                            "quota that caused it", ("quota", *ENTITY))
+        for e in self._entities.values():
+            who = (e.user, e.client_id)
+            for direction, (b, r) in e.traffic.items():
+                nbytes.add_metric((direction, *who), b)
+                records.add_metric((direction, *who), r)
+            for api, n in e.requests.items():
+                requests.add_metric((_api_name(api), *who), n)
+            if e.handler is not None:
+                handler.add_metric(who, e.handler)
+            for quota, (seconds, n) in e.throttle.items():
+                throttle.add_metric((quota, *who), seconds)
+                throttled.add_metric((quota, *who), n)
+        yield from (nbytes, records, requests, handler, throttle, throttled)
+        connections = GaugeMetricFamily("kqp_connections", "Open client connections", labels=("listener",))
+        for listener, n in self._connections.items():
+            connections.add_metric((listener,), n)
+        closed = counter("kqp_connections_closed", "Client connections closed, by reason", ("reason",))
+        for reason, n in self._closed.items():
+            closed.add_metric((reason,), n)
+        reloads = counter("kqp_config_reloads", "Config file reloads, by result", ("result",))
+        for result, n in self._reloads.items():
+            reloads.add_metric((result,), n)
+        latency = HistogramMetricFamily("kqp_upstream_request_duration_seconds", "From forwarding a request "
+                                        "to the upstream to reading its response", labels=("api",))
+        for api, h in self._latency.items():
+            latency.add_metric((_api_name(api),), h.buckets(), h.total)
+        yield from (connections, closed, reloads, latency)
+
+    def _state_families(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("kqp_entities", "Entity label sets held (the other bucket included)",
+                                value=len(self._entities))
+        yield GaugeMetricFamily("kqp_muted_connections", "Client connections muted by a throttle now",
+                                value=self._muted)
+        ctx = self.ctx
+        if ctx is None:
+            return
+        yield from self._quota_families(ctx, self.now())
+        queue = GaugeMetricFamily("kqp_delay_queue_size", "Delay-queue entries (throttled connections and "
+                                  "held responses) by the quota that caused them", labels=("quota",))
+        counts = ctx.delay.queue.count_by(_cause_quota)
+        for quota in (*QUOTA_TYPES, UNKNOWN_QUOTA):
+            if quota in counts or quota != UNKNOWN_QUOTA:
+                queue.add_metric([quota], counts.get(quota, 0))
+        yield queue
+        by_entity = GaugeMetricFamily("kqp_entity_muted_connections", "Muted client connections per entity "
+                                      "whose throttle muted them", labels=ENTITY)
+        muted_by: dict[tuple[str, str], int] = {}
+        for session in ctx.sessions:
+            cause = getattr(session, "throttle_cause", None)
+            if session.throttled and cause is not None:
+                who = (cause[0].user, cause[0].client_id)
+                muted_by[who] = muted_by.get(who, 0) + 1
+        for who, n in muted_by.items():
+            by_entity.add_metric(who, n)
+        yield by_entity
+        last_ok = ctx.cluster.last_refresh_ok
+        fresh = 3 * ctx.config.upstream.metadata_refresh_ms / 1000
+        age = None if last_ok is None else time.monotonic() - last_ok   # the cluster stamps with time.monotonic
+        yield GaugeMetricFamily("kqp_upstream_up", "1 while the upstream answered Metadata within 3 x "
+                                "metadata_refresh_ms", value=1.0 if age is not None and age <= fresh else 0.0)
+        if age is not None:
+            yield GaugeMetricFamily("kqp_upstream_metadata_age_seconds",
+                                    "Seconds since the upstream last answered Metadata", value=age)
+        if self.readiness is not None:
+            yield GaugeMetricFamily("kqp_ready", "1 while /readyz answers 200",
+                                    value=1.0 if self.readiness()[0] else 0.0)
+
+    def _quota_families(self, ctx: ProxyContext, now: float) -> Iterator[Metric]:
+        limit = GaugeMetricFamily("kqp_quota_limit", "The quota in force for the entity, in the quota's unit",
+                                  labels=("quota", *ENTITY))
+        usage = GaugeMetricFamily("kqp_quota_usage", "The rate the quota is measured against now, in the "
+                                  "quota's unit (shared quotas show the shared sensor's rate)",
+                                  labels=("quota", *ENTITY))
+        quotas = ctx.quotas
+        if quotas.enabled:
+            rates = {(s.quota_type, s.key): s.rate for s in quotas.snapshot(now)}
+            for p in self._entities:
+                if p == _OTHER_PRINCIPAL:
+                    continue  # many principals, many quotas: no single limit to show
+                for quota_type, (key, value) in quotas.limits(p).items():
+                    labels = (quota_type, p.user, p.client_id)
+                    limit.add_metric(labels, value)
+                    usage.add_metric(labels, rates.get((quota_type, key), 0.0))
+        yield limit
+        yield usage
+
+
+class _ScrapeCollector:
+    """Hands the registry the observer's families; `prepare` freezes them on the loop's thread so
+    the text exposition can be rendered in a worker thread."""
+
+    def __init__(self, observer: PrometheusObserver) -> None:
+        self._observer = observer
+        self._prepared: list[Metric] | None = None
+
+    def prepare(self) -> None:
+        self._prepared = self._observer.families()
+
+    def collect(self) -> Iterable[Metric]:
+        prepared, self._prepared = self._prepared, None
+        return prepared if prepared is not None else self._observer.families()
+
+
+def prepare_scrape(observer: ProxyObserver) -> None:
+    """Freeze the observer's series before rendering /metrics off the event loop's thread."""
+    if isinstance(observer, PrometheusObserver):
+        observer._scrape.prepare()
+
+
+def _api_name(api_key: int) -> str:
+    return API_NAMES.get(api_key, str(api_key))
+
+
+def _cause_quota(item: object) -> str:
+    cause = getattr(item, "throttle_cause", None)
+    return cause[1] if cause is not None else UNKNOWN_QUOTA

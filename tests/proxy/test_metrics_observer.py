@@ -1,0 +1,262 @@
+"""PrometheusObserver as pure code: hooks in, exact series out; expiry on an injected clock; the cap.
+
+No sockets and no sleeps: the observer's clock is a list the test moves, and the scrape-time gauges
+read a stand-in context holding a real QuotaManager and DelayQueue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import generate_latest
+
+from kqp.proxy.metrics import OTHER, UNKNOWN_QUOTA, PrometheusObserver
+from kqp.quotas.delay_queue import DelayQueue
+from kqp.quotas.manager import QuotaManager
+from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
+
+PRODUCE, FETCH, METADATA = 0, 1, 3
+METERED = Principal("ANONYMOUS", "metered")
+FREE = Principal("ANONYMOUS", "free")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(expiry: float = 60.0, max_entities: int = 100) -> tuple[PrometheusObserver, Clock]:
+    clock = Clock()
+    return PrometheusObserver(entity_expiry_seconds=expiry, max_entities=max_entities, clock=clock,
+                              process_metrics=False), clock
+
+
+def value(obs: PrometheusObserver, name: str, **labels: str) -> float | None:
+    return obs.registry.get_sample_value(name, labels)
+
+
+def series_names(obs: PrometheusObserver) -> str:
+    return generate_latest(obs.registry).decode()
+
+
+def test_traffic_hooks_count_exactly_what_they_are_told() -> None:
+    obs, _ = make()
+    for _ in range(3):
+        obs.request(METERED, PRODUCE, 1000)
+        obs.produced(METERED, 1000, 10)
+        obs.handler_time(METERED, 0.002)
+    obs.request(METERED, METADATA, 50)
+    obs.request(FREE, FETCH, 80)
+    obs.fetched(FREE, 4096, 7)
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    assert value(obs, "kqp_bytes_total", direction="produce", **who) == 3000
+    assert value(obs, "kqp_records_total", direction="produce", **who) == 30
+    assert value(obs, "kqp_requests_total", api="Produce", **who) == 3
+    assert value(obs, "kqp_requests_total", api="Metadata", **who) == 1
+    assert value(obs, "kqp_request_handler_seconds_total", **who) == pytest.approx(0.006)
+    assert value(obs, "kqp_bytes_total", direction="fetch", user="ANONYMOUS", client_id="free") == 4096
+    assert value(obs, "kqp_records_total", direction="fetch", user="ANONYMOUS", client_id="free") == 7
+    # Label sets are created on use only: metered fetched nothing, so it has no fetch series.
+    assert value(obs, "kqp_bytes_total", direction="fetch", **who) is None
+
+
+def test_throttle_hook_adds_seconds_and_responses_per_quota() -> None:
+    obs, _ = make()
+    obs.throttled(METERED, "producer_byte_rate", 0.25)
+    obs.throttled(METERED, "producer_byte_rate", 0.5)
+    obs.throttled(METERED, "request_rate", 1.0)
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    assert value(obs, "kqp_throttle_seconds_total", quota="producer_byte_rate", **who) == 0.75
+    assert value(obs, "kqp_throttled_responses_total", quota="producer_byte_rate", **who) == 2
+    assert value(obs, "kqp_throttle_seconds_total", quota="request_rate", **who) == 1.0
+
+
+def test_connections_latency_and_reloads() -> None:
+    obs, _ = make()
+    obs.connection_opened("bootstrap")
+    obs.connection_opened("broker-1")
+    obs.connection_opened("broker-1")
+    obs.connection_closed("broker-1", "idle")
+    obs.response(METERED, PRODUCE, 100, 0.003)
+    obs.response(METERED, PRODUCE, 100, 0.2)
+    obs.config_reload("failure")
+    assert value(obs, "kqp_connections", listener="bootstrap") == 1
+    assert value(obs, "kqp_connections", listener="broker-1") == 1
+    assert value(obs, "kqp_connections_closed_total", reason="idle") == 1
+    # Known reasons and results exist at zero before anything happened, so alerts see the series.
+    assert value(obs, "kqp_connections_closed_total", reason="upstream_unreachable") == 0
+    assert value(obs, "kqp_config_reloads_total", result="success") == 0
+    assert value(obs, "kqp_config_reloads_total", result="failure") == 1
+    assert value(obs, "kqp_upstream_request_duration_seconds_count", api="Produce") == 2
+    assert value(obs, "kqp_upstream_request_duration_seconds_sum", api="Produce") == pytest.approx(0.203)
+    assert value(obs, "kqp_upstream_request_duration_seconds_bucket", api="Produce", le="0.005") == 1
+    assert "_created" not in series_names(obs)
+
+
+def test_idle_entities_expire_from_memory_and_from_the_exposition() -> None:
+    obs, clock = make(expiry=60)
+    obs.request(METERED, PRODUCE, 10)            # t=0
+    obs.produced(METERED, 10, 1)
+    obs.throttled(METERED, "producer_byte_rate", 0.1)
+    clock.t = 30.0
+    obs.request(FREE, PRODUCE, 10)               # t=30
+    clock.t = 59.9
+    assert obs.expire() == 0                     # metered idle 59.9 s < 60
+    clock.t = 60.0
+    assert obs.expire() == 1                     # metered idle 60 s: gone; free idle 30 s stays
+    text = series_names(obs)
+    assert 'client_id="metered"' not in text
+    assert 'client_id="free"' in text
+    assert obs.entity_count == 1
+    # A returning entity starts again from zero, like a re-created Kafka sensor.
+    obs.request(METERED, PRODUCE, 10)
+    assert value(obs, "kqp_requests_total", api="Produce", user="ANONYMOUS", client_id="metered") == 1
+    clock.t = 200.0
+    assert obs.expire() == 2
+    assert obs.entity_count == 0
+
+
+def test_responses_do_not_keep_an_entity_alive_but_requests_do() -> None:
+    obs, clock = make(expiry=10)
+    obs.request(METERED, FETCH, 10)
+    clock.t = 9.0
+    obs.fetched(METERED, 100, 1)                 # the response to the t=0 request: not new activity
+    clock.t = 10.0
+    assert obs.expire() == 1
+
+
+def test_cap_holds_under_ten_thousand_client_ids() -> None:
+    obs, _ = make(max_entities=1000)
+    for i in range(10_000):
+        p = Principal("ANONYMOUS", f"c-{i}")
+        obs.request(p, PRODUCE, 100)
+        obs.produced(p, 100, 1)
+    # 1000 entities of their own plus the one `other` bucket, whatever the number of client ids.
+    assert obs.entity_count == 1001
+    other = {"user": OTHER, "client_id": OTHER}
+    assert value(obs, "kqp_requests_total", api="Produce", **other) == 9000
+    assert value(obs, "kqp_bytes_total", direction="produce", **other) == 900_000
+    assert value(obs, "kqp_requests_total", api="Produce", user="ANONYMOUS", client_id="c-999") == 1
+    assert value(obs, "kqp_requests_total", api="Produce", user="ANONYMOUS", client_id="c-1000") is None
+    assert generate_latest(obs.registry).decode().count("kqp_requests_total{") == 1001
+
+
+def test_expiry_makes_room_under_the_cap() -> None:
+    obs, clock = make(expiry=10, max_entities=2)
+    obs.request(Principal("u", "a"), PRODUCE, 1)
+    obs.request(Principal("u", "b"), PRODUCE, 1)
+    obs.request(Principal("u", "c"), PRODUCE, 1)  # past the cap: counted as other
+    assert value(obs, "kqp_requests_total", api="Produce", user="u", client_id="c") is None
+    clock.t = 20.0
+    obs.expire()
+    obs.request(Principal("u", "c"), PRODUCE, 1)
+    assert value(obs, "kqp_requests_total", api="Produce", user="u", client_id="c") == 1
+
+
+# -- scrape-time gauges ------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class FakeSession:
+    throttled: bool = False
+    throttle_cause: tuple[Principal, str] | None = None
+
+
+@dataclass
+class FakeDelay:
+    queue: DelayQueue[FakeSession] = field(default_factory=DelayQueue)
+
+
+def fake_ctx(clock: Clock, settings: QuotaSettings, last_refresh_ok: float | None) -> SimpleNamespace:
+    return SimpleNamespace(
+        now=clock, quotas=QuotaManager(settings, 0.0), delay=FakeDelay(), sessions=set(),
+        cluster=SimpleNamespace(last_refresh_ok=last_refresh_ok, last_error=None),
+        config=SimpleNamespace(upstream=SimpleNamespace(metadata_refresh_ms=30_000)),
+    )
+
+
+SETTINGS = QuotaSettings(entities={
+    EntitySpec(None, "metered"): {"producer_byte_rate": 100.0},
+    EntitySpec("ANONYMOUS", None): {"request_rate": 50.0},  # shared by every ANONYMOUS client
+})
+
+
+def test_quota_limit_and_usage_per_entity() -> None:
+    obs, clock = make()
+    ctx = fake_ctx(clock, SETTINGS, None)
+    obs.bind(ctx)  # type: ignore[arg-type]
+    obs.request(METERED, PRODUCE, 1100)
+    obs.request(FREE, PRODUCE, 10)
+    ctx.quotas.record_produce(METERED, 1100, 1, 1, 0.0)
+    for p in (METERED, FREE, FREE):
+        ctx.quotas.record_request(p, 0.001, 0.0)
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    assert value(obs, "kqp_quota_limit", quota="producer_byte_rate", **who) == 100
+    # 1100 bytes in the first sample; Kafka's Rate divides by at least (11 - 1) windows of 1 s: 110 B/s.
+    assert value(obs, "kqp_quota_usage", quota="producer_byte_rate", **who) == pytest.approx(110)
+    # /users/ANONYMOUS is one sensor for all its clients: 3 requests / 10 s, shown on each client.
+    assert value(obs, "kqp_quota_limit", quota="request_rate", **who) == 50
+    assert value(obs, "kqp_quota_usage", quota="request_rate", **who) == pytest.approx(0.3)
+    assert value(obs, "kqp_quota_usage", quota="request_rate", user="ANONYMOUS", client_id="free") == \
+        pytest.approx(0.3)
+    assert value(obs, "kqp_quota_limit", quota="producer_byte_rate", user="ANONYMOUS", client_id="free") is None
+
+
+def test_delay_queue_and_muted_gauges() -> None:
+    obs, clock = make()
+    ctx = fake_ctx(clock, SETTINGS, None)
+    obs.bind(ctx)  # type: ignore[arg-type]
+    a = FakeSession(True, (METERED, "producer_byte_rate"))
+    b = FakeSession(True, (METERED, "producer_byte_rate"))
+    c = FakeSession(True, (FREE, "request_rate"))
+    d = FakeSession(False, None)    # muted at request time, before its throttle was attributed
+    ctx.sessions.update({a, b, c, d})
+    for s in (a, b, c, d):
+        ctx.delay.queue.add(s, 5.0)
+        obs.muted(+1)
+    obs.muted(-1)
+    assert value(obs, "kqp_delay_queue_size", quota="producer_byte_rate") == 2
+    assert value(obs, "kqp_delay_queue_size", quota="request_rate") == 1
+    assert value(obs, "kqp_delay_queue_size", quota=UNKNOWN_QUOTA) == 1
+    assert value(obs, "kqp_delay_queue_size", quota="consumer_byte_rate") == 0
+    assert value(obs, "kqp_muted_connections") == 3
+    assert value(obs, "kqp_entity_muted_connections", user="ANONYMOUS", client_id="metered") == 2
+    assert value(obs, "kqp_entity_muted_connections", user="ANONYMOUS", client_id="free") == 1
+
+
+def test_upstream_health_gauges() -> None:
+    import time
+
+    obs, clock = make()
+    ctx = fake_ctx(clock, QuotaSettings(), None)
+    obs.bind(ctx, readiness=lambda: (False, "starting"))  # type: ignore[arg-type]
+    assert value(obs, "kqp_upstream_up") == 0
+    assert value(obs, "kqp_upstream_metadata_age_seconds") is None
+    assert value(obs, "kqp_ready") == 0
+    ctx.cluster.last_refresh_ok = time.monotonic() - 5
+    assert value(obs, "kqp_upstream_up") == 1
+    assert 5 <= value(obs, "kqp_upstream_metadata_age_seconds") < 60  # type: ignore[operator]
+    ctx.cluster.last_refresh_ok = time.monotonic() - 91     # older than 3 x 30 s
+    assert value(obs, "kqp_upstream_up") == 0
+
+
+def test_expire_also_expires_quota_sensors() -> None:
+    obs, clock = make(expiry=60)
+    ctx = fake_ctx(clock, SETTINGS, None)
+    obs.bind(ctx)  # type: ignore[arg-type]
+    ctx.quotas.record_produce(METERED, 10, 1, 1, 0.0)
+    assert ctx.quotas.sensor_count == 1
+    clock.t = 61.0
+    obs.expire()
+    assert ctx.quotas.sensor_count == 0
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError):
+        PrometheusObserver(entity_expiry_seconds=0, process_metrics=False)
+    with pytest.raises(ValueError):
+        PrometheusObserver(max_entities=0, process_metrics=False)
