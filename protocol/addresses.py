@@ -17,11 +17,18 @@ Look-alikes that are not broker endpoints and stay untouched: DescribeGroups
 ``members[].client_host`` (a client's address, no port) and the ACL ``host`` of
 DescribeAcls/DeleteAcls (a principal's host pattern, no port).
 
-How, without decoding what need not be decoded: the skip walker (:mod:`kqp.protocol.walker`)
-finds the byte range of the top-level field that holds the endpoints; only that field is decoded
-and re-encoded with kafka-python, and the frame is spliced around it. A Metadata response with
-thousands of partitions costs a walk over ``brokers`` only; a Fetch response is walked to its
-tagged fields (record data skipped by length) and copied only when ``NodeEndpoints`` is present.
+How, without decoding what need not be decoded: the skip walker (:mod:`kqp.protocol.walker`,
+built from the public JSON schemas) finds the byte range of the top-level field that holds the
+endpoints; only that field is decoded and re-encoded, and the frame is spliced around it. A
+Metadata response with thousands of partitions costs a walk over ``brokers`` only. Decoding one
+field needs kafka-python's field objects (``cls._struct``: it has no public per-field decoder), so
+which fields hold endpoints is also read from them; the walker's fields come in the same order
+(a test checks it for every version).
+
+Produce v10+ and Fetch v16+ responses are on the hot path: every one must be checked for
+``NodeEndpoints``, which sits after all partition data. That check is one generated walk to the
+top-level tag section (records skipped by their length, never read: a few hundred ns per partition)
+and one byte read: a section that starts with 0 has no tags, and nothing is decoded or copied.
 FindCoordinator v0-v3, whose endpoint *is* the top-level struct, is small and decoded whole.
 """
 
@@ -38,7 +45,7 @@ from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
 from .apis import kqp_ranges, message_classes
 from .errors import ProtocolError
-from .walker import MessageWalker, read_tagged_fields, walker_for, write_uvarint
+from .walker import MessageWalker, Walk, read_tagged_fields, walker_for, write_uvarint
 
 __all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "rewrite_addresses"]
 
@@ -81,9 +88,11 @@ def _holds_endpoint(field: Any, version: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Plan:
     walker: MessageWalker
+    fields: tuple[Any, ...]  # kafka-python's untagged top-level fields, in the walker's order
     whole: bool  # the top-level struct is itself the endpoint (FindCoordinator v0-v3)
     untagged: tuple[int, ...]  # indexes of top-level untagged fields holding endpoints
     tagged: dict[int, Any]  # tag -> kafka-python field, for top-level tagged fields holding endpoints
+    to_tags: Walk | None  # compiled walk to the top-level tag section, when ``tagged``
 
 
 def _build() -> dict[tuple[int, int], _Plan]:
@@ -93,13 +102,16 @@ def _build() -> dict[tuple[int, int], _Plan]:
         top = response_cls._struct
         for version in range(lo, hi + 1):
             walker = walker_for(response_cls, version)
+            fields = tuple(top.untagged_fields(version))
+            assert len(fields) == len(walker.names), (api_key, version)  # one schema, one field order
             whole = _is_endpoint(top, version)
-            untagged = tuple(i for i, f in enumerate(top.untagged_fields(version)) if _holds_endpoint(f, version))
+            untagged = tuple(i for i, f in enumerate(fields) if _holds_endpoint(f, version))
             tagged = {}
             if walker.flexible:
                 tagged = {f.tag: f for f in top.tagged_fields(version)._fields if _holds_endpoint(f, version)}
             if whole or untagged or tagged:
-                plans[api_key, version] = _Plan(walker, whole, untagged, tagged)
+                to_tags = walker.prefix(len(walker.names)) if tagged else None
+                plans[api_key, version] = _Plan(walker, fields, whole, untagged, tagged, to_tags)
     return plans
 
 
@@ -185,7 +197,7 @@ def _rewrite_whole(api_key: int, version: int, frame: memoryview, body_offset: i
 def _rewrite_untagged(plan: _Plan, frame: memoryview, body_offset: int, rw: _Rewriter) -> bytes | None:
     walker = plan.walker
     bounds = walker.boundaries(frame, body_offset, upto=plan.untagged[-1] + 1)
-    fields = walker.struct.untagged_fields(walker.version)
+    fields = plan.fields
     flexible = walker.flexible
     parts: list[bytes | memoryview] = [frame[4 : bounds[0]]]
     cursor = bounds[0]
@@ -208,9 +220,16 @@ def _rewrite_untagged(plan: _Plan, frame: memoryview, body_offset: int, rw: _Rew
     return _reframe(parts)
 
 
-def _rewrite_tagged(plan: _Plan, frame: memoryview, body_offset: int, rw: _Rewriter) -> bytes | None:
+def _tags_start(plan: _Plan, frame: memoryview, body_offset: int) -> int:
+    assert plan.to_tags is not None
+    start = plan.to_tags(frame, body_offset)
+    if start >= len(frame):
+        raise ProtocolError("response ends before its tagged fields")
+    return start
+
+
+def _rewrite_tagged(plan: _Plan, frame: memoryview, start: int, rw: _Rewriter) -> bytes | None:
     walker = plan.walker
-    start = walker.tagged_start(frame, body_offset)
     entries, end = read_tagged_fields(frame, start)
     if not any(tag in plan.tagged for tag, _, _ in entries):
         return None  # the common case: no new-leader hints, nothing copied
@@ -246,6 +265,10 @@ def rewrite_addresses(
     plan = _PLANS.get((api_key, api_version))
     if plan is None:
         return None, []
+    if plan.tagged and not plan.untagged:  # Produce v10+, Fetch v16+: checked on every response
+        start = _tags_start(plan, frame, body_offset)
+        if frame[start] == 0:
+            return None, []  # no tagged fields at all: the usual case, nothing decoded or copied
     rw = _Rewriter(mapper, api_version)
     if plan.whole:
         return _rewrite_whole(api_key, api_version, frame, body_offset, rw), rw.seen
@@ -253,5 +276,6 @@ def rewrite_addresses(
     if plan.untagged:
         new = _rewrite_untagged(plan, frame, body_offset, rw)
     if plan.tagged:
-        new = _rewrite_tagged(plan, memoryview(new) if new is not None else frame, body_offset, rw) or new
+        view = memoryview(new) if new is not None else frame
+        new = _rewrite_tagged(plan, view, _tags_start(plan, view, body_offset), rw) or new
     return new, rw.seen

@@ -7,9 +7,10 @@ Three broker behaviours are reproduced here, each from Apache Kafka's handling o
   to be throttled whatever came before it: ``max_bytes = min(max_bytes, cap)`` and then
   ``min_bytes = min(min_bytes, max_bytes)``. Partition max bytes are left alone, as the broker
   leaves them, and a follower's fetch (replica id >= 0) is never capped.
-* Record and batch counts of a response (KIP-731 record-rate quotas) come from walking
-  responses -> partitions -> records by the FetchResponse schema, skipping aborted transactions,
-  tagged fields and the rest by length; see ``records.py``.
+* Record and batch counts of a response (KIP-731 record-rate quotas) come from one walk over
+  responses -> partitions -> records by the FetchResponse schema (:mod:`kqp.protocol.walker`),
+  skipping aborted transactions, tagged fields and the rest by length, each records field handed
+  to :meth:`RecordCounts.add_from`.
 * A throttled fetch answered empty (KIP-219, FetchContext.getThrottledResponse): throttle set,
   no partition data. See ``empty_fetch_response_body`` for what is kept and why.
 
@@ -22,7 +23,8 @@ import struct
 
 from kafka.protocol.consumer.fetch import FetchResponse
 
-from .records import BodyError, RecordCounts, count_body_records, field_position, schema_versions
+from .records import BodyError, RecordCounts
+from .walker import Buffer, MessageWalker, schema_versions, walker_for
 
 __all__ = [
     "FETCH_REQUEST_VERSIONS",
@@ -40,11 +42,26 @@ _I32 = struct.Struct(">i")
 
 FETCH_REQUEST_VERSIONS: range = schema_versions(_REQUEST)
 FETCH_RESPONSE_VERSIONS: range = schema_versions(_RESPONSE)
+_RESPONSE_WALKERS: dict[int, MessageWalker] = {v: walker_for(_RESPONSE, v) for v in FETCH_RESPONSE_VERSIONS}
 
 
-def _read_i32(message: str, version: int, field: str, body: memoryview | bytes) -> tuple[int, int] | None:
+def _walker(message: str, version: int) -> MessageWalker:
+    if version not in schema_versions(message):
+        raise BodyError(f"{message} has no version {version}")
+    return walker_for(message, version)
+
+
+def _field_start(message: str, version: int, field: str, body: Buffer) -> int | None:
+    """Offset in ``body`` of a top-level field, or None when the version does not have it."""
+    walker = _walker(message, version)
+    if field not in walker.names:
+        return None
+    return walker.field_start(body, 0, walker.index(field))
+
+
+def _read_i32(message: str, version: int, field: str, body: Buffer) -> tuple[int, int] | None:
     """(value, offset) of a top-level int32 field, or None when the version lacks it."""
-    pos = field_position(message, version, field, body)
+    pos = _field_start(message, version, field, body)
     if pos is None:
         return None
     if pos + 4 > len(body):
@@ -52,13 +69,13 @@ def _read_i32(message: str, version: int, field: str, body: memoryview | bytes) 
     return _I32.unpack_from(body, pos)[0], pos
 
 
-def fetch_max_bytes(api_version: int, body: memoryview | bytes) -> int | None:
+def fetch_max_bytes(api_version: int, body: Buffer) -> int | None:
     """The request-level max_bytes (v3+, KIP-74), None for versions without one."""
     found = _read_i32(_REQUEST, api_version, "MaxBytes", body)
     return None if found is None else found[0]
 
 
-def cap_fetch_max_bytes(api_version: int, body: memoryview | bytes, cap: int) -> bytes | None:
+def cap_fetch_max_bytes(api_version: int, body: Buffer, cap: int) -> bytes | None:
     """A copy of the request body with max_bytes lowered to ``cap``, or None if nothing changes.
 
     None when max_bytes is already at or below the cap, when the version has no max_bytes (v0-2:
@@ -85,12 +102,17 @@ def cap_fetch_max_bytes(api_version: int, body: memoryview | bytes, cap: int) ->
     return bytes(patched)
 
 
-def fetch_response_counts(api_version: int, body: memoryview | bytes) -> RecordCounts:
+def fetch_response_counts(api_version: int, body: Buffer) -> RecordCounts:
     """Records and record batches across every partition of a Fetch response."""
-    return count_body_records(_RESPONSE, api_version, body)
+    walker = _RESPONSE_WALKERS.get(api_version)
+    if walker is None:
+        raise BodyError(f"{_RESPONSE} has no version {api_version}")
+    counts = RecordCounts()
+    walker.body_end(body, 0, counts.add_from)
+    return counts
 
 
-def empty_fetch_response_body(api_version: int, body: memoryview | bytes, throttle_ms: int) -> bytes:
+def empty_fetch_response_body(api_version: int, body: Buffer, throttle_ms: int) -> bytes:
     """The KIP-219 throttled answer to a Fetch whose upstream response is ``body``.
 
     The broker's throttled response (FetchContext.getThrottledResponse) carries the throttle
@@ -107,7 +129,7 @@ def empty_fetch_response_body(api_version: int, body: memoryview | bytes, thrott
     found = _read_i32(_RESPONSE, api_version, "SessionId", body)
     if found is not None:
         session_id = found[0]
-        pos = field_position(_RESPONSE, api_version, "ErrorCode", body)
+        pos = _field_start(_RESPONSE, api_version, "ErrorCode", body)
         assert pos is not None  # ErrorCode and SessionId arrive together (v7+)
         error_code = _I16.unpack_from(body, pos)[0]
     response = FetchResponse(

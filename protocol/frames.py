@@ -32,6 +32,7 @@ __all__ = ["SIZE_PREFIX", "FrameDecoder"]
 
 SIZE_PREFIX = 4
 _SIZE = Struct(">i")
+_SIZE_AT = _SIZE.unpack_from
 
 
 class FrameDecoder:
@@ -76,11 +77,9 @@ class FrameDecoder:
 
     def next_frame(self) -> memoryview | None:
         """One whole frame including its size prefix, or ``None`` if it has not fully arrived."""
-        if self._error is not None:
-            raise self._error
         need = self._need
         if need < 0:
-            need = self._read_size()
+            need = self._read_size()  # raises the sticky error, if there is one
             if need < 0:
                 return None
         if self._size < need:
@@ -90,12 +89,15 @@ class FrameDecoder:
             first = self._first = memoryview(self._chunks[0])
         pos = self._pos
         end = pos + need
-        if end <= len(first):
+        left = len(first) - end
+        if left > 0:
             frame = first[pos:end]
-            if end == len(first):
-                self._drop_first()
-            else:
-                self._pos = end
+            self._pos = end
+        elif left == 0:  # the frame ends the chunk: often the chunk *is* the frame
+            frame = first[pos:] if pos else first
+            self._chunks.popleft()
+            self._first = None
+            self._pos = 0
         else:
             frame = memoryview(self._take_joined(need))
         self._size -= need
@@ -130,12 +132,14 @@ class FrameDecoder:
 
     def _read_size(self) -> int:
         """Parse and check the next size prefix if its 4 bytes are in; the frame length or -1."""
+        if self._error is not None:
+            raise self._error
         if self._size < SIZE_PREFIX:
             return -1
         first = self._chunks[0]
         pos = self._pos
         if len(first) - pos >= SIZE_PREFIX:
-            (size,) = _SIZE.unpack_from(first, pos)
+            (size,) = _SIZE_AT(first, pos)
         else:
             head = bytearray()
             for chunk in self._chunks:

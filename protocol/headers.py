@@ -8,13 +8,16 @@ fields in v1. Which header version a frame uses comes from :mod:`kqp.protocol.ap
 
 These run once per frame in each direction, so they are plain ``struct`` reads at fixed offsets on
 the frame memoryview (offsets count the 4-byte size prefix, so callers never re-slice), with no
-kafka-python object built. Encoding is only for frames kqp makes itself.
+kafka-python object built, and every per-(api, version) decision is one probe of a table built
+at import: the request's api key and version are read as one unsigned int32 that keys the table
+directly, and the header is a named tuple built without a Python-level constructor call.
+Encoding is only for frames kqp makes itself.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .apis import (
     API_VERSIONS_KEY,
@@ -36,15 +39,17 @@ __all__ = [
 ]
 
 _KEY_VERSION_CORR = struct.Struct(">hhi")
+# api key and version as one unsigned int (the table key), correlation id, client id length
+_REQUEST_HEAD = struct.Struct(">Iih").unpack_from
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_CORRELATION_ID = _I32.unpack_from
 
 # 4 (size) + 2 (api key) + 2 (api version) + 4 (correlation id) + 2 (client id length)
 _MIN_REQUEST_FRAME = 14
 
 
-@dataclass(slots=True, frozen=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
     api_key: int
     api_version: int
     correlation_id: int
@@ -52,16 +57,27 @@ class RequestHeader:
     body_offset: int  # offset in the frame (counting the 4-byte size prefix) where the body starts
 
 
-# One dict probe per frame instead of a range check plus a flexible-version check.
-_REQUEST_HEADER_VERSIONS: dict[tuple[int, int], int] = {
-    (k, v): request_header_version(k, v) for k, (lo, hi) in kqp_ranges().items() for v in range(lo, hi + 1)
+_new_header = tuple.__new__  # RequestHeader's own __new__ is a Python function; skip the call
+
+
+def _key(api_key: int, api_version: int) -> int:
+    return (api_key & 0xFFFF) << 16 | (api_version & 0xFFFF)
+
+
+# (api key << 16 | version) -> (api key, version, header has tagged fields), for what kqp decodes.
+_REQUEST_LAYOUT: dict[int, tuple[int, int, bool]] = {
+    _key(k, v): (k, v, request_header_version(k, v) == 2)
+    for k, (lo, hi) in kqp_ranges().items()
+    for v in range(lo, hi + 1)
+}
+# api key -> first version whose response header (v1) carries tagged fields; 1 << 15 for never.
+_RESPONSE_TAGS_FROM: dict[int, int] = {
+    k: next((v for v in range(hi + 1) if response_header_version(k, v) == 1), 1 << 15)
+    for k, (_lo, hi) in kqp_ranges().items()
 }
 
 
 def _header_version_for(api_key: int, api_version: int) -> int:
-    known = _REQUEST_HEADER_VERSIONS.get((api_key, api_version))
-    if known is not None:
-        return known
     rng = decodable_range(api_key)
     if rng is None:
         raise UnsupportedApi(f"unknown api key {api_key}")
@@ -74,46 +90,61 @@ def _header_version_for(api_key: int, api_version: int) -> int:
     raise UnsupportedApi(f"api key {api_key} version {api_version} is outside kqp's range {rng}")
 
 
+def _unlisted(frame: memoryview) -> tuple[int, int, bool]:
+    """The slow path for a version outside the table: a newer ApiVersions, or an error."""
+    api_key, api_version, _ = _KEY_VERSION_CORR.unpack_from(frame, 4)
+    return api_key, api_version, _header_version_for(api_key, api_version) == 2
+
+
 def parse_request_header(frame: memoryview) -> RequestHeader:
     """Parse the header of a whole request frame (size prefix included)."""
     n = len(frame)
     if n < _MIN_REQUEST_FRAME:
         raise ProtocolError(f"request frame of {n} bytes is shorter than a request header")
-    api_key, api_version, correlation_id = _KEY_VERSION_CORR.unpack_from(frame, 4)
-    header_version = _header_version_for(api_key, api_version)
-    (length,) = _I16.unpack_from(frame, 12)
-    pos = 14
-    if length < 0:
-        if length != -1:
-            raise ProtocolError(f"invalid client id length {length}")
-        client_id = None
-    else:
-        end = pos + length
-        if end > n:
+    key, correlation_id, length = _REQUEST_HEAD(frame, 4)
+    layout = _REQUEST_LAYOUT.get(key)
+    api_key, api_version, tagged = layout if layout is not None else _unlisted(frame)
+    if length >= 0:
+        pos = _MIN_REQUEST_FRAME + length
+        if pos > n:
             raise ProtocolError("client id runs past the end of the frame")
-        client_id = str(frame[pos:end], "utf-8", "replace")
-        pos = end
-    if header_version == 2:
-        try:
-            pos = skip_tagged_fields(frame, pos)
-        except IndexError:
-            raise ProtocolError("request header tagged fields are truncated") from None
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+        client_id: str | None = str(frame[_MIN_REQUEST_FRAME:pos], "utf-8", "replace")
+    elif length == -1:
+        client_id, pos = None, _MIN_REQUEST_FRAME
+    else:
+        raise ProtocolError(f"invalid client id length {length}")
+    if tagged:
+        if pos >= n:
+            raise ProtocolError("request header tagged fields are truncated")
+        if frame[pos] == 0:  # no tagged fields: the usual case
+            pos += 1
+        else:
+            try:
+                pos = skip_tagged_fields(frame, pos)
+            except IndexError:
+                raise ProtocolError("request header tagged fields are truncated") from None
+    return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id, pos))
 
 
 def response_correlation_id(frame: memoryview) -> int:
     """The correlation id of a whole response frame."""
     if len(frame) < 8:
         raise ProtocolError(f"response frame of {len(frame)} bytes has no correlation id")
-    return _I32.unpack_from(frame, 4)[0]
+    return _CORRELATION_ID(frame, 4)[0]
 
 
 def response_body_offset(api_key: int, api_version: int, frame: memoryview) -> int:
     """Offset in the frame where the response body starts (after header v0 or v1)."""
-    if len(frame) < 8:
-        raise ProtocolError(f"response frame of {len(frame)} bytes has no correlation id")
-    if response_header_version(api_key, api_version) == 0:
+    n = len(frame)
+    if n < 8:
+        raise ProtocolError(f"response frame of {n} bytes has no correlation id")
+    tags_from = _RESPONSE_TAGS_FROM.get(api_key)
+    if tags_from is None:
+        raise UnsupportedApi(f"unknown api key {api_key}")
+    if api_version < tags_from:
         return 8
+    if n > 8 and frame[8] == 0:
+        return 9
     try:
         return skip_tagged_fields(frame, 8)
     except IndexError:

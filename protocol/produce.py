@@ -2,37 +2,51 @@
 
 ``acks`` decides whether a Produce request has a response at all (acks=0 has none, so a throttled
 acks=0 client can only be muted, KIP-219), and the record and batch counts feed the record-rate
-quotas (KIP-731). Both are read from the body in place: acks sits behind the nullable
-transactional id (v3+), and the counts come from walking topic_data -> partition_data -> records
-by the ProduceRequest schema, reading RecordBatch headers only (see ``records.py``). Topic names
-(v0-12) and topic ids (v13, KIP-516) are skipped alike, so nothing here depends on them.
+quotas (KIP-731). Both are read from the body in place by the schema walker
+(:mod:`kqp.protocol.walker`): acks sits behind the nullable transactional id (v3+), and the counts
+come from one walk over topic_data -> partition_data -> records that hands each records field to
+:meth:`RecordCounts.add_from`. Topic names (v0-12) and topic ids (v13, KIP-516) are skipped alike.
+
+``produce_acks`` runs for every Produce request, so the walk to acks is compiled per version at
+import and looked up in a dict: one generated function call and one ``unpack_from`` per request.
 """
 
 from __future__ import annotations
 
 import struct
 
-from .records import BodyError, RecordCounts, count_body_records, field_position, schema_versions
+from .records import BodyError, RecordCounts
+from .walker import Buffer, MessageWalker, Walk, schema_versions, walker_for
 
 __all__ = ["PRODUCE_VERSIONS", "produce_acks", "produce_request_counts"]
 
 _MESSAGE = "ProduceRequest"
-_I16 = struct.Struct(">h")
+_I16 = struct.Struct(">h").unpack_from
 
 PRODUCE_VERSIONS: range = schema_versions(_MESSAGE)
 """Produce request versions these readers understand (every version kafka-python's schema has)."""
 
+_WALKERS: dict[int, MessageWalker] = {v: walker_for(_MESSAGE, v) for v in PRODUCE_VERSIONS}
+# version -> the compiled walk from the body start to acks (every version has acks).
+_TO_ACKS: dict[int, Walk] = {v: w.prefix(w.index("Acks")) for v, w in _WALKERS.items()}
 
-def produce_acks(api_version: int, body: memoryview | bytes) -> int:
+
+def produce_acks(api_version: int, body: Buffer) -> int:
     """The request's ``acks`` (0, 1 or -1), read without touching topic data."""
-    pos = field_position(_MESSAGE, api_version, "Acks", body)
-    if pos is None:  # every version has acks; a schema without it is not one kqp can serve
-        raise BodyError(f"{_MESSAGE} v{api_version} has no Acks field")
+    to_acks = _TO_ACKS.get(api_version)
+    if to_acks is None:
+        raise BodyError(f"{_MESSAGE} has no version {api_version}")
+    pos = to_acks(body, 0)
     if pos + 2 > len(body):
         raise BodyError("Produce body truncated before acks")
-    return _I16.unpack_from(body, pos)[0]
+    return _I16(body, pos)[0]
 
 
-def produce_request_counts(api_version: int, body: memoryview | bytes) -> RecordCounts:
+def produce_request_counts(api_version: int, body: Buffer) -> RecordCounts:
     """Records and record batches across every partition of the request."""
-    return count_body_records(_MESSAGE, api_version, body)
+    walker = _WALKERS.get(api_version)
+    if walker is None:
+        raise BodyError(f"{_MESSAGE} has no version {api_version}")
+    counts = RecordCounts()
+    walker.body_end(body, 0, counts.add_from)
+    return counts

@@ -26,7 +26,7 @@ from typing import Literal
 
 from .apis import kqp_ranges, message_classes
 from .errors import ProtocolError
-from .walker import MessageWalker, walker_for
+from .walker import Walk, walker_for
 
 __all__ = [
     "ThrottleKind",
@@ -38,13 +38,13 @@ __all__ = [
 ]
 
 ThrottleKind = Literal["none", "first", "walk"]
-_FIELD = "throttle_time_ms"
+_FIELD = "ThrottleTimeMs"
 _I32 = struct.Struct(">i")
 
 
-def _build() -> tuple[dict[tuple[int, int], ThrottleKind], dict[tuple[int, int], tuple[MessageWalker, int]]]:
+def _build() -> tuple[dict[tuple[int, int], ThrottleKind], dict[tuple[int, int], Walk]]:
     kinds: dict[tuple[int, int], ThrottleKind] = {}
-    walks: dict[tuple[int, int], tuple[MessageWalker, int]] = {}
+    walks: dict[tuple[int, int], Walk] = {}  # the compiled walk from the body start to the field
     for api_key, (lo, hi) in kqp_ranges().items():
         response_cls = message_classes(api_key)[1]
         for version in range(lo, hi + 1):
@@ -55,7 +55,7 @@ def _build() -> tuple[dict[tuple[int, int], ThrottleKind], dict[tuple[int, int],
                 kinds[api_key, version] = "first"
             else:
                 kinds[api_key, version] = "walk"
-                walks[api_key, version] = (walker, walker.index(_FIELD))
+                walks[api_key, version] = walker.prefix(walker.index(_FIELD))
     return kinds, walks
 
 
@@ -69,12 +69,12 @@ def throttle_field_kind(api_key: int, version: int) -> ThrottleKind:
 
 def throttle_field_offset(api_key: int, api_version: int, frame: memoryview, body_offset: int) -> int | None:
     """Offset in ``frame`` of the int32 ``throttle_time_ms``, or None when the version has none."""
-    kind = _KINDS.get((api_key, api_version), "none")
+    key = (api_key, api_version)
+    kind = _KINDS.get(key, "none")
     if kind == "first":
         offset = body_offset
     elif kind == "walk":
-        walker, index = _WALKS[api_key, api_version]
-        offset = walker.field_start(frame, body_offset, index)
+        offset = _WALKS[key](frame, body_offset)
     else:
         return None
     if offset + 4 > len(frame):
