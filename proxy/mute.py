@@ -17,6 +17,7 @@ class MuteReason(enum.Enum):
     BACKPRESSURE = "backpressure"    # the upstream transport is over its high-water mark
     CONNECTING = "connecting"        # the upstream connection is not established yet
     CLOSING = "closing"              # shutdown: read no new requests, let responses drain
+    LOOKUP = "lookup"                # a mutation request waits for topic metadata (KIP-599 costs)
 
 
 class MuteState:

@@ -76,6 +76,15 @@ class ConfigReloader:
         self._on_result("success")
         return True
 
+    def _reload_guarded(self) -> None:
+        """reload(), but an unexpected error is logged and counted instead of ending the watch:
+        a task that died here would silently stop every later reload."""
+        try:
+            self.reload()
+        except Exception:
+            log.exception("config reload failed unexpectedly, keeping the running config")
+            self._on_result("failure")
+
     def request(self) -> None:
         """Ask for a reload from a signal handler or another thread-safe context."""
         self._wake.set()
@@ -94,12 +103,12 @@ class ConfigReloader:
                 if forced:
                     log.info("SIGHUP: reloading %s", self.path)
                     self._stamp = stamp
-                    self.reload()
+                    self._reload_guarded()
                 elif stamp != self._stamp:
                     # Debounce one poll: an editor's write in progress must not count as a failure.
                     if stamp == self._settling:
                         self._stamp = stamp
-                        self.reload()
+                        self._reload_guarded()
                     else:
                         self._settling = stamp
         finally:

@@ -16,11 +16,14 @@ decoder, so the upstream sees nothing from it before the throttle has passed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses
 from kqp.protocol.api_versions import encode_api_versions_response
@@ -37,6 +40,7 @@ from kqp.quotas.model import ANONYMOUS, Principal
 from kqp.quotas.throttle import combine
 
 from .context import ProxyContext
+from .mutation_gate import GATED_APIS, Rewrite, gate_for
 from .mute import MuteReason, MuteState
 
 log = logging.getLogger("kqp.session")
@@ -45,7 +49,7 @@ PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
 WRITE_HIGH_WATER = 1024 * 1024
 _SIZE = struct.Struct(">i")
 # Reasons that stop kqp forwarding requests it has already read (backpressure only stops reading).
-_BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING})
+_BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING, MuteReason.LOOKUP})
 
 
 @dataclass(slots=True)
@@ -61,6 +65,7 @@ class InFlight:
     violations: list[Violation] = field(default_factory=list)
     local_response: bytes | None = None    # kqp's own answer, sent when its turn comes
     fetched: tuple[int, int, int] | None = None   # Fetch response bytes, records, batches charged
+    rewrite: Rewrite | None = None               # applied to the response before delivery (KIP-599 merge)
 
 
 class ClientSession(asyncio.Protocol):
@@ -84,7 +89,14 @@ class ClientSession(asyncio.Protocol):
         self.mute = MuteState(self._pause_client, self._resume_client)
         self._mute_handle: object | None = None
         self._principals: dict[str | None, Principal] = {}
+        # Correlation ids of recent acks=0 Produce requests. A broker never answers them, but some
+        # upstreams do (librdkafka's mock cluster answers kafka-python's Produce v9): such an
+        # answer is dropped, since the client expects none and kqp owes none.
+        self._unanswered: deque[int] = deque(maxlen=64)
         self._connect_task: asyncio.Task[None] | None = None
+        self.gate = gate_for(ctx)
+        # A metadata lookup a mutation request waits for: no later request is read meanwhile.
+        self._held: asyncio.Task[None] | None = None
 
     # -- muting: named reasons, reading resumes only when none is left ------------------------
     def _pause_client(self) -> None:
@@ -141,6 +153,7 @@ class ClientSession(asyncio.Protocol):
         self.upstream = transport  # type: ignore[assignment]
         self._unmute(MuteReason.CONNECTING)
         self._guarded(self._pump_requests)
+        self._close_if_done()
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = self.ctx.now()
@@ -158,7 +171,13 @@ class ClientSession(asyncio.Protocol):
         return True
 
     def _close_if_done(self) -> None:
-        if self._client_eof and self.drained and not self.requests.buffered:
+        if not self._client_eof:
+            return
+        if self.requests.buffered and not self._blocked():
+            # Every whole frame has been taken: what is left is a frame the client never finished.
+            self.close("protocol_error", f"truncated frame: the client closed the connection mid-frame "
+                       f"({self.requests.buffered} bytes of it received)")
+        elif self.drained and not self.requests.buffered:
             self.close("client_closed", None)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -190,7 +209,7 @@ class ClientSession(asyncio.Protocol):
             self._principals[client_id] = p
         return p
 
-    def _on_request(self, frame: memoryview) -> None:
+    def _on_request(self, frame: memoryview, looked_up: bool = False) -> None:
         t0 = time.perf_counter()
         ctx = self.ctx
         now = ctx.now()
@@ -206,30 +225,58 @@ class ClientSession(asyncio.Protocol):
             return
         violations: list[Violation] = []
         expects_response = True
+        rewrite: Rewrite | None = None
+        local: bytes | None = None
         if api == PRODUCE:
             body = frame[hdr.body_offset:]
             expects_response = produce_acks(version, body) != 0
             violations = self._record_produce(principal, frame, body, version, now)
         elif api == FETCH:
             frame = self._cap_fetch(principal, frame, hdr.body_offset, version)
+        elif api in GATED_APIS:
+            plan = self.gate.plan(principal, hdr, frame, now, looked_up)
+            if plan.lookup is not None:
+                self._hold(plan.lookup, frame)
+                return
+            frame, violations, rewrite, local = plan.frame, plan.violations, plan.rewrite, plan.answer
         assert self.upstream is not None
-        self.upstream.write(frame)
+        if local is None:
+            self.upstream.write(frame)
         handler = time.perf_counter() - t0
         if expects_response:
-            self.in_flight.append(InFlight(hdr.correlation_id, api, version, principal, now, handler, violations))
+            self.in_flight.append(InFlight(hdr.correlation_id, api, version, principal, now, handler, violations,
+                                           local_response=local, rewrite=rewrite))
             if violations:
                 # Over quota already (produce bytes are known now): read nothing more until the
                 # throttle has passed, as the broker, which reads one request at a time, would.
                 throttle, _ = combine(violations)
                 if throttle > 0:
                     self._mute_until(now + throttle)
+            if local is not None:
+                self._flush_local()
             return
         # acks=0 Produce: no response will come, so the throttle can only be a mute.
+        self._unanswered.append(hdr.correlation_id)
         violations.extend(ctx.quotas.record_request(principal, handler, now))
         ctx.observer.handler_time(principal, handler)
         throttle = self._throttle_of(principal, violations)
         if throttle > 0:
             self._mute_until(now + throttle)
+
+    def _hold(self, lookup: Coroutine[Any, Any, None], frame: memoryview) -> None:
+        """Run the metadata lookup a mutation request needs, reading nothing more meanwhile, then
+        plan the same request again: the connection's order is kept."""
+        self._mute(MuteReason.LOOKUP)
+        self._held = task = self.ctx.loop.create_task(lookup)
+        task.add_done_callback(lambda _: self._resume_held(frame))
+
+    def _resume_held(self, frame: memoryview) -> None:
+        self._held = None
+        if self.closed:
+            return
+        self._guarded(lambda: self._on_request(frame, looked_up=True))
+        self._unmute(MuteReason.LOOKUP)
+        self._guarded(self._pump_requests)
 
     def _record_produce(self, principal: Principal, frame: memoryview, body: memoryview, version: int,
                         now: float) -> list[Violation]:
@@ -271,6 +318,10 @@ class ClientSession(asyncio.Protocol):
         ctx = self.ctx
         now = ctx.now()
         correlation_id = response_correlation_id(frame)
+        if correlation_id in self._unanswered and (
+                not self.in_flight or self.in_flight[0].correlation_id != correlation_id):
+            self._unanswered.remove(correlation_id)
+            return
         if not self.in_flight or self.in_flight[0].local_response is not None:
             raise ProtocolError(f"response {correlation_id} to no request")
         entry = self.in_flight.popleft()
@@ -279,6 +330,8 @@ class ClientSession(asyncio.Protocol):
         api, version, principal = entry.api_key, entry.api_version, entry.principal
         ctx.observer.response(principal, api, len(frame), now - entry.sent_at)
         body_offset = response_body_offset(api, version, frame)
+        if entry.rewrite is not None:
+            frame = memoryview(entry.rewrite(frame, body_offset))
         if may_carry_addresses(api, version):
             rewritten, seen = rewrite_addresses(api, version, frame, body_offset, ctx.listeners.map_address)
             ctx.cluster.learn(seen)
@@ -310,6 +363,7 @@ class ClientSession(asyncio.Protocol):
             return 0.0
         throttle, quota_type = combine(violations)
         if quota_type is not None:
+            self.throttle_cause = (principal, quota_type)   # read by the delay-queue and muted gauges
             self.ctx.observer.throttled(principal, quota_type, throttle)
         return throttle
 
@@ -329,6 +383,11 @@ class ClientSession(asyncio.Protocol):
             self._send(frame)
         else:
             # The client would not back off by itself: hold the response back for the throttle time.
+            # Like the broker, still report the delay in throttle_time_ms where the version has
+            # the field; the field is informational here, so an upstream response kqp cannot walk
+            # (librdkafka's mock omits a Produce v5 field) goes out as the upstream sent it.
+            with contextlib.suppress(ProtocolError, BodyError):
+                frame = patch_throttle_ms(api, version, memoryview(frame), body_offset, throttle_ms)
             self.outbound.append((now + throttle, frame))
             self.ctx.delay.schedule(self, now + throttle)
         self._mute_until(now + throttle)
@@ -345,12 +404,13 @@ class ClientSession(asyncio.Protocol):
         while self.in_flight and self.in_flight[0].local_response is not None:
             entry = self.in_flight.popleft()
             now = self.ctx.now()
-            violations = self.ctx.quotas.record_request(entry.principal, entry.handler_seconds, now)
+            violations = entry.violations + self.ctx.quotas.record_request(entry.principal, entry.handler_seconds, now)
             throttle = self._throttle_of(entry.principal, violations)
             assert entry.local_response is not None
             frame = entry.local_response
             if throttle > 0:
-                self._deliver(entry, frame, 8, throttle, now)   # ApiVersions: response header v0
+                offset = response_body_offset(entry.api_key, entry.api_version, memoryview(frame))
+                self._deliver(entry, frame, offset, throttle, now)
             else:
                 self._send(frame)
 
@@ -409,6 +469,8 @@ class ClientSession(asyncio.Protocol):
             self.ctx.delay.cancel(self._mute_handle)
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
+        if self._held is not None:
+            self._held.cancel()
         if self.client is not None:
             self.client.close()
         if self.upstream is not None:
@@ -421,7 +483,7 @@ class ClientSession(asyncio.Protocol):
 
     @property
     def drained(self) -> bool:
-        return not self.in_flight and not self.outbound
+        return not self.in_flight and not self.outbound and self._held is None
 
 
 class UpstreamSide(asyncio.Protocol):

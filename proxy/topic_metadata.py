@@ -1,0 +1,141 @@
+"""Partition counts per topic, for the KIP-599 mutation quota: what a DeleteTopics or a
+CreatePartitions costs depends on how many partitions the topic has now.
+
+A broker reads that from its own metadata cache; kqp keeps a small one of its own, fed from three
+sources, cheapest first:
+
+* Metadata responses that clients already receive through kqp (decoded only while some entity has
+  a `controller_mutation_rate`, so a proxy without that quota pays nothing);
+* the answers to the mutations kqp forwards (a created topic has the partitions its response
+  reports, a deleted one has none, CreatePartitions sets the new count);
+* a Metadata request kqp sends itself, with `proxy/upstream_client.py`, when a mutation names a
+  topic the cache does not know. It asks for *every* topic: a request naming a topic may make an
+  upstream auto-create it (Tansu does), which would turn a DeleteTopics of a missing topic into a
+  create. Lookups run one at a time; a session needing one while another is running awaits it.
+
+Topics are known by name and, where the upstream reports ids (Metadata v10+), by id too, because
+DeleteTopics v6+ may name a topic by id only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from kqp.protocol.apis import message_classes
+from kqp.protocol.errors import ProtocolError
+
+from .upstream_client import UpstreamClient
+
+log = logging.getLogger("kqp.mutations")
+
+METADATA = 3
+UNKNOWN_TOPIC_OR_PARTITION = 3
+_DECODE_ERRORS = (struct.error, ValueError, IndexError, TypeError, EOFError, AssertionError, UnicodeDecodeError)
+
+
+def topic_id_of(value: Any) -> uuid.UUID | None:
+    """A real topic id, or None for kafka-python's null and Kafka's all-zero "no id"."""
+    if isinstance(value, uuid.UUID) and value.int != 0:
+        return value
+    return None
+
+
+class TopicMetadata:
+    """topic name -> partition count, topic id -> name; a cache, never the truth."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[str, int] = {}
+        self._names: dict[uuid.UUID, str] = {}
+        self._lookup: asyncio.Task[None] | None = None
+
+    # -- reading -------------------------------------------------------------------------------
+    def partitions(self, name: str | None, topic_id: uuid.UUID | None = None) -> int | None:
+        """The topic's partition count, by id when one is given, else by name; None if unknown."""
+        if topic_id is not None:
+            name = self._names.get(topic_id)
+        if name is None:
+            return None
+        return self._partitions.get(name)
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    # -- learning ------------------------------------------------------------------------------
+    def learn(self, name: str, partitions: int, topic_id: uuid.UUID | None = None) -> None:
+        self._partitions[name] = partitions
+        if topic_id is not None:
+            self._names[topic_id] = name
+
+    def forget(self, name: str | None, topic_id: uuid.UUID | None = None) -> None:
+        if topic_id is not None:
+            name = self._names.pop(topic_id, None) or name
+        if name is not None:
+            self._partitions.pop(name, None)
+            for known_id in [i for i, n in self._names.items() if n == name]:
+                del self._names[known_id]
+
+    def learn_topics(self, topics: Iterable[Any], complete: bool = False) -> None:
+        """Take in the topics of a decoded Metadata response.
+
+        ``complete`` says the response lists every topic (kqp's own all-topics lookup), so a
+        known topic missing from it has been deleted.
+        """
+        seen: set[str] = set()
+        for topic in topics:
+            name, topic_id = topic.name, topic_id_of(getattr(topic, "topic_id", None))
+            if topic.error_code == 0 and name is not None:
+                self.learn(name, len(topic.partitions or ()), topic_id)
+                seen.add(name)
+            elif topic.error_code == UNKNOWN_TOPIC_OR_PARTITION:
+                self.forget(name, topic_id)
+            # Other errors (a leader election under way, an authorisation failure) say nothing
+            # about the partition count: what the cache holds stays.
+        if complete:
+            for name in [n for n in self._partitions if n not in seen]:
+                self.forget(name)
+
+    def learn_response(self, version: int, body: memoryview | bytes) -> None:
+        """Feed a Metadata response body a client is receiving; a body kqp cannot read is skipped
+        (the client gets it unchanged either way, and a later lookup fills the gap)."""
+        try:
+            response = message_classes(METADATA)[1].decode(bytes(body), version=version)
+        except _DECODE_ERRORS as exc:
+            log.debug("metadata response v%d not readable for the topic cache: %r", version, exc)
+            return
+        self.learn_topics(response.topics or ())
+
+    # -- looking up ----------------------------------------------------------------------------
+    async def lookup(self, host: str, port: int, version: int, step_seconds: float, max_frame_bytes: int) -> None:
+        """Refresh from an all-topics Metadata request; concurrent callers share one request.
+
+        Never raises (but for cancellation): a failed lookup is logged, and the caller goes on
+        with what the cache knows.
+        """
+        if self._lookup is None or self._lookup.done():
+            self._lookup = asyncio.get_running_loop().create_task(
+                self._fetch(host, port, version, step_seconds, max_frame_bytes))
+        # shield: one waiting session closing must not cancel the lookup others await.
+        await asyncio.shield(self._lookup)
+
+    async def _fetch(self, host: str, port: int, version: int, step_seconds: float, max_frame_bytes: int) -> None:
+        fields: dict[str, Any] = {"topics": None if version >= 1 else []}  # v0: empty list = all
+        if version >= 4:
+            fields["allow_auto_topic_creation"] = False
+        try:
+            async with UpstreamClient(host, port, step_seconds, max_frame_bytes) as client:
+                response = await client.request(METADATA, version, **fields)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
+            log.warning("topic metadata lookup at %s:%d failed: %s: %s; partition counts not known to kqp "
+                        "count as 0", host, port, type(exc).__name__, exc)
+            return
+        except Exception:
+            # A bug, not the upstream's fault: said loudly, but the sessions waiting on this
+            # lookup must still go on (with what the cache knows), so it is not re-raised.
+            log.exception("topic metadata lookup at %s:%d failed unexpectedly", host, port)
+            return
+        self.learn_topics(response.topics or (), complete=True)
