@@ -1,0 +1,105 @@
+"""Fixtures shared by the whole suite: upstream clusters, a kqp process factory, a recording relay.
+
+Upstreams are session-scoped, so each pytest-xdist worker starts its own (sessions are per
+worker) and tests keep apart through unique topic and group names (helpers.names). Everything a
+fixture starts it also stops, and every wait is bounded. Setting KQP_TEST_BOOTSTRAP=host:port makes
+`mock_cluster` and `tansu` yield that real cluster instead, so the same integration tests run
+against Apache Kafka wherever one is reachable.
+
+This file lives in tests/ with no __init__.py beside it, so pytest puts tests/ on sys.path and the
+shared code imports as `helpers` and `upstreams`.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.kqp_process import KqpProcess, Wait, deep_merge, start_kqp
+from helpers.net import free_port
+from helpers.relay import RecordingRelay
+from upstreams import launch
+from upstreams.launch import Upstream
+
+StartKqp = Callable[..., KqpProcess]
+
+
+@pytest.fixture(scope="session")
+def mock_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    """A 3-broker librdkafka mock cluster: "h:p,h:p,h:p" (an `Upstream` with kind "mock")."""
+    real = launch.real_cluster()
+    if real is not None:
+        yield real
+        return
+    with launch.mock_cluster(tmp_path_factory.mktemp("mock") / "mock-cluster.log") as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    """A single Tansu broker with memory storage: "127.0.0.1:PORT" (kind "tansu")."""
+    real = launch.real_cluster()
+    if real is not None:
+        yield real
+        return
+    with launch.tansu(tmp_path_factory.mktemp("tansu") / "tansu.log") as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture
+def tansu_relay(tmp_path: Path) -> Iterator[tuple[RecordingRelay, Upstream]]:
+    """A fresh Tansu behind a RecordingRelay: (relay, bootstrap to give kqp as its upstream).
+
+    Tansu advertises the relay's port, so kqp's every upstream connection, bootstrap and broker
+    alike, passes through the relay and is timestamped. Always Tansu, even with
+    KQP_TEST_BOOTSTRAP set: a real multi-broker cluster cannot be steered through one relay.
+    """
+    tansu_port = free_port()
+    with RecordingRelay("127.0.0.1", tansu_port) as relay, \
+            launch.tansu(tmp_path / "tansu-relayed.log", port=tansu_port, advertised_port=relay.port) \
+            as bootstrap:
+        yield relay, bootstrap
+
+
+@pytest.fixture
+def kqp(tmp_path: Path) -> Iterator[StartKqp]:
+    """Factory: `kqp(upstream, quotas=None, *, wait="ready", timeout=15.0, **config) -> KqpProcess`.
+
+    Writes a YAML config (free bootstrap port, `broker_port_base: 0`, the upstream, `quotas` as
+    the quotas section, other keyword arguments merged in as top-level keys) and starts
+    `python -m kqp.proxy.cli run --config FILE`, waiting up to 15 s for readiness (`wait="port"`:
+    only for the bootstrap port; `"none"`: not at all). An `Upstream` from the fixtures adds the
+    settings its kind needs (`Upstream.kqp_settings()`: the mock's API version caps). At teardown
+    every process still running gets SIGTERM and must exit 0 within its shutdown grace time.
+    """
+    started: list[KqpProcess] = []
+
+    def start(upstream: str, /, quotas: dict[str, Any] | None = None, *, wait: Wait = "ready",
+              timeout: float = 15.0, **config: Any) -> KqpProcess:
+        if isinstance(upstream, Upstream):
+            config = deep_merge(upstream.kqp_settings(), config)  # explicit settings win
+        try:
+            process = start_kqp(tmp_path / "kqp", upstream, quotas, wait=wait, timeout=timeout, **config)
+        except (TimeoutError, RuntimeError) as exc:
+            # kqp could not start: the upstream's side of the story belongs in the same report.
+            tail = upstream.log_tail() if isinstance(upstream, Upstream) else ""
+            if tail:
+                exc.add_note(f"{upstream.kind} upstream log (tail):\n{tail}")
+            raise
+        started.append(process)
+        return process
+
+    yield start
+
+    failures: list[str] = []
+    for process in started:
+        if not process.running:
+            continue  # the test stopped it and asserted on that itself
+        code = process.stop(signal.SIGTERM)
+        if code != 0:
+            failures.append(f"kqp (pid {process.pid}) exited with {code} after SIGTERM "
+                            f"(grace {process.grace_seconds}s); output:\n{process.logs()[-4000:]}")
+    assert not failures, "\n\n".join(failures)

@@ -1,0 +1,133 @@
+"""The kqp command line as an operator meets it: config errors, check-config, SIGTERM (issue 2).
+
+A wrong config must stop kqp before it listens anywhere, with exit code 2 and exactly one line on
+stderr that names the offending key (or file), for `kqp run` and `kqp check-config` alike: that
+line is all a container log or a CI job shows. A running kqp must exit 0 on SIGTERM even with a
+client connected, within its shutdown grace time.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.kqp_process import run_kqp_cli
+from helpers.net import free_port, read_until_eof, split_host_port
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_CONFIG = REPO / "deploy" / "kqp.example.yaml"
+CONFIG_ERROR = 2
+
+
+def good_config() -> dict:
+    return {
+        "listen": f"127.0.0.1:{free_port()}",
+        "broker_port_base": 0,
+        "upstream": {"bootstrap_servers": ["127.0.0.1:9092"]},
+        "quotas": {"entities": [{"client_id": "spark-writer", "producer_byte_rate": 1048576},
+                                {"user": "<default>", "request_rate": 500}]},
+    }
+
+
+def with_change(change: dict) -> str:
+    data = good_config()
+    data.update(change)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+DUPLICATE_ENTITY = {"quotas": {"entities": [{"client_id": "a", "producer_byte_rate": 10},
+                                            {"client_id": "b", "request_rate": 5},
+                                            {"client_id": "a", "consumer_byte_rate": 20}]}}
+
+# name -> (file text, or None for "no such file"; a regex-free fragment the one line must contain)
+BAD_CONFIGS: dict[str, tuple[str | None, str]] = {
+    "unknown-key": (with_change({"listne": "127.0.0.1:1"}), "listne"),
+    "unknown-nested-key": (with_change({"upstream": {"bootstrap_servers": ["127.0.0.1:9092"],
+                                                     "conect_timeout_ms": 5}}), "upstream.conect_timeout_ms"),
+    "wrong-type": (with_change({"max_frame_bytes": "big"}), "max_frame_bytes"),
+    "wrong-quota-type": (with_change({"quotas": {"entities": [{"client_id": "a",
+                                                                "producer_byte_rate": "fast"}]}}),
+                         "quotas.entities[0].producer_byte_rate"),
+    "port-out-of-range": (with_change({"listen": "127.0.0.1:70000"}), "listen"),
+    "invalid-yaml": ("listen: 127.0.0.1:1\nupstream: [unclosed\n", "line"),
+    "duplicate-quota-entity": (with_change(DUPLICATE_ENTITY), "quotas.entities"),
+    "unreadable-file": (None, "does-not-exist.yaml"),
+}
+
+
+def write_case(tmp_path: Path, case: str) -> Path:
+    text, _ = BAD_CONFIGS[case]
+    path = tmp_path / ("does-not-exist.yaml" if text is None else f"{case}.yaml")
+    if text is not None:
+        path.write_text(text)
+    return path
+
+
+def assert_one_line_error(result, fragment: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == CONFIG_ERROR, \
+        f"exit {result.returncode}, wanted {CONFIG_ERROR}; stderr:\n{result.stderr}"
+    assert len(lines) == 1, f"wanted exactly one stderr line, got {len(lines)}:\n{result.stderr}"
+    assert fragment in lines[0], f"the error line does not name {fragment!r}: {lines[0]}"
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_bad_config_exits_2_with_one_line(command: str, case: str, tmp_path: Path) -> None:
+    path = write_case(tmp_path, case)
+    args = ["run", "--config", str(path)] if command == "run" else ["check-config", str(path)]
+    result = run_kqp_cli(*args, timeout=30)
+    assert_one_line_error(result, BAD_CONFIGS[case][1])
+    if case == "duplicate-quota-entity":
+        # Both entries are named, so the operator can find the pair.
+        assert "[0]" in result.stderr and "[2]" in result.stderr, result.stderr
+
+
+def test_run_without_upstream_is_a_config_error(tmp_path: Path) -> None:
+    result = run_kqp_cli("run", "--listen", f"127.0.0.1:{free_port()}", timeout=30)
+    assert_one_line_error(result, "upstream.bootstrap_servers")
+
+
+def test_bad_flag_value_names_the_flag(tmp_path: Path) -> None:
+    result = run_kqp_cli("run", "--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:99999", timeout=30)
+    assert_one_line_error(result, "--listen")
+
+
+def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
+    path = tmp_path / "good.yaml"
+    path.write_text(yaml.safe_dump(good_config(), sort_keys=False))
+    result = run_kqp_cli("check-config", str(path))
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_config_accepts_the_shipped_example() -> None:
+    if not EXAMPLE_CONFIG.exists():
+        pytest.fail(f"{EXAMPLE_CONFIG} is missing: the deploy folder must ship a commented example")
+    result = run_kqp_cli("check-config", str(EXAMPLE_CONFIG))
+    assert result.returncode == 0, result.stderr
+
+
+def test_sigterm_with_open_client_connection_exits_0(tansu: str, kqp) -> None:
+    grace_ms = 3000
+    proxy = kqp(tansu, shutdown_grace_ms=grace_ms)
+    api_versions_v0 = struct.pack(">ihhih", 13, 18, 0, 5, 3) + b"raw"
+    with socket.create_connection(split_host_port(proxy.bootstrap), timeout=5) as sock:
+        sock.sendall(api_versions_v0)
+        size, correlation_id = struct.unpack(">ii", sock.recv(8, socket.MSG_WAITALL))
+        assert correlation_id == 5
+        sock.recv(size - 4, socket.MSG_WAITALL)
+        # The connection is open and idle; now stop kqp under it.
+        started = time.monotonic()
+        code = proxy.stop(signal.SIGTERM, timeout=grace_ms / 1000 + 5)
+        elapsed = time.monotonic() - started
+        assert code == 0, f"exit {code} after SIGTERM; output:\n{proxy.logs()}"
+        assert elapsed < grace_ms / 1000 + 2, f"took {elapsed:.1f}s to exit, grace is {grace_ms} ms"
+        _, closed = read_until_eof(sock, 2)
+        assert closed, "the client connection survived kqp's exit"

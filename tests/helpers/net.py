@@ -1,0 +1,74 @@
+"""Loopback socket helpers shared by the end-to-end tests.
+
+Every test that opens sockets uses 127.0.0.1 and ports the kernel hands out, so two xdist workers
+never collide on a fixed number, and every wait here is bounded by a deadline rather than a count
+of sleeps, so a hung peer fails the test instead of hanging the run.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free a moment ago (bind to 0, read it back, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`"h:p"` (or `"[::1]:p"`) to `(host, port)`."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def split_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+    """`"h:p,h:p"` to a list of `(host, port)`."""
+    return [split_host_port(part.strip()) for part in bootstrap.split(",") if part.strip()]
+
+
+def accepts(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when a TCP connect to host:port succeeds now."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_port(host: str, port: int, timeout: float = 15.0, interval: float = 0.05) -> None:
+    """Block until host:port accepts connections; raise TimeoutError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if accepts(host, port):
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{host}:{port} did not accept connections within {timeout:.1f}s")
+        time.sleep(interval)
+
+
+def read_until_eof(sock: socket.socket, timeout: float) -> tuple[bytes, bool]:
+    """Read everything the peer sends until it closes, for at most `timeout` seconds.
+
+    Returns the bytes read and whether EOF (or a reset, which is also a close) was seen in time.
+    """
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return b"".join(chunks), False
+        sock.settimeout(remaining)
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            return b"".join(chunks), False
+        except ConnectionResetError:
+            return b"".join(chunks), True
+        if not data:
+            return b"".join(chunks), True
+        chunks.append(data)
