@@ -1,0 +1,1 @@
+"""End-to-end tests: kqp as a subprocess, real clients, real upstreams, real sockets."""
