@@ -18,54 +18,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from typing import Any
 
 from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses
 from kqp.protocol.api_versions import encode_api_versions_response
 from kqp.protocol.apis import API_NAMES, should_client_throttle
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response_body, fetch_response_counts
+from kqp.protocol.fetch import empty_fetch_response_body
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
-from kqp.protocol.produce import produce_acks, produce_request_counts
+from kqp.protocol.produce import produce_acks
 from kqp.protocol.records import BodyError
-from kqp.protocol.throttle import patch_throttle_ms
+from kqp.protocol.throttle import throttle_patch_parts
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import ANONYMOUS, Principal
 from kqp.quotas.throttle import combine
 
 from .context import ProxyContext
+from .in_flight import InFlight
+from .metering import capped_fetch, charge_fetch, charge_produce, reframe
 from .mutation_gate import GATED_APIS, Rewrite, gate_for
 from .mute import MuteReason, MuteState
+from .outbox import Outbox, Parts
+from .upstream_side import UpstreamSide
 
 log = logging.getLogger("kqp.session")
 
 PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
 WRITE_HIGH_WATER = 1024 * 1024
-_SIZE = struct.Struct(">i")
 # Reasons that stop kqp forwarding requests it has already read (backpressure only stops reading).
 _BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING, MuteReason.LOOKUP})
-
-
-@dataclass(slots=True)
-class InFlight:
-    """A request kqp has forwarded (or will answer itself) and whose response is still owed."""
-
-    correlation_id: int
-    api_key: int
-    api_version: int
-    principal: Principal
-    sent_at: float
-    handler_seconds: float
-    violations: list[Violation] = field(default_factory=list)
-    local_response: bytes | None = None    # kqp's own answer, sent when its turn comes
-    fetched: tuple[int, int, int] | None = None   # Fetch response bytes, records, batches charged
-    rewrite: Rewrite | None = None               # applied to the response before delivery (KIP-599 merge)
 
 
 class ClientSession(asyncio.Protocol):
@@ -81,7 +66,7 @@ class ClientSession(asyncio.Protocol):
         self.requests = FrameDecoder(ctx.config.max_frame_bytes)
         self.responses = FrameDecoder(ctx.config.max_frame_bytes)
         self.in_flight: deque[InFlight] = deque()
-        self.outbound: deque[tuple[float | None, bytes | memoryview]] = deque()  # (release time, frame)
+        self.outbox = Outbox(self._write)
         self.muted_until = 0.0
         self.last_activity = ctx.now()
         self.closed = False
@@ -230,9 +215,9 @@ class ClientSession(asyncio.Protocol):
         if api == PRODUCE:
             body = frame[hdr.body_offset:]
             expects_response = produce_acks(version, body) != 0
-            violations = self._record_produce(principal, frame, body, version, now)
+            violations = charge_produce(ctx, principal, frame, body, version, now)
         elif api == FETCH:
-            frame = self._cap_fetch(principal, frame, hdr.body_offset, version)
+            frame = capped_fetch(ctx, principal, frame, hdr.body_offset, version)
         elif api in GATED_APIS:
             plan = self.gate.plan(principal, hdr, frame, now, looked_up)
             if plan.lookup is not None:
@@ -278,26 +263,6 @@ class ClientSession(asyncio.Protocol):
         self._unmute(MuteReason.LOOKUP)
         self._guarded(self._pump_requests)
 
-    def _record_produce(self, principal: Principal, frame: memoryview, body: memoryview, version: int,
-                        now: float) -> list[Violation]:
-        quotas = self.ctx.quotas
-        records = batches = 0
-        if quotas.counts_produce_records(principal) or self.ctx.observer.wants_records:
-            counts = produce_request_counts(version, body)
-            records, batches = counts.records, counts.batches
-        self.ctx.observer.produced(principal, len(frame), records)
-        return quotas.record_produce(principal, len(frame), records, batches, now)
-
-    def _cap_fetch(self, principal: Principal, frame: memoryview, body_offset: int, version: int) -> memoryview:
-        cap = self.ctx.quotas.fetch_max_bytes_cap(principal)
-        if cap is None:
-            return frame
-        body = cap_fetch_max_bytes(version, frame[body_offset:], cap)
-        if body is None:
-            return frame
-        head = frame[4:body_offset]
-        return memoryview(b"".join((_SIZE.pack(len(head) + len(body)), head, body)))
-
     # -- responses: upstream -> client ---------------------------------------------------------
     def on_upstream_data(self, data: bytes) -> None:
         try:
@@ -339,23 +304,13 @@ class ClientSession(asyncio.Protocol):
                 frame = memoryview(rewritten)
         violations = entry.violations
         if api == FETCH:
-            violations = violations + self._record_fetch(entry, frame, body_offset, now)
+            violations = violations + charge_fetch(ctx, entry, frame, body_offset, now)
         handler = entry.handler_seconds + (time.perf_counter() - t0)
         violations = violations + ctx.quotas.record_request(principal, handler, now)
         ctx.observer.handler_time(principal, handler)
         throttle = self._throttle_of(principal, violations)
         self._deliver(entry, frame, body_offset, throttle, now)
         self._flush_local()
-
-    def _record_fetch(self, entry: InFlight, frame: memoryview, body_offset: int, now: float) -> list[Violation]:
-        quotas, principal, version = self.ctx.quotas, entry.principal, entry.api_version
-        records = batches = 0
-        if quotas.counts_fetch_records(principal) or self.ctx.observer.wants_records:
-            counts = fetch_response_counts(version, frame[body_offset:])
-            records, batches = counts.records, counts.batches
-        self.ctx.observer.fetched(principal, len(frame), records)
-        entry.fetched = (len(frame), records, batches)
-        return quotas.record_fetch(principal, len(frame), records, batches, now)
 
     def _throttle_of(self, principal: Principal, violations: list[Violation]) -> float:
         """KIP-124 co-existence: one throttle, the largest of the request's quota throttles."""
@@ -370,34 +325,31 @@ class ClientSession(asyncio.Protocol):
     def _deliver(self, entry: InFlight, frame: memoryview | bytes, body_offset: int, throttle: float,
                  now: float) -> None:
         if throttle <= 0:
-            self._send(frame)
+            self._send((frame,))
             return
         api, version = entry.api_key, entry.api_version
         throttle_ms = max(1, round(throttle * 1000))
+        view = memoryview(frame)
         if should_client_throttle(api, version):
             if api == FETCH and self.ctx.config.fetch_throttle == "empty" and entry.fetched is not None:
                 # As the broker does: the data is not delivered, so it is not charged either.
                 self.ctx.quotas.unrecord_fetch(entry.principal, *entry.fetched, now)
-                frame = self._empty_fetch(frame, body_offset, version, throttle_ms)
-            frame = patch_throttle_ms(api, version, memoryview(frame), body_offset, throttle_ms)
-            self._send(frame)
+                body = empty_fetch_response_body(version, view[body_offset:], throttle_ms)
+                view = memoryview(reframe(view, body_offset, body))
+            # A patched head and the untouched rest: a throttled Fetch response is not copied.
+            parts = throttle_patch_parts(api, version, view, body_offset, throttle_ms)
+            self._send(parts if parts is not None else (view,))
         else:
             # The client would not back off by itself: hold the response back for the throttle time.
             # Like the broker, still report the delay in throttle_time_ms where the version has
             # the field; the field is informational here, so an upstream response kqp cannot walk
             # (librdkafka's mock omits a Produce v5 field) goes out as the upstream sent it.
+            parts = None
             with contextlib.suppress(ProtocolError, BodyError):
-                frame = patch_throttle_ms(api, version, memoryview(frame), body_offset, throttle_ms)
-            self.outbound.append((now + throttle, frame))
+                parts = throttle_patch_parts(api, version, view, body_offset, throttle_ms)
+            self.outbox.hold(parts if parts is not None else (view,), now + throttle)
             self.ctx.delay.schedule(self, now + throttle)
         self._mute_until(now + throttle)
-
-    def _empty_fetch(self, frame: memoryview | bytes, body_offset: int, version: int,
-                     throttle_ms: int) -> bytes:
-        view = memoryview(frame)
-        body = empty_fetch_response_body(version, view[body_offset:], throttle_ms)
-        head = view[4:body_offset]
-        return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
 
     def _flush_local(self) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
@@ -412,16 +364,20 @@ class ClientSession(asyncio.Protocol):
                 offset = response_body_offset(entry.api_key, entry.api_version, memoryview(frame))
                 self._deliver(entry, frame, offset, throttle, now)
             else:
-                self._send(frame)
+                self._send((frame,))
 
-    def _send(self, frame: memoryview | bytes) -> None:
-        if self.outbound:                         # an earlier response is held: keep the order
-            self.outbound.append((None, frame))
-            return
-        if self.client is not None and not self.closed:
-            self.client.write(frame)
-            self.last_activity = self.ctx.now()
+    def _send(self, parts: Parts) -> None:
+        self.outbox.send(parts)
         self._close_if_done()
+
+    def _write(self, parts: Parts) -> None:
+        if self.client is None or self.closed:
+            return
+        if len(parts) == 1:
+            self.client.write(parts[0])
+        else:
+            self.client.writelines(parts)
+        self.last_activity = self.ctx.now()
 
     # -- the delay queue -----------------------------------------------------------------------
     def _mute_until(self, until: float) -> None:
@@ -436,10 +392,7 @@ class ClientSession(asyncio.Protocol):
     def on_delay(self, now: float) -> None:
         if self.closed:
             return
-        while self.outbound and (self.outbound[0][0] is None or self.outbound[0][0] <= now):
-            _, frame = self.outbound.popleft()
-            if self.client is not None:
-                self.client.write(frame)
+        self.outbox.release(now)
         self._close_if_done()
         if self.throttled and self.muted_until <= now:
             self._mute_handle = None
@@ -478,34 +431,25 @@ class ClientSession(asyncio.Protocol):
         self.ctx.sessions.discard(self)
         self.ctx.observer.connection_closed(self.listener, reason)
 
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        detail = f": {exc}" if exc else ""
+        if self.in_flight:
+            e = self.in_flight[0]
+            detail += f" (awaiting the response to {API_NAMES.get(e.api_key, e.api_key)} v{e.api_version})"
+        self.close("upstream_closed", f"upstream connection closed{detail}")
+
+    def upstream_backpressure(self, on: bool) -> None:
+        """The upstream reads slower than the client sends: stop reading the client meanwhile."""
+        if on:
+            self._mute(MuteReason.BACKPRESSURE)
+        else:
+            self._unmute(MuteReason.BACKPRESSURE)
+
     def begin_shutdown(self) -> None:
         self._mute(MuteReason.CLOSING)
 
     @property
     def drained(self) -> bool:
-        return not self.in_flight and not self.outbound and self._held is None
-
-
-class UpstreamSide(asyncio.Protocol):
-    """The upstream half: hands bytes to the session and reports its own flow control."""
-
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-
-    def data_received(self, data: bytes) -> None:
-        self.session.on_upstream_data(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        s = self.session
-        if not s.closed:
-            detail = f": {exc}" if exc else ""
-            if s.in_flight:
-                e = s.in_flight[0]
-                detail += f" (awaiting the response to {API_NAMES.get(e.api_key, e.api_key)} v{e.api_version})"
-            s.close("upstream_closed", f"upstream connection closed{detail}")
-
-    def pause_writing(self) -> None:          # the upstream reads slower than the client sends
-        self.session._mute(MuteReason.BACKPRESSURE)
-
-    def resume_writing(self) -> None:
-        self.session._unmute(MuteReason.BACKPRESSURE)
+        return not self.in_flight and not self.outbox and self._held is None

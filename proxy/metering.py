@@ -1,0 +1,57 @@
+"""What a request or response costs its entity: the few body reads quotas need, and the charges.
+
+Record counts are read only when a record or batch quota (or a metrics observer) wants them, so
+byte-rate-only deployments never walk a Produce request's partitions.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts
+from kqp.protocol.produce import produce_request_counts
+from kqp.quotas.manager import Violation
+from kqp.quotas.model import Principal
+
+from .context import ProxyContext
+from .in_flight import InFlight
+
+_SIZE = struct.Struct(">i")
+
+
+def reframe(frame: memoryview, body_offset: int, body: bytes) -> bytes:
+    """The frame with a new body: a new size prefix, the same header."""
+    head = frame[4:body_offset]
+    return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
+
+
+def charge_produce(ctx: ProxyContext, principal: Principal, frame: memoryview, body: memoryview, version: int,
+                   now: float) -> list[Violation]:
+    records = batches = 0
+    if ctx.quotas.counts_produce_records(principal) or ctx.observer.wants_records:
+        counts = produce_request_counts(version, body)
+        records, batches = counts.records, counts.batches
+    ctx.observer.produced(principal, len(frame), records)
+    return ctx.quotas.record_produce(principal, len(frame), records, batches, now)
+
+
+def capped_fetch(ctx: ProxyContext, principal: Principal, frame: memoryview, body_offset: int,
+                 version: int) -> memoryview:
+    """Kafka's getMaxValueInQuotaWindow: a Fetch may not ask for more than the quota's whole span."""
+    cap = ctx.quotas.fetch_max_bytes_cap(principal)
+    if cap is None:
+        return frame
+    body = cap_fetch_max_bytes(version, frame[body_offset:], cap)
+    return frame if body is None else memoryview(reframe(frame, body_offset, body))
+
+
+def charge_fetch(ctx: ProxyContext, entry: InFlight, frame: memoryview, body_offset: int,
+                 now: float) -> list[Violation]:
+    principal = entry.principal
+    records = batches = 0
+    if ctx.quotas.counts_fetch_records(principal) or ctx.observer.wants_records:
+        counts = fetch_response_counts(entry.api_version, frame[body_offset:])
+        records, batches = counts.records, counts.batches
+    ctx.observer.fetched(principal, len(frame), records)
+    entry.fetched = (len(frame), records, batches)
+    return ctx.quotas.record_fetch(principal, len(frame), records, batches, now)
