@@ -106,18 +106,39 @@ class FrameDecoder:
         # never lost to an error that belongs to the frame after it.
         return frame
 
-    def _drop_first(self) -> None:
-        self._chunks.popleft()
-        self._first = None
-        self._pos = 0
+    def next_frame_parts(self, head_bytes: int) -> tuple[memoryview, tuple[memoryview, ...]] | None:
+        """One whole frame as ``(head, parts)`` without joining a frame that spans chunks.
 
-    def _take_joined(self, need: int) -> bytes:
-        """Cut ``need`` bytes that span several chunks: the one copy a split frame costs."""
-        chunks = self._chunks
-        parts: list[bytes | memoryview] = []
+        ``parts`` are views whose concatenation is the frame (for ``transport.writelines``); ``head``
+        is a contiguous start of the frame of at least ``head_bytes`` bytes (or all of it), for
+        reading its header.
+        A frame inside one chunk comes back as ``(frame, (frame,))``; a split frame costs a copy of
+        its head only, so a large Produce request can be forwarded without the full copy.
+        """
+        need = self._need
+        if need < 0:
+            need = self._read_size()
+            if need < 0:
+                return None
+        if self._size < need:
+            return None
+        first = self._first if self._first is not None else memoryview(self._chunks[0])
+        if len(first) - self._pos >= need:
+            frame = self.next_frame()
+            assert frame is not None
+            return frame, (frame,)
+        parts = tuple(self._take_parts(need))
+        self._size -= need
+        self._need = -1
+        head_len = min(head_bytes, need)
+        head = parts[0] if len(parts[0]) >= head_len else memoryview(b"".join(parts))[:head_len]
+        return head, parts
+
+    def _take_parts(self, need: int) -> list[memoryview]:
+        parts: list[memoryview] = []
         missing = need
         while missing:
-            first = self._first if self._first is not None else memoryview(chunks[0])
+            first = self._first if self._first is not None else memoryview(self._chunks[0])
             avail = len(first) - self._pos
             if avail <= missing:
                 parts.append(first[self._pos :])
@@ -128,7 +149,16 @@ class FrameDecoder:
                 self._first = first
                 self._pos += missing
                 missing = 0
-        return b"".join(parts)
+        return parts
+
+    def _drop_first(self) -> None:
+        self._chunks.popleft()
+        self._first = None
+        self._pos = 0
+
+    def _take_joined(self, need: int) -> bytes:
+        """Cut ``need`` bytes that span several chunks: the one copy a split frame costs."""
+        return b"".join(self._take_parts(need))
 
     def _read_size(self) -> int:
         """Parse and check the next size prefix if its 4 bytes are in; the frame length or -1."""

@@ -25,14 +25,20 @@ def reframe(frame: memoryview, body_offset: int, body: bytes) -> bytes:
     return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
 
 
-def charge_produce(ctx: ProxyContext, principal: Principal, frame: memoryview, body: memoryview, version: int,
+def produce_needs_counts(ctx: ProxyContext, principal: Principal) -> bool:
+    """Whether a Produce request's batches must be walked: a record quota or the metrics want counts."""
+    return ctx.observer.wants_records or ctx.quotas.counts_produce_records(principal)
+
+
+def charge_produce(ctx: ProxyContext, principal: Principal, size: int, body: memoryview, version: int,
                    now: float) -> list[Violation]:
+    """Charge a Produce request of `size` bytes; `body` is read for record counts only when needed."""
     records = batches = 0
-    if ctx.quotas.counts_produce_records(principal) or ctx.observer.wants_records:
+    if produce_needs_counts(ctx, principal):
         counts = produce_request_counts(version, body)
         records, batches = counts.records, counts.batches
-    ctx.observer.produced(principal, len(frame), records)
-    return ctx.quotas.record_produce(principal, len(frame), records, batches, now)
+    ctx.observer.produced(principal, size, records)
+    return ctx.quotas.record_produce(principal, size, records, batches, now)
 
 
 def capped_fetch(ctx: ProxyContext, principal: Principal, frame: memoryview, body_offset: int,

@@ -39,7 +39,7 @@ from kqp.quotas.throttle import combine
 
 from .context import ProxyContext
 from .in_flight import InFlight
-from .metering import capped_fetch, charge_fetch, charge_produce, reframe
+from .metering import capped_fetch, charge_fetch, charge_produce, produce_needs_counts, reframe
 from .mutation_gate import GATED_APIS, Rewrite, gate_for
 from .mute import MuteReason, MuteState
 from .outbox import Outbox, Parts
@@ -49,6 +49,9 @@ log = logging.getLogger("kqp.session")
 
 PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
 WRITE_HIGH_WATER = 1024 * 1024
+# A request split over several reads is read through its first bytes only, when that is enough:
+# Produce's header, transactional id and acks fit (a transactional id is at most 32 KiB).
+SPLIT_HEAD_BYTES = 40 * 1024
 # Reasons that stop kqp forwarding requests it has already read (backpressure only stops reading).
 _BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING, MuteReason.LOOKUP})
 
@@ -179,10 +182,11 @@ class ClientSession(asyncio.Protocol):
     # -- requests: client -> upstream ----------------------------------------------------------
     def _pump_requests(self) -> None:
         while self.upstream is not None and not self.closed and not self._blocked():
-            frame = self.requests.next_frame()
-            if frame is None:
+            got = self.requests.next_frame_parts(SPLIT_HEAD_BYTES)
+            if got is None:
                 return
-            self._on_request(frame)
+            head, parts = got
+            self._on_request(head, parts=parts if len(parts) > 1 else None)
 
     def _blocked(self) -> bool:
         return not self.mute.reasons.isdisjoint(_BLOCKING)
@@ -194,14 +198,21 @@ class ClientSession(asyncio.Protocol):
             self._principals[client_id] = p
         return p
 
-    def _on_request(self, frame: memoryview, looked_up: bool = False) -> None:
+    def _on_request(self, frame: memoryview, looked_up: bool = False,
+                    parts: tuple[memoryview, ...] | None = None) -> None:
+        """One request. `parts` is set when the frame spanned several reads: `frame` is then only
+        its head, enough for the header, and the parts are forwarded as they are (no join) when
+        kqp needs nothing past the head: a Produce request no record count is wanted for."""
         t0 = time.perf_counter()
         ctx = self.ctx
         now = ctx.now()
         hdr = parse_request_header(frame)
         api, version = hdr.api_key, hdr.api_version
         principal = self._principal(hdr.client_id)
-        ctx.observer.request(principal, api, len(frame))
+        if parts is not None and (api != PRODUCE or produce_needs_counts(ctx, principal)):
+            frame, parts = memoryview(b"".join(parts)), None
+        size = len(frame) if parts is None else sum(map(len, parts))
+        ctx.observer.request(principal, api, size)
         if api == API_VERSIONS:
             answer = encode_api_versions_response(version, hdr.correlation_id, ctx.cluster.api_ranges)
             self.in_flight.append(InFlight(hdr.correlation_id, api, version, principal, now,
@@ -215,7 +226,7 @@ class ClientSession(asyncio.Protocol):
         if api == PRODUCE:
             body = frame[hdr.body_offset:]
             expects_response = produce_acks(version, body) != 0
-            violations = charge_produce(ctx, principal, frame, body, version, now)
+            violations = charge_produce(ctx, principal, size, body, version, now)
         elif api == FETCH:
             frame = capped_fetch(ctx, principal, frame, hdr.body_offset, version)
         elif api in GATED_APIS:
@@ -225,7 +236,9 @@ class ClientSession(asyncio.Protocol):
                 return
             frame, violations, rewrite, local = plan.frame, plan.violations, plan.rewrite, plan.answer
         assert self.upstream is not None
-        if local is None:
+        if parts is not None:
+            self.upstream.writelines(parts)
+        elif local is None:
             self.upstream.write(frame)
         handler = time.perf_counter() - t0
         if expects_response:

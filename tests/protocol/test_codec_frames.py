@@ -170,3 +170,37 @@ def test_garbage_raises_only_protocol_errors(chunks: list[bytes], limit: int) ->
                 assert len(f) - 4 == struct.unpack(">i", f[:4])[0] <= limit
     except ProtocolError:
         pass
+
+
+def test_next_frame_parts_forwards_a_split_frame_without_joining_it() -> None:
+    import struct
+
+    from kqp.protocol.frames import FrameDecoder
+
+    body = bytes(range(200)) * 50
+    frame = struct.pack(">i", len(body)) + body
+    two = frame + frame
+    for cut in (1, 3, 4, 5, 100, len(frame) - 1, len(frame), len(frame) + 7):
+        decoder = FrameDecoder(1 << 20)
+        decoder.feed(two[:cut])
+        decoder.feed(two[cut:])
+        got = [decoder.next_frame_parts(64), decoder.next_frame_parts(64)]
+        assert decoder.next_frame_parts(64) is None and decoder.buffered == 0
+        for head, parts in got:
+            assert b"".join(parts) == frame                  # the parts are the frame, in order
+            assert bytes(head) == frame[: len(head)] and len(head) >= 64   # the head is its start
+
+
+def test_next_frame_parts_waits_for_the_whole_frame() -> None:
+    import struct
+
+    from kqp.protocol.frames import FrameDecoder
+
+    frame = struct.pack(">i", 10) + b"0123456789"
+    decoder = FrameDecoder(100)
+    decoder.feed(frame[:9])
+    assert decoder.next_frame_parts(8) is None
+    decoder.feed(frame[9:])
+    head, parts = decoder.next_frame_parts(8)
+    assert len(head) >= 8 and bytes(head) == frame[: len(head)]
+    assert [bytes(p) for p in parts] == [frame[:9], frame[9:]]
