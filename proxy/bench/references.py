@@ -1,0 +1,130 @@
+"""The references the benchmark compares, and how each one is brought up on a fresh upstream.
+
+Every measurement ("cell": one reference in one round) gets its own Tansu broker started from the
+same binary with the same flags and memory storage. Tansu's memory store keeps every record it is
+given (about 1.4 GB of RSS after 1.3 GB produced), so a broker shared by the whole run would make
+the later references run against a fuller, slower broker than the earlier ones. A fresh broker per
+cell, in interleaved rounds, keeps the comparison fair.
+
+The relay cannot rewrite the broker addresses in Metadata (it parses nothing), so for the relay
+cell the broker advertises the relay's address; every other reference rewrites addresses itself
+and the broker advertises its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import kqp_target
+from .processes import Server, free_port
+
+HOST = "127.0.0.1"
+BROKER = "tansu broker"  # the upstream's server name, to tell its failures from a proxy's
+
+
+@dataclass(frozen=True)
+class Reference:
+    name: str
+    kind: str  # direct | relay | tansu-proxy | kqp
+    description: str
+    kqp_variant: str = "none"
+    workers: int = 1
+
+
+REFERENCES: tuple[Reference, ...] = (
+    Reference("direct", "direct", "clients straight to the broker: the limit"),
+    Reference("relay", "relay", "bare uvloop byte relay, no Kafka parsing: the least a Python proxy costs"),
+    Reference("tansu-proxy", "tansu-proxy", "`tansu proxy`, a Kafka proxy written in Rust"),
+    Reference("kqp", "kqp", "kqp, no quotas configured"),
+    Reference("kqp-quotas", "kqp", "kqp, every quota type at every entity level, none exceeded",
+              kqp_variant="every-entity"),
+    Reference("kqp-throttled", "kqp", "kqp, byte-rate quota below the path's speed for every client id",
+              kqp_variant="throttle"),
+)
+
+
+def workers_reference(workers: int) -> Reference:
+    return Reference(f"kqp-workers-{workers}", "kqp", f"kqp run --workers {workers}, no quotas",
+                     workers=workers)
+
+
+@dataclass
+class CellSettings:
+    tansu_bin: str
+    workdir: Path
+    throttle_bytes_s: float
+
+
+@dataclass
+class Cell:
+    """One running reference: where clients connect, where the broker is, which pid to measure."""
+
+    reference: Reference
+    host: str
+    port: int
+    upstream: str
+    broker: Server
+    proxy: Server | None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _broker(settings: CellSettings, tag: str, advertised_port: int | None = None) -> Server:
+    port = free_port()
+    advertised = advertised_port or port
+    argv = [settings.tansu_bin, "broker", "--listener-url", f"tcp://{HOST}:{port}",
+            "--advertised-listener-url", f"tcp://{HOST}:{advertised}", "--storage-engine", "memory://tansu/"]
+    return Server(BROKER, argv, settings.workdir / f"{tag}-broker.log", host=HOST, port=port)
+
+
+def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int, port: int) -> Server:
+    log = settings.workdir / f"{tag}-proxy.log"
+    upstream = f"{HOST}:{upstream_port}"
+    if ref.kind == "relay":
+        argv = [sys.executable, "-m", "kqp.proxy.relay", "--listen", f"{HOST}:{port}", "--upstream", upstream]
+        return Server("relay", argv, log, host=HOST, port=port, ready_text="relay ready")
+    if ref.kind == "tansu-proxy":
+        argv = [settings.tansu_bin, "proxy", "--listener-url", f"tcp://{HOST}:{port}",
+                "--advertised-listener-url", f"tcp://{HOST}:{port}", "--origin-url", f"tcp://{upstream}"]
+        return Server("tansu proxy", argv, log, host=HOST, port=port)
+    if ref.kind == "kqp":
+        pinned = _broker_listener_port() if ref.workers > 1 else None
+        config = kqp_target.config_for(ref.kqp_variant, port, upstream, settings.throttle_bytes_s, pinned)
+        path = kqp_target.write_config(settings.workdir / f"{tag}.yaml", config)
+        argv = [*kqp_target.kqp_command(), "run", "--config", str(path)]
+        if ref.workers > 1:
+            argv += ["--workers", str(ref.workers)]
+        return Server(ref.name, argv, log, host=HOST, port=port, ready_text="kqp ready")
+    raise ValueError(f"no proxy for reference kind {ref.kind!r}")
+
+
+@contextlib.contextmanager
+def open_cell(ref: Reference, settings: CellSettings, tag: str) -> Iterator[Cell]:
+    """Start a fresh broker and, unless `direct`, the reference's proxy in front of it."""
+    with contextlib.ExitStack() as stack:
+        if ref.kind == "direct":
+            broker = stack.enter_context(_broker(settings, tag))
+            yield Cell(ref, HOST, broker.port, broker_address(broker), broker, None)
+            return
+        proxy_port = free_port()
+        advertised = proxy_port if ref.kind == "relay" else None
+        broker = stack.enter_context(_broker(settings, tag, advertised))
+        proxy = stack.enter_context(_proxy(ref, settings, tag, broker.port, proxy_port))
+        yield Cell(ref, HOST, proxy_port, broker_address(broker), broker, proxy)
+
+
+def _broker_listener_port() -> int:
+    # A free port above the Tansu node id, so that base = port - node id is a valid base.
+    while (port := free_port()) <= kqp_target.TANSU_NODE_ID:
+        pass
+    return port
+
+
+def broker_address(broker: Server) -> str:
+    return f"{broker.host}:{broker.port}"

@@ -1,0 +1,176 @@
+"""Turns the raw measurements into medians, ratios, a printed table and the JSON results file.
+
+Each figure is the median over rounds of one reference's one workload, never a mean: one round
+disturbed by the machine's other work should not move the result. Comparisons are paired by round:
+a ratio (kqp/direct) or an added latency (kqp p99 minus direct p99) is computed within each round
+and the median of those is reported, so a round that was slow for everyone cancels out. Latency is
+reported as what the path adds over direct, because the client's own time per request is the same
+for every reference and is not the proxy's to own. A comparison is left out, not zeroed, when no
+round measured both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+# (workload, metric) pairs summarised as medians; which of them a reference has depends on it.
+METRICS: dict[str, tuple[str, ...]] = {
+    "produce": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
+    "consume": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
+    "latency": ("p50_ms", "p99_ms", "p999_ms", "requests_s", "errors"),
+    "connections": ("connected", "errors", "requests", "rss_mb", "rss_per_connection_kb"),
+    "produce-parallel": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
+    "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
+}
+
+# Ratios the issue's goals are stated in: (label, workload, metric, numerator, denominator).
+_MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kqp-quotas", "kqp"),
+               ("relay", "direct"), ("tansu-proxy", "direct"))
+RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
+    *((f"{workload} {num}/{den}", workload, "mb_s", num, den)
+      for workload in ("produce", "consume") for num, den in _MB_S_PAIRS),
+    ("produce cpu_s_per_gb kqp/relay", "produce", "cpu_s_per_gb", "kqp", "relay"),
+    ("produce cpu_s_per_gb kqp/tansu-proxy", "produce", "cpu_s_per_gb", "kqp", "tansu-proxy"),
+    ("consume cpu_s_per_gb kqp/relay", "consume", "cpu_s_per_gb", "kqp", "relay"),
+    ("connections rss_mb kqp/relay", "connections", "rss_mb", "kqp", "relay"),
+)
+
+
+Series = dict[tuple[str, str, str], dict[int, float]]  # (reference, workload, metric) -> round -> value
+
+
+def _series(measurements: list[dict[str, Any]]) -> Series:
+    values: Series = {}
+    for entry in measurements:
+        metrics = entry.get("metrics")
+        if not metrics:
+            continue
+        for metric in METRICS.get(entry["workload"], ()):
+            value = metrics.get(metric)
+            if isinstance(value, (int, float)):
+                key = (entry["reference"], entry["workload"], metric)
+                values.setdefault(key, {})[entry["round"]] = float(value)
+    return values
+
+
+def _paired(values: Series, num: tuple[str, str, str], den: tuple[str, str, str], op: str) -> float | None:
+    """Median over the rounds that measured both sides of `num / den` (or `num - den`).
+
+    Pairing within a round cancels what the machine's other work did to that round as a whole,
+    which a ratio of two medians from different rounds would not.
+    """
+    tops, bottoms = values.get(num, {}), values.get(den, {})
+    rounds = [r for r in tops if r in bottoms and (op == "-" or bottoms[r])]
+    if not rounds:
+        return None
+    if op == "-":
+        return statistics.median(tops[r] - bottoms[r] for r in rounds)
+    return statistics.median(tops[r] / bottoms[r] for r in rounds)
+
+
+def summarize(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """reference -> workload -> metric -> median over the rounds that measured it."""
+    values = _series(measurements)
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    for (ref, workload, metric), series in values.items():
+        summary.setdefault(ref, {}).setdefault(workload, {})[metric] = statistics.median(series.values())
+        summary[ref][workload].setdefault("rounds", float(len(series)))
+    for ref, workloads in summary.items():
+        latency = workloads.get("latency")
+        if latency is None:
+            continue
+        for pct in ("p50_ms", "p99_ms"):
+            added = _paired(values, (ref, "latency", pct), ("direct", "latency", pct), "-")
+            if added is not None:
+                latency["added_" + pct] = added
+    return summary
+
+
+def ratios(measurements: list[dict[str, Any]], summary: dict[str, dict[str, dict[str, float]]],
+           throttle_bytes_s: float, workers_ref: str | None) -> dict[str, float]:
+    """The goal ratios, each the median of per-round ratios (see `_paired`)."""
+    values = _series(measurements)
+    pairs = [(label, (num, workload, metric), (den, workload, metric))
+             for label, workload, metric, num, den in RATIOS]
+    if workers_ref is not None:
+        parallel = "produce-parallel", "mb_s"
+        pairs += [(f"produce-parallel {workers_ref}/kqp", (workers_ref, *parallel), ("kqp", *parallel)),
+                  ("produce-parallel kqp/direct", ("kqp", *parallel), ("direct", *parallel)),
+                  (f"produce-parallel {workers_ref}/direct", (workers_ref, *parallel), ("direct", *parallel))]
+    found: dict[str, float] = {}
+    for label, num, den in pairs:
+        ratio = _paired(values, num, den, "/")
+        if ratio is not None:
+            found[label] = ratio
+    for workload in ("produce", "consume"):
+        throttled = summary.get("kqp-throttled", {}).get(workload, {}).get("mb_s")
+        if throttled is not None:
+            # How closely the quota holds over the run: 1.0 is exactly the quota.
+            found[f"{workload} kqp-throttled/quota"] = throttled / (throttle_bytes_s / 1e6)
+    return found
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+
+
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("prod MB/s", "produce", "mb_s"),
+    ("prod rec/s", "produce", "records_s"),
+    ("cons MB/s", "consume", "mb_s"),
+    ("p50 ms", "latency", "p50_ms"),
+    ("p99 ms", "latency", "p99_ms"),
+    ("+p50 ms", "latency", "added_p50_ms"),
+    ("+p99 ms", "latency", "added_p99_ms"),
+    ("prod CPU s/GB", "produce", "cpu_s_per_gb"),
+    ("cons CPU s/GB", "consume", "cpu_s_per_gb"),
+    ("conns ok", "connections", "connected"),
+    ("conn errs", "connections", "errors"),
+    ("RSS MB", "connections", "rss_mb"),
+    ("par MB/s", "produce-parallel", "mb_s"),
+    ("B/entity", "entities", "rss_bytes_per_entity"),
+)
+
+
+def table(results: dict[str, Any]) -> str:
+    """The human summary: one row per reference, then the ratios and anything unavailable."""
+    summary = results["summary"]
+    names = list(results["references"])
+    columns = [col for col in COLUMNS if any(col[1] in summary.get(n, {}) for n in names)]
+    header = ["reference", *(col[0] for col in columns)]
+    rows = [header]
+    for name in names:
+        if results["references"][name]["status"] != "ok":
+            rows.append([name, "unavailable"])
+            continue
+        row = [name]
+        for _, workload, metric in columns:
+            row.append(_cell(summary.get(name, {}).get(workload, {}).get(metric)))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(len(header))]
+    lines = ["  ".join(text.rjust(widths[i]) if i else text.ljust(widths[i])
+                       for i, text in enumerate(row)) for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.append("")
+    lines.append(f"medians of {results['settings']['rounds']} round(s); "
+                 "+p50/+p99: added over direct; CPU and RSS are the proxy process tree's")
+    if results["ratios"]:
+        lines.append("ratios:")
+        lines.extend(f"  {label:40} {value:.3f}" for label, value in results["ratios"].items())
+    for name, info in results["references"].items():
+        if info["status"] != "ok":
+            reason = info["reason"] or ""
+            # The end of a traceback says most; results.json keeps the whole reason.
+            lines.append(f"{name}: unavailable: {reason if len(reason) < 240 else '...' + reason[-237:]}")
+    return "\n".join(lines)
+
+
+def write_json(results: dict[str, Any], out: Path) -> Path:
+    path = out / "results.json"
+    path.write_text(json.dumps(results, indent=2, sort_keys=False))
+    return path

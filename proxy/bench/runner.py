@@ -1,0 +1,293 @@
+"""Runs every workload through every reference, round after round, and records what it measured.
+
+A round runs each reference once (in a shuffled order, so no reference always goes first on a cold
+machine, last on a hot one, or right after the same neighbour); a reference's cell is a fresh
+broker plus the proxy under test, and the workloads run in it one after another: batched produce,
+consume, paced latency, distinct entities (kqp only), then the idle-connections hold (last,
+because it leaves a thousand closed connections behind it).
+
+Clients run in a pool of spawned processes; the harness itself only starts servers, reads /proc
+for the proxy's CPU and memory around each workload, and writes down one measurement per
+(round, reference, workload). A workload that fails is recorded with its error and the run goes on;
+a proxy that never starts is reported unavailable with the reason.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.pool import Pool
+from pathlib import Path
+from typing import Any
+
+from . import idle_clients, proc_stats, workloads
+from .processes import StartError
+from .references import BROKER, Cell, CellSettings, Reference, open_cell
+
+TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1}
+WORKLOADS = {
+    "produce": "batched produce, 1 KB records, librdkafka producer (linger 5 ms, acks=1)",
+    "consume": "librdkafka consumer reading seeded 1 KB records from the start of 3 partitions",
+    "latency": "one 100-byte acks=1 produce at a time, paced at the target rate; round-trip times",
+    "connections": "many concurrent raw connections: ApiVersions, then Metadata every second",
+    "produce-parallel": "two batched producers in two client processes (workers scaling)",
+    "entities": "one Metadata request from each of many distinct client ids: proxy memory per entity",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of every workload; `short` and `long` presets live in the CLI."""
+
+    rounds: int
+    produce_seconds: float
+    consume_megabytes: float
+    latency_seconds: float
+    latency_rate: float
+    connections: int
+    hold_seconds: float
+    throttle_bytes_s: float
+    entities: int = 10_000
+
+
+class Runner:
+    def __init__(self, plan: Plan, cell_settings: CellSettings, log: Callable[[str], None],
+                 py_spy: str | None = None) -> None:
+        self.plan = plan
+        self.py_spy = py_spy
+        self.cell_settings = cell_settings
+        self.log = log
+        self.measurements: list[dict[str, Any]] = []
+        self.unavailable: dict[str, str] = {}  # reference -> why it is not run at all
+        self.start_failures: dict[str, str] = {}  # reference -> why its proxy last failed to start
+        self._pool: Pool | None = None
+
+    # -- client processes ------------------------------------------------------------------
+    def _clients(self) -> Pool:
+        if self._pool is None:
+            self._pool = multiprocessing.get_context("spawn").Pool(2)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def _call(self, func: Callable[..., dict[str, Any]], *args: Any, timeout: float,
+              watch: Callable[[], None] | None = None, copies: int = 1) -> list[dict[str, Any]]:
+        """Run `func(*args)` in `copies` client processes at once; `watch` is polled meanwhile."""
+        pending = [self._clients().apply_async(func, args) for _ in range(copies)]
+        deadline = time.monotonic() + timeout
+        try:
+            while not all(job.ready() for job in pending):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{func.__name__} still running after {timeout:.0f}s")
+                if watch is not None:
+                    watch()
+                time.sleep(0.05)
+            return [job.get() for job in pending]
+        except TimeoutError:
+            self.close()  # a stuck client process would hold the next workload hostage
+            raise
+
+    # -- one cell ----------------------------------------------------------------------------
+    def run_cell(self, round_no: int, ref: Reference, workload_names: list[str]) -> None:
+        tag = f"r{round_no}-{ref.name}"
+        started = time.monotonic()
+        try:
+            with open_cell(ref, self.cell_settings, tag) as cell:
+                try:
+                    self._prepare(cell)
+                except Exception as exc:
+                    for name in workload_names:
+                        self._record(round_no, ref, name, error=f"preparing the broker: {exc!r}")
+                    return
+                for name in workload_names:
+                    if cell.proxy is not None and not cell.proxy.alive():
+                        self._record(round_no, ref, name, error=f"proxy exited: {cell.proxy.log_tail()}")
+                        continue
+                    try:
+                        metrics = getattr(self, "_" + name.replace("-", "_"))(cell, round_no)
+                        self._record(round_no, ref, name, metrics=metrics)
+                    except Exception as exc:
+                        self._record(round_no, ref, name, error=f"{type(exc).__name__}: {exc}")
+        except StartError as exc:
+            if exc.server != BROKER:
+                # Tried again next round (kqp under development may be broken for a moment);
+                # a reference that never starts is reported unavailable with this reason.
+                self.start_failures[ref.name] = str(exc)
+            for name in workload_names:
+                self._record(round_no, ref, name, error=f"start failed: {exc}")
+        self.log(f"  {ref.name:14} cell took {time.monotonic() - started:.1f}s")
+
+    def status(self, name: str) -> tuple[str, str | None]:
+        """("ok", None), or ("unavailable", reason) for a reference that measured nothing."""
+        reason = self.unavailable.get(name)
+        if reason is None and not any(entry["reference"] == name and "metrics" in entry
+                                      for entry in self.measurements):
+            reason = self.start_failures.get(name, "no workload completed")
+        return ("unavailable", reason) if reason else ("ok", None)
+
+    def _record(self, round_no: int, ref: Reference, workload: str, *,
+                metrics: dict[str, Any] | None = None, error: str | None = None) -> None:
+        entry: dict[str, Any] = {"round": round_no, "reference": ref.name, "workload": workload}
+        if error is not None:
+            entry["error"] = error
+            self.log(f"  {ref.name:14} {workload:16} ERROR {error[:160]}")
+        else:
+            entry["metrics"] = metrics
+            self.log(f"  {ref.name:14} {workload:16} {_brief(metrics or {})}")
+        self.measurements.append(entry)
+
+    def _prepare(self, cell: Cell, seed: bool = True) -> None:
+        # Topics and the consume workload's data go in through the broker itself (not the proxy),
+        # before any measurement starts.
+        self._call(workloads.create_topics, cell.upstream, TOPICS, timeout=60)
+        if seed:
+            self._call(workloads.seed, cell.upstream, "bench-consume", self.plan.consume_megabytes,
+                       timeout=120)
+
+    def _measured(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any,
+                  timeout: float, copies: int = 1, profile_to: Path | None = None) -> dict[str, Any]:
+        """Run a throughput workload; add the proxy's CPU seconds per GB moved meanwhile."""
+        pid = cell.proxy.pid if cell.proxy is not None else None
+        before = proc_stats.sample(pid) if pid is not None else None
+        profiler = self._start_profiler(pid, profile_to) if profile_to is not None else None
+        results = self._call(func, *args, timeout=timeout, copies=copies)
+        after = proc_stats.sample(pid) if pid is not None else None
+        if profiler is not None:
+            profiler.wait(60)
+        metrics = _combine(results)
+        if before is not None and after is not None and metrics["bytes_moved"] > 0:
+            cpu = after.cpu_seconds - before.cpu_seconds
+            metrics["proxy_cpu_seconds"] = cpu
+            metrics["cpu_s_per_gb"] = cpu / (metrics["bytes_moved"] / 1e9)
+        return metrics
+
+    def profile(self, ref: Reference, out: Path) -> dict[str, Any] | None:
+        """One extra batched-produce run of `ref` under py-spy, outside the measured rounds.
+
+        Sampling with native frames (uvloop is C, and its time would otherwise show up as one
+        opaque Python frame) pauses the process at every sample, so this run's figures are kept
+        apart from the medians.
+        """
+        with open_cell(ref, self.cell_settings, f"profile-{ref.name}") as cell:
+            self._prepare(cell, seed=False)
+            metrics = self._measured(cell, workloads.produce, cell.bootstrap, "bench-produce",
+                                     self.plan.produce_seconds, timeout=self.plan.produce_seconds + 90,
+                                     profile_to=out)
+        self.log(f"  {ref.name:14} {'produce (py-spy)':16} {_brief(metrics)}")
+        return metrics
+
+    def _start_profiler(self, pid: int | None, out: Path) -> subprocess.Popen[bytes] | None:
+        if self.py_spy is None or pid is None:
+            return None
+        argv = [self.py_spy, "record", "--pid", str(pid), "--duration",
+                str(max(1, round(self.plan.produce_seconds))), "--rate", "200", "--format", "raw",
+                "--native", "-o", str(out)]
+        with open(self.cell_settings.workdir / "py-spy.log", "wb") as log:
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    # -- workloads ---------------------------------------------------------------------------
+    def _produce(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        return self._measured(cell, workloads.produce, cell.bootstrap, "bench-produce",
+                              plan.produce_seconds, timeout=plan.produce_seconds + 60)
+
+    def _produce_parallel(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        return self._measured(cell, workloads.produce, cell.bootstrap, "bench-produce",
+                              plan.produce_seconds, timeout=plan.produce_seconds + 60, copies=2)
+
+    def _consume(self, cell: Cell, _round: int) -> dict[str, Any]:
+        records = int(self.plan.consume_megabytes * 1e6 / 1024)
+        seconds = max(self.plan.produce_seconds, 3.0)
+        return self._measured(cell, workloads.consume, cell.bootstrap, "bench-consume",
+                              TOPICS["bench-consume"], records, seconds, timeout=seconds + 120)
+
+    def _latency(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        (result,) = self._call(workloads.latency, cell.bootstrap, "bench-latency", plan.latency_seconds,
+                               plan.latency_rate, timeout=plan.latency_seconds * 3 + 60)
+        return result
+
+    def _entities(self, cell: Cell, _round: int) -> dict[str, Any]:
+        pid = cell.proxy.pid if cell.proxy is not None else None
+        before = proc_stats.sample(pid) if pid is not None else None
+        (result,) = self._call(idle_clients.distinct_entities, cell.host, cell.port, self.plan.entities,
+                               timeout=180)
+        after = proc_stats.sample(pid) if pid is not None else None
+        if before is not None and after is not None:
+            grown = after.rss_bytes - before.rss_bytes
+            result["rss_growth_mb"] = grown / 1e6
+            result["rss_bytes_per_entity"] = grown / self.plan.entities
+        return result
+
+    def _connections(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        pid = cell.proxy.pid if cell.proxy is not None else None
+        baseline = proc_stats.sample(pid) if pid is not None else None
+        peak = {"rss": 0}
+
+        def watch() -> None:
+            now = proc_stats.sample(pid) if pid is not None else None
+            if now is not None:
+                peak["rss"] = max(peak["rss"], now.rss_bytes)
+
+        (result,) = self._call(idle_clients.idle_connections, cell.host, cell.port, plan.connections,
+                               plan.hold_seconds, timeout=plan.hold_seconds + 120, watch=watch)
+        if baseline is not None and peak["rss"]:
+            result["rss_mb"] = peak["rss"] / 1e6
+            result["rss_baseline_mb"] = baseline.rss_bytes / 1e6
+            result["rss_per_connection_kb"] = (peak["rss"] - baseline.rss_bytes) / 1e3 / plan.connections
+        return result
+
+
+def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several parallel clients' throughput results as one: rates and volumes add up."""
+    if len(results) == 1:
+        return dict(results[0])
+    total: dict[str, Any] = {"clients": len(results)}
+    for key in ("records", "mb_s", "records_s", "bytes_moved", "errors"):
+        total[key] = sum(result[key] for result in results)
+    total["seconds"] = max(result["seconds"] for result in results)
+    return total
+
+
+def _brief(metrics: dict[str, Any]) -> str:
+    keys = ("mb_s", "records_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "connected", "errors", "rss_mb",
+            "rss_bytes_per_entity")
+    parts = []
+    for key in keys:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)):
+            parts.append(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}")
+    return " ".join(parts)
+
+
+def run_rounds(runner: Runner, references: list[Reference], plans: dict[str, list[str]]) -> None:
+    """Interleave: every round runs every reference once, in an order shuffled per round.
+
+    A fixed or merely rotated order would always run, say, kqp-quotas right after kqp, so a
+    neighbour's after-effects (a hot page cache, a dying broker's last CPU) would bias one pair
+    every round. The shuffle is seeded by the round number, so runs stay comparable.
+    """
+    for round_no in range(runner.plan.rounds):
+        runner.log(f"round {round_no + 1}/{runner.plan.rounds}")
+        order = list(references)
+        random.Random(round_no).shuffle(order)
+        for ref in order:
+            if ref.name in runner.unavailable:
+                continue
+            runner.run_cell(round_no, ref, plans[ref.name])
+
+
+def workdir_for(out: Path) -> Path:
+    path = out / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

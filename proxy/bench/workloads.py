@@ -1,0 +1,239 @@
+"""The client side of each benchmark workload, run with librdkafka (confluent-kafka) clients.
+
+Each function runs inside a client process of its own (the harness calls it through a process pool)
+so the clients never share a GIL or a core's time slice accounting with the proxy under test. The
+functions take plain values and return plain dicts, which is all that crosses the process boundary.
+
+Throughput is measured over a fixed window after a warm-up (the first delivery or message, so
+connection set-up and metadata are not counted) rather than over a fixed volume: a throttled proxy
+then costs the benchmark the same time as a fast one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+# Batched produce as a throughput-minded application would configure it: linger lets batches fill,
+# no compression so the bytes measured are the bytes moved.
+BATCH_PRODUCER = {
+    "acks": 1,
+    "linger.ms": 5,
+    "batch.size": 1_048_576,
+    "compression.type": "none",
+    "socket.nagle.disable": True,
+    "queue.buffering.max.kbytes": 65_536,
+    "log_level": 3,
+}
+QUIET = {"log_level": 3}  # librdkafka's notices (purges, shutdown) would garble the bench's table
+
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 10.0) -> dict[str, Any]:
+    """Create each topic with its partition count; a topic that already exists is not an error."""
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in topics.items()],
+                                  operation_timeout=timeout, request_timeout=timeout)
+    for future in futures.values():
+        try:
+            future.result(timeout)
+        except Exception as exc:
+            error = exc.args[0] if exc.args else None
+            if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
+    return {"topics": len(topics)}
+
+
+def produce(bootstrap: str, topic: str, seconds: float, record_bytes: int = 1024,
+            client_id: str = "kqp-bench-produce", warmup_timeout: float = 15.0) -> dict[str, Any]:
+    """Produce `record_bytes` records as fast as the path takes them for `seconds`."""
+    delivered = {"records": 0, "bytes": 0, "errors": 0, "window_records": 0, "window_bytes": 0}
+    window = {"open": False}
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            # Records purged from the queue after the window closed were never sent: not errors.
+            if err.code() not in _PURGED:
+                delivered["errors"] += 1
+            return
+        delivered["records"] += 1
+        delivered["bytes"] += record_bytes
+        if window["open"]:
+            delivered["window_records"] += 1
+            delivered["window_bytes"] += record_bytes
+
+    stats: list[str] = []
+    producer = Producer({**BATCH_PRODUCER, "bootstrap.servers": bootstrap, "client.id": client_id,
+                         "statistics.interval.ms": 500, "stats_cb": stats.append})
+    value = b"k" * record_bytes
+    try:
+        # Warm-up: one delivered record proves the path (metadata, connection, topic) is up.
+        producer.produce(topic, value, on_delivery=on_delivery)
+        producer.flush(warmup_timeout)
+        if delivered["records"] == 0:
+            raise RuntimeError(f"warm-up record not delivered within {warmup_timeout}s "
+                               f"(errors: {delivered['errors']})")
+        window["open"] = True
+        start = time.perf_counter()
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            for _ in range(500):
+                try:
+                    producer.produce(topic, value, on_delivery=on_delivery)
+                except BufferError:
+                    producer.poll(0.001)
+            producer.poll(0)
+        elapsed = time.perf_counter() - start
+        window["open"] = False
+        # What is still queued was not delivered in the window; what is in flight still counts
+        # toward bytes moved (and so CPU per GB) once it lands.
+        producer.purge(in_queue=True, in_flight=False)
+        producer.flush(10.0)
+    finally:
+        producer.purge()
+        producer.flush(0)
+    return {
+        "seconds": elapsed,
+        "records": delivered["window_records"],
+        "mb_s": delivered["window_bytes"] / elapsed / 1e6,
+        "records_s": delivered["window_records"] / elapsed,
+        "bytes_moved": delivered["bytes"],
+        "errors": delivered["errors"],
+        **_request_shape(stats[-1] if stats else None),
+    }
+
+
+def _request_shape(stats_json: str | None) -> dict[str, float]:
+    """Mean Produce request size and round trip from librdkafka's statistics.
+
+    A slower path lets more records gather in each batch while the previous request is in flight,
+    so a proxy can make the broker's work per byte cheaper; these figures show when that happens.
+    """
+    if stats_json is None:
+        return {}
+    brokers = [b for b in json.loads(stats_json).get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+    busiest = max(brokers, key=lambda b: b.get("req", {}).get("Produce", 0), default=None)
+    if busiest is None or not busiest.get("req", {}).get("Produce"):
+        return {}
+    return {"produce_requests": busiest["req"]["Produce"],
+            "avg_request_kb": busiest["txbytes"] / max(1, busiest["tx"]) / 1e3,
+            "rtt_avg_ms": busiest.get("rtt", {}).get("avg", 0) / 1e3}
+
+
+def seed(bootstrap: str, topic: str, megabytes: float, record_bytes: int = 1024) -> dict[str, Any]:
+    """Write `megabytes` of records for the consume workload to read back."""
+    producer = Producer({**BATCH_PRODUCER, "bootstrap.servers": bootstrap, "client.id": "kqp-bench-seed"})
+    errors = []
+    value = b"s" * record_bytes
+    count = int(megabytes * 1e6 / record_bytes)
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda err, _m: err and errors.append(err))
+                break
+            except BufferError:
+                producer.poll(0.005)
+    if producer.flush(60.0) or errors:
+        raise RuntimeError(f"seeding {topic} failed: {len(errors)} errors, first {errors[:1]}")
+    return {"records": count, "bytes": count * record_bytes}
+
+
+def consume(bootstrap: str, topic: str, partitions: int, records: int, seconds: float,
+            timeout: float = 60.0, client_id: str = "kqp-bench-consume") -> dict[str, Any]:
+    """Read `records` records from the start of every partition of `topic`, as fast as possible.
+
+    Reading stops after `seconds` of consuming even if records remain, so that a throttled path
+    costs the benchmark no more time than a fast one; `timeout` bounds the wait for the first one.
+    """
+    consumer = Consumer({
+        **QUIET, "bootstrap.servers": bootstrap, "client.id": client_id, "group.id": "kqp-bench",
+        "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+        "max.partition.fetch.bytes": 10_485_760, "socket.nagle.disable": True,
+    })
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    seen = count = size = errors = 0
+    start = None
+    hard_deadline = time.perf_counter() + timeout
+    try:
+        while seen < records and time.perf_counter() < hard_deadline:
+            if start is not None and time.perf_counter() - start > seconds:
+                break
+            for msg in consumer.consume(10_000, 0.2):
+                if msg.error() is not None:
+                    errors += 1
+                    continue
+                seen += 1
+                if start is None:
+                    # Timing starts at the first message: assignment and offset lookup are set-up.
+                    start = time.perf_counter()
+                    continue
+                count += 1
+                size += len(msg.value())
+        end = time.perf_counter()
+    finally:
+        consumer.close()
+    if start is None or count == 0:
+        raise RuntimeError(f"consumed nothing from {topic} within {timeout}s ({errors} errors)")
+    elapsed = end - start
+    return {"seconds": elapsed, "records": count, "mb_s": size / elapsed / 1e6,
+            "records_s": count / elapsed, "bytes_moved": size, "errors": errors,
+            "complete": seen >= records}
+
+
+def latency(bootstrap: str, topic: str, seconds: float, rate: float = 1000.0, record_bytes: int = 100,
+            client_id: str = "kqp-bench-latency") -> dict[str, Any]:
+    """Small acks=1 produces one at a time, paced at `rate` per second; per-request round trips."""
+    producer = Producer({**QUIET, "bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1,
+                         "linger.ms": 0, "socket.nagle.disable": True, "compression.type": "none"})
+    samples: list[float] = []
+    errors = 0
+    value = b"l" * record_bytes
+    done: list[float] = []  # delivery time of the one request in flight, when it succeeded
+
+    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+        if err is None:
+            done.append(time.perf_counter())
+
+    producer.produce(topic, value, on_delivery=on_delivery)  # warm-up, not timed
+    producer.flush(15.0)
+    interval = 1.0 / rate
+    stuck = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    slot = start
+    while slot < deadline:
+        pause = slot - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        done.clear()
+        sent = time.perf_counter()
+        producer.produce(topic, value, on_delivery=on_delivery)
+        producer.flush(5.0)
+        if done:
+            samples.append((done[0] - sent) * 1000.0)
+            stuck = 0
+        else:
+            errors += 1
+            stuck += 1
+            if stuck >= 3:  # the path is down; do not spend 5 s per remaining slot finding out
+                raise RuntimeError(f"3 produces in a row undelivered after {len(samples)} samples")
+        slot = max(slot + interval, sent)  # a late request does not make the next ones burst
+    elapsed = time.perf_counter() - start
+    producer.flush(5.0)
+    if not samples:
+        raise RuntimeError("no latency samples")
+    samples.sort()
+    return {"samples": len(samples), "requests_s": len(samples) / elapsed, "errors": errors,
+            "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
+            "p999_ms": percentile(samples, 99.9), "max_ms": samples[-1]}
+
+
+def percentile(ordered: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    rank = max(1, round(pct / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]

