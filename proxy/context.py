@@ -35,7 +35,14 @@ class ProxyContext:
     observer: ProxyObserver = field(default_factory=ProxyObserver)
     sessions: set[ClientSession] = field(default_factory=set)
     mutation_gate: MutationGate | None = None   # KIP-599; one per process so sessions share its topic cache
+    # Set by the server while it drains on SIGTERM; sessions signal it when they close or deliver.
+    drain_progress: asyncio.Event | None = None
     clock: Callable[[], float] | None = None   # defaults to loop.time; quota math and the delay queue share it
+
+    def progress(self) -> None:
+        """A session closed or delivered a response: wake a draining shutdown to look again."""
+        if self.drain_progress is not None:
+            self.drain_progress.set()
 
     def now(self) -> float:
         return self.clock() if self.clock is not None else self.loop.time()

@@ -128,8 +128,11 @@ class ProxyServer:
         for session in list(ctx.sessions):
             session.begin_shutdown()
         deadline = ctx.loop.time() + self.config.shutdown_grace_ms / 1000
-        while ctx.loop.time() < deadline and any(not s.drained for s in ctx.sessions):  # noqa: ASYNC110
-            await asyncio.sleep(0.02)   # a bounded poll: sessions drain on upstream data, not on an event
+        progress = ctx.drain_progress = asyncio.Event()
+        while any(not s.drained for s in ctx.sessions) and (left := deadline - ctx.loop.time()) > 0:
+            progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.wait(), left)
         for session in list(ctx.sessions):
             session.close("shutdown", None)
         ctx.delay.close()

@@ -382,6 +382,7 @@ class ClientSession(asyncio.Protocol):
     def _send(self, parts: Parts) -> None:
         self.outbox.send(parts)
         self._close_if_done()
+        self.ctx.progress()
 
     def _write(self, parts: Parts) -> None:
         if self.client is None or self.closed:
@@ -407,6 +408,7 @@ class ClientSession(asyncio.Protocol):
             return
         self.outbox.release(now)
         self._close_if_done()
+        self.ctx.progress()
         if self.throttled and self.muted_until <= now:
             self._mute_handle = None
             self._unmute(MuteReason.THROTTLED)
@@ -443,6 +445,7 @@ class ClientSession(asyncio.Protocol):
             self.upstream.close()
         self.ctx.sessions.discard(self)
         self.ctx.observer.connection_closed(self.listener, reason)
+        self.ctx.progress()
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if self.closed:
