@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config")
 
     demo = sub.add_parser("demo", help="embedded upstream + kqp + clients exceeding a quota")
-    demo.add_argument("--seconds", type=float, default=6.0, help="how long each scene runs")
+    demo.add_argument("--seconds", type=float, default=10.0, help="how long the throttled producer runs")
     demo.add_argument("--spark", action="store_true", help="run the PySpark sink scene (needs pyspark)")
     _add_common(demo)
 

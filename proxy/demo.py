@@ -142,8 +142,8 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
 
     payload = b"y" * 1024
     start = time.monotonic()
-    last_tick, last_bytes = start, 0
-    rates: list[float] = []
+    marks: list[tuple[float, int]] = [(start, 0)]     # (time, bytes delivered so far), once a second
+    span = WINDOW_SECONDS * WINDOW_COUNT
     while time.monotonic() - start < seconds:
         try:
             producer.produce("demo-throttled", value=payload, on_delivery=on_delivery)
@@ -151,18 +151,24 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
             producer.poll(0.05)
         producer.poll(0)
         now = time.monotonic()
-        if now - last_tick >= 1.0:
-            rate = (delivered[0] - last_bytes) / (now - last_tick)
-            rates.append(rate)
-            _say(f"   t={now - start:4.1f}s  delivered {rate / 1024:8.1f} KiB/s  quota {QUOTA_BYTES / 1024:.0f} KiB/s"
-                 f"  throttle seen by client: avg {stats['throttle_avg_ms']:6.0f} ms")
-            last_tick, last_bytes = now, delivered[0]
+        if now - marks[-1][0] >= 1.0:
+            marks.append((now, delivered[0]))
+            # A trailing average over one measurement span: Kafka's rate is a sawtooth within it.
+            back = next((m for m in marks if m[0] >= now - span), marks[0])
+            rate = (delivered[0] - back[1]) / max(now - back[0], 1e-9)
+            _say(f"   t={now - start:4.1f}s  delivered {rate / 1024:8.1f} KiB/s (last {now - back[0]:.1f}s)"
+                 f"  quota {QUOTA_BYTES / 1024:.0f} KiB/s  throttle seen by client: avg "
+                 f"{stats['throttle_avg_ms']:6.0f} ms")
+    end_t, end_bytes = time.monotonic(), delivered[0]
     producer.flush(60)
     elapsed = time.monotonic() - start
-    steady = rates[2:] or rates   # the first windows let a burst of one measurement span through
-    achieved = sum(steady) / len(steady) if steady else 0.0
-    _say(f"   steady-state rate {achieved / 1024:.1f} KiB/s against a quota of {QUOTA_BYTES / 1024:.0f} KiB/s "
-         f"({achieved / QUOTA_BYTES:.0%}); overall {delivered[0] / elapsed / 1024:.1f} KiB/s")
+    # After the first span (the burst Kafka's rate math allows a new client), the slope of what
+    # was delivered is the rate kqp held the producer to.
+    after = next((m for m in marks if m[0] - start >= span), marks[-1])
+    achieved = (end_bytes - after[1]) / max(end_t - after[0], 1e-9)
+    _say(f"   rate after the first {span:.1f}s: {achieved / 1024:.1f} KiB/s against a quota of "
+         f"{QUOTA_BYTES / 1024:.0f} KiB/s ({achieved / QUOTA_BYTES:.0%}); overall, first burst included, "
+         f"{delivered[0] / elapsed / 1024:.1f} KiB/s")
     _say(f"   largest throttle_time_ms the client saw: {stats['throttle_max_ms']:.0f} ms; "
          f"failed deliveries (timeouts included): {len(failures)}"
          + (f" ({sorted(set(failures))[:3]})" if failures else ""))
@@ -285,7 +291,7 @@ def _permissive_admin(bootstrap: str) -> bool:
     return ok
 
 
-def run_demo(seconds: float = 6.0, spark: bool = False, loop_choice: str = "auto") -> int:
+def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "auto") -> int:
     try:
         import confluent_kafka as ck
     except ImportError:
