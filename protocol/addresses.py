@@ -45,7 +45,7 @@ from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
 from .apis import kqp_ranges, message_classes
 from .errors import ProtocolError
-from .walker import MessageWalker, Walk, read_tagged_fields, walker_for, write_uvarint
+from .walker import MessageWalker, OnRecords, Walk, read_tagged_fields, walker_for, write_uvarint
 
 __all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "rewrite_addresses"]
 
@@ -220,9 +220,9 @@ def _rewrite_untagged(plan: _Plan, frame: memoryview, body_offset: int, rw: _Rew
     return _reframe(parts)
 
 
-def _tags_start(plan: _Plan, frame: memoryview, body_offset: int) -> int:
+def _tags_start(plan: _Plan, frame: memoryview, body_offset: int, on_records: OnRecords | None = None) -> int:
     assert plan.to_tags is not None
-    start = plan.to_tags(frame, body_offset)
+    start = plan.to_tags(frame, body_offset, on_records)
     if start >= len(frame):
         raise ProtocolError("response ends before its tagged fields")
     return start
@@ -253,7 +253,8 @@ def _rewrite_tagged(plan: _Plan, frame: memoryview, start: int, rw: _Rewriter) -
 
 
 def rewrite_addresses(
-    api_key: int, api_version: int, frame: memoryview, body_offset: int, mapper: AddressMapper
+    api_key: int, api_version: int, frame: memoryview, body_offset: int, mapper: AddressMapper,
+    on_records: OnRecords | None = None,
 ) -> tuple[bytes | None, list[BrokerAddress]]:
     """Remap every endpoint in a response frame.
 
@@ -261,12 +262,14 @@ def rewrite_addresses(
     response carried no endpoint or the mapper kept every one as it was (forward the original);
     ``seen`` lists the upstream endpoints found, before mapping (node id, host, port). Entries
     with a negative node id or an error code (FindCoordinator failures) are left untouched.
+    ``on_records`` receives every ``records`` field the walk to the tag section passes (Fetch
+    v16+), so a caller that also counts records walks the response once, not twice.
     """
     plan = _PLANS.get((api_key, api_version))
     if plan is None:
         return None, []
     if plan.tagged and not plan.untagged:  # Produce v10+, Fetch v16+: checked on every response
-        start = _tags_start(plan, frame, body_offset)
+        start = _tags_start(plan, frame, body_offset, on_records)
         if frame[start] == 0:
             return None, []  # no tagged fields at all: the usual case, nothing decoded or copied
     rw = _Rewriter(mapper, api_version)

@@ -10,6 +10,7 @@ import struct
 
 from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts
 from kqp.protocol.produce import produce_request_counts
+from kqp.protocol.records import RecordCounts
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal
 
@@ -51,12 +52,19 @@ def capped_fetch(ctx: ProxyContext, principal: Principal, frame: memoryview, bod
     return frame if body is None else memoryview(reframe(frame, body_offset, body))
 
 
-def charge_fetch(ctx: ProxyContext, entry: InFlight, frame: memoryview, body_offset: int,
-                 now: float) -> list[Violation]:
+def fetch_needs_counts(ctx: ProxyContext, principal: Principal) -> bool:
+    """Whether a Fetch response's batches must be walked: a record quota or the metrics want counts."""
+    return ctx.observer.wants_records or ctx.quotas.counts_fetch_records(principal)
+
+
+def charge_fetch(ctx: ProxyContext, entry: InFlight, frame: memoryview, body_offset: int, now: float,
+                 counts: RecordCounts | None = None) -> list[Violation]:
+    """Charge a Fetch response; `counts` are its records when the address walk already counted them."""
     principal = entry.principal
     records = batches = 0
-    if ctx.quotas.counts_fetch_records(principal) or ctx.observer.wants_records:
-        counts = fetch_response_counts(entry.api_version, frame[body_offset:])
+    if fetch_needs_counts(ctx, principal):
+        if counts is None:
+            counts = fetch_response_counts(entry.api_version, frame[body_offset:])
         records, batches = counts.records, counts.batches
     ctx.observer.fetched(principal, len(frame), records)
     entry.fetched = (len(frame), records, batches)

@@ -31,7 +31,7 @@ from kqp.protocol.fetch import empty_fetch_response_body
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.produce import produce_acks
-from kqp.protocol.records import BodyError
+from kqp.protocol.records import BodyError, RecordCounts
 from kqp.protocol.throttle import throttle_patch_parts
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import ANONYMOUS, Principal
@@ -39,7 +39,7 @@ from kqp.quotas.throttle import combine
 
 from .context import ProxyContext
 from .in_flight import InFlight
-from .metering import capped_fetch, charge_fetch, charge_produce, produce_needs_counts, reframe
+from .metering import capped_fetch, charge_fetch, charge_produce, fetch_needs_counts, produce_needs_counts, reframe
 from .mutation_gate import GATED_APIS, Rewrite, gate_for
 from .mute import MuteReason, MuteState
 from .outbox import Outbox, Parts
@@ -310,14 +310,19 @@ class ClientSession(asyncio.Protocol):
         body_offset = response_body_offset(api, version, frame)
         if entry.rewrite is not None:
             frame = memoryview(entry.rewrite(frame, body_offset))
+        counts: RecordCounts | None = None
         if may_carry_addresses(api, version):
-            rewritten, seen = rewrite_addresses(api, version, frame, body_offset, ctx.listeners.map_address)
+            # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; count them on the way.
+            if api == FETCH and fetch_needs_counts(ctx, principal):
+                counts = RecordCounts()
+            rewritten, seen = rewrite_addresses(api, version, frame, body_offset, ctx.listeners.map_address,
+                                                counts.add_from if counts is not None else None)
             ctx.cluster.learn(seen)
             if rewritten is not None:
                 frame = memoryview(rewritten)
         violations = entry.violations
         if api == FETCH:
-            violations = violations + charge_fetch(ctx, entry, frame, body_offset, now)
+            violations = violations + charge_fetch(ctx, entry, frame, body_offset, now, counts)
         handler = entry.handler_seconds + (time.perf_counter() - t0)
         violations = violations + ctx.quotas.record_request(principal, handler, now)
         ctx.observer.handler_time(principal, handler)

@@ -184,3 +184,27 @@ def test_decoder_errors_stay_sticky_on_the_fast_path() -> None:
             decoder.next_frame()
     with pytest.raises(FrameTooLarge):
         decoder.feed(b"more")
+
+
+def test_address_walk_counts_fetch_records_on_the_way() -> None:
+    """Fetch v16+: the walk to the NodeEndpoints tag hands every records field to `on_records`, so
+    the proxy counts records without a second walk; counts must equal the captured truth."""
+    import json
+    import struct
+    from pathlib import Path
+
+    from kqp.protocol.addresses import rewrite_addresses
+    from kqp.protocol.records import RecordCounts
+
+    folder = Path(__file__).parent / "bodies"
+    fetches = [e for e in json.loads((folder / "manifest.json").read_text()) if e["api"] == "fetch"]
+    assert fetches
+    for entry in fetches:
+        body = (folder / entry["file"]).read_bytes()
+        head = struct.pack(">i", 7) + b"\x00"            # response header v1: correlation id, no tags
+        frame = memoryview(struct.pack(">i", len(head) + len(body)) + head + body)
+        counts = RecordCounts()
+        new, seen = rewrite_addresses(1, entry["version"], frame, 4 + len(head),
+                                      lambda node, host, port: (host, port), counts.add_from)
+        assert new is None and seen == []
+        assert (counts.records, counts.batches) == (entry["records"], entry["batches"]), entry["file"]
