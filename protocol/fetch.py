@@ -23,7 +23,7 @@ import struct
 
 from kafka.protocol.consumer.fetch import FetchResponse
 
-from .records import BodyError, RecordCounts
+from .records import BodyError, RecordCounts, count_body_records
 from .walker import Buffer, MessageWalker, schema_versions, walker_for
 
 __all__ = [
@@ -104,12 +104,7 @@ def cap_fetch_max_bytes(api_version: int, body: Buffer, cap: int) -> bytes | Non
 
 def fetch_response_counts(api_version: int, body: Buffer) -> RecordCounts:
     """Records and record batches across every partition of a Fetch response."""
-    walker = _RESPONSE_WALKERS.get(api_version)
-    if walker is None:
-        raise BodyError(f"{_RESPONSE} has no version {api_version}")
-    counts = RecordCounts()
-    walker.body_end(body, 0, counts.add_from)
-    return counts
+    return count_body_records(_RESPONSE_WALKERS, _RESPONSE, api_version, body)
 
 
 def empty_fetch_response_body(api_version: int, body: Buffer, throttle_ms: int) -> bytes:

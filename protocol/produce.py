@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from .records import BodyError, RecordCounts
+from .records import BodyError, RecordCounts, count_body_records
 from .walker import Buffer, MessageWalker, Walk, schema_versions, walker_for
 
 __all__ = ["PRODUCE_VERSIONS", "produce_acks", "produce_request_counts"]
@@ -44,9 +44,4 @@ def produce_acks(api_version: int, body: Buffer) -> int:
 
 def produce_request_counts(api_version: int, body: Buffer) -> RecordCounts:
     """Records and record batches across every partition of the request."""
-    walker = _WALKERS.get(api_version)
-    if walker is None:
-        raise BodyError(f"{_MESSAGE} has no version {api_version}")
-    counts = RecordCounts()
-    walker.body_end(body, 0, counts.add_from)
-    return counts
+    return count_body_records(_WALKERS, _MESSAGE, api_version, body)

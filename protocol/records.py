@@ -16,9 +16,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .walker import BodyError, Buffer
+from .walker import BodyError, Buffer, MessageWalker
 
-__all__ = ["BodyError", "RecordCounts", "count_records"]
+__all__ = ["BodyError", "RecordCounts", "count_body_records", "count_records"]
 
 # Every record format (magic 0, 1 and 2) starts with offset int64 and a size int32 counting the
 # bytes after it, and keeps its magic byte at offset 16; Kafka's ByteBufferLogInputStream relies
@@ -83,4 +83,15 @@ def count_records(data: Buffer) -> RecordCounts:
     """Count records and batches in one records blob (a partition's ``records`` field)."""
     counts = RecordCounts()
     counts.add_from(data, 0, len(data))
+    return counts
+
+
+def count_body_records(walkers: dict[int, MessageWalker], message: str, api_version: int,
+                       body: Buffer) -> RecordCounts:
+    """Records and record batches across every ``records`` field of a message body, in one walk."""
+    walker = walkers.get(api_version)
+    if walker is None:
+        raise BodyError(f"{message} has no version {api_version}")
+    counts = RecordCounts()
+    walker.body_end(body, 0, counts.add_from)
     return counts
