@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from kqp.config.loader import parse_config
 
 from . import loops
+from .bench.processes import Server, free_port
 from .server import ProxyServer
 
 QUOTA_BYTES = 256 * 1024
@@ -35,12 +36,6 @@ WINDOW_COUNT = 11
 MUTATION_RATE = 10        # partitions created or deleted per second; burst 10 x 2 windows x 1 s = 20
 MUTATION_TOPICS, MUTATION_PARTITIONS = 8, 4
 THROTTLING_QUOTA_EXCEEDED = 89
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class EmbeddedProxy:
@@ -177,29 +172,12 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
 @contextmanager
 def _tansu(binary: str) -> Iterator[str]:
     """A Tansu broker with memory storage on a free loopback port, stopped on exit."""
-    port = _free_port()
-    proc = subprocess.Popen([binary, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-                             "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-                             "--storage-engine", "memory://tansu/"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tansu did not start (exit code {proc.poll()})") from None
-                time.sleep(0.05)
+    port = free_port()
+    argv = [binary, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+            "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/"]
+    with tempfile.TemporaryDirectory(prefix="kqp-demo-") as tmp, \
+            Server("tansu", argv, Path(tmp) / "tansu.log", host="127.0.0.1", port=port):
         yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def scene_mutations(loop_choice: str) -> bool:
@@ -216,7 +194,7 @@ def scene_mutations(loop_choice: str) -> bool:
         return True
     with _tansu(binary) as upstream:
         config = parse_config({
-            "listen": f"127.0.0.1:{_free_port()}", "broker_port_base": 0,
+            "listen": f"127.0.0.1:{free_port()}", "broker_port_base": 0,
             "upstream": {"bootstrap_servers": upstream},
             "quotas": {"window_size_seconds": 1, "window_count": 2, "entities": [
                 {"client_id": "demo-admin", "controller_mutation_rate": MUTATION_RATE}]},
@@ -300,7 +278,7 @@ def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "aut
     mock = ck.Producer({"test.mock.num.brokers": 3, "bootstrap.servers": "x", "log_level": 2})
     upstream = ",".join(f"{b.host}:{b.port}" for b in mock.list_topics(timeout=10).brokers.values())
     config = parse_config({
-        "listen": f"127.0.0.1:{_free_port()}",
+        "listen": f"127.0.0.1:{free_port()}",
         "broker_port_base": 0,
         "upstream": {"bootstrap_servers": upstream},
         "quotas": {
