@@ -95,11 +95,11 @@ class ProxyServer:
     async def _reap_idle(self) -> None:
         """Kafka's connections.max.idle.ms, enforced whether or not the connection is muted."""
         assert self.ctx is not None
-        idle = self.config.connections_max_idle_ms / 1000
-        interval = min(max(idle / 10, 0.05), 10.0)
         while not self.stopping.is_set():
+            # Read on every pass, at least once a second: a reload may change connections_max_idle_ms.
+            idle = self.config.connections_max_idle_ms / 1000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), interval)
+                await asyncio.wait_for(self.stopping.wait(), min(max(idle / 10, 0.05), 1.0))
             now = self.ctx.now()
             # Kafka drops a quota sensor after an hour unused; so does kqp, metrics endpoint or not.
             self.ctx.quotas.expire(now, self.config.metrics.entity_expiry_seconds)

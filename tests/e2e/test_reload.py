@@ -213,3 +213,20 @@ def test_removed_quota_releases_the_entity_at_once(mock_cluster: str, kqp) -> No
         assert any("released" in line for line in proxy.log_lines()[mark:])
     finally:
         producer.finish()
+
+
+def test_reloaded_idle_timeout_applies_to_open_connections(mock_cluster: Any, kqp: Any) -> None:
+    """connections_max_idle_ms applies live: an idle connection opened under 600 s is closed once
+    the file says 300 ms (and not before the change)."""
+    import socket
+
+    from helpers.net import read_until_eof, split_host_port
+
+    proxy = kqp(mock_cluster, connections_max_idle_ms=600_000)
+    with socket.create_connection(split_host_port(proxy.bootstrap), timeout=5) as sock:
+        _, closed = read_until_eof(sock, 1.0)
+        assert not closed, "closed before the idle timeout was lowered"
+        rewrite_config(proxy.config_path, proxy.config, connections_max_idle_ms=300)
+        _, closed = read_until_eof(sock, 5.0)
+        assert closed, "the lowered connections_max_idle_ms was not applied to an open connection"
+    assert "idle for more than 300 ms" in proxy.logs()
