@@ -70,7 +70,7 @@ def kqp(tmp_path: Path) -> Iterator[StartKqp]:
 
     Writes a YAML config (free bootstrap port, `broker_port_base: 0`, the upstream, `quotas` as
     the quotas section, other keyword arguments merged in as top-level keys) and starts
-    `python -m kqp.proxy.cli run --config FILE`, waiting up to 15 s for readiness (`wait="port"`:
+    `python -m kqp.proxy.tools.cli run --config FILE`, waiting up to 15 s for readiness (`wait="port"`:
     only for the bootstrap port; `"none"`: not at all). An `Upstream` from the fixtures adds the
     settings its kind needs (`Upstream.kqp_settings()`: the mock's API version caps). At teardown
     every process still running gets SIGTERM and must exit 0 within its shutdown grace time.

@@ -114,7 +114,7 @@ def kqp_command() -> list[str]:
     found = shutil.which("kqp")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from kqp.proxy.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from kqp.proxy.tools.cli import main; sys.exit(main())"]
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int,
     log = settings.workdir / f"{tag}-proxy.log"
     upstream = f"{HOST}:{upstream_port}"
     if ref.kind == "relay":
-        argv = [sys.executable, "-m", "kqp.proxy.relay", "--listen", f"{HOST}:{port}", "--upstream", upstream]
+        argv = [sys.executable, "-m", "kqp.proxy.bench.relay", "--listen", f"{HOST}:{port}", "--upstream", upstream]
         return Server("relay", argv, log, host=HOST, port=port, ready_text="relay ready")
     if ref.kind == "tansu-proxy":
         argv = [settings.tansu_bin, "proxy", "--listener-url", f"tcp://{HOST}:{port}",

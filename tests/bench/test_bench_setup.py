@@ -46,7 +46,7 @@ def echo_port() -> Iterator[int]:
 
 def test_relay_process_under_uvloop_relays_and_stops(tmp_path: Path, echo_port: int) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "kqp.proxy.relay", "--listen", f"127.0.0.1:{port}",
+    argv = [sys.executable, "-m", "kqp.proxy.bench.relay", "--listen", f"127.0.0.1:{port}",
             "--upstream", f"127.0.0.1:{echo_port}"]
     server = Server("relay", argv, tmp_path / "relay.log", host="127.0.0.1", port=port,
                     ready_text="relay ready")

@@ -1,4 +1,4 @@
-"""The bare byte relay (kqp.proxy.relay): bytes pass unchanged both ways, closes propagate.
+"""The bare byte relay (kqp.proxy.bench.relay): bytes pass unchanged both ways, closes propagate.
 
 Sockets on 127.0.0.1 with ephemeral ports only; the relay runs in the test's own event loop via
 `serve`, with an in-test echo server as its upstream.
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kqp.proxy.relay import main, serve
+from kqp.proxy.bench.relay import main, serve
 
 
 @contextlib.asynccontextmanager

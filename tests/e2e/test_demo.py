@@ -12,7 +12,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_demo_runs_every_scene_and_exits_zero() -> None:
-    proc = subprocess.run([sys.executable, "-m", "kqp.proxy.cli", "demo", "--seconds", "8"],
+    proc = subprocess.run([sys.executable, "-m", "kqp.proxy.tools.cli", "demo", "--seconds", "8"],
                           capture_output=True, text=True, timeout=240)
     out = proc.stdout
     assert proc.returncode == 0, f"demo failed ({proc.returncode}):\n{out}\n{proc.stderr[-3000:]}"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from kqp.config.loader import load_config
-from kqp.proxy.reload import ConfigReloader
+from kqp.proxy.runtime.reload import ConfigReloader
 from kqp.quotas.model import QuotaSettings
 
 

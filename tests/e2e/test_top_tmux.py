@@ -54,7 +54,7 @@ def table(lines: list[str]) -> list[list[str]]:
 
 def test_top_shows_the_throttled_entity_first(tansu, kqp) -> None:
     proxy, url = start_with_metrics(kqp, tansu)
-    command = f"{sys.executable} -m kqp.proxy.cli top --url {url}/metrics --interval 0.5"
+    command = f"{sys.executable} -m kqp.proxy.tools.cli top --url {url}/metrics --interval 0.5"
     with ThrottledWorkload(proxy.bootstrap, tansu.kind) as load, tmux_session(command) as (sock, target):
         load.wait_throttled()
         deadline = time.monotonic() + 30

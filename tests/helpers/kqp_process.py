@@ -1,6 +1,6 @@
 """Start kqp as a real subprocess from a YAML config, wait until it is ready, stop it cleanly.
 
-End-to-end tests run kqp exactly as an operator would (`python -m kqp.proxy.cli run --config F`),
+End-to-end tests run kqp exactly as an operator would (`python -m kqp.proxy.tools.cli run --config F`),
 so the CLI, config loading, signal handling and logging are under test too. Output is drained by a
 thread into memory: a full pipe would otherwise stall kqp mid-test, and tests assert on log lines.
 Readiness is the contract the CLI promises: a line containing `kqp ready`, and the bootstrap port
@@ -31,7 +31,7 @@ EXIT_MARGIN_SECONDS = 2.0
 
 def kqp_command(*args: str) -> list[str]:
     """argv that runs the kqp CLI with the interpreter running the tests (the project's venv)."""
-    return [sys.executable, "-m", "kqp.proxy.cli", *args]
+    return [sys.executable, "-m", "kqp.proxy.tools.cli", *args]
 
 
 def kqp_env() -> dict[str, str]:

@@ -16,10 +16,10 @@ from typing import Any
 
 from kqp.config.loader import parse_config
 from kqp.protocol.apis import kqp_ranges
-from kqp.proxy.cluster import UpstreamCluster
-from kqp.proxy.context import ProxyContext
-from kqp.proxy.delay import DelayDriver
-from kqp.proxy.session import ClientSession
+from kqp.proxy.connection.session import ClientSession
+from kqp.proxy.runtime.cluster import UpstreamCluster
+from kqp.proxy.runtime.context import ProxyContext
+from kqp.proxy.runtime.delay import DelayDriver
 from kqp.quotas.manager import QuotaManager
 
 _SIZE = struct.Struct(">i")

@@ -8,7 +8,7 @@ the time per call; on a loaded machine the minimum is the steadier figure.
 
 Frames are what the proxy meets most: a Produce v9 and v10 request carrying one 16 KB batch (16
 records of 1 KB), their responses, and a 1 MB Fetch v16 response of 50 partitions (5 topics x 10
-partitions, two 10 KB batches each). The operations are the ones ``kqp.proxy.session`` runs per
+partitions, two 10 KB batches each). The operations are the ones ``kqp.proxy.connection.session`` runs per
 request and per response (issue 7).
 """
 

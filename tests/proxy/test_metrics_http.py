@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kqp.proxy.http_endpoint import MetricsEndpoint, proxy_readiness
-from kqp.proxy.metrics import PrometheusObserver, prepare_scrape
+from kqp.proxy.observability.http_endpoint import MetricsEndpoint, proxy_readiness
+from kqp.proxy.observability.metrics import PrometheusObserver, prepare_scrape
 from kqp.quotas.model import Principal
 
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import generate_latest
 
-from kqp.proxy.metrics import OTHER, UNKNOWN_QUOTA, PrometheusObserver
+from kqp.proxy.observability.metrics import OTHER, UNKNOWN_QUOTA, PrometheusObserver
 from kqp.quotas.delay_queue import DelayQueue
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings

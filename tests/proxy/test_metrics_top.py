@@ -6,8 +6,8 @@ import math
 
 from prometheus_client import generate_latest
 
-from kqp.proxy.metrics import PrometheusObserver
-from kqp.proxy.top import Scrape, human, ordered, parse, render, run_top, with_throttle_rates
+from kqp.proxy.observability.metrics import PrometheusObserver
+from kqp.proxy.tools.top import Scrape, human, ordered, parse, render, run_top, with_throttle_rates
 from kqp.quotas.model import Principal
 
 TEXT = """\

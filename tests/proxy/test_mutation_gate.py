@@ -29,7 +29,7 @@ from kqp.config.model import HostPort
 from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.messages import encode_request
 from kqp.protocol.mutations import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, THROTTLING_QUOTA_EXCEEDED
-from kqp.proxy.mutation_gate import GATED_APIS, MutationGate, gate_for
+from kqp.proxy.connection.mutation_gate import GATED_APIS, MutationGate, gate_for
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 

@@ -17,7 +17,7 @@ from helpers.quota_fakes import SessionHarness, session_harness
 from kafka.protocol.admin.topics import CreatePartitionsRequest
 
 from kqp.protocol.messages import encode_request
-from kqp.proxy.mutation_gate import gate_for
+from kqp.proxy.connection.mutation_gate import gate_for
 
 QUOTAS = {"window_size_seconds": 1, "window_count": 2,
           "entities": [{"client_id": "admin", "controller_mutation_rate": 5}]}

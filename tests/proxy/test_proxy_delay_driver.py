@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from helpers.quota_fakes import FakeLoop
 
-from kqp.proxy.delay import DelayDriver
+from kqp.proxy.runtime.delay import DelayDriver
 
 
 class Conn:

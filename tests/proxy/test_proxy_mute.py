@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kqp.proxy.mute import MuteReason, MuteState
+from kqp.proxy.connection.mute import MuteReason, MuteState
 
 
 class Reader:

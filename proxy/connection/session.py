@@ -33,17 +33,17 @@ from kqp.protocol.headers import parse_request_header, response_body_offset, res
 from kqp.protocol.produce import produce_acks
 from kqp.protocol.records import BodyError, RecordCounts
 from kqp.protocol.throttle import throttle_patch_parts
+from kqp.proxy.runtime.context import ProxyContext
+from kqp.proxy.runtime.upstream_side import UpstreamSide
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import ANONYMOUS, Principal
 from kqp.quotas.throttle import combine
 
-from .context import ProxyContext
 from .in_flight import InFlight
 from .metering import capped_fetch, charge_fetch, charge_produce, fetch_needs_counts, produce_needs_counts, reframe
 from .mutation_gate import GATED_APIS, Rewrite, gate_for
 from .mute import MuteReason, MuteState
 from .outbox import Outbox, Parts
-from .upstream_side import UpstreamSide
 
 log = logging.getLogger("kqp.session")
 

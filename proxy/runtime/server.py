@@ -14,18 +14,18 @@ import logging
 import signal
 
 from kqp.config.model import ProxyConfig
+from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.connection.session import ClientSession
+from kqp.proxy.observability.http_endpoint import MetricsService, start_metrics
+from kqp.proxy.observability.metrics import PrometheusObserver
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QuotaSettings
 
 from .cluster import UpstreamCluster
 from .context import ProxyContext
 from .delay import DelayDriver
-from .hooks import ProxyObserver
-from .http_endpoint import MetricsService, start_metrics
 from .listeners import ListenerSet
-from .metrics import PrometheusObserver
 from .reload import ConfigReloader
-from .session import ClientSession
 
 log = logging.getLogger("kqp")
 

@@ -52,7 +52,7 @@ from kqp.quotas.model import Principal
 from .topic_metadata import METADATA, TopicMetadata, topic_id_of
 
 if TYPE_CHECKING:
-    from .context import ProxyContext
+    from kqp.proxy.runtime.context import ProxyContext
 
 __all__ = ["GATED_APIS", "MutationGate", "MutationPlan", "Rewrite", "gate_for"]
 

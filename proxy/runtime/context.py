@@ -12,16 +12,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kqp.config.model import ProxyConfig
+from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.quotas.manager import QuotaManager
 
 from .cluster import UpstreamCluster
 from .delay import DelayDriver
-from .hooks import ProxyObserver
 
 if TYPE_CHECKING:
+    from kqp.proxy.connection.mutation_gate import MutationGate
+    from kqp.proxy.connection.session import ClientSession
+
     from .listeners import ListenerSet
-    from .mutation_gate import MutationGate
-    from .session import ClientSession
 
 
 @dataclass

@@ -36,14 +36,12 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from kqp.protocol.apis import API_NAMES
+from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.quotas.model import QUOTA_TYPES, Principal
-
-from .hooks import ProxyObserver
 
 if TYPE_CHECKING:
     from kqp.config.model import MetricsConfig
-
-    from .context import ProxyContext
+    from kqp.proxy.runtime.context import ProxyContext
 
 OTHER = "other"  # the label values of the bucket for principals past `max_entities`
 _OTHER_PRINCIPAL = Principal(OTHER, OTHER)

@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config, with_overrides
 from kqp.config.model import ProxyConfig
-
-from . import loops
-from .logs import setup_logging
-from .workers import check_workers, run_workers
+from kqp.proxy.runtime import loops
+from kqp.proxy.runtime.logs import setup_logging
+from kqp.proxy.runtime.workers import check_workers, run_workers
 
 EXIT_USAGE = 2
 
@@ -77,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
     def run_one(cfg: ProxyConfig) -> int:
-        from .server import ProxyServer
+        from kqp.proxy.runtime.server import ProxyServer
 
         async def main() -> int:
             server = ProxyServer(cfg, overrides=overrides, reuse_port=args.workers > 1)
@@ -125,7 +124,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
-        from .bench import main as bench_main
+        from kqp.proxy.bench import main as bench_main
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)

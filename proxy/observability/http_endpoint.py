@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from .metrics import PrometheusObserver, prepare_scrape
 
 if TYPE_CHECKING:
-    from .server import ProxyServer
+    from kqp.proxy.runtime.server import ProxyServer
 
 log = logging.getLogger("kqp.metrics")
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .session import ClientSession
+    from kqp.proxy.connection.session import ClientSession
 
 
 class UpstreamSide(asyncio.Protocol):

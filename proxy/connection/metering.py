@@ -11,10 +11,10 @@ import struct
 from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts
 from kqp.protocol.produce import produce_request_counts
 from kqp.protocol.records import RecordCounts
+from kqp.proxy.runtime.context import ProxyContext
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal
 
-from .context import ProxyContext
 from .in_flight import InFlight
 
 _SIZE = struct.Struct(">i")

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from kqp.config.loader import parse_config
-
-from . import loops
-from .bench.processes import Server, free_port
-from .server import ProxyServer
+from kqp.proxy.bench.processes import Server, free_port
+from kqp.proxy.runtime import loops
+from kqp.proxy.runtime.server import ProxyServer
 
 QUOTA_BYTES = 256 * 1024
 SPARK_QUOTA_BYTES = 512 * 1024

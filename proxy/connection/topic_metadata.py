@@ -28,8 +28,7 @@ from typing import Any
 
 from kqp.protocol.apis import message_classes
 from kqp.protocol.errors import ProtocolError
-
-from .upstream_client import UpstreamClient
+from kqp.proxy.runtime.upstream_client import UpstreamClient
 
 log = logging.getLogger("kqp.mutations")
 

@@ -7,7 +7,7 @@ and backpressure both ways (a side stops being read while the other side's write
 high-water mark). It is deliberately not a Kafka proxy: it cannot rewrite broker addresses, so the
 benchmark starts the upstream broker advertising the relay's address instead.
 
-Run it with `python -m kqp.proxy.relay --listen 127.0.0.1:19092 --upstream 127.0.0.1:9092`; it logs
+Run it with `python -m kqp.proxy.bench.relay --listen 127.0.0.1:19092 --upstream 127.0.0.1:9092`; it logs
 `relay ready` on stderr once listening.
 """
 
