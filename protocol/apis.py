@@ -32,6 +32,7 @@ from .errors import UnsupportedApi
 __all__ = [
     "API_NAMES",
     "API_VERSIONS_KEY",
+    "ApiKey",
     "decodable_range",
     "kqp_ranges",
     "message_classes",
@@ -40,7 +41,9 @@ __all__ = [
     "should_client_throttle",
 ]
 
-API_VERSIONS_KEY = 18
+#: The one table of API key names (kafka-python's, generated from Kafka's schemas): kqp spells an
+#: API as ``ApiKey.Produce``, never as a bare integer.
+API_VERSIONS_KEY = ApiKey.ApiVersions
 
 #: Every api key Kafka defines, named as Kafka names it (also the keys kqp cannot decode, for logs
 #: and metrics labels).
@@ -90,7 +93,7 @@ def _first_flexible(cls: type) -> int:
 _RANGES: dict[int, tuple[int, int]] = {k: _valid_range(*c) for k, c in _CLASSES.items()}
 # SaslHandshake v0 switches the connection to raw, unframed SASL tokens that carry no Kafka request
 # header; kqp attributes every frame by its header, so it offers v1+ only (every client since Kafka 1.0).
-_SASL_HANDSHAKE = 17
+_SASL_HANDSHAKE = ApiKey.SaslHandshake
 if _SASL_HANDSHAKE in _RANGES:
     _RANGES[_SASL_HANDSHAKE] = (max(1, _RANGES[_SASL_HANDSHAKE][0]), _RANGES[_SASL_HANDSHAKE][1])
 _REQ_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[0]) for k, c in _CLASSES.items()}
@@ -104,49 +107,49 @@ _RESP_FLEX_FROM[API_VERSIONS_KEY] = 1 << 15
 # returns true). Response types that do not override the method (DescribeCluster,
 # DescribeClientQuotas, DescribeQuorum, DescribeProducers, ...) default to false and are absent.
 _CLIENT_THROTTLES_FROM: dict[int, int] = {
-    0: 6,  # Produce
-    1: 8,  # Fetch
-    2: 3,  # ListOffsets
-    3: 6,  # Metadata
-    8: 4,  # OffsetCommit
-    9: 4,  # OffsetFetch
-    10: 2,  # FindCoordinator
-    11: 3,  # JoinGroup
-    12: 2,  # Heartbeat
-    13: 2,  # LeaveGroup
-    14: 2,  # SyncGroup
-    15: 2,  # DescribeGroups
-    16: 2,  # ListGroups
-    18: 2,  # ApiVersions
-    19: 3,  # CreateTopics
-    20: 2,  # DeleteTopics
-    21: 1,  # DeleteRecords
-    22: 1,  # InitProducerId
-    24: 1,  # AddPartitionsToTxn
-    25: 1,  # AddOffsetsToTxn
-    26: 1,  # EndTxn
-    28: 1,  # TxnOffsetCommit
-    29: 1,  # DescribeAcls
-    30: 1,  # CreateAcls
-    31: 1,  # DeleteAcls
-    32: 2,  # DescribeConfigs
-    33: 1,  # AlterConfigs
-    34: 1,  # AlterReplicaLogDirs
-    35: 1,  # DescribeLogDirs
-    37: 1,  # CreatePartitions
-    38: 1,  # CreateDelegationToken
-    39: 1,  # RenewDelegationToken
-    40: 1,  # ExpireDelegationToken
-    41: 1,  # DescribeDelegationToken
-    42: 1,  # DeleteGroups
-    43: 0,  # ElectLeaders
-    44: 0,  # IncrementalAlterConfigs
-    45: 0,  # AlterPartitionReassignments
-    46: 0,  # ListPartitionReassignments
-    47: 0,  # OffsetDelete
-    50: 0,  # DescribeUserScramCredentials
-    51: 0,  # AlterUserScramCredentials
-    75: 0,  # DescribeTopicPartitions
+    ApiKey.Produce: 6,
+    ApiKey.Fetch: 8,
+    ApiKey.ListOffsets: 3,
+    ApiKey.Metadata: 6,
+    ApiKey.OffsetCommit: 4,
+    ApiKey.OffsetFetch: 4,
+    ApiKey.FindCoordinator: 2,
+    ApiKey.JoinGroup: 3,
+    ApiKey.Heartbeat: 2,
+    ApiKey.LeaveGroup: 2,
+    ApiKey.SyncGroup: 2,
+    ApiKey.DescribeGroups: 2,
+    ApiKey.ListGroups: 2,
+    ApiKey.ApiVersions: 2,
+    ApiKey.CreateTopics: 3,
+    ApiKey.DeleteTopics: 2,
+    ApiKey.DeleteRecords: 1,
+    ApiKey.InitProducerId: 1,
+    ApiKey.AddPartitionsToTxn: 1,
+    ApiKey.AddOffsetsToTxn: 1,
+    ApiKey.EndTxn: 1,
+    ApiKey.TxnOffsetCommit: 1,
+    ApiKey.DescribeAcls: 1,
+    ApiKey.CreateAcls: 1,
+    ApiKey.DeleteAcls: 1,
+    ApiKey.DescribeConfigs: 2,
+    ApiKey.AlterConfigs: 1,
+    ApiKey.AlterReplicaLogDirs: 1,
+    ApiKey.DescribeLogDirs: 1,
+    ApiKey.CreatePartitions: 1,
+    ApiKey.CreateDelegationToken: 1,
+    ApiKey.RenewDelegationToken: 1,
+    ApiKey.ExpireDelegationToken: 1,
+    ApiKey.DescribeDelegationToken: 1,
+    ApiKey.DeleteGroups: 1,
+    ApiKey.ElectLeaders: 0,
+    ApiKey.IncrementalAlterConfigs: 0,
+    ApiKey.AlterPartitionReassignments: 0,
+    ApiKey.ListPartitionReassignments: 0,
+    ApiKey.OffsetDelete: 0,
+    ApiKey.DescribeUserScramCredentials: 0,
+    ApiKey.AlterUserScramCredentials: 0,
+    ApiKey.DescribeTopicPartitions: 0,
 }
 
 
