@@ -1,8 +1,8 @@
-"""The events a proxy session reports, for metrics and anything else that watches traffic.
+"""The events a connection reports, for metrics and anything else that watches traffic.
 
-Sessions call these hooks at a handful of fixed points instead of updating metrics inline, so the
-forwarding path stays readable and the metrics layer can change without touching it. The base class
-does nothing; `metrics.py` implements it with prometheus-client.
+The core calls these hooks at a handful of fixed points instead of updating metrics inline, so the
+forwarding path stays readable and the metrics layer (`kqp.proxy.observability`) can change
+without touching it. The base class does nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +30,15 @@ class ProxyObserver:
 
     def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None: ...
 
-    def muted(self, delta: int) -> None: ...
+    def mute_started(self, principal: Principal, quota_type: str) -> None:
+        """A connection was muted by a throttle that `principal`'s `quota_type` caused."""
+
+    def mute_ended(self, principal: Principal, quota_type: str) -> None:
+        """That mute ended (the throttle passed, or the connection closed)."""
+
+    def upstream_anomaly(self, kind: str) -> None:
+        """An upstream answer kqp let pass without its usual handling: ``unawaited`` (a response to
+        no request in flight, dropped) or ``unreadable`` (a response whose throttle_time_ms kqp
+        could not reach, forwarded as the upstream sent it)."""
 
     def config_reload(self, result: str) -> None: ...

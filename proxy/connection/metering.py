@@ -1,7 +1,8 @@
 """What a request or response costs its entity: the few body reads quotas need, and the charges.
 
-Record counts are read only when a record or batch quota (or a metrics observer) wants them, so
-byte-rate-only deployments never walk a Produce request's partitions.
+Record counts are read only when a record or batch quota (or the metrics observer) wants them, so
+byte-rate-only deployments never walk a Produce request's partitions. Everything here is charged
+with the loop time the core was handed (`now`): no clock is read.
 """
 
 from __future__ import annotations
@@ -11,61 +12,78 @@ import struct
 from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts
 from kqp.protocol.produce import produce_request_counts
 from kqp.protocol.records import RecordCounts
-from kqp.proxy.runtime.context import ProxyContext
-from kqp.quotas.manager import Violation
+from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal
 
+from .events import Parts
+from .hooks import ProxyObserver
 from .in_flight import InFlight
 
 _SIZE = struct.Struct(">i")
 
 
-def reframe(frame: memoryview, body_offset: int, body: bytes) -> bytes:
-    """The frame with a new body: a new size prefix, the same header."""
-    head = frame[4:body_offset]
+def frame_of(head: bytes | memoryview, body: bytes | memoryview) -> bytes:
+    """A whole frame: the size prefix, then `head` (a request or response header), then `body`."""
     return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
 
 
-def produce_needs_counts(ctx: ProxyContext, principal: Principal) -> bool:
-    """Whether a Produce request's batches must be walked: a record quota or the metrics want counts."""
-    return ctx.observer.wants_records or ctx.quotas.counts_produce_records(principal)
+def with_body(frame: memoryview, body_offset: int, body: bytes) -> bytes:
+    """The frame with a new body: a new size prefix, the same header."""
+    return frame_of(frame[4:body_offset], body)
 
 
-def charge_produce(ctx: ProxyContext, principal: Principal, size: int, body: memoryview, version: int,
-                   now: float) -> list[Violation]:
-    """Charge a Produce request of `size` bytes; `body` is read for record counts only when needed."""
-    records = batches = 0
-    if produce_needs_counts(ctx, principal):
-        counts = produce_request_counts(version, body)
-        records, batches = counts.records, counts.batches
-    ctx.observer.produced(principal, size, records)
-    return ctx.quotas.record_produce(principal, size, records, batches, now)
+def joined(parts: Parts) -> memoryview:
+    """A frame that arrived in several reads, as one buffer (one copy; one part costs none)."""
+    return memoryview(parts[0]) if len(parts) == 1 else memoryview(b"".join(parts))
 
 
-def capped_fetch(ctx: ProxyContext, principal: Principal, frame: memoryview, body_offset: int,
-                 version: int) -> memoryview:
-    """Kafka's getMaxValueInQuotaWindow: a Fetch may not ask for more than the quota's whole span."""
-    cap = ctx.quotas.fetch_max_bytes_cap(principal)
-    if cap is None:
-        return frame
-    body = cap_fetch_max_bytes(version, frame[body_offset:], cap)
-    return frame if body is None else memoryview(reframe(frame, body_offset, body))
+class Metering:
+    """The quota manager and the observer, charged together for each request and response."""
 
+    __slots__ = ("observer", "quotas")
 
-def fetch_needs_counts(ctx: ProxyContext, principal: Principal) -> bool:
-    """Whether a Fetch response's batches must be walked: a record quota or the metrics want counts."""
-    return ctx.observer.wants_records or ctx.quotas.counts_fetch_records(principal)
+    def __init__(self, quotas: QuotaManager, observer: ProxyObserver) -> None:
+        self.quotas = quotas
+        self.observer = observer
 
+    def produce_needs_counts(self, principal: Principal) -> bool:
+        return self.observer.wants_records or self.quotas.counts_produce_records(principal)
 
-def charge_fetch(ctx: ProxyContext, entry: InFlight, frame: memoryview, body_offset: int, now: float,
-                 counts: RecordCounts | None = None) -> list[Violation]:
-    """Charge a Fetch response; `counts` are its records when the address walk already counted them."""
-    principal = entry.principal
-    records = batches = 0
-    if fetch_needs_counts(ctx, principal):
-        if counts is None:
-            counts = fetch_response_counts(entry.api_version, frame[body_offset:])
-        records, batches = counts.records, counts.batches
-    ctx.observer.fetched(principal, len(frame), records)
-    entry.fetched = (len(frame), records, batches)
-    return ctx.quotas.record_fetch(principal, len(frame), records, batches, now)
+    def fetch_needs_counts(self, principal: Principal) -> bool:
+        return self.observer.wants_records or self.quotas.counts_fetch_records(principal)
+
+    def charge_produce(self, principal: Principal, size: int, parts: Parts, body_offset: int, version: int,
+                       now: float) -> list[Violation]:
+        """Charge a Produce request of `size` bytes; its batches are read only when counts are wanted."""
+        records = batches = 0
+        if self.produce_needs_counts(principal):
+            counts = produce_request_counts(version, joined(parts)[body_offset:])
+            records, batches = counts.records, counts.batches
+        self.observer.produced(principal, size, records)
+        return self.quotas.record_produce(principal, size, records, batches, now)
+
+    def capped_fetch(self, principal: Principal, frame: memoryview, body_offset: int, version: int) -> memoryview:
+        """Kafka's getMaxValueInQuotaWindow: a Fetch may not ask for more than the quota's whole span."""
+        cap = self.quotas.fetch_max_bytes_cap(principal)
+        if cap is None:
+            return frame
+        body = cap_fetch_max_bytes(version, frame[body_offset:], cap)
+        return frame if body is None else memoryview(with_body(frame, body_offset, body))
+
+    def charge_fetch(self, entry: InFlight, frame: memoryview, body_offset: int, now: float,
+                     counts: RecordCounts | None = None) -> list[Violation]:
+        """Charge a Fetch response; `counts` are its records when the address walk already counted them."""
+        principal = entry.principal
+        records = batches = 0
+        if self.fetch_needs_counts(principal):
+            if counts is None:
+                counts = fetch_response_counts(entry.api_version, frame[body_offset:])
+            records, batches = counts.records, counts.batches
+        self.observer.fetched(principal, len(frame), records)
+        entry.fetched = (len(frame), records, batches)
+        return self.quotas.record_fetch(principal, len(frame), records, batches, now)
+
+    def refund_fetch(self, entry: InFlight, now: float) -> None:
+        """Take a throttled Fetch's charge back: answered empty, the client got none of it."""
+        if entry.fetched is not None:
+            self.quotas.unrecord_fetch(entry.principal, *entry.fetched, now)

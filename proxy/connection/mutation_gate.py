@@ -1,11 +1,11 @@
 """KIP-599 at the proxy: CreateTopics, DeleteTopics and CreatePartitions against
 `controller_mutation_rate`, topic by topic, as a Kafka controller enforces it.
 
-A session hands every request of these APIs (and every Metadata request, whose answer feeds the
-topic cache) to `MutationGate.plan`, which returns a `MutationPlan`: what to forward, the quota
-violations known now, an optional `rewrite` of the upstream's response, kqp's own answer when
-nothing is forwarded, or a metadata lookup to await first. The session stays the one place that
-writes to sockets and mutes.
+The connection core hands every request of these APIs (and every Metadata request, whose answer
+feeds the topic cache) to `MutationGate.plan`, which returns a `MutationPlan`: what to forward, the
+quota violations known now, an optional `rewrite` of the upstream's response, kqp's own answer when
+nothing is forwarded, or that a topic lookup must run first. The gate is pure (the lookup's I/O is
+the runtime's); the core stays the one place that decides what is sent and muted.
 
 The rules, Kafka's:
 
@@ -16,7 +16,7 @@ The rules, Kafka's:
   answer is merged back with kqp's rejections in the client's order. The response's throttle is
   the rejection's ``-K/R``; an admitted topic never throttles (StrictControllerMutationQuota).
 * Older versions get the permissive quota: everything is forwarded, the whole request is
-  recorded, and the response is throttled (KIP-219 through the session's usual path).
+  recorded, and the response is throttled (KIP-219 through the core's usual path).
 * validate_only requests are forwarded and not counted.
 * What a topic costs: CreateTopics its partition count (``num_partitions: -1``, the broker's
   default, counts as Kafka's default of 1 until the response reports the real count, v5+);
@@ -29,12 +29,10 @@ The rules, Kafka's:
 from __future__ import annotations
 
 import logging
-import struct
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from kqp.protocol.apis import message_classes
+from kqp.protocol.apis import ApiKey, message_classes
 from kqp.protocol.headers import RequestHeader, encode_response_header
 from kqp.protocol.mutations import (
     CREATE_PARTITIONS,
@@ -46,61 +44,52 @@ from kqp.protocol.mutations import (
     mutation_request,
     split_mutation_request,
 )
-from kqp.quotas.manager import Violation
+from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal
 
-from .topic_metadata import METADATA, TopicMetadata, topic_id_of
+from .in_flight import Rewrite
+from .metering import frame_of, with_body
+from .topic_metadata import TopicMetadata, topic_id_of
 
-if TYPE_CHECKING:
-    from kqp.proxy.runtime.context import ProxyContext
-
-__all__ = ["GATED_APIS", "MutationGate", "MutationPlan", "Rewrite", "gate_for"]
+__all__ = ["GATED_APIS", "MutationGate", "MutationPlan"]
 
 log = logging.getLogger("kqp.mutations")
 
+METADATA = ApiKey.Metadata
 GATED_APIS = frozenset({METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})
 MUTATION = "controller_mutation_rate"
 # Kafka's `num.partitions` default: what a CreateTopics topic asking for the broker's default is
 # charged until the response (v5+) says how many partitions it got.
 DEFAULT_NUM_PARTITIONS = 1
 _RESULTS_FIELD = {CREATE_TOPICS: "topics", DELETE_TOPICS: "responses", CREATE_PARTITIONS: "results"}
-_SIZE = struct.Struct(">i")
-
-#: Applied by the session to the upstream's whole response frame (and its body offset) before
-#: delivery; returns the whole frame to deliver (the same object when nothing changes).
-Rewrite = Callable[[memoryview, int], "memoryview | bytes"]
 
 
 @dataclass(slots=True)
 class MutationPlan:
-    """What the session does with one gated request."""
+    """What the core does with one gated request."""
 
     frame: memoryview | bytes                      # forward this (unless `answer` is set)
     violations: list[Violation] = field(default_factory=list)
     rewrite: Rewrite | None = None                  # applied to the upstream's response
     answer: bytes | None = None                     # kqp's own whole response frame: forward nothing
-    lookup: Coroutine[Any, Any, None] | None = None  # await this, then plan the same frame again
-
-
-def _frame(head: memoryview | bytes, body: bytes) -> bytes:
-    return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
+    needs_lookup: bool = False                      # look the topics up, then plan the same frame again
 
 
 class MutationGate:
-    """One per proxy process: the topic cache is shared by every session."""
+    """One per proxy process: the topic cache is shared by every connection."""
 
-    def __init__(self, ctx: ProxyContext) -> None:
-        self.ctx = ctx
-        self.topics = TopicMetadata()
+    def __init__(self, quotas: QuotaManager, topics: TopicMetadata) -> None:
+        self.quotas = quotas
+        self.topics = topics
 
     @property
     def active(self) -> bool:
         """Whether any entity has a mutation quota (else every gated request passes untouched)."""
-        return MUTATION in self.ctx.quotas.settings.quota_types
+        return MUTATION in self.quotas.settings.quota_types
 
     def plan(self, principal: Principal, hdr: RequestHeader, frame: memoryview, now: float,
              looked_up: bool = False) -> MutationPlan:
-        """Decide one request; ``looked_up`` says the metadata lookup it asked for has run."""
+        """Decide one request; ``looked_up`` says the topic lookup it asked for has run."""
         if not self.active:
             return MutationPlan(frame)
         api, version = hdr.api_key, hdr.api_version
@@ -109,18 +98,16 @@ class MutationGate:
         topics, validate_only = mutation_request(api, version, frame[hdr.body_offset:])
         if validate_only:
             return MutationPlan(frame)
-        if MUTATION not in self.ctx.quotas.limits(principal):
+        if MUTATION not in self.quotas.limits(principal):
             # Not limited, but its effects still keep the topic cache right for those who are.
             return MutationPlan(frame, rewrite=self._settler(api, version, None, [(t, 0) for t in topics]))
         costs = [self._cost(api, topic) for topic in topics]
         if None in costs and not looked_up:
-            lookup = self._lookup()
-            if lookup is not None:
-                return MutationPlan(frame, lookup=lookup)
+            return MutationPlan(frame, needs_lookup=True)
         known = [0 if cost is None else cost for cost in costs]  # unknown after a lookup: no such topic
         if knows_throttling_error(api, version):
             return self._strict(principal, hdr, frame, topics, known, now)
-        violations = self.ctx.quotas.record_mutations(principal, sum(known), now)
+        violations = self.quotas.record_mutations(principal, sum(known), now)
         return MutationPlan(frame, violations,
                             rewrite=self._settler(api, version, principal, list(zip(topics, known, strict=True))))
 
@@ -136,15 +123,6 @@ class MutationGate:
             return current
         return max(0, (topic.target_count or 0) - current)
 
-    def _lookup(self) -> Coroutine[Any, Any, None] | None:
-        target = self.ctx.cluster.upstream_for(None)
-        versions = self.ctx.cluster.api_ranges.get(METADATA)
-        if target is None or versions is None:
-            return None
-        config = self.ctx.config
-        return self.topics.lookup(target.host, target.port, versions[1],
-                                  config.upstream.connect_timeout_ms / 1000, config.max_frame_bytes)
-
     # -- the strict quota ----------------------------------------------------------------------
     def _strict(self, principal: Principal, hdr: RequestHeader, frame: memoryview,
                 topics: list[TopicMutation], costs: list[int], now: float) -> MutationPlan:
@@ -152,7 +130,7 @@ class MutationGate:
         admitted: list[int] = []
         worst: Violation | None = None
         for index, cost in enumerate(costs):
-            rejection = self.ctx.quotas.admit_mutations(principal, cost, now)
+            rejection = self.quotas.admit_mutations(principal, cost, now)
             if rejection is None:
                 admitted.append(index)
             elif worst is None or rejection.throttle_seconds > worst.throttle_seconds:
@@ -166,22 +144,22 @@ class MutationGate:
             throttle_ms = max(1, round(worst.throttle_seconds * 1000))
             body = merge_mutation_response(api, version, None, topics, [], throttle_ms=throttle_ms)
             head = encode_response_header(api, version, hdr.correlation_id)
-            return MutationPlan(frame, [worst], answer=_frame(head, body))
+            return MutationPlan(frame, [worst], answer=frame_of(head, body))
         split = split_mutation_request(api, version, frame[hdr.body_offset:], admitted)
         settle = self._settler(api, version, principal, charged)
 
-        def merge(response: memoryview, body_offset: int) -> bytes:
-            settle(response, body_offset)
-            # throttle_time_ms stays the upstream's here: the session raises it to the request's
+        def merge(response: memoryview, body_offset: int, now: float) -> bytes:
+            settle(response, body_offset, now)
+            # throttle_time_ms stays the upstream's here: the core raises it to the request's
             # combined throttle, as it does for every response.
             merged = merge_mutation_response(api, version, response[body_offset:], topics, admitted)
-            return _frame(response[4:body_offset], merged)
+            return with_body(response, body_offset, merged)
 
-        return MutationPlan(_frame(frame[4:hdr.body_offset], split), [worst], rewrite=merge)
+        return MutationPlan(with_body(frame, hdr.body_offset, split), [worst], rewrite=merge)
 
     # -- responses -----------------------------------------------------------------------------
     def _metadata_hook(self, version: int) -> Rewrite:
-        def learn(response: memoryview, body_offset: int) -> memoryview:
+        def learn(response: memoryview, body_offset: int, now: float) -> memoryview:
             self.topics.learn_response(version, response[body_offset:])
             return response
 
@@ -191,14 +169,14 @@ class MutationGate:
                  forwarded: Sequence[tuple[TopicMutation, int]]) -> Rewrite:
         """A pass-through rewrite that settles the charge and the topic cache from the answer."""
 
-        def settle(response: memoryview, body_offset: int) -> memoryview:
-            self._settle(api, version, principal, forwarded, response[body_offset:])
+        def settle(response: memoryview, body_offset: int, now: float) -> memoryview:
+            self._settle(api, version, principal, forwarded, response[body_offset:], now)
             return response
 
         return settle
 
     def _settle(self, api: int, version: int, principal: Principal | None,
-                forwarded: Sequence[tuple[TopicMutation, int]], body: memoryview) -> None:
+                forwarded: Sequence[tuple[TopicMutation, int]], body: memoryview, now: float) -> None:
         try:
             response = message_classes(api)[1].decode(bytes(body), version=version)
             results = list(getattr(response, _RESULTS_FIELD[api]) or ())
@@ -226,11 +204,4 @@ class MutationGate:
                 self.topics.learn(topic.key, topic.target_count)
         if principal is not None and correction:
             # Settles the bucket only: this request's throttle was decided when it came in.
-            self.ctx.quotas.record_mutations(principal, correction, self.ctx.now())
-
-
-def gate_for(ctx: ProxyContext) -> MutationGate:
-    """The process's one gate, kept on its context so every session shares one topic cache."""
-    if ctx.mutation_gate is None:
-        ctx.mutation_gate = MutationGate(ctx)
-    return ctx.mutation_gate
+            self.quotas.record_mutations(principal, correction, now)

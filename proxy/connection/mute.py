@@ -1,54 +1,51 @@
-"""Why a client connection is not being read, as a set of named reasons.
+"""Why a connection's sockets are not being read, as a set of named reasons per side.
 
 Kafka's broker keeps one `ChannelMuteState`; aiohttp keeps two independent pause flags. kqp has
-several independent reasons to stop reading a client socket (a KIP-219 throttle, the upstream's
-write buffer being full, the upstream connection not being up yet, a shutdown), and one must never
-resume what another paused. Reading resumes only when no reason is left.
+several independent reasons to stop reading (see `MuteReason`), and one must never resume what
+another paused: a side is read again only when no reason is left on it. The core owns this state;
+the asyncio edge asks `muted(side)` after each event and pauses or resumes the transport to match.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable
+from .events import MuteReason, Side
 
-
-class MuteReason(enum.Enum):
-    THROTTLED = "throttled"          # KIP-219: the delay queue unmutes
-    BACKPRESSURE = "backpressure"    # the upstream transport is over its high-water mark
-    CONNECTING = "connecting"        # the upstream connection is not established yet
-    CLOSING = "closing"              # shutdown: read no new requests, let responses drain
-    LOOKUP = "lookup"                # a mutation request waits for topic metadata (KIP-599 costs)
+# Reasons that also stop the core forwarding requests it has already read (backpressure only
+# stops reading more: what was read before may still go out).
+BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING, MuteReason.LOOKUP})
 
 
 class MuteState:
-    """Idempotent mute/unmute per reason; calls `pause`/`resume` only on real transitions."""
+    """Idempotent per reason; `mute`/`unmute` say whether the reason's presence changed."""
 
-    __slots__ = ("_pause", "_reasons", "_resume")
+    __slots__ = ("_reasons",)
 
-    def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+    def __init__(self) -> None:
         self._reasons: set[MuteReason] = set()
-        self._pause = pause
-        self._resume = resume
 
-    def mute(self, reason: MuteReason) -> None:
-        was_muted = bool(self._reasons)
+    def mute(self, reason: MuteReason) -> bool:
+        if reason in self._reasons:
+            return False
         self._reasons.add(reason)
-        if not was_muted:
-            self._pause()
+        return True
 
-    def unmute(self, reason: MuteReason) -> None:
+    def unmute(self, reason: MuteReason) -> bool:
         if reason not in self._reasons:
-            return
+            return False
         self._reasons.discard(reason)
-        if not self._reasons:
-            self._resume()
+        return True
 
     def __contains__(self, reason: MuteReason) -> bool:
         return reason in self._reasons
 
+    def muted(self, side: Side) -> bool:
+        """Whether `side`'s socket must not be read now."""
+        return any(reason.side is side for reason in self._reasons)
+
     @property
-    def muted(self) -> bool:
-        return bool(self._reasons)
+    def blocks_requests(self) -> bool:
+        """Whether requests already read must wait too."""
+        return not self._reasons.isdisjoint(BLOCKING)
 
     @property
     def reasons(self) -> frozenset[MuteReason]:

@@ -8,10 +8,10 @@ sources, cheapest first:
   a `controller_mutation_rate`, so a proxy without that quota pays nothing);
 * the answers to the mutations kqp forwards (a created topic has the partitions its response
   reports, a deleted one has none, CreatePartitions sets the new count);
-* a Metadata request kqp sends itself, with `proxy/upstream_client.py`, when a mutation names a
-  topic the cache does not know. It asks for *every* topic: a request naming a topic may make an
-  upstream auto-create it (Tansu does), which would turn a DeleteTopics of a missing topic into a
-  create. Lookups run one at a time; a session needing one while another is running awaits it.
+* a Metadata request kqp sends itself (`kqp.proxy.runtime.topic_lookup`) when a mutation names a
+  topic the cache does not know; its answer is fed back through `learn_topics(..., complete=True)`.
+
+This module is pure: the lookup's I/O lives in the runtime.
 
 Topics are known by name and, where the upstream reports ids (Metadata v10+), by id too, because
 DeleteTopics v6+ may name a topic by id only.
@@ -19,20 +19,17 @@ DeleteTopics v6+ may name a topic by id only.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from kqp.protocol.apis import message_classes
-from kqp.protocol.errors import ProtocolError
-from kqp.proxy.runtime.upstream_client import UpstreamClient
+from kqp.protocol.apis import ApiKey, message_classes
 
 log = logging.getLogger("kqp.mutations")
 
-METADATA = 3
+METADATA = ApiKey.Metadata
 UNKNOWN_TOPIC_OR_PARTITION = 3
 _DECODE_ERRORS = (struct.error, ValueError, IndexError, TypeError, EOFError, AssertionError, UnicodeDecodeError)
 
@@ -50,7 +47,6 @@ class TopicMetadata:
     def __init__(self) -> None:
         self._partitions: dict[str, int] = {}
         self._names: dict[uuid.UUID, str] = {}
-        self._lookup: asyncio.Task[None] | None = None
 
     # -- reading -------------------------------------------------------------------------------
     def partitions(self, name: str | None, topic_id: uuid.UUID | None = None) -> int | None:
@@ -107,34 +103,3 @@ class TopicMetadata:
             log.debug("metadata response v%d not readable for the topic cache: %r", version, exc)
             return
         self.learn_topics(response.topics or ())
-
-    # -- looking up ----------------------------------------------------------------------------
-    async def lookup(self, host: str, port: int, version: int, step_seconds: float, max_frame_bytes: int) -> None:
-        """Refresh from an all-topics Metadata request; concurrent callers share one request.
-
-        Never raises (but for cancellation): a failed lookup is logged, and the caller goes on
-        with what the cache knows.
-        """
-        if self._lookup is None or self._lookup.done():
-            self._lookup = asyncio.get_running_loop().create_task(
-                self._fetch(host, port, version, step_seconds, max_frame_bytes))
-        # shield: one waiting session closing must not cancel the lookup others await.
-        await asyncio.shield(self._lookup)
-
-    async def _fetch(self, host: str, port: int, version: int, step_seconds: float, max_frame_bytes: int) -> None:
-        fields: dict[str, Any] = {"topics": None if version >= 1 else []}  # v0: empty list = all
-        if version >= 4:
-            fields["allow_auto_topic_creation"] = False
-        try:
-            async with UpstreamClient(host, port, step_seconds, max_frame_bytes) as client:
-                response = await client.request(METADATA, version, **fields)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
-            log.warning("topic metadata lookup at %s:%d failed: %s: %s; partition counts not known to kqp "
-                        "count as 0", host, port, type(exc).__name__, exc)
-            return
-        except Exception:
-            # A bug, not the upstream's fault: said loudly, but the sessions waiting on this
-            # lookup must still go on (with what the cache knows), so it is not re-raised.
-            log.exception("topic metadata lookup at %s:%d failed unexpectedly", host, port)
-            return
-        self.learn_topics(response.topics or (), complete=True)

@@ -7,10 +7,10 @@ costs one socket and nothing else. The exposition text comes from prometheus-cli
 rendered in a worker thread, so a scrape of 10k entities does not stall forwarding for the length
 of a render.
 
-The endpoint starts before kqp has reached its upstream: /healthz answers 200 from the start (the
-process is alive; a liveness probe must not restart a proxy that waits for Kafka), and /readyz
-answers 503 with the reason until the listeners are bound and the upstream has answered Metadata
-within 3 x `upstream.metadata_refresh_ms`.
+The endpoint is handed what it serves: a registry and a readiness callable (the server's, which
+says why it is not ready). It starts before kqp has reached its upstream: /healthz answers 200
+from the start (the process is alive; a liveness probe must not restart a proxy that waits for
+Kafka), and /readyz answers 503 with the callable's reason until it says ready.
 """
 
 from __future__ import annotations
@@ -19,16 +19,9 @@ import asyncio
 import contextlib
 import gzip
 import logging
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-
-from .metrics import PrometheusObserver, prepare_scrape
-
-if TYPE_CHECKING:
-    from kqp.proxy.runtime.server import ProxyServer
 
 log = logging.getLogger("kqp.metrics")
 
@@ -124,67 +117,3 @@ class MetricsEndpoint:
             writer.write(body)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
-
-
-def proxy_readiness(server: ProxyServer) -> Readiness:
-    """/readyz for a ProxyServer: listeners bound, upstream Metadata fresh, not shutting down."""
-
-    def check() -> tuple[bool, str]:
-        if server.stopping.is_set():
-            return False, "shutting down"
-        ctx = server.ctx
-        if ctx is None or not server.ready.is_set():
-            detail = ctx.cluster.last_error if ctx is not None else None
-            return False, f"starting: waiting for the upstream{f' ({detail})' if detail else ''}"
-        limit = 3 * server.config.upstream.metadata_refresh_ms / 1000
-        last = ctx.cluster.last_refresh_ok
-        age = None if last is None else time.monotonic() - last   # the cluster stamps with time.monotonic
-        if age is None or age > limit:
-            since = "ever" if age is None else f"{age:.0f}s"
-            error = f": {ctx.cluster.last_error}" if ctx.cluster.last_error else ""
-            return False, f"upstream has not answered Metadata for {since} (limit {limit:g}s){error}"
-        return True, f"ready (upstream Metadata {age:.0f}s old)"
-
-    return check
-
-
-class MetricsService:
-    """The endpoint plus the observer's expiry task, started and stopped together by the server."""
-
-    def __init__(self, endpoint: MetricsEndpoint, task: asyncio.Task[None] | None, stop: asyncio.Event) -> None:
-        self.endpoint = endpoint
-        self._task = task
-        self._stop = stop
-
-    async def close(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await self.endpoint.close()
-
-
-async def start_metrics(server: ProxyServer) -> MetricsService | None:
-    """Bind `metrics.listen` (None when unset) and start entity expiry; logs the endpoint's address."""
-    listen = server.config.metrics.listen
-    if listen is None or server.ctx is None:
-        return None
-    readiness = proxy_readiness(server)
-    observer = server.observer
-    stop = asyncio.Event()
-    task: asyncio.Task[None] | None = None
-    if isinstance(observer, PrometheusObserver):
-        observer.bind(server.ctx, readiness)
-        registry = observer.registry
-        task = asyncio.get_running_loop().create_task(observer.maintain(stop))
-    else:
-        registry = CollectorRegistry()   # an observer of its own: health endpoints only
-    endpoint = MetricsEndpoint(listen.host, listen.port, registry, readiness, lambda: prepare_scrape(observer))
-    try:
-        await endpoint.start()
-    except OSError:
-        if task is not None:
-            task.cancel()
-        raise
-    log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", endpoint.url)
-    return MetricsService(endpoint, task, stop)

@@ -7,8 +7,9 @@ is scraped, by one collector on the observer's own `CollectorRegistry` (never th
 tests and several proxies in one process stay apart):
 
 - counters and the upstream latency histogram, from those numbers;
-- gauges that describe state rather than events (quota limits and measured rates, the delay queue,
-  muted connections, upstream health), read from the quota manager and the proxy context.
+- gauges that describe state rather than events: muted connections and the delay queue, kept
+  from the connections' mute hooks; quota limits and measured rates, read from the quota manager;
+  upstream health and readiness, read through the callables the server binds.
 
 `prepare_scrape` freezes all of it on the loop's thread; rendering the text then runs in a worker
 thread. A scrape of 10k entities costs the loop tens of milliseconds every scrape interval, instead
@@ -28,7 +29,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -36,23 +37,28 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from kqp.protocol.apis import API_NAMES
+from kqp.proxy.connection.events import CLOSE_REASONS
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QUOTA_TYPES, Principal
 
 if TYPE_CHECKING:
     from kqp.config.model import MetricsConfig
-    from kqp.proxy.runtime.context import ProxyContext
 
 OTHER = "other"  # the label values of the bucket for principals past `max_entities`
 _OTHER_PRINCIPAL = Principal(OTHER, OTHER)
 ENTITY = ("user", "client_id")
-# Every close reason a session uses, at zero from the start so rate() and alerts see the series.
-CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
-                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error")
 RELOAD_RESULTS = ("success", "failure")
+UPSTREAM_ANOMALIES = ("unawaited", "unreadable")
 # Upstream round trips run from sub-millisecond to a Fetch long poll (max_wait_ms, often 0.5 s).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-UNKNOWN_QUOTA = "unknown"  # a delay-queue entry whose throttle is not attributed yet
+
+
+class UpstreamHealth(NamedTuple):
+    """What the server reports of its upstream at scrape time."""
+
+    metadata_age_seconds: float | None   # since the upstream last answered Metadata; None: never
+    fresh_seconds: float                 # the age past which the upstream counts as down
 
 
 @dataclass(slots=True)
@@ -106,9 +112,11 @@ class PrometheusObserver(ProxyObserver):
         self._connections: dict[str, int] = {}
         self._closed = dict.fromkeys(CLOSE_REASONS, 0)
         self._reloads = dict.fromkeys(RELOAD_RESULTS, 0)
+        self._anomalies = dict.fromkeys(UPSTREAM_ANOMALIES, 0)
         self._latency: dict[int, _Latency] = {}
-        self._muted = 0
-        self.ctx: ProxyContext | None = None
+        self._muted: dict[tuple[Principal, str], int] = {}   # (entity, quota) -> connections muted now
+        self.quotas: QuotaManager | None = None
+        self.upstream: Callable[[], UpstreamHealth] | None = None
         self.readiness: Callable[[], tuple[bool, str]] | None = None
         self.registry = registry if registry is not None else CollectorRegistry()
         self._scrape = _ScrapeCollector(self)
@@ -125,12 +133,15 @@ class PrometheusObserver(ProxyObserver):
         """What a proxy observes with: this observer when an endpoint will serve it, else the no-op base."""
         return PrometheusObserver.from_config(config) if config.listen is not None else ProxyObserver()
 
-    def bind(self, ctx: ProxyContext, readiness: Callable[[], tuple[bool, str]] | None = None) -> None:
-        """Give the scrape-time gauges the process state they read; the clock becomes the proxy's."""
-        self.ctx = ctx
+    def bind(self, clock: Callable[[], float], quotas: QuotaManager,
+             upstream: Callable[[], UpstreamHealth] | None = None,
+             readiness: Callable[[], tuple[bool, str]] | None = None) -> None:
+        """Give the scrape-time gauges what they read; the clock becomes the proxy's loop clock."""
+        self.quotas = quotas
+        self.upstream = upstream
         self.readiness = readiness
         if self._clock is None:
-            self._clock = ctx.now
+            self._clock = clock
 
     def now(self) -> float:
         return self._clock() if self._clock is not None else time.monotonic()
@@ -156,8 +167,8 @@ class PrometheusObserver(ProxyObserver):
         stale = [p for p, e in self._entities.items() if now - e.seen >= limit]
         for p in stale:
             del self._entities[p]
-        if self.ctx is not None:
-            self.ctx.quotas.expire(now, limit)
+        if self.quotas is not None:
+            self.quotas.expire(now, limit)
         return len(stale)
 
     async def maintain(self, stop: asyncio.Event) -> None:
@@ -213,8 +224,20 @@ class PrometheusObserver(ProxyObserver):
         totals[0] += seconds
         totals[1] += 1
 
-    def muted(self, delta: int) -> None:
-        self._muted += delta
+    def mute_started(self, principal: Principal, quota_type: str) -> None:
+        key = (principal, quota_type)
+        self._muted[key] = self._muted.get(key, 0) + 1
+
+    def mute_ended(self, principal: Principal, quota_type: str) -> None:
+        key = (principal, quota_type)
+        n = self._muted.get(key, 0) - 1
+        if n > 0:
+            self._muted[key] = n
+        else:
+            self._muted.pop(key, None)
+
+    def upstream_anomaly(self, kind: str) -> None:
+        self._anomalies[kind] = self._anomalies.get(kind, 0) + 1
 
     def config_reload(self, result: str) -> None:
         self._reloads[result] = self._reloads.get(result, 0) + 1
@@ -259,58 +282,57 @@ class PrometheusObserver(ProxyObserver):
         reloads = counter("kqp_config_reloads", "Config file reloads, by result", ("result",))
         for result, n in self._reloads.items():
             reloads.add_metric((result,), n)
+        anomalies = counter("kqp_upstream_anomalies", "Upstream responses passed on without kqp's usual "
+                            "handling: unawaited (answering no request in flight: dropped), unreadable "
+                            "(throttle_time_ms not reachable: forwarded unchanged)", ("kind",))
+        for kind, n in self._anomalies.items():
+            anomalies.add_metric((kind,), n)
         latency = HistogramMetricFamily("kqp_upstream_request_duration_seconds", "From forwarding a request "
                                         "to the upstream to reading its response", labels=("api",))
         for api, h in self._latency.items():
             latency.add_metric((_api_name(api),), h.buckets(), h.total)
-        yield from (connections, closed, reloads, latency)
+        yield from (connections, closed, reloads, anomalies, latency)
 
     def _state_families(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("kqp_entities", "Entity label sets held (the other bucket included)",
                                 value=len(self._entities))
         yield GaugeMetricFamily("kqp_muted_connections", "Client connections muted by a throttle now",
-                                value=self._muted)
-        ctx = self.ctx
-        if ctx is None:
-            return
-        yield from self._quota_families(ctx, self.now())
-        queue = GaugeMetricFamily("kqp_delay_queue_size", "Delay-queue entries (throttled connections and "
-                                  "held responses) by the quota that caused them", labels=("quota",))
-        counts = ctx.delay.queue.count_by(_cause_quota)
-        for quota in (*QUOTA_TYPES, UNKNOWN_QUOTA):
-            if quota in counts or quota != UNKNOWN_QUOTA:
-                queue.add_metric([quota], counts.get(quota, 0))
+                                value=sum(self._muted.values()))
+        queue = GaugeMetricFamily("kqp_delay_queue_size", "Delay-queue entries (connections muted by a "
+                                  "throttle) by the quota that caused them", labels=("quota",))
+        by_quota = dict.fromkeys(QUOTA_TYPES, 0)
+        muted_by: dict[tuple[str, str], int] = {}
+        for (principal, quota), n in self._muted.items():
+            by_quota[quota] = by_quota.get(quota, 0) + n
+            who = (principal.user, principal.client_id)
+            muted_by[who] = muted_by.get(who, 0) + n
+        for quota, n in by_quota.items():
+            queue.add_metric([quota], n)
         yield queue
         by_entity = GaugeMetricFamily("kqp_entity_muted_connections", "Muted client connections per entity "
                                       "whose throttle muted them", labels=ENTITY)
-        muted_by: dict[tuple[str, str], int] = {}
-        for session in ctx.sessions:
-            cause = getattr(session, "throttle_cause", None)
-            if session.throttled and cause is not None:
-                who = (cause[0].user, cause[0].client_id)
-                muted_by[who] = muted_by.get(who, 0) + 1
         for who, n in muted_by.items():
             by_entity.add_metric(who, n)
         yield by_entity
-        last_ok = ctx.cluster.last_refresh_ok
-        fresh = 3 * ctx.config.upstream.metadata_refresh_ms / 1000
-        age = None if last_ok is None else time.monotonic() - last_ok   # the cluster stamps with time.monotonic
-        yield GaugeMetricFamily("kqp_upstream_up", "1 while the upstream answered Metadata within 3 x "
-                                "metadata_refresh_ms", value=1.0 if age is not None and age <= fresh else 0.0)
-        if age is not None:
-            yield GaugeMetricFamily("kqp_upstream_metadata_age_seconds",
-                                    "Seconds since the upstream last answered Metadata", value=age)
+        if self.quotas is not None:
+            yield from self._quota_families(self.quotas, self.now())
+        if self.upstream is not None:
+            age, fresh = self.upstream()
+            yield GaugeMetricFamily("kqp_upstream_up", "1 while the upstream answered Metadata within 3 x "
+                                    "metadata_refresh_ms", value=1.0 if age is not None and age <= fresh else 0.0)
+            if age is not None:
+                yield GaugeMetricFamily("kqp_upstream_metadata_age_seconds",
+                                        "Seconds since the upstream last answered Metadata", value=age)
         if self.readiness is not None:
             yield GaugeMetricFamily("kqp_ready", "1 while /readyz answers 200",
                                     value=1.0 if self.readiness()[0] else 0.0)
 
-    def _quota_families(self, ctx: ProxyContext, now: float) -> Iterator[Metric]:
+    def _quota_families(self, quotas: QuotaManager, now: float) -> Iterator[Metric]:
         limit = GaugeMetricFamily("kqp_quota_limit", "The quota in force for the entity, in the quota's unit",
                                   labels=("quota", *ENTITY))
         usage = GaugeMetricFamily("kqp_quota_usage", "The rate the quota is measured against now, in the "
                                   "quota's unit (shared quotas show the shared sensor's rate)",
                                   labels=("quota", *ENTITY))
-        quotas = ctx.quotas
         if quotas.enabled:
             rates = {(s.quota_type, s.key): s.rate for s in quotas.snapshot(now)}
             for p in self._entities:
@@ -349,7 +371,3 @@ def prepare_scrape(observer: ProxyObserver) -> None:
 def _api_name(api_key: int) -> str:
     return API_NAMES.get(api_key, str(api_key))
 
-
-def _cause_quota(item: object) -> str:
-    cause = getattr(item, "throttle_cause", None)
-    return cause[1] if cause is not None else UNKNOWN_QUOTA

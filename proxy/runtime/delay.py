@@ -2,7 +2,8 @@
 
 The queue itself (`kqp.quotas.delay_queue`) is a pure heap stepped with `pop_expired(now)`; this
 driver only keeps one `loop.call_at` timer armed at the earliest deadline. No task sleeps per
-connection: throttling n connections costs O(log n) per mute.
+connection: throttling n connections costs O(log n) per mute. Deadlines and the `now` handed to a
+due item are the loop's clock (`loop.time()`), the same clock every connection event carries.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""The proxy process: upstream discovery, listeners, the delay queue, signals and shutdown.
+"""The proxy process: where its parts are built and wired, and its life (start, reload, drain, stop).
+
+`ProxyServer._assemble` is the one place that builds the quota manager, the topic cache and the
+mutation gate, the observer's bindings, the delay driver, the listeners and the upstream cluster,
+and hands each part only what it uses: the connection core gets `CoreParts`, each connection's
+asyncio edge gets `EdgeWiring`, the HTTP endpoint gets a registry and `readiness`.
 
 Start-up order matters for clients: kqp learns the upstream's brokers and API versions first, binds
 one listener per broker, and only then opens the bootstrap listener, so the first Metadata a client
@@ -12,24 +17,36 @@ import contextlib
 import dataclasses
 import logging
 import signal
+import time
+
+from prometheus_client import CollectorRegistry
 
 from kqp.config.model import ProxyConfig
+from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.core import CoreParts, CoreSettings
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.session import ClientSession
-from kqp.proxy.observability.http_endpoint import MetricsService, start_metrics
-from kqp.proxy.observability.metrics import PrometheusObserver
+from kqp.proxy.connection.metering import Metering
+from kqp.proxy.connection.mutation_gate import MutationGate
+from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.observability.http_endpoint import MetricsEndpoint
+from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QuotaSettings
 
 from .cluster import UpstreamCluster
-from .context import ProxyContext
 from .delay import DelayDriver
+from .edge import ClientEdge, EdgeWiring
 from .listeners import ListenerSet
 from .reload import ConfigReloader
+from .topic_lookup import TopicLookup
 
 log = logging.getLogger("kqp")
 
 START_RETRY_MAX_SECONDS = 5.0
+
+
+def core_settings(config: ProxyConfig) -> CoreSettings:
+    return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle)
 
 
 class ProxyServer:
@@ -39,38 +56,83 @@ class ProxyServer:
         self.reuse_port = reuse_port
         self.overrides = overrides or {}
         self.observer = observer or PrometheusObserver.for_proxy(config.metrics)
-        self.metrics: MetricsService | None = None
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
+        self.connections: set[ClientEdge] = set()
+        self.endpoint: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.ctx: ProxyContext | None = None
+        self._progress: asyncio.Event | None = None   # set while draining: a connection moved on
+        self.loop: asyncio.AbstractEventLoop | None = None
 
-    def _build(self, loop: asyncio.AbstractEventLoop) -> ProxyContext:
+    # -- assembly --------------------------------------------------------------------------------
+    def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
         cfg = self.config
-        holder: list[ProxyContext] = []
-
-        def factory(name: str, node_id: int | None) -> asyncio.Protocol:
-            return ClientSession(holder[0], name, node_id)
-
-        listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port, factory,
-                                reuse_port=self.reuse_port)
-        cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
-                                  on_broker=lambda b: listeners.ensure_broker(b.node_id))
-        ctx = ProxyContext(
-            loop=loop, config=cfg, quotas=QuotaManager(cfg.quotas, loop.time()), delay=DelayDriver(loop),
-            cluster=cluster, listeners=listeners, observer=self.observer,
+        self.loop = loop
+        self.quotas = QuotaManager(cfg.quotas, loop.time())
+        topics = TopicMetadata()
+        self.delay = DelayDriver(loop)
+        self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
+                                     lambda name, node_id: ClientEdge(wiring, name, node_id),
+                                     reuse_port=self.reuse_port)
+        self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
+                                                 on_broker=lambda b: self.listeners.ensure_broker(b.node_id))
+        self.core = CoreParts(
+            metering=Metering(self.quotas, self.observer), gate=MutationGate(self.quotas, topics),
+            api_ranges=lambda: cluster.api_ranges, learn_brokers=cluster.learn,
+            map_address=self.listeners.map_address, perf=time.perf_counter, settings=core_settings(cfg),
         )
-        holder.append(ctx)
-        return ctx
+        lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
+                             cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes)
+        wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
+                            connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
+                            open_connections=self.connections, on_progress=self._on_progress)
 
+    async def _start_metrics(self) -> None:
+        listen = self.config.metrics.listen
+        if listen is None:
+            return
+        observer = self.observer
+        if isinstance(observer, PrometheusObserver):
+            assert self.loop is not None
+            observer.bind(self.loop.time, self.quotas, self.upstream_health, self.readiness)
+            registry = observer.registry
+            self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
+        else:
+            registry = CollectorRegistry()   # an observer of its own: health endpoints only
+        self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
+                                        lambda: prepare_scrape(observer))
+        await self.endpoint.start()
+        log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
+
+    # -- state the endpoint reads ----------------------------------------------------------------
+    def upstream_health(self) -> UpstreamHealth:
+        last = self.cluster.last_refresh_ok
+        age = None if last is None else time.monotonic() - last   # the cluster stamps with time.monotonic
+        return UpstreamHealth(age, 3 * self.config.upstream.metadata_refresh_ms / 1000)
+
+    def readiness(self) -> tuple[bool, str]:
+        """/readyz: listeners bound, upstream Metadata fresh, not shutting down; with the reason."""
+        if self.stopping.is_set():
+            return False, "shutting down"
+        if self.loop is None or not self.ready.is_set():
+            detail = self.cluster.last_error if self.loop is not None else None
+            return False, f"starting: waiting for the upstream{f' ({detail})' if detail else ''}"
+        age, limit = self.upstream_health()
+        if age is None or age > limit:
+            since = "ever" if age is None else f"{age:.0f}s"
+            error = f": {self.cluster.last_error}" if self.cluster.last_error else ""
+            return False, f"upstream has not answered Metadata for {since} (limit {limit:g}s){error}"
+        return True, f"ready (upstream Metadata {age:.0f}s old)"
+
+    # -- life ------------------------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.ctx = ctx = self._build(loop)
-        self.metrics = await start_metrics(self)   # first, so /healthz answers while kqp waits for the upstream
+        self._assemble(loop)
+        await self._start_metrics()   # first, so /healthz answers while kqp waits for the upstream
         delay = 0.2
         while True:
             try:
-                await ctx.cluster.refresh()
+                await self.cluster.refresh()
                 break
             except ConnectionError as exc:
                 log.warning("waiting for the upstream: %s (retrying in %.1fs)", exc, delay)
@@ -79,9 +141,9 @@ class ProxyServer:
                 return
             except TimeoutError:
                 delay = min(delay * 2, START_RETRY_MAX_SECONDS)
-        await ctx.listeners.settle()
-        port = await ctx.listeners.start_bootstrap()
-        self._tasks.append(loop.create_task(ctx.cluster.refresh_forever(self.stopping)))
+        await self.listeners.settle()
+        port = await self.listeners.start_bootstrap()
+        self._tasks.append(loop.create_task(self.cluster.refresh_forever(self.stopping)))
         self._tasks.append(loop.create_task(self._reap_idle()))
         if self.config.source:
             reloader = ConfigReloader(self.config.source, self.config, self.update_quotas,
@@ -90,57 +152,62 @@ class ProxyServer:
             self._tasks.append(loop.create_task(reloader.watch(self.stopping)))
         self.ready.set()
         log.info("kqp ready listen=%s:%d upstream brokers=%s", self.config.listen.host, port,
-                 ",".join(f"{n}={hp}" for n, hp in sorted(ctx.cluster.brokers.items())))
+                 ",".join(f"{n}={hp}" for n, hp in sorted(self.cluster.brokers.items())))
 
     async def _reap_idle(self) -> None:
         """Kafka's connections.max.idle.ms, enforced whether or not the connection is muted."""
-        assert self.ctx is not None
+        assert self.loop is not None
         while not self.stopping.is_set():
             # Read on every pass, at least once a second: a reload may change connections_max_idle_ms.
             idle = self.config.connections_max_idle_ms / 1000
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), min(max(idle / 10, 0.05), 1.0))
-            now = self.ctx.now()
+            now = self.loop.time()
             # Kafka drops a quota sensor after an hour unused; so does kqp, metrics endpoint or not.
-            self.ctx.quotas.expire(now, self.config.metrics.entity_expiry_seconds)
-            for session in list(self.ctx.sessions):
-                if now - session.last_activity > idle:
-                    session.close("idle", f"idle for more than {self.config.connections_max_idle_ms} ms")
+            self.quotas.expire(now, self.config.metrics.entity_expiry_seconds)
+            for edge in list(self.connections):
+                if now - edge.core.last_activity > idle:
+                    edge.run(ev.CloseRequested(now, "idle", f"idle for more than "
+                                                            f"{self.config.connections_max_idle_ms} ms"))
 
     def _apply_runtime(self, config: ProxyConfig) -> None:
-        """Settings that can change live besides quotas (fetch_throttle, idle timeout)."""
-        assert self.ctx is not None
-        self.ctx.config = self.config = dataclasses.replace(
+        """Settings that apply live besides quotas: fetch_throttle and connections_max_idle_ms."""
+        self.config = dataclasses.replace(
             self.config, fetch_throttle=config.fetch_throttle, connections_max_idle_ms=config.connections_max_idle_ms,
             quotas=config.quotas)
+        self.core.settings = core_settings(self.config)
 
     def update_quotas(self, settings: QuotaSettings) -> list[str]:
-        assert self.ctx is not None
-        return self.ctx.quotas.update_settings(settings, self.ctx.now())
+        assert self.loop is not None
+        return self.quotas.update_settings(settings, self.loop.time())
+
+    def _on_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
 
     async def shutdown(self) -> None:
         """Stop accepting, let owed responses drain for `shutdown_grace_ms`, then close everything."""
         self.stopping.set()
-        ctx = self.ctx
-        if ctx is None:
+        loop = self.loop
+        if loop is None:
             return
-        await ctx.listeners.close()
-        for session in list(ctx.sessions):
-            session.begin_shutdown()
-        deadline = ctx.loop.time() + self.config.shutdown_grace_ms / 1000
-        progress = ctx.drain_progress = asyncio.Event()
-        while any(not s.drained for s in ctx.sessions) and (left := deadline - ctx.loop.time()) > 0:
+        await self.listeners.close()
+        for edge in list(self.connections):
+            edge.run(ev.ShutdownBegun(loop.time()))
+        deadline = loop.time() + self.config.shutdown_grace_ms / 1000
+        progress = self._progress = asyncio.Event()
+        while any(not e.core.drained for e in self.connections) and (left := deadline - loop.time()) > 0:
             progress.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.wait(), left)
-        for session in list(ctx.sessions):
-            session.close("shutdown", None)
-        ctx.delay.close()
+        for edge in list(self.connections):
+            edge.run(ev.CloseRequested(loop.time(), "shutdown"))
+        self.delay.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.metrics is not None:
-            await self.metrics.close()
+        if self.endpoint is not None:
+            await self.endpoint.close()
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; returns the process exit code."""

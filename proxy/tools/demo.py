@@ -200,7 +200,7 @@ def scene_mutations(loop_choice: str) -> bool:
         }, source=None)
         _say(f"   upstream: Tansu at {upstream}, with a second kqp in front of it")
         with EmbeddedProxy(config, loop_choice) as proxy:
-            bootstrap = f"127.0.0.1:{proxy.server.ctx.listeners.bootstrap_port}"  # type: ignore[union-attr]
+            bootstrap = f"127.0.0.1:{proxy.server.listeners.bootstrap_port}"
             ok = _strict_admin(bootstrap)
             ok = _permissive_admin(bootstrap) and ok
     return ok
@@ -289,7 +289,7 @@ def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "aut
     }, source=None)
     _say(f"kqp demo: embedded upstream (librdkafka mock cluster, 3 brokers at {upstream})")
     with EmbeddedProxy(config, loop_choice) as proxy:
-        bootstrap = f"127.0.0.1:{proxy.server.ctx.listeners.bootstrap_port}"  # type: ignore[union-attr]
+        bootstrap = f"127.0.0.1:{proxy.server.listeners.bootstrap_port}"
         _say(f"kqp listening on {bootstrap}")
         _say()
         ok = scene_transparent(bootstrap, ck)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import gzip
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from kqp.proxy.observability.http_endpoint import MetricsEndpoint, proxy_readiness
+from kqp.config.loader import parse_config
+from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, prepare_scrape
+from kqp.proxy.runtime.server import ProxyServer
 from kqp.quotas.model import Principal
 
 
@@ -90,25 +92,28 @@ async def test_a_silent_client_does_not_block_others(endpoint) -> None:
         idle.close()
 
 
-def fake_server(ready: bool, last_ok: float | None, stopping: bool = False, error: str | None = None):
-    stop, rdy = asyncio.Event(), asyncio.Event()
-    if stopping:
-        stop.set()
+def assembled_server(ready: bool, last_ok: float | None, stopping: bool = False,
+                     error: str | None = None) -> ProxyServer:
+    """A real ProxyServer, assembled (no socket opened) with its upstream state set by the test."""
+    config = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:1", "metadata_refresh_ms": 1000}})
+    server = ProxyServer(config, observer=ProxyObserver())
+    server._assemble(asyncio.get_running_loop())
+    server.cluster.last_refresh_ok, server.cluster.last_error = last_ok, error
     if ready:
-        rdy.set()
-    cluster = SimpleNamespace(last_refresh_ok=last_ok, last_error=error)
-    return SimpleNamespace(stopping=stop, ready=rdy, ctx=SimpleNamespace(cluster=cluster),
-                           config=SimpleNamespace(upstream=SimpleNamespace(metadata_refresh_ms=1000)))
+        server.ready.set()
+    if stopping:
+        server.stopping.set()
+    return server
 
 
 async def test_readiness_reasons() -> None:
     now = time.monotonic()
-    ok, why = proxy_readiness(fake_server(True, now - 1))()
+    ok, why = assembled_server(True, now - 1).readiness()
     assert ok and why.startswith("ready")
-    ok, why = proxy_readiness(fake_server(False, None, error="127.0.0.1:1: ConnectionRefusedError"))()
+    ok, why = assembled_server(False, None, error="127.0.0.1:1: ConnectionRefusedError").readiness()
     assert not ok and "waiting for the upstream" in why and "ConnectionRefusedError" in why
     # 3 x metadata_refresh_ms = 3 s: Metadata 4 s old is stale.
-    ok, why = proxy_readiness(fake_server(True, now - 4, error="timeout"))()
+    ok, why = assembled_server(True, now - 4, error="timeout").readiness()
     assert not ok and "has not answered Metadata for 4s (limit 3s): timeout" in why
-    ok, why = proxy_readiness(fake_server(True, now, stopping=True))()
+    ok, why = assembled_server(True, now, stopping=True).readiness()
     assert (ok, why) == (False, "shutting down")

@@ -6,14 +6,10 @@ read a stand-in context holding a real QuotaManager and DelayQueue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from types import SimpleNamespace
-
 import pytest
 from prometheus_client import generate_latest
 
-from kqp.proxy.observability.metrics import OTHER, UNKNOWN_QUOTA, PrometheusObserver
-from kqp.quotas.delay_queue import DelayQueue
+from kqp.proxy.observability.metrics import OTHER, PrometheusObserver, UpstreamHealth
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 
@@ -160,23 +156,13 @@ def test_expiry_makes_room_under_the_cap() -> None:
 
 # -- scrape-time gauges ------------------------------------------------------------------------
 
-@dataclass(eq=False)
-class FakeSession:
-    throttled: bool = False
-    throttle_cause: tuple[Principal, str] | None = None
-
-
-@dataclass
-class FakeDelay:
-    queue: DelayQueue[FakeSession] = field(default_factory=DelayQueue)
-
-
-def fake_ctx(clock: Clock, settings: QuotaSettings, last_refresh_ok: float | None) -> SimpleNamespace:
-    return SimpleNamespace(
-        now=clock, quotas=QuotaManager(settings, 0.0), delay=FakeDelay(), sessions=set(),
-        cluster=SimpleNamespace(last_refresh_ok=last_refresh_ok, last_error=None),
-        config=SimpleNamespace(upstream=SimpleNamespace(metadata_refresh_ms=30_000)),
-    )
+def bound(clock: Clock, settings: QuotaSettings, obs: PrometheusObserver,
+          age: list[float | None] | None = None, readiness=None) -> QuotaManager:
+    """Bind `obs` as the server does; `age[0]` is the upstream Metadata age the gauges read."""
+    quotas = QuotaManager(settings, 0.0)
+    ages = age if age is not None else [None]
+    obs.bind(clock, quotas, lambda: UpstreamHealth(ages[0], 90.0), readiness)
+    return quotas
 
 
 SETTINGS = QuotaSettings(entities={
@@ -187,13 +173,12 @@ SETTINGS = QuotaSettings(entities={
 
 def test_quota_limit_and_usage_per_entity() -> None:
     obs, clock = make()
-    ctx = fake_ctx(clock, SETTINGS, None)
-    obs.bind(ctx)  # type: ignore[arg-type]
+    quotas = bound(clock, SETTINGS, obs)
     obs.request(METERED, PRODUCE, 1100)
     obs.request(FREE, PRODUCE, 10)
-    ctx.quotas.record_produce(METERED, 1100, 1, 1, 0.0)
+    quotas.record_produce(METERED, 1100, 1, 1, 0.0)
     for p in (METERED, FREE, FREE):
-        ctx.quotas.record_request(p, 0.001, 0.0)
+        quotas.record_request(p, 0.001, 0.0)
     who = {"user": "ANONYMOUS", "client_id": "metered"}
     assert value(obs, "kqp_quota_limit", quota="producer_byte_rate", **who) == 100
     # 1100 bytes in the first sample; Kafka's Rate divides by at least (11 - 1) windows of 1 s: 110 B/s.
@@ -208,20 +193,12 @@ def test_quota_limit_and_usage_per_entity() -> None:
 
 def test_delay_queue_and_muted_gauges() -> None:
     obs, clock = make()
-    ctx = fake_ctx(clock, SETTINGS, None)
-    obs.bind(ctx)  # type: ignore[arg-type]
-    a = FakeSession(True, (METERED, "producer_byte_rate"))
-    b = FakeSession(True, (METERED, "producer_byte_rate"))
-    c = FakeSession(True, (FREE, "request_rate"))
-    d = FakeSession(False, None)    # muted at request time, before its throttle was attributed
-    ctx.sessions.update({a, b, c, d})
-    for s in (a, b, c, d):
-        ctx.delay.queue.add(s, 5.0)
-        obs.muted(+1)
-    obs.muted(-1)
+    bound(clock, SETTINGS, obs)
+    for cause in [(METERED, "producer_byte_rate")] * 3 + [(FREE, "request_rate")]:
+        obs.mute_started(*cause)
+    obs.mute_ended(METERED, "producer_byte_rate")   # one of the three throttles passed
     assert value(obs, "kqp_delay_queue_size", quota="producer_byte_rate") == 2
     assert value(obs, "kqp_delay_queue_size", quota="request_rate") == 1
-    assert value(obs, "kqp_delay_queue_size", quota=UNKNOWN_QUOTA) == 1
     assert value(obs, "kqp_delay_queue_size", quota="consumer_byte_rate") == 0
     assert value(obs, "kqp_muted_connections") == 3
     assert value(obs, "kqp_entity_muted_connections", user="ANONYMOUS", client_id="metered") == 2
@@ -229,30 +206,28 @@ def test_delay_queue_and_muted_gauges() -> None:
 
 
 def test_upstream_health_gauges() -> None:
-    import time
 
     obs, clock = make()
-    ctx = fake_ctx(clock, QuotaSettings(), None)
-    obs.bind(ctx, readiness=lambda: (False, "starting"))  # type: ignore[arg-type]
+    age: list[float | None] = [None]
+    bound(clock, QuotaSettings(), obs, age, readiness=lambda: (False, "starting"))
     assert value(obs, "kqp_upstream_up") == 0
     assert value(obs, "kqp_upstream_metadata_age_seconds") is None
     assert value(obs, "kqp_ready") == 0
-    ctx.cluster.last_refresh_ok = time.monotonic() - 5
+    age[0] = 5.0
     assert value(obs, "kqp_upstream_up") == 1
-    assert 5 <= value(obs, "kqp_upstream_metadata_age_seconds") < 60  # type: ignore[operator]
-    ctx.cluster.last_refresh_ok = time.monotonic() - 91     # older than 3 x 30 s
+    assert value(obs, "kqp_upstream_metadata_age_seconds") == 5.0
+    age[0] = 91.0     # older than the 90 s (3 x 30 s) the server says is fresh
     assert value(obs, "kqp_upstream_up") == 0
 
 
 def test_expire_also_expires_quota_sensors() -> None:
     obs, clock = make(expiry=60)
-    ctx = fake_ctx(clock, SETTINGS, None)
-    obs.bind(ctx)  # type: ignore[arg-type]
-    ctx.quotas.record_produce(METERED, 10, 1, 1, 0.0)
-    assert ctx.quotas.sensor_count == 1
+    quotas = bound(clock, SETTINGS, obs)
+    quotas.record_produce(METERED, 10, 1, 1, 0.0)
+    assert quotas.sensor_count == 1
     clock.t = 61.0
     obs.expire()
-    assert ctx.quotas.sensor_count == 0
+    assert quotas.sensor_count == 0
 
 
 def test_bad_settings_are_refused() -> None:

@@ -1,7 +1,7 @@
 """MutationGate: KIP-599 per-topic admission, split/merge, costs and the topic cache, pure.
 
-No sockets and no sleeps: the gate gets a context whose clock is a number the test moves, a real
-QuotaManager, and request/response frames encoded with kafka-python's message classes. Unless a
+No sockets and no sleeps: the gate gets a real QuotaManager and topic cache, a clock that is a
+number the test moves, and request/response frames encoded with kafka-python's message classes. Unless a
 test says otherwise the quota is KIP-599's worked example: Q = 5 mutations/s, 100 windows of 1 s,
 so the bucket's rate R = 5 and burst B = Q * S * W = 500.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,7 +28,9 @@ from kqp.config.model import HostPort
 from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.messages import encode_request
 from kqp.protocol.mutations import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, THROTTLING_QUOTA_EXCEEDED
-from kqp.proxy.connection.mutation_gate import GATED_APIS, MutationGate, gate_for
+from kqp.proxy.connection.mutation_gate import GATED_APIS, MutationGate
+from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.runtime.topic_lookup import TopicLookup
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 
@@ -51,14 +52,7 @@ def make_gate(rate: float = 5, window_count: int = 100, window_size: float = 1.0
     clock = Clock()
     settings = QuotaSettings(window_size_seconds=window_size, window_count=window_count,
                              entities={EntitySpec(None, "admin"): {"controller_mutation_rate": rate}})
-    ctx = SimpleNamespace(
-        quotas=QuotaManager(settings, 0.0),
-        cluster=SimpleNamespace(api_ranges={METADATA: (0, 12)}, upstream_for=lambda node: HostPort("127.0.0.1", 9)),
-        config=SimpleNamespace(upstream=SimpleNamespace(connect_timeout_ms=1000), max_frame_bytes=1 << 20),
-        mutation_gate=None,
-        now=clock,
-    )
-    return MutationGate(ctx), clock  # type: ignore[arg-type]
+    return MutationGate(QuotaManager(settings, 0.0), TopicMetadata()), clock
 
 
 def request(api: int, version: int, client_id: str = "admin", correlation_id: int = 7, **fields: Any):
@@ -73,7 +67,7 @@ def create_topics(version: int, partitions: list[int], validate_only: bool = Fal
 
 
 def tokens(gate: MutationGate, clock: Clock) -> float:
-    [state] = [s for s in gate.ctx.quotas.snapshot(clock.now) if s.quota_type == "controller_mutation_rate"]
+    [state] = [s for s in gate.quotas.snapshot(clock.now) if s.quota_type == "controller_mutation_rate"]
     return state.tokens
 
 
@@ -110,7 +104,7 @@ def feed_metadata(gate: MutationGate, version: int, topics: dict[str, tuple[int,
     plan = gate.plan(ADMIN, hdr, frame, 0.0)
     assert plan.rewrite is not None
     response = response_frame(METADATA, version, 7, metadata_body(version, topics))
-    assert plan.rewrite(response, len(response) - len(metadata_body(version, topics))) is response
+    assert plan.rewrite(response, len(response) - len(metadata_body(version, topics)), 0.0) is response
 
 
 # -- KIP-599's worked example --------------------------------------------------------------------
@@ -181,7 +175,7 @@ def test_strict_split_forwards_admitted_and_merges_in_client_order() -> None:
     upstream = CreateTopicsResponse(throttle_time_ms=0, topics=[
         create_result("t2", partitions=4), create_result("t0", partitions=4), create_result("t1", error=36)])
     body = bytes(upstream.encode(version=7))
-    merged_frame = plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 4 + 5)
+    merged_frame = plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 4 + 5, clock.now)
     assert struct.unpack_from(">i", merged_frame, 0)[0] == len(merged_frame) - 4
     assert struct.unpack_from(">i", merged_frame, 4)[0] == 7
     merged = CreateTopicsResponse.decode(bytes(body_of(merged_frame, CREATE_TOPICS, 7)), version=7)
@@ -209,9 +203,9 @@ def test_unlimited_principal_passes_but_keeps_the_cache() -> None:
     assert plan.violations == [] and plan.answer is None and plan.frame is frame
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("free0", partitions=3)])
                  .encode(version=7))
-    plan.rewrite(response_frame(CREATE_TOPICS, 7, 1, body), 9)
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 1, body), 9, clock.now)
     assert gate.topics.partitions("free0") == 3
-    assert gate.ctx.quotas.snapshot(clock.now) == []    # nothing charged to anyone
+    assert gate.quotas.snapshot(clock.now) == []    # nothing charged to anyone
 
 
 def test_broker_default_partitions_are_estimated_then_settled() -> None:
@@ -222,7 +216,7 @@ def test_broker_default_partitions_are_estimated_then_settled() -> None:
     assert tokens(gate, clock) == 9
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("t0", partitions=6)])
                  .encode(version=7))
-    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9)
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
     assert tokens(gate, clock) == 4                     # 9 - (6 - 1)
     assert gate.topics.partitions("t0") == 6
 
@@ -234,11 +228,10 @@ def test_delete_unknown_topic_asks_for_a_lookup_first() -> None:
     DeleteState = DeleteTopicsRequest.DeleteTopicState
     hdr, frame = request(DELETE_TOPICS, 6, topics=[DeleteState(name="ghost", topic_id=None)], timeout_ms=1000)
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
-    assert plan.lookup is not None and plan.answer is None and plan.rewrite is None
-    plan.lookup.close()                                 # not run here: no upstream in a unit test
+    assert plan.needs_lookup and plan.answer is None and plan.rewrite is None
     # After the lookup the topic is still unknown, so it does not exist and costs nothing.
     plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
-    assert plan.lookup is None and plan.violations == []
+    assert not plan.needs_lookup and plan.violations == []
     assert tokens(gate, clock) == 500
 
 
@@ -250,13 +243,13 @@ def test_delete_by_name_and_by_id_costs_the_partitions_metadata_shows() -> None:
     hdr, frame = request(DELETE_TOPICS, 6, timeout_ms=1000, topics=[
         DeleteState(name="a", topic_id=None), DeleteState(name=None, topic_id=ids["b"])])
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
-    assert plan.lookup is None and plan.violations == []
+    assert not plan.needs_lookup and plan.violations == []
     assert tokens(gate, clock) == -2                    # 10 - 4 - 8
     Result = DeleteTopicsResponse.DeletableTopicResult
     body = bytes(DeleteTopicsResponse(throttle_time_ms=0, responses=[
         Result(name="a", topic_id=ids["a"], error_code=0, error_message=None),
         Result(name=None, topic_id=ids["b"], error_code=0, error_message=None)]).encode(version=6))
-    plan.rewrite(response_frame(DELETE_TOPICS, 6, 7, body), 9)
+    plan.rewrite(response_frame(DELETE_TOPICS, 6, 7, body), 9, clock.now)
     assert gate.topics.partitions("a") is None and gate.topics.partitions(None, ids["b"]) is None
 
 
@@ -280,7 +273,7 @@ def test_create_partitions_costs_the_increment() -> None:
     Result = CreatePartitionsResponse.CreatePartitionsTopicResult
     body = bytes(CreatePartitionsResponse(throttle_time_ms=0, results=[
         Result(name="grow", error_code=0, error_message=None)]).encode(version=3))
-    plan.rewrite(response_frame(CREATE_PARTITIONS, 3, 7, body), 9)
+    plan.rewrite(response_frame(CREATE_PARTITIONS, 3, 7, body), 9, clock.now)
     assert gate.topics.partitions("grow") == 9
 
 
@@ -288,20 +281,16 @@ def test_create_partitions_costs_the_increment() -> None:
 
 def test_inactive_gate_passes_everything_untouched() -> None:
     gate, clock = make_gate()
-    gate.ctx.quotas.update_settings(QuotaSettings(window_count=100), clock.now)
+    gate.quotas.update_settings(QuotaSettings(window_count=100), clock.now)
     for hdr, frame in (create_topics(7, [80] * 7), request(METADATA, 12, topics=None)):
         plan = gate.plan(ADMIN, hdr, frame, clock.now)
         assert plan.frame is frame and plan.rewrite is None and plan.violations == [] and plan.answer is None
     assert GATED_APIS == {METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS}
 
 
-def test_gate_is_one_per_context() -> None:
-    gate, _ = make_gate()
-    assert gate_for(gate.ctx) is gate_for(gate.ctx)
-
-
 async def test_failed_lookup_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     gate, _ = make_gate()
     # Nothing listens on 127.0.0.1:9 (discard): the lookup fails fast and says so.
-    await asyncio.wait_for(gate.topics.lookup("127.0.0.1", 9, 12, 1.0, 1 << 20), 5)
+    lookup = TopicLookup(gate.topics, lambda: HostPort("127.0.0.1", 9), lambda: {METADATA: (0, 12)}, 1.0, 1 << 20)
+    await asyncio.wait_for(lookup(), 5)
     assert "topic metadata lookup at 127.0.0.1:9 failed" in caplog.text

@@ -1,0 +1,457 @@
+"""One client connection and its one upstream connection, as a sans-io state machine.
+
+`Connection.handle(event)` takes one event (`kqp.proxy.connection.events`: bytes from either side,
+the upstream connected or lost, the client's EOF, a timer, a write buffer over its mark) and
+returns the actions to carry out, in order: send parts to a side, mute or unmute with a named
+reason, set the connection's timer, look topics up, close. No asyncio, no sockets, no clock: every
+event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected. The asyncio
+edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls.
+
+What the core does with the bytes:
+
+* Requests are split into frames (`FrameDecoder`) and forwarded as the slices they arrived in;
+  only the request header is always decoded, bodies only for the APIs kqp reads or rewrites
+  (Produce acks and record counts, Fetch max_bytes, the KIP-599 mutations, ApiVersions, which kqp
+  answers itself). Responses come back in request order (Kafka guarantees it), so the requests
+  awaiting one are a FIFO of `InFlight` records; kqp's own answers wait their turn in it.
+* KIP-219, for every version: a response goes out at once, with `throttle_time_ms` raised to the
+  request's throttle where the version has the field, and the client side is muted until the
+  throttle has passed (`SetTimer`). A client that does not back off by itself simply waits in the
+  muted socket: what it pipelined stays in the decoder, unforwarded. A Produce request whose bytes
+  are over quota mutes at once (the broker reads one request at a time, so a pipelined burst must
+  not reach the upstream behind it); an acks=0 Produce has no response and is muted only.
+* Two general rules replace special cases for misbehaving upstreams: a response to no request in
+  flight is dropped and counted (librdkafka's mock cluster answers acks=0 Produce), and a response
+  whose `throttle_time_ms` kqp cannot reach is forwarded as the upstream sent it, and counted.
+
+Where authentication will plug in: `user` names the connection's principal (`ANONYMOUS` until a
+SASL or TLS identity is known) and `authenticated` gates Kafka's pre-authentication exemptions;
+frames a connection sends before it is authenticated will be routed through an authenticator
+before `_on_request` sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kqp.protocol.addresses import AddressMapper, BrokerAddress, may_carry_addresses, rewrite_addresses
+from kqp.protocol.api_versions import encode_api_versions_response
+from kqp.protocol.apis import API_NAMES, ApiKey
+from kqp.protocol.errors import ProtocolError
+from kqp.protocol.fetch import empty_fetch_response_body
+from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
+from kqp.protocol.produce import produce_acks
+from kqp.protocol.records import BodyError, RecordCounts
+from kqp.protocol.throttle import throttle_patch_parts
+from kqp.quotas.manager import Violation
+from kqp.quotas.model import ANONYMOUS, Principal
+from kqp.quotas.throttle import combine
+
+from . import events as ev
+from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
+from .in_flight import InFlight
+from .metering import Metering, joined, with_body
+from .mutation_gate import GATED_APIS, MutationGate
+from .mute import MuteState
+
+log = logging.getLogger("kqp.connection")
+
+PRODUCE, FETCH, API_VERSIONS = ApiKey.Produce, ApiKey.Fetch, ApiKey.ApiVersions
+# A request split over several reads is read through its first bytes only, when that is enough:
+# Produce's header, transactional id and acks fit (a transactional id is at most 32 KiB).
+SPLIT_HEAD_BYTES = 40 * 1024
+# Kafka's pre-authentication exemptions from request quotas (KIP-124): the SASL exchange itself.
+_SASL_APIS = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSettings:
+    """The settings a connection reads; replaced whole on a live reload."""
+
+    max_frame_bytes: int
+    fetch_throttle: str = "deliver"   # "deliver" | "empty" (DESIGN.md: Fetch over quota)
+
+
+@dataclass(slots=True)
+class CoreParts:
+    """What every connection of a process shares, built once where the server is assembled."""
+
+    metering: Metering
+    gate: MutationGate
+    api_ranges: Callable[[], Mapping[int, tuple[int, int]]]   # what kqp and the upstream both speak
+    learn_brokers: Callable[[Iterable[BrokerAddress]], None]   # brokers named in responses
+    map_address: AddressMapper                                 # upstream broker -> kqp's listener
+    perf: Callable[[], float]   # handler-time clock (time.perf_counter), injected so the core reads none
+    settings: CoreSettings      # a reload assigns a new one
+
+
+class Connection:
+    """The client side and the upstream side of one proxied connection."""
+
+    def __init__(self, parts: CoreParts, listener: str, node_id: int | None, peer: str = "?") -> None:
+        self.parts = parts
+        self.listener = listener
+        self.node_id = node_id
+        self.peer = peer
+        self.requests = FrameDecoder(parts.settings.max_frame_bytes)
+        self.responses = FrameDecoder(parts.settings.max_frame_bytes)
+        self.in_flight: deque[InFlight] = deque()
+        self.mutes = MuteState()
+        self.muted_until = 0.0
+        self.last_activity = 0.0
+        self.closed = False
+        self.user = ANONYMOUS
+        self.authenticated = True       # no authentication configured: authenticated from the start
+        self._upstream_up = False
+        self._client_eof = False
+        self._held: Parts | None = None   # a mutation request waiting for a topic lookup
+        self._principals: dict[str | None, Principal] = {}
+        self._mute_cause: tuple[Principal, str] | None = None   # whose throttle muted the connection
+        self._cause: tuple[Principal, str] | None = None        # the latest throttle's
+        self._out: list[Action] = []
+        self._handlers: dict[type, Callable[[ev.Event], None]] = {
+            ev.ClientConnected: self._client_connected,
+            ev.UpstreamConnected: self._upstream_connected,
+            ev.UpstreamConnectFailed: self._upstream_connect_failed,
+            ev.ClientData: self._client_data,
+            ev.UpstreamData: self._upstream_data,
+            ev.ClientEof: self._client_eof_received,
+            ev.ClientLost: lambda e: self._close("client_closed"),
+            ev.UpstreamLost: self._upstream_lost,
+            ev.WriteBuffer: self._write_buffer,
+            ev.TimerFired: self._timer_fired,
+            ev.TopicsLookedUp: self._topics_looked_up,
+            ev.ShutdownBegun: lambda e: self._mute(MuteReason.CLOSING),
+            ev.CloseRequested: lambda e: self._close(e.reason, e.message),
+        }
+
+    # -- the one entry point -------------------------------------------------------------------
+    def handle(self, event: ev.Event) -> list[Action]:
+        """Take one event; return what to do, in order. A closed connection ignores everything."""
+        if self.closed:
+            return []
+        out = self._out = []
+        try:
+            self._handlers[type(event)](event)
+        except (ProtocolError, BodyError) as exc:
+            self._close("protocol_error", f"bad request from client: {exc}")
+        except Exception:
+            # The one top-level guard: a bug closes this connection only, loudly.
+            log.exception("client %s: unexpected error; closing the connection", self.peer)
+            self._close("internal_error")
+        return out
+
+    @property
+    def drained(self) -> bool:
+        """Nothing owed to the client: no response in flight, no request waiting for a lookup."""
+        return not self.in_flight and self._held is None
+
+    @property
+    def throttled(self) -> bool:
+        return MuteReason.THROTTLED in self.mutes
+
+    def muted(self, side: Side) -> bool:
+        return self.mutes.muted(side)
+
+    # -- connection life -----------------------------------------------------------------------
+    def _client_connected(self, e: ev.ClientConnected) -> None:
+        self.last_activity = e.now
+        self.parts.metering.observer.connection_opened(self.listener)
+        self._mute(MuteReason.CONNECTING)
+        self._out.append(ev.ConnectUpstream(self.node_id))
+
+    def _upstream_connected(self, e: ev.UpstreamConnected) -> None:
+        self._upstream_up = True
+        self._unmute(MuteReason.CONNECTING)
+        self._pump(e.now)
+
+    def _upstream_connect_failed(self, e: ev.UpstreamConnectFailed) -> None:
+        self._close("upstream_unknown" if e.unknown_broker else "upstream_unreachable", e.message)
+
+    def _upstream_lost(self, e: ev.UpstreamLost) -> None:
+        detail = f": {e.message}" if e.message else ""
+        if self.in_flight:
+            head = self.in_flight[0]
+            detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
+        self._close("upstream_closed", f"upstream connection closed{detail}")
+
+    def _client_eof_received(self, e: ev.ClientEof) -> None:
+        # No more requests; what is owed (and what was read but waits for a throttle) still goes.
+        self._client_eof = True
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        if not self._client_eof or self.closed:
+            return
+        if self.requests.buffered and not self._blocked():
+            # Every whole frame has been taken: what is left is a frame the client never finished.
+            self._close("protocol_error", f"truncated frame: the client closed the connection mid-frame "
+                        f"({self.requests.buffered} bytes of it received)")
+        elif self.drained and not self.requests.buffered:
+            self._close("client_closed")
+
+    def _close(self, reason: str, message: str | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._end_mute_cause()
+        self._out.append(Close(reason, message))
+        self.parts.metering.observer.connection_closed(self.listener, reason)
+
+    def _write_buffer(self, e: ev.WriteBuffer) -> None:
+        # The upstream reads slower than the client sends: stop reading the client, and the other
+        # way round; each side's reason is its own, so neither can resume the other's mute.
+        reason = MuteReason.BACKPRESSURE if e.side is Side.UPSTREAM else MuteReason.CLIENT_SLOW
+        if e.full:
+            self._mute(reason)
+        else:
+            self._unmute(reason)
+
+    # -- muting and the throttle timer ---------------------------------------------------------
+    def _mute(self, reason: MuteReason) -> None:
+        if self.mutes.mute(reason):
+            self._out.append(ev.Mute(reason))
+
+    def _unmute(self, reason: MuteReason) -> None:
+        if self.mutes.unmute(reason):
+            self._out.append(ev.Unmute(reason))
+
+    def _blocked(self) -> bool:
+        return not self._upstream_up or self.mutes.blocks_requests
+
+    def _mute_until(self, until: float) -> None:
+        """KIP-219: read nothing more from the client before `until`."""
+        if until <= self.muted_until:
+            return
+        self.muted_until = until
+        if not self.throttled:
+            self._mute_cause = self._cause
+            if self._cause is not None:
+                self.parts.metering.observer.mute_started(*self._cause)
+        self._mute(MuteReason.THROTTLED)
+        self._out.append(SetTimer(until))
+
+    def _end_mute_cause(self) -> None:
+        if self.throttled and self._mute_cause is not None:
+            self.parts.metering.observer.mute_ended(*self._mute_cause)
+        self._mute_cause = None
+
+    def _timer_fired(self, e: ev.TimerFired) -> None:
+        if not self.throttled:
+            return
+        if e.now < self.muted_until:   # woken early: wait for the rest
+            self._out.append(SetTimer(self.muted_until))
+            return
+        self._end_mute_cause()
+        self._unmute(MuteReason.THROTTLED)
+        self._pump(e.now)
+
+    # -- requests: client -> upstream ----------------------------------------------------------
+    def _client_data(self, e: ev.ClientData) -> None:
+        self.last_activity = e.now
+        self.requests.feed(e.data)
+        self._pump(e.now)
+
+    def _pump(self, now: float) -> None:
+        while not self.closed and not self._blocked():
+            got = self.requests.next_frame_parts(SPLIT_HEAD_BYTES)
+            if got is None:
+                break
+            head, parts = got
+            self._on_request(head, parts, now)
+        self._close_if_done()
+
+    def _principal(self, client_id: str | None) -> Principal:
+        p = self._principals.get(client_id)
+        if p is None:
+            p = self._principals[client_id] = Principal(self.user, client_id or "")
+        return p
+
+    def _on_request(self, head: memoryview, parts: Parts, now: float, looked_up: bool = False) -> None:
+        """One request. `parts` are the slices it arrived in; `head` is a contiguous start of it,
+        enough for the header (and Produce's acks)."""
+        p = self.parts
+        t0 = p.perf()
+        hdr = parse_request_header(head)
+        api, version = hdr.api_key, hdr.api_version
+        principal = self._principal(hdr.client_id)
+        size = sum(map(len, parts))
+        metering = p.metering
+        metering.observer.request(principal, api, size)
+        if api == API_VERSIONS:
+            answer = encode_api_versions_response(version, hdr.correlation_id, p.api_ranges())
+            self._await(InFlight(hdr.correlation_id, api, version, principal, now, p.perf() - t0,
+                                 local_response=answer, exempt=not self.authenticated), now)
+            return
+        violations: list[Violation] = []
+        entry = InFlight(hdr.correlation_id, api, version, principal, now, 0.0, violations,
+                         exempt=api in _SASL_APIS)
+        forward: Parts | None = parts
+        if api == PRODUCE:
+            body_offset = hdr.body_offset
+            violations += metering.charge_produce(principal, size, parts, body_offset, version, now)
+            if produce_acks(version, head[body_offset:]) == 0:
+                entry = None   # no response will come: the throttle can only be a mute
+        elif api == FETCH:
+            forward = (metering.capped_fetch(principal, joined(parts), hdr.body_offset, version),)
+        elif api in GATED_APIS:
+            plan = p.gate.plan(principal, hdr, joined(parts), now, looked_up)
+            if plan.needs_lookup:
+                self._hold(parts)
+                return
+            violations += plan.violations
+            entry.rewrite = plan.rewrite
+            entry.local_response = plan.answer
+            forward = None if plan.answer is not None else (plan.frame,)
+        if forward is not None:
+            self._out.append(Send(Side.UPSTREAM, forward))
+        handler = p.perf() - t0
+        if entry is None:
+            # acks=0: Kafka exempts it from request quotas; byte-rate quotas still mute.
+            metering.observer.handler_time(principal, handler)
+            throttle = self._throttle_of(principal, violations)
+            if throttle > 0:
+                self._mute_until(now + throttle)
+            return
+        entry.handler_seconds = handler
+        if violations:
+            # Over quota already (produce bytes are known now): read nothing more until the
+            # throttle has passed, as the broker, which reads one request at a time, would.
+            throttle, _ = combine(violations)
+            if throttle > 0:
+                self._mute_until(now + throttle)
+        self._await(entry, now)
+
+    def _await(self, entry: InFlight, now: float) -> None:
+        self.in_flight.append(entry)
+        if entry.local_response is not None:
+            self._flush_local(now)
+
+    def _hold(self, parts: Parts) -> None:
+        """Look topics up before planning this request again, reading nothing more meanwhile: the
+        connection's order is kept."""
+        self._held = parts
+        self._mute(MuteReason.LOOKUP)
+        self._out.append(ev.LookUpTopics())
+
+    def _topics_looked_up(self, e: ev.TopicsLookedUp) -> None:
+        parts, self._held = self._held, None
+        if parts is not None:
+            self._on_request(joined(parts), parts, e.now, looked_up=True)
+        self._unmute(MuteReason.LOOKUP)
+        self._pump(e.now)
+
+    # -- responses: upstream -> client ---------------------------------------------------------
+    def _upstream_data(self, e: ev.UpstreamData) -> None:
+        try:
+            self.responses.feed(e.data)
+            while not self.closed:
+                frame = self.responses.next_frame()
+                if frame is None:
+                    break
+                self._on_response(frame, e.now)
+        except (ProtocolError, BodyError) as exc:
+            self._close("upstream_protocol_error", f"bad frame from upstream: {exc}")
+            return
+        self._close_if_done()
+
+    def _on_response(self, frame: memoryview, now: float) -> None:
+        p = self.parts
+        t0 = p.perf()
+        correlation_id = response_correlation_id(frame)
+        if not self.in_flight or self.in_flight[0].correlation_id != correlation_id:
+            self._unawaited(correlation_id)
+            return
+        entry = self.in_flight.popleft()
+        api, version, principal = entry.api_key, entry.api_version, entry.principal
+        metering = p.metering
+        metering.observer.response(principal, api, len(frame), now - entry.sent_at)
+        body_offset = response_body_offset(api, version, frame)
+        if entry.rewrite is not None:
+            frame = memoryview(entry.rewrite(frame, body_offset, now))
+        counts: RecordCounts | None = None
+        if may_carry_addresses(api, version):
+            # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; count them on the way.
+            if api == FETCH and metering.fetch_needs_counts(principal):
+                counts = RecordCounts()
+            rewritten, seen = rewrite_addresses(api, version, frame, body_offset, p.map_address,
+                                                counts.add_from if counts is not None else None)
+            p.learn_brokers(seen)
+            if rewritten is not None:
+                frame = memoryview(rewritten)
+        violations = entry.violations
+        if api == FETCH:
+            violations = violations + metering.charge_fetch(entry, frame, body_offset, now, counts)
+        handler = entry.handler_seconds + (p.perf() - t0)
+        if not entry.exempt:
+            violations = violations + metering.quotas.record_request(principal, handler, now)
+        metering.observer.handler_time(principal, handler)
+        self._deliver(entry, frame, body_offset, self._throttle_of(principal, violations), now)
+        self._flush_local(now)
+
+    def _unawaited(self, correlation_id: int) -> None:
+        """A response that does not answer the oldest request in flight. One that answers a later
+        request is out of order, which Kafka never does; one that answers nothing kqp forwarded
+        (an upstream answering acks=0) is dropped and counted: nobody awaits it."""
+        if any(entry.correlation_id == correlation_id for entry in self.in_flight):
+            due = self.in_flight[0].correlation_id
+            raise ProtocolError(f"upstream answered {correlation_id} where {due} was due")
+        log.debug("client %s: dropping an upstream response to %d, which no request awaits",
+                  self.peer, correlation_id)
+        self.parts.metering.observer.upstream_anomaly("unawaited")
+
+    def _throttle_of(self, principal: Principal, violations: list[Violation]) -> float:
+        """KIP-124 co-existence: one throttle, the largest of the request's quota throttles."""
+        if not violations:
+            return 0.0
+        throttle, quota_type = combine(violations)
+        if quota_type is not None:
+            self._cause = (principal, quota_type)
+            self.parts.metering.observer.throttled(principal, quota_type, throttle)
+        return throttle
+
+    def _deliver(self, entry: InFlight, frame: memoryview | bytes, body_offset: int, throttle: float,
+                 now: float) -> None:
+        """KIP-219 for every version: the response goes now, carrying the throttle where the
+        version has the field, and the connection is muted for the throttle."""
+        view = memoryview(frame)
+        if throttle <= 0:
+            self._send_client((view,), now)
+            return
+        throttle_ms = max(1, round(throttle * 1000))
+        if entry.api_key == FETCH and self.parts.settings.fetch_throttle == "empty" and entry.fetched is not None:
+            # As the broker does: the data is not delivered, so it is not charged either.
+            self.parts.metering.refund_fetch(entry, now)
+            body = empty_fetch_response_body(entry.api_version, view[body_offset:], throttle_ms)
+            view = memoryview(with_body(view, body_offset, body))
+        try:
+            # A patched head and the untouched rest: a throttled Fetch response is not copied.
+            patched = throttle_patch_parts(entry.api_key, entry.api_version, view, body_offset, throttle_ms)
+        except (ProtocolError, BodyError):
+            # The field is the client's hint only; the mute protects the upstream either way.
+            self.parts.metering.observer.upstream_anomaly("unreadable")
+            patched = None
+        self._send_client(patched if patched is not None else (view,), now)
+        self._mute_until(now + throttle)
+
+    def _flush_local(self, now: float) -> None:
+        """Send kqp's own answers that have reached the front of the in-flight FIFO."""
+        quotas = self.parts.metering.quotas
+        while self.in_flight and self.in_flight[0].local_response is not None:
+            entry = self.in_flight.popleft()
+            violations = entry.violations
+            if not entry.exempt:
+                violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
+            self.parts.metering.observer.handler_time(entry.principal, entry.handler_seconds)
+            throttle = self._throttle_of(entry.principal, violations)
+            frame = memoryview(entry.local_response)
+            offset = response_body_offset(entry.api_key, entry.api_version, frame) if throttle > 0 else 0
+            self._deliver(entry, frame, offset, throttle, now)
+
+    def _send_client(self, parts: Parts, now: float) -> None:
+        self.last_activity = now
+        self._out.append(Send(Side.CLIENT, parts))

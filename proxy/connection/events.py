@@ -1,0 +1,202 @@
+"""What goes into a connection's core (events) and what comes out of it (actions).
+
+The core (:mod:`kqp.proxy.connection.core`) is a sans-io state machine in the manner of h11 and
+mitmproxy's proxy layers: the asyncio edge turns each transport callback into one event, hands it
+to ``Connection.handle``, and carries out the actions it returns, in order. Nothing here touches a
+socket or reads a clock: an event carries the loop time it happened at (``now``, seconds on a
+monotonic clock), so a playbook test can replay a whole exchange with plain numbers.
+
+Events and actions are small frozen values compared by content, so a test states an exchange as
+``[(event, [expected actions]), ...]``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+Buffer = bytes | memoryview
+Parts = tuple[Buffer, ...]
+
+
+class Side(enum.Enum):
+    """Which socket of a connection pair an action or a mute is about."""
+
+    CLIENT = "client"
+    UPSTREAM = "upstream"
+
+
+class MuteReason(enum.Enum):
+    """Why a socket is not being read. Each reason is independent (aiohttp's two pause flags, Kafka's
+    ChannelMuteState): reading resumes only when no reason is left on that side, so one reason can
+    never resume what another paused."""
+
+    THROTTLED = "throttled"              # KIP-219: until the delay queue fires
+    RESPONSE_PENDING = "response_pending"  # a quota needs the previous response before the next request
+    BACKPRESSURE = "backpressure"        # the upstream's write buffer is over its high-water mark
+    CONNECTING = "connecting"            # the upstream connection is not established yet
+    LOOKUP = "lookup"                    # a mutation request waits for topic metadata (KIP-599 costs)
+    CLOSING = "closing"                  # shutdown: read no new requests, let owed responses drain
+    CLIENT_SLOW = "client_slow"          # the client's write buffer is full: stop reading the upstream
+
+    @property
+    def side(self) -> Side:
+        return Side.UPSTREAM if self is MuteReason.CLIENT_SLOW else Side.CLIENT
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnected:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConnected:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConnectFailed:
+    now: float
+    message: str
+    unknown_broker: bool = False   # kqp knows no address for the listener's broker
+
+
+@dataclass(frozen=True, slots=True)
+class ClientData:
+    now: float
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamData:
+    now: float
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEof:
+    """The client half-closed: it sends nothing more, but may still read what it is owed."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLost:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLost:
+    now: float
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBuffer:
+    """The write buffer towards ``side`` went over (``full``) or back under its mark."""
+
+    now: float
+    side: Side
+    full: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsLookedUp:
+    """The topic lookup a ``LookUpTopics`` action asked for has finished (well or not)."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownBegun:
+    """Stop reading requests; what is owed still goes out."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRequested:
+    """The process closes this connection (idle past connections_max_idle_ms, shutdown's deadline)."""
+
+    now: float
+    reason: str
+    message: str | None = None
+
+
+Event = (ClientConnected | UpstreamConnected | UpstreamConnectFailed | ClientData | UpstreamData | ClientEof
+         | ClientLost | UpstreamLost | WriteBuffer | TimerFired | TopicsLookedUp | ShutdownBegun | CloseRequested)
+
+
+# -- actions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectUpstream:
+    """Open the upstream connection for this listener's broker (``node_id`` None: any broker)."""
+
+    node_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Write ``parts`` (whose concatenation is one or more whole frames) to ``side``, in one go."""
+
+    side: Side
+    parts: Parts
+
+    def __eq__(self, other: object) -> bool:   # by bytes: a memoryview and its bytes are the same send
+        if not isinstance(other, Send):
+            return NotImplemented
+        return self.side is other.side and b"".join(self.parts) == b"".join(other.parts)
+
+    def __hash__(self) -> int:
+        return hash((self.side, b"".join(self.parts)))
+
+    def __repr__(self) -> str:
+        size = sum(len(p) for p in self.parts)
+        return f"Send({self.side.name}, {size} bytes in {len(self.parts)} part(s))"
+
+
+@dataclass(frozen=True, slots=True)
+class Mute:
+    reason: MuteReason
+
+
+@dataclass(frozen=True, slots=True)
+class Unmute:
+    reason: MuteReason
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    """Fire ``TimerFired`` at ``at`` (loop time); replaces the connection's earlier timer. None: no timer."""
+
+    at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LookUpTopics:
+    """Refresh the topic cache from the upstream, then send ``TopicsLookedUp``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close both sockets. ``reason`` is a metrics label; ``message`` is logged when set."""
+
+    reason: str
+    message: str | None = None
+
+
+Action = ConnectUpstream | Send | Mute | Unmute | SetTimer | LookUpTopics | Close
+
+#: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
+CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
+                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error")

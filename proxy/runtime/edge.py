@@ -1,0 +1,228 @@
+"""The asyncio edge of a connection: transport callbacks in, the core's actions carried out.
+
+`ClientEdge` is the `asyncio.Protocol` of a client socket and owns the upstream socket
+(`UpstreamEdge`). Each callback becomes one event for the sans-io core
+(`kqp.proxy.connection.core.Connection`), stamped with the loop's time; the actions the core returns
+are carried out in order. After each event the transports' reading is set to match the core's mute
+state (uvicorn's idempotent flow control), so pausing is decided in exactly one place.
+
+Events that arrive while actions are being carried out (a `write` that crosses the high-water mark
+calls `pause_writing` at once) are queued and handled after, so the core never sees re-entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kqp.config.model import HostPort
+from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.core import Connection, CoreParts
+from kqp.proxy.connection.events import Side
+
+from .delay import DelayDriver
+
+log = logging.getLogger("kqp.connection")
+
+WRITE_HIGH_WATER = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EdgeWiring:
+    """What every client connection's edge uses, built once where the server is assembled."""
+
+    loop: asyncio.AbstractEventLoop
+    core: CoreParts
+    delay: DelayDriver
+    upstream_for: Callable[[int | None], HostPort | None]   # where a listener's connections go
+    connect_timeout: float                                   # seconds
+    look_up_topics: Callable[[], Awaitable[None]]
+    open_connections: set[ClientEdge]                        # for the idle reaper and shutdown
+    on_progress: Callable[[], None]    # a response went out or a connection closed (shutdown drains on it)
+
+
+class ClientEdge(asyncio.Protocol):
+    """One client connection: its socket, its upstream socket, its core."""
+
+    def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None) -> None:
+        self.w = wiring
+        self.core = Connection(wiring.core, listener, node_id)
+        self.client: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
+        self._reading = {Side.CLIENT: True, Side.UPSTREAM: True}
+        self._timer: object | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running = False
+        self._pending: deque[ev.Event] = deque()
+        self._do = {
+            ev.ConnectUpstream: self._connect_upstream,
+            ev.Send: self._send,
+            ev.Mute: _nothing,     # reading is synced from the core's state after each event
+            ev.Unmute: _nothing,
+            ev.SetTimer: self._set_timer,
+            ev.LookUpTopics: self._look_up_topics,
+            ev.Close: self._close,
+        }
+
+    def now(self) -> float:
+        return self.w.loop.time()
+
+    # -- running the core ----------------------------------------------------------------------
+    def run(self, event: ev.Event) -> None:
+        if self._running:
+            self._pending.append(event)
+            return
+        self._running = True
+        try:
+            while True:
+                for action in self.core.handle(event):
+                    self._do[type(action)](action)
+                if not self._pending:
+                    break
+                event = self._pending.popleft()
+            self._sync_reading()
+        except Exception:
+            # A bug in carrying out an action: this connection only, and loudly.
+            log.exception("client %s: unexpected error in the connection's edge; closing it", self.core.peer)
+            self.core.handle(ev.CloseRequested(self.now(), "internal_error"))
+            self._close(ev.Close("internal_error"))
+        finally:
+            self._running = False
+
+    def _sync_reading(self) -> None:
+        for side, transport in ((Side.CLIENT, self.client), (Side.UPSTREAM, self.upstream)):
+            want = not self.core.muted(side)
+            if transport is None or self.core.closed or want == self._reading[side]:
+                continue
+            self._reading[side] = want
+            if want:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+
+    # -- client transport callbacks --------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio subclasses
+        peer = transport.get_extra_info("peername")
+        self.core.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.client.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self.w.open_connections.add(self)
+        self.run(ev.ClientConnected(self.now()))
+
+    def data_received(self, data: bytes) -> None:
+        self.run(ev.ClientData(self.now(), data))
+
+    def eof_received(self) -> bool:
+        self.run(ev.ClientEof(self.now()))
+        return True   # keep the socket half-open: owed responses still go out
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.run(ev.ClientLost(self.now()))
+
+    def pause_writing(self) -> None:
+        self.run(ev.WriteBuffer(self.now(), Side.CLIENT, True))
+
+    def resume_writing(self) -> None:
+        self.run(ev.WriteBuffer(self.now(), Side.CLIENT, False))
+
+    def on_delay(self, now: float) -> None:
+        """The delay queue's callback (`DelayDriver`): this connection's timer is due."""
+        self._timer = None
+        self.run(ev.TimerFired(now))
+
+    # -- actions ---------------------------------------------------------------------------------
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = self.w.loop.create_task(work)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _connect_upstream(self, action: ev.ConnectUpstream) -> None:
+        self._spawn(self._connect(action.node_id))
+
+    async def _connect(self, node_id: int | None) -> None:
+        target = self.w.upstream_for(node_id)
+        if target is None:
+            self.run(ev.UpstreamConnectFailed(self.now(), f"kqp knows no upstream address for broker {node_id}",
+                                              unknown_broker=True))
+            return
+        try:
+            transport, _ = await asyncio.wait_for(
+                self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port),
+                self.w.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            self.run(ev.UpstreamConnectFailed(self.now(), f"upstream {target} unreachable: "
+                                                          f"{exc or type(exc).__name__}"))
+            return
+        if self.core.closed:
+            transport.close()
+            return
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
+        self.upstream = transport  # type: ignore[assignment]
+        self.run(ev.UpstreamConnected(self.now()))
+
+    def _send(self, action: ev.Send) -> None:
+        transport = self.client if action.side is Side.CLIENT else self.upstream
+        if transport is None or transport.is_closing():
+            return
+        if len(action.parts) == 1:
+            transport.write(action.parts[0])
+        else:
+            transport.writelines(action.parts)
+        if action.side is Side.CLIENT:
+            self.w.on_progress()
+
+    def _set_timer(self, action: ev.SetTimer) -> None:
+        if self._timer is not None:
+            self.w.delay.cancel(self._timer)
+            self._timer = None
+        if action.at is not None:
+            self._timer = self.w.delay.schedule(self, action.at)
+
+    def _look_up_topics(self, action: ev.LookUpTopics) -> None:
+        async def look_up() -> None:
+            await self.w.look_up_topics()
+            self.run(ev.TopicsLookedUp(self.now()))
+
+        self._spawn(look_up())
+
+    def _close(self, action: ev.Close) -> None:
+        if action.message:
+            log.warning("closing client %s on %s: %s", self.core.peer, self.core.listener, action.message)
+        if self._timer is not None:
+            self.w.delay.cancel(self._timer)
+            self._timer = None
+        for task in list(self._tasks):
+            task.cancel()
+        for transport in (self.client, self.upstream):
+            if transport is not None:
+                transport.close()
+        self.w.open_connections.discard(self)
+        self.w.on_progress()
+
+
+class UpstreamEdge(asyncio.Protocol):
+    """The upstream socket of a connection: its callbacks become the client edge's events."""
+
+    __slots__ = ("edge",)
+
+    def __init__(self, edge: ClientEdge) -> None:
+        self.edge = edge
+
+    def data_received(self, data: bytes) -> None:
+        self.edge.run(ev.UpstreamData(self.edge.now(), data))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.edge.run(ev.UpstreamLost(self.edge.now(), str(exc) if exc else None))
+
+    def pause_writing(self) -> None:          # the upstream reads slower than the client sends
+        self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, True))
+
+    def resume_writing(self) -> None:
+        self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, False))
+
+
+def _nothing(action: object) -> None:
+    pass

@@ -1,0 +1,179 @@
+"""Playbooks of KIP-219 in the connection core: answer at once, mute for the throttle, every version.
+
+Quota arithmetic (Kafka's Rate over quota windows of 1 s x 11, producer_byte_rate 1000 B/s): a
+fresh sensor measures over (11 - 1) x 1 s = 10 s, so one Produce frame of S bytes reads as S / 10
+B/s and throttles for X = (S / 10 - 1000) / 1000 x 10 = S / 1000 - 10 seconds; the 30-record
+frames here are ~30.1 KB, so X is ~20 s. The handler-time clock of the playbook core never moves,
+so request_percentage sees 0 and only the quotas a test names can throttle.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers.playbook import (
+    Recorder,
+    connected_core,
+    fetch_request,
+    fetch_response,
+    make_core,
+    play,
+    produce_frame,
+    produce_response,
+    throttle_of,
+    to_client,
+    to_upstream,
+)
+from kafka.protocol.admin.topics import CreatePartitionsRequest
+
+from kqp.protocol.apis import ApiKey
+from kqp.protocol.messages import encode_request
+from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.events import MuteReason, Side
+
+NOW = 100.0
+BYTES = {"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id": "c", "producer_byte_rate": 1000}]}
+
+
+def x_of(frame: bytes) -> float:
+    return len(frame) / 1000 - 10
+
+
+@pytest.mark.parametrize("version", [3, 5, 7, 9])
+def test_over_quota_produce_is_answered_at_once_and_mutes_before_the_next(version: int) -> None:
+    """KIP-219 for every version: v3-v5 clients do not back off by themselves, but the response is
+    not held; their next request waits in the muted connection instead."""
+    core = connected_core(BYTES)
+    first, second = produce_frame("t", version, 1, "c"), produce_frame("t", version, 2, "c")
+    x = x_of(first)
+    play(core, [
+        # The request's bytes are over quota already: nothing more is forwarded from now on.
+        (ev.ClientData(NOW, first + second),
+         [to_upstream(first), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))]),
+        # The response goes out as soon as it arrives, with the throttle filled in; as on a broker,
+        # the mute runs for the throttle from the moment the response leaves.
+        (ev.UpstreamData(NOW + 0.01, produce_response(version, 1)),
+         [to_client(produce_response(version, 1, throttle_ms=round(x * 1000))),
+          ev.SetTimer(pytest.approx(NOW + 0.01 + x))]),
+        (ev.TimerFired(NOW + x), [ev.SetTimer(pytest.approx(NOW + 0.01 + x))]),    # early: wait on
+    ])
+    assert core.muted(Side.CLIENT)
+    actions = core.handle(ev.TimerFired(core.muted_until))
+    assert actions[:2] == [ev.Unmute(MuteReason.THROTTLED), to_upstream(second)]
+    assert actions[2] == ev.Mute(MuteReason.THROTTLED), "the second request is over quota too"
+
+
+def test_acks_zero_over_quota_is_muted_without_a_response() -> None:
+    recorder = Recorder()
+    core = make_core(BYTES, observer=recorder)
+    core.handle(ev.ClientConnected(NOW))
+    core.handle(ev.UpstreamConnected(NOW))
+    first, second = produce_frame("t", 7, 1, "c", acks=0), produce_frame("t", 7, 2, "c", acks=0)
+    x = x_of(first)
+    play(core, [
+        (ev.ClientData(NOW, first + second),
+         [to_upstream(first), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))]),
+    ])
+    assert not core.in_flight, "acks=0 owes no response"
+    assert recorder.mutes == [("start", "c", "producer_byte_rate")]
+    play(core, [(ev.TimerFired(NOW + x), [ev.Unmute(MuteReason.THROTTLED), to_upstream(second),
+                                          ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x + x))])])
+    assert recorder.mutes == [("start", "c", "producer_byte_rate"), ("end", "c", "producer_byte_rate"),
+                              ("start", "c", "producer_byte_rate")]
+
+
+def test_acks_zero_is_exempt_from_request_quotas() -> None:
+    """Kafka records no request-quota usage for acks=0 Produce (sendNoOpResponseExemptThrottle)."""
+    core = connected_core({"window_size_seconds": 1, "window_count": 11,
+                           "entities": [{"client_id": "c", "request_rate": 2}]})
+    frames = [produce_frame("t", 7, i, "c", acks=0, records=1) for i in range(1, 61)]
+    actions = core.handle(ev.ClientData(NOW, b"".join(frames)))
+    assert actions == [to_upstream(f) for f in frames], "60 acks=0 requests must not be muted by request_rate"
+
+
+def test_request_rate_throttles_kqps_own_answer_too() -> None:
+    """request_rate 1/s over 2 windows of 1 s: Kafka's Rate measures a fresh sensor over one full
+    window, so the 2nd request reads as 2 req/s, throttle (2 - 1) / 1 x 1 = 1 s (capped at a window)."""
+    import struct
+    core = connected_core({"window_size_seconds": 1, "window_count": 2,
+                           "entities": [{"client_id": "c", "request_rate": 1}]})
+
+    def api_versions(correlation_id: int) -> bytes:
+        head = struct.pack(">hhih", ApiKey.ApiVersions, 2, correlation_id, 1) + b"c"
+        return struct.pack(">i", len(head)) + head
+
+    [first] = core.handle(ev.ClientData(NOW, api_versions(1)))
+    assert isinstance(first, ev.Send) and not core.throttled
+    actions = core.handle(ev.ClientData(NOW, api_versions(2)))
+    assert [type(a) for a in actions] == [ev.Send, ev.Mute, ev.SetTimer]
+    assert actions[1] == ev.Mute(MuteReason.THROTTLED) and actions[2] == ev.SetTimer(pytest.approx(NOW + 1.0))
+
+
+FETCH = {"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id": "c", "consumer_byte_rate": 1000}]}
+
+
+@pytest.mark.parametrize("mode", ["deliver", "empty"])
+def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
+    """consumer_byte_rate 1000 B/s: the request's max_bytes is capped at 1000 x 10 x 1 = 10000 (Kafka's
+    getMaxValueInQuotaWindow); a response of R bytes throttles for R / 1000 - 10 s."""
+    core = connected_core(FETCH, fetch_throttle=mode)
+    [forwarded] = core.handle(ev.ClientData(NOW, fetch_request(11, 1, "c")))
+    assert forwarded == to_upstream(fetch_request(11, 1, "c", max_bytes=10_000))
+    response = fetch_response(11, 1, records=30, session_id=7)
+    x = len(response) / 1000 - 10
+    [send, mute, timer] = core.handle(ev.UpstreamData(NOW, response))
+    assert (mute, timer) == (ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x)))
+    delivered = b"".join(send.parts)
+    assert throttle_of(delivered, ApiKey.Fetch, 11) == round(x * 1000)
+    if mode == "deliver":
+        assert len(delivered) == len(response), "deliver: the records the upstream sent, throttle patched"
+        assert len(send.parts) == 2, "a patched head and the untouched rest: no copy of the records"
+    else:
+        # empty: the broker's throttled answer, no partitions, the upstream's session id kept.
+        from kafka.protocol.consumer import FetchResponse
+        decoded = FetchResponse.decode(delivered[8:], version=11)
+        assert decoded.responses == [] and decoded.session_id == 7
+        [state] = [s for s in core.parts.metering.quotas.snapshot(NOW) if s.quota_type == "consumer_byte_rate"]
+        assert state.rate == 0, "an emptied fetch is not charged (Kafka's unrecordQuotaSensor)"
+
+
+MUTATIONS = {"window_size_seconds": 1, "window_count": 2,
+             "entities": [{"client_id": "admin", "controller_mutation_rate": 5}]}
+
+
+def grow(correlation_id: int, topic: str, count: int) -> bytes:
+    entry = CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=count, assignments=None)
+    return encode_request(ApiKey.CreatePartitions, 3, correlation_id, "admin", topics=[entry], timeout_ms=1000,
+                          validate_only=False)
+
+
+def metadata(correlation_id: int) -> bytes:
+    return encode_request(ApiKey.Metadata, 9, correlation_id, "admin", topics=None, allow_auto_topic_creation=False)
+
+
+def test_a_mutation_waits_for_its_topic_lookup_and_nothing_overtakes_it() -> None:
+    """CreatePartitions costs the partitions it adds, which kqp must look up for an unknown topic.
+    Bucket: rate 5/s, burst 5 x 2 x 1 = 10 tokens; growing g from 2 to 6 partitions costs 4."""
+    core = connected_core(MUTATIONS)
+    play(core, [
+        (ev.ClientData(NOW, grow(1, "g", 6) + metadata(2)), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()]),
+        (ev.ClientData(NOW, grow(3, "g", 8)), []),           # read (muted, but bytes in flight arrive), held
+    ])
+    assert not core.drained and core.muted(Side.CLIENT)
+    core.parts.gate.topics.learn("g", 2)                     # what the upstream's Metadata said
+    play(core, [
+        (ev.TopicsLookedUp(NOW), [to_upstream(grow(1, "g", 6)), ev.Unmute(MuteReason.LOOKUP),
+                                  to_upstream(metadata(2)), to_upstream(grow(3, "g", 8))]),
+    ])
+    [state] = core.parts.metering.quotas.snapshot(NOW)
+    # The cache says g has 2 partitions until the first grow's answer arrives, so the second one
+    # is charged 8 - 2 = 6: 10 - 4 - 6 = 0 tokens left.
+    assert state.tokens == 0
+
+
+def test_closing_while_a_lookup_runs_ends_the_wait() -> None:
+    core = connected_core(MUTATIONS)
+    play(core, [
+        (ev.ClientData(NOW, grow(1, "g", 6)), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()]),
+        (ev.ClientLost(NOW), [ev.Close("client_closed")]),
+        (ev.TopicsLookedUp(NOW), []),
+    ])
