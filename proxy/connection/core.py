@@ -5,7 +5,9 @@ the upstream connected or lost, the client's EOF, a timer, a write buffer over i
 returns the actions to carry out, in order: send parts to a side, mute or unmute with a named
 reason, set the connection's timer, look topics up, close. No asyncio, no sockets, no clock: every
 event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected. The asyncio
-edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls.
+edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls. This
+module is the state machine (life, muting, the FIFO, delivery); what a request costs and where it
+goes is `requests.py`, what a response becomes before delivery is `responses.py`.
 
 What the core does with the bytes:
 
@@ -34,19 +36,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from kqp.protocol.addresses import AddressMapper, BrokerAddress, may_carry_addresses, rewrite_addresses
-from kqp.protocol.api_versions import encode_api_versions_response
-from kqp.protocol.apis import API_NAMES, ApiKey
+from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.fetch import empty_fetch_response_body
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
-from kqp.protocol.produce import produce_acks
-from kqp.protocol.records import BodyError, RecordCounts
-from kqp.protocol.throttle import throttle_patch_parts
+from kqp.protocol.records import BodyError
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import ANONYMOUS, Principal
 from kqp.quotas.throttle import combine
@@ -54,39 +50,19 @@ from kqp.quotas.throttle import combine
 from . import events as ev
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
 from .in_flight import InFlight
-from .metering import Metering, joined, with_body
-from .mutation_gate import GATED_APIS, MutationGate
+from .metering import joined
 from .mute import MuteState
+from .parts import CoreParts
+from .requests import plan_request
+from .responses import settle_response, throttled_parts
+
+__all__ = ["Connection"]
 
 log = logging.getLogger("kqp.connection")
 
-PRODUCE, FETCH, API_VERSIONS = ApiKey.Produce, ApiKey.Fetch, ApiKey.ApiVersions
 # A request split over several reads is read through its first bytes only, when that is enough:
 # Produce's header, transactional id and acks fit (a transactional id is at most 32 KiB).
 SPLIT_HEAD_BYTES = 40 * 1024
-# Kafka's pre-authentication exemptions from request quotas (KIP-124): the SASL exchange itself.
-_SASL_APIS = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
-
-
-@dataclass(frozen=True, slots=True)
-class CoreSettings:
-    """The settings a connection reads; replaced whole on a live reload."""
-
-    max_frame_bytes: int
-    fetch_throttle: str = "deliver"   # "deliver" | "empty" (DESIGN.md: Fetch over quota)
-
-
-@dataclass(slots=True)
-class CoreParts:
-    """What every connection of a process shares, built once where the server is assembled."""
-
-    metering: Metering
-    gate: MutationGate
-    api_ranges: Callable[[], Mapping[int, tuple[int, int]]]   # what kqp and the upstream both speak
-    learn_brokers: Callable[[Iterable[BrokerAddress]], None]   # brokers named in responses
-    map_address: AddressMapper                                 # upstream broker -> kqp's listener
-    perf: Callable[[], float]   # handler-time clock (time.perf_counter), injected so the core reads none
-    settings: CoreSettings      # a reload assigns a new one
 
 
 class Connection:
@@ -272,56 +248,31 @@ class Connection:
         return p
 
     def _on_request(self, head: memoryview, parts: Parts, now: float, looked_up: bool = False) -> None:
-        """One request. `parts` are the slices it arrived in; `head` is a contiguous start of it,
-        enough for the header (and Produce's acks)."""
-        p = self.parts
-        t0 = p.perf()
+        """One request: `parts` are the slices it arrived in, `head` a contiguous start of it."""
+        t0 = self.parts.perf()
         hdr = parse_request_header(head)
-        api, version = hdr.api_key, hdr.api_version
         principal = self._principal(hdr.client_id)
-        size = sum(map(len, parts))
-        metering = p.metering
-        metering.observer.request(principal, api, size)
-        if api == API_VERSIONS:
-            answer = encode_api_versions_response(version, hdr.correlation_id, p.api_ranges())
-            self._await(InFlight(hdr.correlation_id, api, version, principal, now, p.perf() - t0,
-                                 local_response=answer, exempt=not self.authenticated), now)
+        plan = plan_request(self.parts, hdr, head, parts, principal, self.authenticated, now, looked_up)
+        if plan.needs_lookup:
+            self._hold(parts)
             return
-        violations: list[Violation] = []
-        entry = InFlight(hdr.correlation_id, api, version, principal, now, 0.0, violations,
-                         exempt=api in _SASL_APIS)
-        forward: Parts | None = parts
-        if api == PRODUCE:
-            body_offset = hdr.body_offset
-            violations += metering.charge_produce(principal, size, parts, body_offset, version, now)
-            if produce_acks(version, head[body_offset:]) == 0:
-                entry = None   # no response will come: the throttle can only be a mute
-        elif api == FETCH:
-            forward = (metering.capped_fetch(principal, joined(parts), hdr.body_offset, version),)
-        elif api in GATED_APIS:
-            plan = p.gate.plan(principal, hdr, joined(parts), now, looked_up)
-            if plan.needs_lookup:
-                self._hold(parts)
-                return
-            violations += plan.violations
-            entry.rewrite = plan.rewrite
-            entry.local_response = plan.answer
-            forward = None if plan.answer is not None else (plan.frame,)
-        if forward is not None:
-            self._out.append(Send(Side.UPSTREAM, forward))
-        handler = p.perf() - t0
-        if entry is None:
-            # acks=0: Kafka exempts it from request quotas; byte-rate quotas still mute.
-            metering.observer.handler_time(principal, handler)
-            throttle = self._throttle_of(principal, violations)
+        if plan.forward is not None:
+            self._out.append(Send(Side.UPSTREAM, plan.forward))
+        handler = self.parts.perf() - t0
+        if plan.entry is None:
+            # acks=0: no response will come. Kafka exempts it from request quotas; byte-rate
+            # quotas still mute.
+            self.parts.metering.observer.handler_time(principal, handler)
+            throttle = self._throttle_of(principal, plan.violations)
             if throttle > 0:
                 self._mute_until(now + throttle)
             return
-        entry.handler_seconds = handler
-        if violations:
+        entry = plan.entry
+        entry.handler_seconds, entry.violations = handler, plan.violations
+        if plan.violations:
             # Over quota already (produce bytes are known now): read nothing more until the
             # throttle has passed, as the broker, which reads one request at a time, would.
-            throttle, _ = combine(violations)
+            throttle, _ = combine(plan.violations)
             if throttle > 0:
                 self._mute_until(now + throttle)
         self._await(entry, now)
@@ -367,30 +318,11 @@ class Connection:
             self._unawaited(correlation_id)
             return
         entry = self.in_flight.popleft()
-        api, version, principal = entry.api_key, entry.api_version, entry.principal
-        metering = p.metering
-        metering.observer.response(principal, api, len(frame), now - entry.sent_at)
-        body_offset = response_body_offset(api, version, frame)
-        if entry.rewrite is not None:
-            frame = memoryview(entry.rewrite(frame, body_offset, now))
-        counts: RecordCounts | None = None
-        if may_carry_addresses(api, version):
-            # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; count them on the way.
-            if api == FETCH and metering.fetch_needs_counts(principal):
-                counts = RecordCounts()
-            rewritten, seen = rewrite_addresses(api, version, frame, body_offset, p.map_address,
-                                                counts.add_from if counts is not None else None)
-            p.learn_brokers(seen)
-            if rewritten is not None:
-                frame = memoryview(rewritten)
-        violations = entry.violations
-        if api == FETCH:
-            violations = violations + metering.charge_fetch(entry, frame, body_offset, now, counts)
-        handler = entry.handler_seconds + (p.perf() - t0)
-        if not entry.exempt:
-            violations = violations + metering.quotas.record_request(principal, handler, now)
-        metering.observer.handler_time(principal, handler)
-        self._deliver(entry, frame, body_offset, self._throttle_of(principal, violations), now)
+        p.metering.observer.response(entry.principal, entry.api_key, len(frame), now - entry.sent_at)
+        body_offset = response_body_offset(entry.api_key, entry.api_version, frame)
+        frame, violations = settle_response(p, entry, frame, body_offset, now)
+        entry.handler_seconds += p.perf() - t0
+        self._deliver(entry, frame, body_offset, violations, now)
         self._flush_local(now)
 
     def _unawaited(self, correlation_id: int) -> None:
@@ -414,43 +346,30 @@ class Connection:
             self.parts.metering.observer.throttled(principal, quota_type, throttle)
         return throttle
 
-    def _deliver(self, entry: InFlight, frame: memoryview | bytes, body_offset: int, throttle: float,
+    def _deliver(self, entry: InFlight, frame: memoryview, body_offset: int, violations: list[Violation],
                  now: float) -> None:
-        """KIP-219 for every version: the response goes now, carrying the throttle where the
-        version has the field, and the connection is muted for the throttle."""
-        view = memoryview(frame)
+        """Charge the request's handler time, then KIP-219 for every version: the response goes
+        now, carrying the throttle where the version has the field, and the connection is muted
+        for the throttle."""
+        quotas, observer = self.parts.metering.quotas, self.parts.metering.observer
+        if not entry.exempt:
+            violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
+        observer.handler_time(entry.principal, entry.handler_seconds)
+        throttle = self._throttle_of(entry.principal, violations)
         if throttle <= 0:
-            self._send_client((view,), now)
+            self._send_client((frame,), now)
             return
         throttle_ms = max(1, round(throttle * 1000))
-        if entry.api_key == FETCH and self.parts.settings.fetch_throttle == "empty" and entry.fetched is not None:
-            # As the broker does: the data is not delivered, so it is not charged either.
-            self.parts.metering.refund_fetch(entry, now)
-            body = empty_fetch_response_body(entry.api_version, view[body_offset:], throttle_ms)
-            view = memoryview(with_body(view, body_offset, body))
-        try:
-            # A patched head and the untouched rest: a throttled Fetch response is not copied.
-            patched = throttle_patch_parts(entry.api_key, entry.api_version, view, body_offset, throttle_ms)
-        except (ProtocolError, BodyError):
-            # The field is the client's hint only; the mute protects the upstream either way.
-            self.parts.metering.observer.upstream_anomaly("unreadable")
-            patched = None
-        self._send_client(patched if patched is not None else (view,), now)
+        self._send_client(throttled_parts(self.parts, entry, frame, body_offset, throttle_ms, now), now)
         self._mute_until(now + throttle)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
-        quotas = self.parts.metering.quotas
         while self.in_flight and self.in_flight[0].local_response is not None:
             entry = self.in_flight.popleft()
-            violations = entry.violations
-            if not entry.exempt:
-                violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
-            self.parts.metering.observer.handler_time(entry.principal, entry.handler_seconds)
-            throttle = self._throttle_of(entry.principal, violations)
             frame = memoryview(entry.local_response)
-            offset = response_body_offset(entry.api_key, entry.api_version, frame) if throttle > 0 else 0
-            self._deliver(entry, frame, offset, throttle, now)
+            self._deliver(entry, frame, response_body_offset(entry.api_key, entry.api_version, frame),
+                          entry.violations, now)
 
     def _send_client(self, parts: Parts, now: float) -> None:
         self.last_activity = now

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from kqp.config.model import HostPort
 from kqp.proxy.connection import events as ev
-from kqp.proxy.connection.core import Connection, CoreParts
+from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
+from kqp.proxy.connection.parts import CoreParts
 
 from .delay import DelayDriver
 

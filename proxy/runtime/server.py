@@ -23,10 +23,10 @@ from prometheus_client import CollectorRegistry
 
 from kqp.config.model import ProxyConfig
 from kqp.proxy.connection import events as ev
-from kqp.proxy.connection.core import CoreParts, CoreSettings
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.mutation_gate import MutationGate
+from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape

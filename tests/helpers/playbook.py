@@ -24,11 +24,12 @@ from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
-from kqp.proxy.connection.core import Connection, CoreParts, CoreSettings
+from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Action, Event, Side
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.mutation_gate import MutationGate
+from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from helpers.imports import imported_roots as _imported_roots
 
 import kqp.quotas
 
 FORBIDDEN = {"time", "asyncio", "socket", "selectors", "uvloop"}
 QUOTAS_DIR = Path(kqp.quotas.__file__).parent
-
-
-def _imported_roots(path: Path) -> set[str]:
-    roots: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
 
 
 def test_the_package_has_the_modules_we_scan() -> None:
