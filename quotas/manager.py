@@ -31,6 +31,10 @@ _PRODUCE = (("producer_byte_rate", 0), ("producer_record_rate", 1), ("producer_b
 _FETCH = (("consumer_byte_rate", 0), ("consumer_record_rate", 1), ("consumer_batch_rate", 2))
 _PRODUCE_COUNTS = frozenset({"producer_record_rate", "producer_batch_rate"})
 _FETCH_COUNTS = frozenset({"consumer_record_rate", "consumer_batch_rate"})
+# Quotas whose throttle is known only once a request's response is back: the request quotas (handler
+# time) and the consumer rates (the response's size).
+_ON_RESPONSE = frozenset({"request_rate", "request_percentage", "consumer_byte_rate", "consumer_record_rate",
+                          "consumer_batch_rate"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,7 @@ class QuotaManager:
         self._mutation = MUTATION in on
         self._produce_counts = bool(_PRODUCE_COUNTS & on)
         self._fetch_counts = bool(_FETCH_COUNTS & on)
+        self._on_response = bool(_ON_RESPONSE & on)
 
     @property
     def settings(self) -> QuotaSettings:
@@ -237,6 +242,17 @@ class QuotaManager:
         if not self._fetch_counts:
             return False
         return not _FETCH_COUNTS.isdisjoint(resolutions(self._settings, p))
+
+    def throttles_on_response(self, p: Principal) -> bool:
+        """Whether a quota whose throttle is known only when the response is back applies to `p`.
+
+        A broker reads one request per connection at a time, so such a throttle stops the next
+        request; a proxy that forwarded it already could not. The proxy forwards one request at a
+        time for these principals instead.
+        """
+        if not self._on_response:
+            return False
+        return not _ON_RESPONSE.isdisjoint(resolutions(self._settings, p))
 
     def fetch_max_bytes_cap(self, p: Principal) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.

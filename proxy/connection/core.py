@@ -54,7 +54,7 @@ from .metering import joined
 from .mute import MuteState
 from .parts import CoreParts
 from .requests import plan_request
-from .responses import settle_response, throttled_parts
+from .responses import net_of_elapsed, settle_response, throttled_parts
 
 __all__ = ["Connection"]
 
@@ -275,6 +275,9 @@ class Connection:
             throttle, _ = combine(plan.violations)
             if throttle > 0:
                 self._mute_until(now + throttle)
+        if plan.forward is not None and self.parts.metering.quotas.throttles_on_response(principal):
+            # Its throttle is known only when the response is back: hold the next request until then.
+            self._mute(MuteReason.RESPONSE_PENDING)
         self._await(entry, now)
 
     def _await(self, entry: InFlight, now: float) -> None:
@@ -324,6 +327,9 @@ class Connection:
         entry.handler_seconds += p.perf() - t0
         self._deliver(entry, frame, body_offset, violations, now)
         self._flush_local(now)
+        if MuteReason.RESPONSE_PENDING in self.mutes and not self.in_flight:
+            self._unmute(MuteReason.RESPONSE_PENDING)
+            self._pump(now)
 
     def _unawaited(self, correlation_id: int) -> None:
         """A response that does not answer the oldest request in flight. One that answers a later
@@ -352,6 +358,7 @@ class Connection:
         now, carrying the throttle where the version has the field, and the connection is muted
         for the throttle."""
         quotas, observer = self.parts.metering.quotas, self.parts.metering.observer
+        violations = net_of_elapsed(violations, now - entry.sent_at)
         if not entry.exempt:
             violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
         observer.handler_time(entry.principal, entry.handler_seconds)

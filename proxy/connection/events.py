@@ -32,7 +32,7 @@ class MuteReason(enum.Enum):
     never resume what another paused."""
 
     THROTTLED = "throttled"              # KIP-219: until the delay queue fires
-    RESPONSE_PENDING = "response_pending"  # a quota needs the previous response before the next request
+    RESPONSE_PENDING = "response_pending"  # a response-time quota: one request at a time, as a broker reads
     BACKPRESSURE = "backpressure"        # the upstream's write buffer is over its high-water mark
     CONNECTING = "connecting"            # the upstream connection is not established yet
     LOOKUP = "lookup"                    # a mutation request waits for topic metadata (KIP-599 costs)

@@ -12,7 +12,8 @@ from .events import MuteReason, Side
 
 # Reasons that also stop the core forwarding requests it has already read (backpressure only
 # stops reading more: what was read before may still go out).
-BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING, MuteReason.LOOKUP})
+BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.RESPONSE_PENDING, MuteReason.CONNECTING,
+                      MuteReason.CLOSING, MuteReason.LOOKUP})
 
 
 class MuteState:

@@ -24,6 +24,7 @@ from .metering import with_body
 from .parts import CoreParts
 
 FETCH = ApiKey.Fetch
+MUTATION = "controller_mutation_rate"
 
 
 def settle_response(parts: CoreParts, entry: InFlight, frame: memoryview, body_offset: int,
@@ -48,6 +49,15 @@ def settle_response(parts: CoreParts, entry: InFlight, frame: memoryview, body_o
     if api == FETCH:
         violations = violations + metering.charge_fetch(entry, frame, body_offset, now, counts)
     return frame, violations
+
+
+def net_of_elapsed(violations: list[Violation], elapsed: float) -> list[Violation]:
+    """A mutation throttle counts from when it was recorded, not from when the response leaves:
+    Kafka's ControllerMutationQuota deducts the time since recording (the upstream's latency)."""
+    if elapsed <= 0 or not any(v.quota_type == MUTATION for v in violations):
+        return violations
+    return [Violation(v.quota_type, max(0.0, v.throttle_seconds - elapsed), v.key) if v.quota_type == MUTATION
+            else v for v in violations]
 
 
 def throttled_parts(parts: CoreParts, entry: InFlight, frame: memoryview, body_offset: int, throttle_ms: int,

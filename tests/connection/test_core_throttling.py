@@ -116,12 +116,14 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
     """consumer_byte_rate 1000 B/s: the request's max_bytes is capped at 1000 x 10 x 1 = 10000 (Kafka's
     getMaxValueInQuotaWindow); a response of R bytes throttles for R / 1000 - 10 s."""
     core = connected_core(FETCH, fetch_throttle=mode)
-    [forwarded] = core.handle(ev.ClientData(NOW, fetch_request(11, 1, "c")))
+    forwarded, pending = core.handle(ev.ClientData(NOW, fetch_request(11, 1, "c")))
     assert forwarded == to_upstream(fetch_request(11, 1, "c", max_bytes=10_000))
+    assert pending == ev.Mute(MuteReason.RESPONSE_PENDING)
     response = fetch_response(11, 1, records=30, session_id=7)
     x = len(response) / 1000 - 10
-    [send, mute, timer] = core.handle(ev.UpstreamData(NOW, response))
+    [send, mute, timer, unpending] = core.handle(ev.UpstreamData(NOW, response))
     assert (mute, timer) == (ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x)))
+    assert unpending == ev.Unmute(MuteReason.RESPONSE_PENDING) and core.throttled
     delivered = b"".join(send.parts)
     assert throttle_of(delivered, ApiKey.Fetch, 11) == round(x * 1000)
     if mode == "deliver":
@@ -177,3 +179,45 @@ def test_closing_while_a_lookup_runs_ends_the_wait() -> None:
         (ev.ClientLost(NOW), [ev.Close("client_closed")]),
         (ev.TopicsLookedUp(NOW), []),
     ])
+
+
+def test_a_response_time_quota_forwards_one_request_at_a_time() -> None:
+    """A broker reads one request per connection at a time, so a throttle known only from the
+    response (here consumer_byte_rate) stops the next request. kqp, which could forward what the
+    client pipelined, holds it until the response is back."""
+    core = connected_core(FETCH)
+    first, second = fetch_request(11, 1, "c"), fetch_request(11, 2, "c")
+    play(core, [
+        (ev.ClientData(NOW, first + second),
+         [to_upstream(fetch_request(11, 1, "c", max_bytes=10_000)), ev.Mute(MuteReason.RESPONSE_PENDING)]),
+        # Small and under quota: delivered unthrottled, and the next request goes at once.
+        (ev.UpstreamData(NOW, fetch_response(11, 1, records=0)),
+         [to_client(fetch_response(11, 1, records=0)), ev.Unmute(MuteReason.RESPONSE_PENDING),
+          to_upstream(fetch_request(11, 2, "c", max_bytes=10_000)), ev.Mute(MuteReason.RESPONSE_PENDING)]),
+    ])
+
+
+def test_a_byte_rate_producer_is_not_serialised() -> None:
+    """producer_byte_rate is known when the request arrives: pipelining is kept."""
+    core = connected_core(BYTES)
+    first, second = produce_frame("t", 7, 1, "c", records=1), produce_frame("t", 7, 2, "c", records=1)
+    play(core, [(ev.ClientData(NOW, first + second), [to_upstream(first), to_upstream(second)])])
+
+
+def test_the_sasl_exchange_is_exempt_from_request_quotas() -> None:
+    """KIP-124: SaslHandshake and SaslAuthenticate are never charged to request quotas nor delayed.
+    request_rate 1/s over 2 windows of 1 s would throttle the 2nd request of any other API by 1 s."""
+    import struct
+
+    from kafka.protocol.sasl import SaslHandshakeResponse
+    core = connected_core({"window_size_seconds": 1, "window_count": 2,
+                           "entities": [{"client_id": "c", "request_rate": 1}]})
+    body = bytes(SaslHandshakeResponse(error_code=0, mechanisms=["PLAIN"]).encode(version=1))
+    for correlation_id in (1, 2, 3):
+        request = encode_request(ApiKey.SaslHandshake, 1, correlation_id, "c", mechanism="PLAIN")
+        response = struct.pack(">ii", 4 + len(body), correlation_id) + body
+        play(core, [
+            (ev.ClientData(NOW, request), [to_upstream(request), ev.Mute(MuteReason.RESPONSE_PENDING)]),
+            (ev.UpstreamData(NOW, response), [to_client(response), ev.Unmute(MuteReason.RESPONSE_PENDING)]),
+        ])
+    assert not core.throttled
