@@ -235,3 +235,13 @@ def test_bad_settings_are_refused() -> None:
         PrometheusObserver(entity_expiry_seconds=0, process_metrics=False)
     with pytest.raises(ValueError):
         PrometheusObserver(max_entities=0, process_metrics=False)
+
+
+def test_upstream_anomalies_are_counted_by_kind() -> None:
+    obs, _ = make()
+    assert value(obs, "kqp_upstream_anomalies_total", kind="unawaited") == 0   # present from the start
+    obs.upstream_anomaly("unawaited")
+    obs.upstream_anomaly("unawaited")
+    obs.upstream_anomaly("unreadable")
+    assert value(obs, "kqp_upstream_anomalies_total", kind="unawaited") == 2
+    assert value(obs, "kqp_upstream_anomalies_total", kind="unreadable") == 1
