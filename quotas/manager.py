@@ -93,7 +93,7 @@ class QuotaManager:
         else:
             for quota_type, sensors in self._sensors.items():
                 for key, sensor in list(sensors.items()):
-                    found = resolve_key(settings, quota_type, key, sensor.entity)
+                    found = resolve_key(settings, quota_type, key)
                     if found is None:
                         del sensors[key]
                         released += 1

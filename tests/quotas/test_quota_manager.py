@@ -188,6 +188,22 @@ def test_update_settings_moves_keys_when_the_matching_level_changes() -> None:
     assert [s.key for s in m.snapshot(0.0)] == [QuotaKey("alice", "app")]
 
 
+def test_empty_client_id_is_charged_as_kafka_tags_it() -> None:
+    # /clients/<default> does not apply to an empty client id (Kafka's quotaLimit has no branch for
+    # the tags ("", "")): nothing is charged, no sensor is made.
+    m = manager({EntitySpec(None, DEFAULT): {"producer_byte_rate": 1000}})
+    assert m.record_produce(Principal("alice", ""), 10**6, 1, 1, 0.0) == []
+    assert m.sensor_count == 0
+    # Under /users/alice the nameless client shares alice's (alice, "") sensor; adding
+    # /users/alice/clients/<default> moves alice/app to its own sensor, but the nameless client
+    # stays on (alice, "") at /users/alice's limit, so that sensor survives the update.
+    m = manager(alice(producer_byte_rate=1000))
+    m.record_produce(Principal("alice", ""), 100, 1, 1, 0.0)
+    new = {**alice(producer_byte_rate=1000), EntitySpec("alice", DEFAULT): {"producer_byte_rate": 50}}
+    m.update_settings(QuotaSettings(entities=new), now=1.0)
+    assert [(s.key, s.limit) for s in m.snapshot(1.0)] == [(ALICE_KEY, 1000)]
+
+
 def test_window_change_restarts_measurements() -> None:
     m = manager(alice(producer_byte_rate=1000))
     m.record_produce(ALICE, 5000, 1, 1, 0.0)
