@@ -80,9 +80,10 @@ class QuotaManager:
         """Swap settings live; return one human-readable line per change, for the log.
 
         Sensors whose key still resolves keep their measurement and take the new limit (as Kafka
-        updates a live metric's quota); sensors nothing charges any more are released at once.
+        updates a live metric's quota): a token bucket keeps its tokens, debt included, and refills
+        at the new rate up to the new burst; sensors nothing charges any more are released at once.
         A new window size or count changes what every sample means, so then all measurements
-        restart.
+        restart. `now` is not needed: like Kafka's config swap, applying a limit reads no clock.
         """
         old = self._settings
         lines = _describe_changes(old, settings)
@@ -100,7 +101,7 @@ class QuotaManager:
                         continue
                     sensor.entity = found.entity
                     if found.limit != sensor.limit:
-                        sensor.set_limit(found.limit, now)
+                        sensor.set_limit(found.limit)
         self._apply(settings)
         if released:
             lines.append(f"released {released} sensor(s) whose quota no longer applies")
@@ -121,7 +122,7 @@ class QuotaManager:
             # update_settings re-checks every key, so this is only a safety net: the latest
             # resolution wins.
             sensor.entity = found.entity
-            sensor.set_limit(found.limit, now)
+            sensor.set_limit(found.limit)
         return sensor
 
     def _charge_all(self, types: tuple[tuple[str, int], ...], p: Principal, values: tuple[float, ...],
