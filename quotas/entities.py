@@ -18,6 +18,15 @@ user (client id tag ""); levels 7 and 8 share one among all users of a client id
 So `/users/alice/clients/<default>` limits each of alice's clients separately while `/users/alice`
 limits all of them together.
 
+An empty client id (also what Kafka makes of a null one, RequestHeader.parse) names no client, and
+Kafka resolves it in two steps that kqp folds into one. DefaultQuotaCallback.quotaMetricTags walks
+the eight levels by which entities exist; at every user level that it can stop on (2, 3, 5, 6) the
+tags are (user, ""), and at levels 7 and 8 they are ("", ""). quotaLimit then reads the limit
+from the tags alone: (user, "") looks up `/users/<user>`, then `/users/<default>`; ("", "") looks
+up nothing. So for an empty client id `/clients/<default>` never applies, `/users/u/clients/<default>`
+and `/users/<default>/clients/<default>` only hand over to the user levels, and the quota is
+`/users/u`, else `/users/<default>`, else none, charged to the user's shared (user, "") sensor.
+
 Resolution runs on every request, so results are cached per principal on the settings instance
 (`QuotaSettings.resolution_cache`); new settings come with an empty cache.
 """
@@ -42,10 +51,13 @@ class Resolution(NamedTuple):
 
 
 def _levels(principal: Principal) -> tuple[tuple[tuple[str | None, str | None], QuotaKey], ...]:
-    """The eight levels for `principal`, most specific first: (entity user, entity client), key."""
+    """The levels that can apply to `principal`, most specific first: (entity user, entity client), key."""
     user, client = principal.user, principal.client_id
-    per_client = QuotaKey(user, client)
     per_user = QuotaKey(user, "")
+    if client == "":
+        # Kafka's quotaLimit for the tags (user, ""): only the user levels can give a limit.
+        return (((user, None), per_user), ((DEFAULT, None), per_user))
+    per_client = QuotaKey(user, client)
     per_client_id = QuotaKey("", client)
     return (
         ((user, client), per_client),
@@ -63,13 +75,9 @@ def _resolve_uncached(settings: QuotaSettings, principal: Principal) -> dict[str
     found: dict[str, Resolution] = {}
     if not settings.by_type:
         return found
-    # An empty user or client id is not an entity name (EntitySpec refuses ""), so levels naming
-    # one cannot match and are skipped rather than built.
-    specs = [
-        (EntitySpec(user, client), key)
-        for (user, client), key in _levels(principal)
-        if user != "" and client != ""
-    ]
+    # An empty user is not an entity name (EntitySpec refuses ""), so levels naming one cannot
+    # match and are skipped rather than built.
+    specs = [(EntitySpec(user, client), key) for (user, client), key in _levels(principal) if user != ""]
     for quota_type, limits in settings.by_type.items():
         for spec, key in specs:
             limit = limits.get(spec)
@@ -115,27 +123,24 @@ def sharing(entity: EntitySpec) -> str:
     return "client"
 
 
-def resolve_key(
-    settings: QuotaSettings, quota_type: str, key: QuotaKey, matched: EntitySpec | None = None
-) -> Resolution | None:
+def resolve_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> Resolution | None:
     """What a sensor keyed `key` resolves to under `settings`, or None if nothing charges it any more.
 
     Used when settings change, to decide which sensors survive and with which limit. Kafka re-reads
     the limit from the metric tags (DefaultQuotaCallback.quotaLimit). Here a key with a user is
     re-resolved as the principal it names and survives only if that principal still lands on the
-    same key, which is the same answer for every principal sharing the key. `matched`, the entity
-    the sensor was charged under, disambiguates the one collision in Kafka's tags: a client with an
-    empty client id at a per-client level has the same key as a per-user sensor (client tag ""),
-    so a sensor survives only if it keeps its kind of sharing. A key without a user (levels 7 and
-    8) depends only on the client id, as in Kafka.
+    same key, which is the same answer for every principal sharing the key: (user, "") is only
+    ever a per-user sensor, since an empty client id resolves through the user levels alone. A key
+    without a user (levels 7 and 8) depends only on the client id, as in Kafka; ("", "") has no
+    quota, as quotaLimit finds none for empty tags.
     """
     limits = settings.by_type.get(quota_type)
     if not limits:
         return None
     if key.user == "":
+        if key.client_id == "":
+            return None
         for client in (key.client_id, DEFAULT):
-            if client == "":
-                continue
             spec = EntitySpec(None, client)
             limit = limits.get(spec)
             if limit is not None:
@@ -143,8 +148,6 @@ def resolve_key(
         return None
     found = resolutions(settings, Principal(key.user, key.client_id)).get(quota_type)
     if found is None or found.key != key:
-        return None
-    if matched is not None and sharing(matched) != sharing(found.entity):
         return None
     return found
 

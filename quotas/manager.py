@@ -85,9 +85,10 @@ class QuotaManager:
         """Swap settings live; return one human-readable line per change, for the log.
 
         Sensors whose key still resolves keep their measurement and take the new limit (as Kafka
-        updates a live metric's quota); sensors nothing charges any more are released at once.
+        updates a live metric's quota): a token bucket keeps its tokens, debt included, and refills
+        at the new rate up to the new burst; sensors nothing charges any more are released at once.
         A new window size or count changes what every sample means, so then all measurements
-        restart.
+        restart. `now` is not needed: like Kafka's config swap, applying a limit reads no clock.
         """
         old = self._settings
         lines = _describe_changes(old, settings)
@@ -98,14 +99,14 @@ class QuotaManager:
         else:
             for quota_type, sensors in self._sensors.items():
                 for key, sensor in list(sensors.items()):
-                    found = resolve_key(settings, quota_type, key, sensor.entity)
+                    found = resolve_key(settings, quota_type, key)
                     if found is None:
                         del sensors[key]
                         released += 1
                         continue
                     sensor.entity = found.entity
                     if found.limit != sensor.limit:
-                        sensor.set_limit(found.limit, now)
+                        sensor.set_limit(found.limit)
         self._apply(settings)
         if released:
             lines.append(f"released {released} sensor(s) whose quota no longer applies")
@@ -126,7 +127,7 @@ class QuotaManager:
             # update_settings re-checks every key, so this is only a safety net: the latest
             # resolution wins.
             sensor.entity = found.entity
-            sensor.set_limit(found.limit, now)
+            sensor.set_limit(found.limit)
         return sensor
 
     def _charge_all(self, types: tuple[tuple[str, int], ...], p: Principal, values: tuple[float, ...],
@@ -170,8 +171,10 @@ class QuotaManager:
         """Charge one request: `request_rate` counts 1, `request_percentage` the handler time.
 
         KIP-124: n% is n% of one thread, so handler seconds are recorded as percent-seconds
-        (x 100) and their rate per second compares directly with n. Both throttles are capped at
-        one window. Which APIs are exempt is the caller's decision.
+        (x 100) and their rate per second compares directly with n. `handler_seconds` is the
+        event-loop time the caller spent on the request's frames, both directions, never time
+        spent waiting for the upstream (README: "What request_percentage measures"). Both
+        throttles are capped at one window. Which APIs are exempt is the caller's decision.
         """
         if not self._request:
             return []

@@ -41,11 +41,16 @@ class QuotaSensor:
         self.last_record = now
         self.last_throttle = 0.0
 
-    def set_limit(self, limit: float, now: float) -> None:
-        """Apply a new limit to the existing measurement (rates are not reset)."""
+    def set_limit(self, limit: float) -> None:
+        """Apply a new limit to the existing measurement, as Kafka swaps a live metric's quota.
+
+        Rate samples are kept and compared with the new limit from the next check on. A token
+        bucket keeps its tokens and takes the new rate and burst (Q * S * W): see
+        `TokenBucket.update_rate` for what that does to a debt and to the burst.
+        """
         self.limit = limit
         if self.bucket is not None:
-            self.bucket.update_rate(limit, limit * self.span, now)
+            self.bucket.update_rate(limit, limit * self.span)
 
     def add(self, value: float, now: float) -> None:
         """Record `value` without checking the quota (Kafka's `record(value, time, false)`)."""

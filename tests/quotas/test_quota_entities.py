@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kqp.quotas import entities
-from kqp.quotas.entities import limit_for_key, matched_entity, resolve, resolve_key, sharing
+from kqp.quotas.entities import limit_for_key, matched_entity, resolutions, resolve, resolve_key, sharing
 from kqp.quotas.model import ANONYMOUS, DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings
 
 ALICE_APP = Principal("alice", "app")
@@ -102,13 +102,83 @@ def test_default_user_level_gives_each_user_one_sensor() -> None:
     assert resolve(s, "request_rate", Principal("bob", "y")) == (QuotaKey("bob", ""), 5.0)
 
 
-def test_empty_client_id_matches_defaults_only() -> None:
+# An empty client id (a null one too: Kafka's RequestHeader.parse turns null into "") goes
+# through two steps in Kafka's DefaultQuotaCallback. quotaMetricTags walks the eight levels by which
+# entities exist and stops with tags (alice, "") at levels 2, 3, 5 and 6, or ("", "") at 7 and 8
+# (levels 1 and 4 would need an entity named "", which cannot be configured). quotaLimit then
+# reads the limit from the tags alone: a non-empty user and an empty client id look up
+# /users/alice, then /users/<default>; empty tags look up nothing.
+ALICE_NO_ID = Principal("alice", "")
+
+
+def test_empty_client_id_is_not_under_clients_default() -> None:
+    # quotaMetricTags reaches levels 7/8 with tags ("", ""); quotaLimit has no branch for empty
+    # tags, so the quota is null: /clients/<default> does not apply.
     s = settings_of({EntitySpec(None, DEFAULT): {"producer_byte_rate": 10.0}})
-    assert resolve(s, "producer_byte_rate", Principal("alice", "")) == (QuotaKey("", ""), 10.0)
-    s2 = settings_of({EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0}})
-    assert resolve(s2, "producer_byte_rate", Principal("alice", "")) == (QuotaKey("alice", ""), 10.0)
-    # ...and the key still resolves when settings are re-checked (limit_for_key re-resolves it).
-    assert limit_for_key(s2, "producer_byte_rate", QuotaKey("alice", "")) == 10.0
+    assert resolve(s, "producer_byte_rate", ALICE_NO_ID) is None
+    assert resolve(s, "producer_byte_rate", Principal(ANONYMOUS, "")) is None
+    # ...while any named client id still falls under it, one sensor per client id.
+    assert resolve(s, "producer_byte_rate", Principal("alice", "x")) == (QuotaKey("", "x"), 10.0)
+
+
+def test_user_clients_default_alone_gives_an_empty_client_id_no_quota() -> None:
+    # /users/alice/clients/<default> is level 2: quotaMetricTags stops there with (alice, ""), and
+    # quotaLimit(alice, "") looks up /users/alice and /users/<default>, neither configured: null.
+    s = settings_of({
+        EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0},
+        EntitySpec(None, DEFAULT): {"producer_byte_rate": 8.0},
+    })
+    assert resolve(s, "producer_byte_rate", ALICE_NO_ID) is None
+    assert resolve(s, "producer_byte_rate", ALICE_APP) == (QuotaKey("alice", "app"), 10.0)
+
+
+@pytest.mark.parametrize("client_default", [EntitySpec("alice", DEFAULT), EntitySpec(DEFAULT, DEFAULT)])
+def test_empty_client_id_falls_back_to_the_user_levels(client_default: EntitySpec) -> None:
+    # Level 2 or 5 stops the walk with tags (alice, ""); the limit comes from /users/alice ...
+    s = settings_of({
+        client_default: {"producer_byte_rate": 10.0},
+        EntitySpec("alice", None): {"producer_byte_rate": 3.0},
+        EntitySpec(DEFAULT, None): {"producer_byte_rate": 6.0},
+    })
+    found = resolutions(s, ALICE_NO_ID)["producer_byte_rate"]
+    assert (found.key, found.limit, found.entity) == (QuotaKey("alice", ""), 3.0, EntitySpec("alice", None))
+    # ... else from /users/<default>, still on alice's own (alice, "") sensor.
+    s = settings_of({
+        client_default: {"producer_byte_rate": 10.0},
+        EntitySpec(DEFAULT, None): {"producer_byte_rate": 6.0},
+    })
+    found = resolutions(s, ALICE_NO_ID)["producer_byte_rate"]
+    assert (found.key, found.limit, found.entity) == (QuotaKey("alice", ""), 6.0, EntitySpec(DEFAULT, None))
+
+
+def test_empty_client_id_with_every_level_configured_takes_users_alice() -> None:
+    # All eight levels (as in LEVELS, limit = level number): the walk stops at level 2 with tags
+    # (alice, "") and quotaLimit answers /users/alice, level 3.
+    s = settings_of({spec: {"producer_byte_rate": limit} for spec, limit, _ in LEVELS})
+    assert resolve(s, "producer_byte_rate", ALICE_NO_ID) == (QuotaKey("alice", ""), 3.0)
+
+
+def test_empty_client_id_shares_the_users_sensor() -> None:
+    # Under /users/alice every client of alice, the nameless one included, is tagged (alice, "").
+    s = settings_of({EntitySpec("alice", None): {"producer_byte_rate": 10.0}})
+    assert resolve(s, "producer_byte_rate", ALICE_NO_ID) == resolve(s, "producer_byte_rate", ALICE_APP)
+    assert resolve(s, "producer_byte_rate", ALICE_APP) == (QuotaKey("alice", ""), 10.0)
+
+
+def test_resolve_key_reads_empty_client_tags_as_quota_limit_does() -> None:
+    s = settings_of({
+        EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0},
+        EntitySpec(None, DEFAULT): {"producer_byte_rate": 8.0},
+    })
+    # (alice, ""): /users/alice, then /users/<default>; neither is configured.
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("alice", "")) is None
+    # ("", ""): quotaLimit finds nothing for empty tags, /clients/<default> notwithstanding.
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("", "")) is None
+    s = settings_of({EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0},
+                     EntitySpec(DEFAULT, None): {"producer_byte_rate": 6.0}})
+    found = resolve_key(s, "producer_byte_rate", QuotaKey("alice", ""))
+    assert found is not None and (found.limit, found.entity) == (6.0, EntitySpec(DEFAULT, None))
+    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "")) == 6.0
 
 
 def test_cache_is_filled_and_new_settings_start_empty() -> None:
@@ -177,15 +247,6 @@ def test_settings_are_frozen_and_indexed() -> None:
     assert QuotaSettings(entities=raw) != s and QuotaSettings(entities=dict(s.entities)) == s
 
 
-def test_resolve_key_keeps_the_kind_of_sharing() -> None:
-    # Under /users/alice/clients/<default>, a client with an empty client id is charged to
-    # (alice, ""), the same tags as alice's shared per-user sensor under /users/alice.
-    s = settings_of({EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0}})
-    key = QuotaKey("alice", "")
-    found = resolve_key(s, "producer_byte_rate", key)
-    assert found is not None and found.entity == EntitySpec("alice", DEFAULT)
-    # a sensor that was alice's shared one does not silently become the empty client's
-    assert resolve_key(s, "producer_byte_rate", key, matched=EntitySpec("alice", None)) is None
-    assert resolve_key(s, "producer_byte_rate", key, matched=EntitySpec(DEFAULT, DEFAULT)) == found
+def test_sharing_names_how_an_entity_keys_its_sensor() -> None:
     assert [sharing(e) for e in (EntitySpec("a", None), EntitySpec(None, "c"), EntitySpec("a", "c"))] == [
         "user", "client-id", "client"]

@@ -181,11 +181,28 @@ def test_update_settings_moves_keys_when_the_matching_level_changes() -> None:
         "/users/alice/clients/<default>: producer_byte_rate set to 1000",
         "released 1 sensor(s) whose quota no longer applies",
     ]
-    # (alice, "") was alice's shared sensor; under /users/alice/clients/<default> that key would
-    # only be charged by a client with an empty client id, a different population: released.
+    # (alice, "") was alice's shared sensor; under /users/alice/clients/<default> only a client
+    # with an empty client id would be tagged so, and Kafka's quotaLimit gives those tags no quota
+    # (neither /users/alice nor /users/<default> is set): released.
     assert m.sensor_count == 0
     m.record_produce(ALICE, 5000, 1, 1, 0.0)
     assert [s.key for s in m.snapshot(0.0)] == [QuotaKey("alice", "app")]
+
+
+def test_empty_client_id_is_charged_as_kafka_tags_it() -> None:
+    # /clients/<default> does not apply to an empty client id (Kafka's quotaLimit has no branch for
+    # the tags ("", "")): nothing is charged, no sensor is made.
+    m = manager({EntitySpec(None, DEFAULT): {"producer_byte_rate": 1000}})
+    assert m.record_produce(Principal("alice", ""), 10**6, 1, 1, 0.0) == []
+    assert m.sensor_count == 0
+    # Under /users/alice the nameless client shares alice's (alice, "") sensor; adding
+    # /users/alice/clients/<default> moves alice/app to its own sensor, but the nameless client
+    # stays on (alice, "") at /users/alice's limit, so that sensor survives the update.
+    m = manager(alice(producer_byte_rate=1000))
+    m.record_produce(Principal("alice", ""), 100, 1, 1, 0.0)
+    new = {**alice(producer_byte_rate=1000), EntitySpec("alice", DEFAULT): {"producer_byte_rate": 50}}
+    m.update_settings(QuotaSettings(entities=new), now=1.0)
+    assert [(s.key, s.limit) for s in m.snapshot(1.0)] == [(ALICE_KEY, 1000)]
 
 
 def test_window_change_restarts_measurements() -> None:
@@ -234,6 +251,23 @@ def test_kip599_strict_per_topic_admission() -> None:
     v = m.admit_mutations(ALICE, 80, 11.5)
     assert v is not None and v.throttle_seconds == pytest.approx(0.5)
     assert m.admit_mutations(ALICE, 80, 12.0) is None  # K = 0: admitted again
+
+
+def test_kip599_changed_rate_keeps_the_debt_and_repays_it_at_the_new_rate() -> None:
+    # Q = 5/s, 100 windows of 1 s: B = 500; 560 mutations at t = 0 leave K = -60 (throttle 12 s).
+    m = manager(alice(controller_mutation_rate=5), window_count=100)
+    [v] = m.record_mutations(ALICE, 560, 0.0)
+    assert v.throttle_seconds == pytest.approx(12.0)
+    # Q 5 -> 10 at t = 4, the bucket untouched since t = 0: as in Kafka the swap leaves the tokens
+    # alone and the next refill credits the 4 s at the new rate, K = -60 + 40 = -20, B = 1000.
+    lines = m.update_settings(QuotaSettings(window_count=100, entities=alice(controller_mutation_rate=10)), 4.0)
+    assert lines == ["/users/alice: controller_mutation_rate 5 -> 10"]
+    [state] = [s for s in m.snapshot(4.0) if s.quota_type == "controller_mutation_rate"]
+    assert (state.limit, state.tokens) == (10.0, pytest.approx(-20.0))
+    # strict admission still refuses (K < 0) and names the new throttle, 20 / 10 = 2 s
+    v = m.admit_mutations(ALICE, 1, 4.0)
+    assert v is not None and v.throttle_seconds == pytest.approx(2.0)
+    assert m.admit_mutations(ALICE, 1, 6.0) is None  # K = 0 at t = 6
 
 
 def test_zero_quota_blocks_for_the_whole_span() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kqp.quotas.model import QuotaKey
-from kqp.quotas.throttle import CAPPED_TYPES, Violation, capped, combine, throttle_seconds
+from kqp.quotas.throttle import CAPPED_TYPES, INT32_MAX, Violation, capped, combine, throttle_ms, throttle_seconds
 
 MB = 1024 * 1024
 KEY = QuotaKey("alice", "")
@@ -64,3 +64,31 @@ def test_combine_ties_go_to_the_request_quota() -> None:
 def test_combine_of_nothing() -> None:
     assert combine([]) == (0.0, None)
     assert combine([Violation("producer_byte_rate", 0.0, KEY)]) == (0.0, None)
+
+
+# throttle_time_ms: Kafka's Math.round(double) on milliseconds, half up; a throttle rounding to 0
+# is no throttle (ClientQuotaManager.throttle acts only when throttleTimeMs > 0).
+@pytest.mark.parametrize("seconds, expected", [
+    (0.0004, 0),       # 0.4 ms rounds to 0: not throttled, not muted
+    (0.0005, 1),       # 0.5 ms: half up gives 1 (Python's round(0.5) would give 0)
+    (0.0014995, 1),    # 1.4995 ms: 1, rounded once, not via 1.5
+    (0.0015, 2),       # 1.5 ms: 2
+    (0.0025, 3),       # 2.5 ms: 3, half up, not half to even (round(2.5) == 2)
+    (0.0, 0),
+    (4.5, 4500),
+    (-0.0005, 0),      # a negative throttle is none (Math.round(-0.5) is 0 as well)
+    (-3.0, 0),
+    (float("nan"), 0),  # Math.round(NaN) is 0
+])
+def test_throttle_ms_rounds_half_up(seconds: float, expected: int) -> None:
+    assert throttle_ms(seconds) == expected
+    assert isinstance(throttle_ms(seconds), int)
+
+
+def test_throttle_ms_is_capped_at_int32_max() -> None:
+    # Kafka's Long.toInt would wrap; the INT32 field can say at most 2^31 - 1 ms (~24.9 days).
+    assert INT32_MAX == 2_147_483_647
+    assert throttle_ms(1e12) == INT32_MAX
+    assert throttle_ms(float("inf")) == INT32_MAX
+    assert throttle_ms(2_147_483.646) == 2_147_483_646
+    assert throttle_ms(2_147_483.6475) == INT32_MAX  # 2147483647.5 ms: rounds past the cap

@@ -44,18 +44,54 @@ def test_negative_record_gives_back_at_most_the_burst() -> None:
     assert b.tokens(0.0) == 430.0
 
 
-def test_update_rate_settles_at_the_old_rate_first() -> None:
+# A quota change, as Kafka makes it: ClientQuotaManager.updateQuotaMetricConfigs swaps the
+# metric's config and leaves the TokenBucket's tokens and lastUpdateMs as they are; its next
+# refill reads the new quota, so it credits `new rate x (now - lastUpdateMs)` and caps at the new
+# burst Q x S x W.
+
+def test_raised_rate_refills_the_time_since_the_last_touch_at_the_new_rate() -> None:
     b = kip599_bucket()
-    b.record(560, 0.0)  # -60
-    # 4 s at 5/s: -40; then 10/s with burst 1000
-    b.update_rate(10.0, 1000.0, 4.0)
+    b.record(560, 0.0)  # K = 500 - 560 = -60, last touched at 0
+    # Q 5 -> 10 at t = 4 (B = 10 x 100 x 1 = 1000): the 4 s since the last touch refill at the
+    # new rate, K = -60 + 4 x 10 = -20; throttle -K / R = 20 / 10 = 2 s (not 4 s at the old rate).
+    b.update_rate(10.0, 1000.0)
+    assert b.tokens(4.0) == -20.0
+    assert b.throttle_seconds(4.0) == 2.0
+    assert (b.rate, b.burst) == (10.0, 1000.0)
+
+
+def test_a_touch_before_the_change_settles_at_the_old_rate() -> None:
+    b = kip599_bucket()
+    b.record(560, 0.0)
+    # A read at t = 4 (a record, or a metrics scrape measuring the bucket) refills at 5/s:
+    # K = -60 + 4 x 5 = -40, last touched at 4.
     assert b.tokens(4.0) == -40.0
-    assert b.throttle_seconds(4.0) == 4.0  # 40 / 10
+    b.update_rate(10.0, 1000.0)
+    # Only t = 4 -> 5 refills at 10/s: K = -40 + 10 = -30, throttle 30 / 10 = 3 s.
     assert b.tokens(5.0) == -30.0
-    # lowering the burst clamps accumulated tokens
-    b.update_rate(10.0, 20.0, 100.0)
-    assert b.tokens(100.0) == 20.0
-    assert (b.rate, b.burst) == (10.0, 20.0)
+    assert b.throttle_seconds(5.0) == 3.0
+
+
+def test_a_raised_burst_is_not_filled() -> None:
+    b = kip599_bucket()
+    assert b.tokens(0.0) == 500.0  # full at Q = 5
+    b.update_rate(10.0, 1000.0)
+    # the new burst is room to refill into, not a gift: 500 now, 500 + 20 x 10 = 700 at t = 20,
+    # and the burst of 1000 at t = 50
+    assert b.tokens(0.0) == 500.0
+    assert b.tokens(20.0) == 700.0
+    assert b.tokens(50.0) == b.tokens(80.0) == 1000.0
+
+
+def test_a_lowered_burst_cuts_the_tokens_and_a_debt_stays() -> None:
+    b = kip599_bucket()
+    b.update_rate(1.0, 100.0)  # Q 5 -> 1: B = 1 x 100 x 1 = 100, the 500 tokens are cut to 100
+    assert b.tokens(0.0) == 100.0
+    b.record(160, 0.0)  # K = -60
+    # lowering further keeps the debt and repays it more slowly: 60 / 0.5 = 120 s
+    b.update_rate(0.5, 50.0)
+    assert b.tokens(0.0) == -60.0
+    assert b.throttle_seconds(0.0) == 120.0
 
 
 def test_clock_stepping_back_does_not_drain_or_fill() -> None:
