@@ -45,7 +45,7 @@ from kqp.protocol.headers import parse_request_header, response_body_offset, res
 from kqp.protocol.records import BodyError
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import ANONYMOUS, Principal
-from kqp.quotas.throttle import combine
+from kqp.quotas.throttle import combine, throttle_ms
 
 from . import events as ev
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
@@ -263,18 +263,18 @@ class Connection:
             # acks=0: no response will come. Kafka exempts it from request quotas; byte-rate
             # quotas still mute.
             self.parts.metering.observer.handler_time(principal, handler)
-            throttle = self._throttle_of(principal, plan.violations)
-            if throttle > 0:
-                self._mute_until(now + throttle)
+            ms = self._throttle_ms(principal, plan.violations)
+            if ms:
+                self._mute_until(now + ms / 1000)
             return
         entry = plan.entry
         entry.handler_seconds, entry.violations = handler, plan.violations
         if plan.violations:
             # Over quota already (produce bytes are known now): read nothing more until the
             # throttle has passed, as the broker, which reads one request at a time, would.
-            throttle, _ = combine(plan.violations)
-            if throttle > 0:
-                self._mute_until(now + throttle)
+            ms = throttle_ms(combine(plan.violations)[0])
+            if ms:
+                self._mute_until(now + ms / 1000)
         if plan.forward is not None and self.parts.metering.quotas.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.
             self._mute(MuteReason.RESPONSE_PENDING)
@@ -342,15 +342,17 @@ class Connection:
                   self.peer, correlation_id)
         self.parts.metering.observer.upstream_anomaly("unawaited")
 
-    def _throttle_of(self, principal: Principal, violations: list[Violation]) -> float:
-        """KIP-124 co-existence: one throttle, the largest of the request's quota throttles."""
+    def _throttle_ms(self, principal: Principal, violations: list[Violation]) -> int:
+        """KIP-124 co-existence: one throttle, the largest of the request's quota throttles, in the
+        milliseconds Kafka sends (rounded half up; a throttle that rounds to 0 is none)."""
         if not violations:
-            return 0.0
+            return 0
         throttle, quota_type = combine(violations)
-        if quota_type is not None:
+        ms = throttle_ms(throttle)
+        if ms and quota_type is not None:
             self._cause = (principal, quota_type)
-            self.parts.metering.observer.throttled(principal, quota_type, throttle)
-        return throttle
+            self.parts.metering.observer.throttled(principal, quota_type, ms / 1000)
+        return ms
 
     def _deliver(self, entry: InFlight, frame: memoryview, body_offset: int, violations: list[Violation],
                  now: float) -> None:
@@ -362,13 +364,12 @@ class Connection:
         if not entry.exempt:
             violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
         observer.handler_time(entry.principal, entry.handler_seconds)
-        throttle = self._throttle_of(entry.principal, violations)
-        if throttle <= 0:
+        ms = self._throttle_ms(entry.principal, violations)
+        if not ms:
             self._send_client((frame,), now)
             return
-        throttle_ms = max(1, round(throttle * 1000))
-        self._send_client(throttled_parts(self.parts, entry, frame, body_offset, throttle_ms, now), now)
-        self._mute_until(now + throttle)
+        self._send_client(throttled_parts(self.parts, entry, frame, body_offset, ms, now), now)
+        self._mute_until(now + ms / 1000)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""

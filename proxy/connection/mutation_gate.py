@@ -46,6 +46,7 @@ from kqp.protocol.mutations import (
 )
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal
+from kqp.quotas.throttle import throttle_ms
 
 from .in_flight import Rewrite
 from .metering import frame_of, with_body
@@ -141,8 +142,8 @@ class MutationGate:
         log.debug("%s: %s v%d: %d of %d topics over controller_mutation_rate, throttle %.3fs",
                   principal, api, version, len(topics) - len(admitted), len(topics), worst.throttle_seconds)
         if not admitted:
-            throttle_ms = max(1, round(worst.throttle_seconds * 1000))
-            body = merge_mutation_response(api, version, None, topics, [], throttle_ms=throttle_ms)
+            body = merge_mutation_response(api, version, None, topics, [],
+                                           throttle_ms=throttle_ms(worst.throttle_seconds))
             head = encode_response_header(api, version, hdr.correlation_id)
             return MutationPlan(frame, [worst], answer=frame_of(head, body))
         split = split_mutation_request(api, version, frame[hdr.body_offset:], admitted)
