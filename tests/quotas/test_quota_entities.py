@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kqp.quotas import entities
-from kqp.quotas.entities import limit_for_key, matched_entity, resolve, resolve_key, sharing
+from kqp.quotas.entities import resolutions, resolve, resolve_key, sharing
 from kqp.quotas.model import ANONYMOUS, DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings
 
 ALICE_APP = Principal("alice", "app")
@@ -35,7 +35,7 @@ def test_each_level_wins_over_all_less_specific_ones(level: int) -> None:
     spec, limit, key = LEVELS[level]
     s = settings_of(configured)
     assert resolve(s, "producer_byte_rate", ALICE_APP) == (key, limit)
-    assert matched_entity(s, "producer_byte_rate", ALICE_APP) == spec
+    assert resolutions(s, ALICE_APP)["producer_byte_rate"].entity == spec
 
 
 def test_levels_that_name_someone_else_do_not_match() -> None:
@@ -107,8 +107,8 @@ def test_empty_client_id_matches_defaults_only() -> None:
     assert resolve(s, "producer_byte_rate", Principal("alice", "")) == (QuotaKey("", ""), 10.0)
     s2 = settings_of({EntitySpec("alice", DEFAULT): {"producer_byte_rate": 10.0}})
     assert resolve(s2, "producer_byte_rate", Principal("alice", "")) == (QuotaKey("alice", ""), 10.0)
-    # ...and the key still resolves when settings are re-checked (limit_for_key re-resolves it).
-    assert limit_for_key(s2, "producer_byte_rate", QuotaKey("alice", "")) == 10.0
+    # ...and the key still resolves when settings are re-checked (resolve_key re-resolves it).
+    assert resolve_key(s2, "producer_byte_rate", QuotaKey("alice", "")).limit == 10.0
 
 
 def test_cache_is_filled_and_new_settings_start_empty() -> None:
@@ -130,16 +130,16 @@ def test_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(s.resolution_cache) <= 3
 
 
-def test_limit_for_key_follows_kafka_tags() -> None:
+def test_resolve_key_follows_kafka_tags() -> None:
     s = settings_of({
         EntitySpec("alice", None): {"producer_byte_rate": 3.0},
         EntitySpec(None, DEFAULT): {"producer_byte_rate": 8.0},
     })
-    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "")) == 3.0
-    assert limit_for_key(s, "producer_byte_rate", QuotaKey("", "anything")) == 8.0
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("alice", "")).limit == 3.0
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("", "anything")).limit == 8.0
     # alice/app now charges (alice, "") rather than (alice, app): that per-client key is gone.
-    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "app")) is None
-    assert limit_for_key(s, "consumer_byte_rate", QuotaKey("alice", "")) is None
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("alice", "app")) is None
+    assert resolve_key(s, "consumer_byte_rate", QuotaKey("alice", "")) is None
 
 
 def test_entity_spec_validation_and_path() -> None:
