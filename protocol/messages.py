@@ -49,8 +49,8 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
 def decode_response(api_key: int, api_version: int, frame: memoryview) -> object:
     """The kafka-python response object for a whole response frame.
 
-    For ApiVersions answers prefer :func:`kqp.protocol.api_versions.decode_api_versions_response`,
-    which also reads the answers kafka-python cannot.
+    ApiVersions answers are read by :class:`kqp.protocol.api_versions.ApiVersionsProbe`, which
+    also knows the error answers' v0 layout and Kafka's retry rule.
     """
     _check_version(api_key, api_version)
     response_cls = message_classes(api_key)[1]
