@@ -16,10 +16,9 @@ from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response_body, fetch_max_bytes, fetch_response_counts
 from kqp.protocol.mutations import (
-    CREATE_TOPICS,
-    DELETE_TOPICS,
     TopicMutation,
     merge_mutation_response,
     mutation_request,
@@ -107,14 +106,18 @@ for v in (2, 3, 12, 15, 17):
     READERS.append(("fetch_max_bytes", fetch_max_bytes, v, _fetch_request(v)))
     READERS.append(("cap_fetch", lambda ver, b: cap_fetch_max_bytes(ver, b, 1000), v, _fetch_request(v)))
 for v in (4, 5, 7):
-    READERS.append(("create_topics", lambda ver, b: mutation_request(CREATE_TOPICS, ver, b), v, _create_topics(v)))
-    READERS.append(("split_create", lambda ver, b: _split_every_other(CREATE_TOPICS, ver, b), v, _create_topics(v)))
+    READERS.append(("create_topics", lambda ver, b: mutation_request(ApiKey.CreateTopics, ver, b), v,
+                    _create_topics(v)))
+    READERS.append(("split_create", lambda ver, b: _split_every_other(ApiKey.CreateTopics, ver, b), v,
+                    _create_topics(v)))
 for v in (3, 4, 6):
-    READERS.append(("delete_topics", lambda ver, b: mutation_request(DELETE_TOPICS, ver, b), v, _delete_topics(v)))
-    READERS.append(("split_delete", lambda ver, b: _split_every_other(DELETE_TOPICS, ver, b), v, _delete_topics(v)))
+    READERS.append(("delete_topics", lambda ver, b: mutation_request(ApiKey.DeleteTopics, ver, b), v,
+                    _delete_topics(v)))
+    READERS.append(("split_delete", lambda ver, b: _split_every_other(ApiKey.DeleteTopics, ver, b), v,
+                    _delete_topics(v)))
 for v in (0, 2, 7):
-    READERS.append(("merge_create", lambda ver, b: merge_mutation_response(CREATE_TOPICS, ver, b, TOPICS, [0, 2]), v,
-                    _create_topics_response(v)))  # fmt: skip
+    READERS.append(("merge_create", lambda ver, b: merge_mutation_response(ApiKey.CreateTopics, ver, b, TOPICS, [0, 2]),
+                    v, _create_topics_response(v)))  # fmt: skip
 READERS.append(("count_records", lambda ver, b: count_records(b), 0, _records(3) + _records(2)))
 
 IDS = [f"{name}-v{version}" for name, _, version, _ in READERS]

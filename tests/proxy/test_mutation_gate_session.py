@@ -16,22 +16,22 @@ import asyncio
 from helpers.quota_fakes import SessionHarness, session_harness
 from kafka.protocol.admin.topics import CreatePartitionsRequest
 
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection.mutation_gate import gate_for
 
 QUOTAS = {"window_size_seconds": 1, "window_count": 2,
           "entities": [{"client_id": "admin", "controller_mutation_rate": 5}]}
-CREATE_PARTITIONS, METADATA = 37, 3
 
 
 def grow(correlation_id: int, topic: str, count: int) -> bytes:
     entry = CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=count, assignments=None)
-    return encode_request(CREATE_PARTITIONS, 3, correlation_id, "admin", topics=[entry], timeout_ms=1000,
+    return encode_request(ApiKey.CreatePartitions, 3, correlation_id, "admin", topics=[entry], timeout_ms=1000,
                           validate_only=False)
 
 
 def metadata(correlation_id: int) -> bytes:
-    return encode_request(METADATA, 9, correlation_id, "admin", topics=None, allow_auto_topic_creation=False)
+    return encode_request(ApiKey.Metadata, 9, correlation_id, "admin", topics=None, allow_auto_topic_creation=False)
 
 
 def held_session() -> tuple[SessionHarness, asyncio.Event, list[str]]:
