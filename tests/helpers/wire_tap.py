@@ -34,7 +34,7 @@ import asyncio
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from kqp.protocol.apis import ApiKey, message_classes
@@ -65,6 +65,7 @@ class WireRequest:
     client_id: str | None       # None also when kqp.protocol cannot parse the header
     size: int                   # whole frame, 4-byte size prefix included (what kqp charges)
     expects_response: bool      # False only for acks=0 Produce
+    frame: bytes | None = None  # the whole frame, for the api keys the tap was asked to keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class WireResponse:
     size: int                   # size prefix included, as above
     throttle_ms: int | None     # None: this version has no throttle_time_ms (or it did not decode)
     request_at: float           # when its request passed the tap
+    frame: bytes | None = None  # the whole frame (as forwarded), for the api keys the tap keeps
 
 
 @dataclass(slots=True)
@@ -231,11 +233,17 @@ class _TapClientHalf(ClientHalf, _FramedHalf):
 
 
 class WireTap:
-    """Relays to any number of targets, rewriting target addresses to hop addresses in responses."""
+    """Relays to any number of targets, rewriting target addresses to hop addresses in responses.
 
-    def __init__(self, name: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    `keep_frames` names the api keys whose whole frames (requests and responses) are kept on the
+    records, for tests that read bodies; everything else is kept as labels only.
+    """
+
+    def __init__(self, name: str, *, clock: Callable[[], float] = time.monotonic,
+                 keep_frames: Collection[int] = ()) -> None:
         self.name = name
         self.clock = clock
+        self.keep_frames = frozenset(keep_frames)
         self.lock = threading.Lock()
         self.stopping = False
         self._requests: list[WireRequest] = []
@@ -344,7 +352,7 @@ class WireTap:
         api_key, version, correlation_id, client_id, body_offset = request_labels(frame)
         expects = expects_response(api_key, version, frame, body_offset)
         seen = WireRequest(now, pair.conn.hop, pair.conn.number, api_key, version, correlation_id, client_id,
-                           len(frame), expects)
+                           len(frame), expects, bytes(frame) if api_key in self.keep_frames else None)
         with self.lock:
             self._requests.append(seen)
         if expects:
@@ -376,7 +384,7 @@ class WireTap:
                 out = _I32.pack(len(raw) - 4) + raw[4:]
         throttle = response_throttle_ms(memoryview(out), request.api_key, request.api_version)
         seen = WireResponse(now, pair.conn.number, correlation_id, request.api_key, request.api_version,
-                            len(out), throttle, request.at)
+                            len(out), throttle, request.at, bytes(out) if request.api_key in self.keep_frames else None)
         with self.lock:
             self._responses.append(seen)
         return out
