@@ -1,7 +1,7 @@
 """kqp.config: the YAML file, checked into immutable objects.
 
 The public surface is re-exported here so callers write ``from kqp.config import load_config``;
-the modules behind it are split by job (schema machinery, sections, loading, reload diffs).
+the modules behind it are split by job (schema machinery, sections, loading, dumping).
 """
 
 from kqp.config.dump import config_document
@@ -9,7 +9,6 @@ from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config, parse_config, read_file, with_overrides
 from kqp.config.model import HostPort, MetricsConfig, ProxyConfig, UpstreamConfig
 from kqp.config.quota_section import quota_settings_from
-from kqp.config.reload import diff_quota_settings
 
 __all__ = [
     "ConfigError",
@@ -18,7 +17,6 @@ __all__ = [
     "ProxyConfig",
     "UpstreamConfig",
     "config_document",
-    "diff_quota_settings",
     "load_config",
     "parse_config",
     "quota_settings_from",

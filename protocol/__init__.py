@@ -17,7 +17,7 @@ Modules:
 * ``walker``: the skip walker, compiled per message and version from kafka-python's schemas;
 * ``throttle``: where ``throttle_time_ms`` sits, reading and raising it in place;
 * ``addresses``: finding and rewriting every broker endpoint a client can see;
-* ``api_versions``: kqp's own ApiVersions answer and lenient reading of upstream answers;
+* ``api_versions``: kqp's own ApiVersions answer, and the probe that learns an upstream's ranges;
 * ``messages``: kqp's own requests to upstreams and small decodes;
 * ``produce``, ``fetch``, ``records``, ``mutations``: body readers for quota accounting.
 """

@@ -1,4 +1,4 @@
-"""ApiVersions, answered by kqp itself and read leniently from upstreams.
+"""ApiVersions: answered by kqp itself, and asked of upstreams by one probe.
 
 kqp advertises to clients the intersection of what the upstream supports and what kqp can decode,
 so it encodes the ApiVersions response itself (:func:`encode_api_versions_response`). A client
@@ -7,52 +7,59 @@ does (``RequestContext`` serialises it at v0): a v0 body with UNSUPPORTED_VERSIO
 ApiVersions range, so the client retries with a version both understand. The response header is
 always v0 (KIP-511).
 
-Reading upstream answers must survive two non-conforming implementations kqp is tested against:
+kqp learns an upstream's ranges with one probe, :class:`ApiVersionsProbe`, which follows Kafka's
+client rule (``NetworkClient.handleApiVersionsResponse``): ask with a version; an upstream that does
+not support it answers UNSUPPORTED_VERSION in the v0 layout with its own ApiVersions range, and the
+client asks again at the highest version both know, or at v0 when the answer names no range.
+
+Two test upstreams do not conform, and the rules above cover both without a case of their own:
 
 * librdkafka's mock cluster supports ApiVersions v0-v2 only. Asked with v3+, it answers
   UNSUPPORTED_VERSION but writes the api-key count as one raw byte (neither Kafka's v0 int32 nor
-  a compact N+1 varint), followed by its ApiVersions entry and a throttle time. kafka-python,
-  which parses any error answer as v0, reads that byte and the next three as an int32 count and
-  fails. :func:`decode_api_versions_response` tries the layouts a peer may have used and keeps
-  the one that accounts for every byte, so kqp reads the mock's range (0-2) and can retry
-  (:func:`api_versions_retry_version`).
+  a compact N+1 varint). kafka-python, which parses any error answer as v0, fails on it. kqp
+  reads an error answer as v0 only when that layout accounts for every byte; otherwise the answer
+  names no range, and the probe falls back to v0 as Kafka's client does.
 * Tansu answers requests above its maximum with a normal v3-layout answer and error 0 instead of
   UNSUPPORTED_VERSION, and always sends every v3 tagged field (features, ZK-migration flag), which
-  Debian's librdkafka 2.0.2 (kcat) fails to skip. kqp parses it fine, and clients never see it:
-  kqp's own answer carries no tagged fields.
+  Debian's librdkafka 2.0.2 (kcat) fails to skip. kqp asks at v3, which Tansu supports, parses the
+  tagged fields fine, and clients never see them: kqp's own answer carries no tagged fields.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from .apis import API_VERSIONS_KEY, decodable_range
+from .apis import ApiKey, decodable_range
 from .errors import ProtocolError
-from .walker import read_uvarint, skip_tagged_fields, walker_for
+from .walker import skip_tagged_fields, walker_for
 
 __all__ = [
+    "PROBE_VERSION",
     "UNSUPPORTED_VERSION",
-    "UPSTREAM_REQUEST_VERSION",
-    "api_versions_retry_version",
+    "ApiVersionsProbe",
     "decode_api_versions_response",
     "encode_api_versions_response",
     "intersect_ranges",
 ]
 
 UNSUPPORTED_VERSION = 35
-#: The version kqp first asks upstreams with: flexible (v3, Kafka 2.4+), understood by Kafka and
-#: Tansu; the mock cluster answers it with UNSUPPORTED_VERSION and its range, and kqp retries.
-UPSTREAM_REQUEST_VERSION = 3
+#: The version kqp first asks upstreams with: v3 (Kafka 2.4+), the first flexible version. Not
+#: kqp's highest: an upstream that, like Tansu, answers versions above its own in its own layout
+#: with no error would be misread, and nothing kqp reads changed after v3.
+PROBE_VERSION = 3
+#: Sent at v3+: Kafka refuses a v3+ request with an empty software name (INVALID_REQUEST) and
+#: otherwise only labels its connection metrics with these.
+CLIENT_SOFTWARE = {"client_software_name": "kqp", "client_software_version": "0"}
 
-_RANGE = decodable_range(API_VERSIONS_KEY)
+_RANGE = decodable_range(ApiKey.ApiVersions)
 assert _RANGE is not None
 _MIN, _MAX = _RANGE
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_ENTRY = struct.Struct(">hhh")
 
 
 def encode_api_versions_response(
@@ -67,8 +74,8 @@ def encode_api_versions_response(
         version = 0
         error_code = UNSUPPORTED_VERSION
         # Kafka (KIP-511) lists only ApiVersions itself here: what the client may retry with.
-        lo, hi = ranges.get(API_VERSIONS_KEY, _RANGE)
-        ranges = {API_VERSIONS_KEY: (max(lo, _MIN), min(hi, _MAX))}
+        lo, hi = ranges.get(ApiKey.ApiVersions, _RANGE)
+        ranges = {ApiKey.ApiVersions: (max(lo, _MIN), min(hi, _MAX))}
     else:
         version = max(request_version, 0)
     entry = ApiVersionsResponse.ApiVersion
@@ -92,70 +99,25 @@ def intersect_ranges(
     return out
 
 
-def _entries(body: memoryview, pos: int, count: int, flexible: bool) -> tuple[dict[int, tuple[int, int]], int]:
-    ranges = {}
-    for _ in range(count):
-        key, lo, hi = _ENTRY.unpack_from(body, pos)
-        pos += 6
-        if flexible:
-            pos = skip_tagged_fields(body, pos)
-        ranges[key] = (lo, hi)
-    return ranges, pos
-
-
-def _layouts(body: memoryview) -> list[tuple[int, int, bool, bool]]:
-    """Candidate readings of the api_keys array as (count, entries offset, flexible, tagged tail):
-    Kafka's classic int32 count, Kafka's compact N+1 varint, the mock cluster's raw byte."""
-    out = []
-    if len(body) >= 6:
-        out.append((_I32.unpack_from(body, 2)[0], 6, False, False))
-    if len(body) >= 3:
-        try:
-            count, pos = read_uvarint(body, 2)
-            out.append((count - 1, pos, True, True))
-        except (IndexError, ProtocolError):
-            pass
-        out.append((body[2], 3, False, False))
-    return out
-
-
-def _lenient(body: memoryview) -> dict[int, tuple[int, int]] | None:
-    for count, pos, flexible, tail_tags in _layouts(body):
-        if count < 0 or count * 6 > len(body) - pos:
-            continue
-        try:
-            ranges, pos = _entries(body, pos, count, flexible)
-            rest = len(body) - pos
-            if rest >= 4 and tail_tags:  # throttle_time_ms, then the top-level tagged fields
-                pos = skip_tagged_fields(body, pos + 4)
-                rest = len(body) - pos
-        except (struct.error, IndexError, ProtocolError):
-            continue
-        if rest in (0, 4):  # nothing left, or just a throttle time
-            return ranges
-    return None
-
-
 def decode_api_versions_response(frame: memoryview, api_version: int) -> tuple[int, dict[int, tuple[int, int]]]:
     """``(error_code, ranges)`` from a whole upstream ApiVersions response frame.
 
-    ``api_version`` is the version kqp asked with. Conforming answers are read through
-    kafka-python at that version (after checking, with the skip walker, that the layout accounts
-    for every byte); anything else is read leniently (see the module docstring).
+    ``api_version`` is the version kqp asked with. A clean answer must be in that version's layout,
+    every byte accounted for, or it is a :class:`ProtocolError`. An error answer is in the v0 layout
+    (Kafka's broker writes it so whatever was asked); one that is not names no ranges (see the
+    module docstring).
     """
     if len(frame) < 10:
         raise ProtocolError("ApiVersions response too short")
     body = frame[8:]  # header v0: size prefix and correlation id
     (error_code,) = _I16.unpack_from(body, 0)
-    version = min(max(api_version, 0), _MAX)
-    # kafka-python reads any error answer as v0; only trust it for clean answers.
-    if error_code == 0 and _fits(body, version):
-        decoded = ApiVersionsResponse.decode(body, version=version)
-        return error_code, {e.api_key: (e.min_version, e.max_version) for e in decoded.api_keys}
-    ranges = _lenient(body)
-    if ranges is None:
-        raise ProtocolError(f"unreadable ApiVersions response (error {error_code}, {len(body)} body bytes)")
-    return error_code, ranges
+    version = min(max(api_version, 0), _MAX) if error_code == 0 else 0
+    if not _fits(body, version):
+        if error_code == 0:
+            raise ProtocolError(f"unreadable ApiVersions v{version} response ({len(body)} body bytes)")
+        return error_code, {}
+    decoded = ApiVersionsResponse.decode(body, version=version)
+    return error_code, {e.api_key: (e.min_version, e.max_version) for e in decoded.api_keys}
 
 
 def _fits(body: memoryview, version: int) -> bool:
@@ -169,16 +131,43 @@ def _fits(body: memoryview, version: int) -> bool:
     return end == len(body)
 
 
-def api_versions_retry_version(error_code: int, ranges: Mapping[int, tuple[int, int]], asked: int) -> int | None:
-    """The ApiVersions version to ask again with after an UNSUPPORTED_VERSION answer, or None.
+@dataclass(frozen=True, slots=True)
+class ApiVersionsProbe:
+    """kqp's ApiVersions exchange with one upstream, one immutable step at a time (no I/O here).
 
-    The answer's own ApiVersions entry says what the upstream supports; kqp retries with the
-    highest version both sides know, if that is below what it asked with.
+    Ask ApiVersions at ``version`` with ``request_fields``, give the answer to :meth:`answered`,
+    and repeat with the step it returns until ``ranges`` is set::
+
+        probe = ApiVersionsProbe()
+        while probe.ranges is None:
+            probe = probe.answered(<the answer to ApiVersions v{probe.version}, **probe.request_fields>)
+
+    Each retry asks a lower version than the one before, so a probe ends after at most
+    ``PROBE_VERSION + 1`` requests, with the upstream's ranges or a :class:`ProtocolError`.
     """
-    if error_code != UNSUPPORTED_VERSION:
-        return None
-    theirs = ranges.get(API_VERSIONS_KEY)
-    if theirs is None:
-        return 0 if asked > 0 else None
-    retry = min(theirs[1], _MAX)
-    return retry if 0 <= retry < asked else None
+
+    version: int = PROBE_VERSION
+    ranges: Mapping[int, tuple[int, int]] | None = None  # the upstream's ranges, once it has said them
+
+    @property
+    def request_fields(self) -> dict[str, str]:
+        """The ApiVersions request body's fields at ``version``."""
+        return dict(CLIENT_SOFTWARE) if self.version >= 3 else {}
+
+    def answered(self, frame: memoryview) -> ApiVersionsProbe:
+        """The next step after the upstream's whole answer ``frame`` to the request at ``version``.
+
+        UNSUPPORTED_VERSION means ask again, at the upstream's highest ApiVersions version if the
+        answer names it, else at v0 (Kafka's ``NetworkClient`` rule). Any other error, or a retry
+        that would not go lower, is a :class:`ProtocolError`.
+        """
+        error, ranges = decode_api_versions_response(frame, self.version)
+        if error == 0:
+            return ApiVersionsProbe(self.version, ranges)
+        if error != UNSUPPORTED_VERSION:
+            raise ProtocolError(f"ApiVersions v{self.version} answered with error code {error}")
+        theirs = ranges.get(ApiKey.ApiVersions)
+        retry = 0 if theirs is None else min(theirs[1], _MAX)
+        if not 0 <= retry < self.version:
+            raise ProtocolError(f"ApiVersions v{self.version} is unsupported, and the upstream offers no lower version")
+        return ApiVersionsProbe(retry)

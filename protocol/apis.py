@@ -31,7 +31,6 @@ from .errors import UnsupportedApi
 
 __all__ = [
     "API_NAMES",
-    "API_VERSIONS_KEY",
     "ApiKey",
     "decodable_range",
     "kqp_ranges",
@@ -41,9 +40,8 @@ __all__ = [
     "should_client_throttle",
 ]
 
-#: The one table of API key names (kafka-python's, generated from Kafka's schemas): kqp spells an
-#: API as ``ApiKey.Produce``, never as a bare integer.
-API_VERSIONS_KEY = ApiKey.ApiVersions
+# ApiKey (re-exported above) is the one table of API key names (kafka-python's, generated from
+# Kafka's schemas): kqp spells an API as ``ApiKey.Produce``, never as a bare integer.
 
 #: Every api key Kafka defines, named as Kafka names it (also the keys kqp cannot decode, for logs
 #: and metrics labels).
@@ -93,13 +91,12 @@ def _first_flexible(cls: type) -> int:
 _RANGES: dict[int, tuple[int, int]] = {k: _valid_range(*c) for k, c in _CLASSES.items()}
 # SaslHandshake v0 switches the connection to raw, unframed SASL tokens that carry no Kafka request
 # header; kqp attributes every frame by its header, so it offers v1+ only (every client since Kafka 1.0).
-_SASL_HANDSHAKE = ApiKey.SaslHandshake
-if _SASL_HANDSHAKE in _RANGES:
-    _RANGES[_SASL_HANDSHAKE] = (max(1, _RANGES[_SASL_HANDSHAKE][0]), _RANGES[_SASL_HANDSHAKE][1])
+if ApiKey.SaslHandshake in _RANGES:
+    _RANGES[ApiKey.SaslHandshake] = (max(1, _RANGES[ApiKey.SaslHandshake][0]), _RANGES[ApiKey.SaslHandshake][1])
 _REQ_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[0]) for k, c in _CLASSES.items()}
 _RESP_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[1]) for k, c in _CLASSES.items()}
 # KIP-511: ApiVersions responses always carry header v0, whatever the body version.
-_RESP_FLEX_FROM[API_VERSIONS_KEY] = 1 << 15
+_RESP_FLEX_FROM[ApiKey.ApiVersions] = 1 << 15
 
 # Kafka's AbstractResponse.shouldClientThrottle(version), per response class in
 # clients/src/main/java/org/apache/kafka/common/requests/*Response.java: the first version whose

@@ -20,7 +20,7 @@ import struct
 from typing import NamedTuple
 
 from .apis import (
-    API_VERSIONS_KEY,
+    ApiKey,
     decodable_range,
     kqp_ranges,
     request_header_version,
@@ -83,7 +83,7 @@ def _header_version_for(api_key: int, api_version: int) -> int:
         raise UnsupportedApi(f"unknown api key {api_key}")
     if rng[0] <= api_version <= rng[1]:
         return request_header_version(api_key, api_version)
-    if api_key == API_VERSIONS_KEY and api_version > rng[1]:
+    if api_key == ApiKey.ApiVersions and api_version > rng[1]:
         # A client newer than kqp: Kafka still reads the header (v2 from ApiVersions v3 on, when
         # the request became flexible) so it can answer UNSUPPORTED_VERSION with its own range.
         return 2 if api_version >= 3 else 1

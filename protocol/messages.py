@@ -16,13 +16,12 @@ import struct
 from typing import Any
 
 from .addresses import BrokerAddress, rewrite_addresses
-from .apis import decodable_range, message_classes
+from .apis import ApiKey, decodable_range, message_classes
 from .errors import ProtocolError, UnsupportedApi
 from .headers import encode_request_header, response_body_offset
 
-__all__ = ["METADATA_KEY", "decode_response", "encode_request", "metadata_brokers"]
+__all__ = ["decode_response", "encode_request", "metadata_brokers"]
 
-METADATA_KEY = 3
 _I32 = struct.Struct(">i")
 _DECODE_ERRORS = (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError)
 
@@ -49,8 +48,8 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
 def decode_response(api_key: int, api_version: int, frame: memoryview) -> object:
     """The kafka-python response object for a whole response frame.
 
-    For ApiVersions answers prefer :func:`kqp.protocol.api_versions.decode_api_versions_response`,
-    which also reads the answers kafka-python cannot.
+    ApiVersions answers are read by :class:`kqp.protocol.api_versions.ApiVersionsProbe`, which
+    also knows the error answers' v0 layout and Kafka's retry rule.
     """
     _check_version(api_key, api_version)
     response_cls = message_classes(api_key)[1]
@@ -67,5 +66,5 @@ def _keep(node_id: int, host: str, port: int) -> tuple[str, int]:
 
 def metadata_brokers(frame: memoryview, api_version: int) -> list[BrokerAddress]:
     """The brokers of a whole Metadata response frame, without decoding its topics."""
-    offset = response_body_offset(METADATA_KEY, api_version, frame)
-    return rewrite_addresses(METADATA_KEY, api_version, frame, offset, _keep)[1]
+    offset = response_body_offset(ApiKey.Metadata, api_version, frame)
+    return rewrite_addresses(ApiKey.Metadata, api_version, frame, offset, _keep)[1]

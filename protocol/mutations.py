@@ -34,12 +34,10 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 
+from .apis import ApiKey
 from .records import BodyError
 
 __all__ = [
-    "CREATE_PARTITIONS",
-    "CREATE_TOPICS",
-    "DELETE_TOPICS",
     "THROTTLING_QUOTA_EXCEEDED",
     "TopicMutation",
     "knows_throttling_error",
@@ -48,22 +46,19 @@ __all__ = [
     "split_mutation_request",
 ]
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-CREATE_PARTITIONS = 37
 THROTTLING_QUOTA_EXCEEDED = 89
 # Kafka's Errors.THROTTLING_QUOTA_EXCEEDED message, which the broker puts in each rejected entry.
 DEFAULT_MESSAGE = "The throttling quota has been exceeded."
 
-_REQUESTS = {CREATE_TOPICS: CreateTopicsRequest, DELETE_TOPICS: DeleteTopicsRequest,
-             CREATE_PARTITIONS: CreatePartitionsRequest}  # fmt: skip
-_RESPONSES = {CREATE_TOPICS: CreateTopicsResponse, DELETE_TOPICS: DeleteTopicsResponse,
-              CREATE_PARTITIONS: CreatePartitionsResponse}  # fmt: skip
+_REQUESTS = {ApiKey.CreateTopics: CreateTopicsRequest, ApiKey.DeleteTopics: DeleteTopicsRequest,
+             ApiKey.CreatePartitions: CreatePartitionsRequest}  # fmt: skip
+_RESPONSES = {ApiKey.CreateTopics: CreateTopicsResponse, ApiKey.DeleteTopics: DeleteTopicsResponse,
+              ApiKey.CreatePartitions: CreatePartitionsResponse}  # fmt: skip
 # The first request version whose response may carry error 89 (KIP-599); older clients would
 # not understand it, so the caller admits their topics and throttles instead.
-_THROTTLING_ERROR_SINCE = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
+_THROTTLING_ERROR_SINCE = {ApiKey.CreateTopics: 6, ApiKey.DeleteTopics: 5, ApiKey.CreatePartitions: 3}
 # Where each response keeps its per-topic results.
-_RESULTS_FIELD = {CREATE_TOPICS: "topics", DELETE_TOPICS: "responses", CREATE_PARTITIONS: "results"}
+_RESULTS_FIELD = {ApiKey.CreateTopics: "topics", ApiKey.DeleteTopics: "responses", ApiKey.CreatePartitions: "results"}
 
 
 @dataclass(slots=True, frozen=True)
@@ -90,7 +85,7 @@ def knows_throttling_error(api_key: int, api_version: int) -> bool:
 
 def _checked(api_key: int) -> int:
     if api_key not in _REQUESTS:
-        raise ValueError(f"api key {api_key} is not a topic mutation (19, 20 or 37)")
+        raise ValueError(f"api key {api_key} is not a topic mutation (CreateTopics, DeleteTopics or CreatePartitions)")
     return api_key
 
 
@@ -104,23 +99,23 @@ def _decode(cls: type, api_version: int, body: memoryview | bytes) -> object:
 
 
 def _request_entries(api_key: int, api_version: int, request: object) -> list:
-    entries = request.topic_names if api_key == DELETE_TOPICS and api_version <= 5 else request.topics
+    entries = request.topic_names if api_key == ApiKey.DeleteTopics and api_version <= 5 else request.topics
     if entries is None:  # kafka-python decodes a null array it should have refused
         raise BodyError("null topic array in a topic mutation request")
     return entries
 
 
 def _mutation(api_key: int, entry: object) -> TopicMutation:
-    if entry is None or (api_key != DELETE_TOPICS and entry.name is None):
+    if entry is None or (api_key != ApiKey.DeleteTopics and entry.name is None):
         raise BodyError("null topic name in a topic mutation request")
-    if api_key == CREATE_TOPICS:
+    if api_key == ApiKey.CreateTopics:
         if entry.assignments:
             return TopicMutation(entry.name, len(entry.assignments))
         count = entry.num_partitions
         # -1 is "the broker's default"; any other non-positive count is invalid and the broker
         # rejects it before recording anything.
         return TopicMutation(entry.name, None if count == -1 else max(count, 0))
-    if api_key == CREATE_PARTITIONS:
+    if api_key == ApiKey.CreatePartitions:
         return TopicMutation(entry.name, None, target_count=entry.count)
     if isinstance(entry, str):  # DeleteTopics v0-5: a bare name
         return TopicMutation(entry, None)
@@ -147,7 +142,7 @@ def split_mutation_request(
     for entry in entries:
         _mutation(api_key, entry)  # refuses what kafka-python decoded but could not encode back
     kept = [entries[index] for index in _indexes(admitted, len(entries))]
-    field = "topic_names" if api_key == DELETE_TOPICS and api_version <= 5 else "topics"
+    field = "topic_names" if api_key == ApiKey.DeleteTopics and api_version <= 5 else "topics"
     return _encode(request, api_version, **{field: kept})
 
 
@@ -222,16 +217,21 @@ def _take_result(results: list, topic: TopicMutation) -> object | None:
 
 
 def _rejected(api_key: int, cls: type, topic: TopicMutation, error_code: int, message: str | None) -> object:
-    if api_key == CREATE_TOPICS:
+    if api_key == ApiKey.CreateTopics:
         # As the broker fills a topic it did not create: no id, and -1 / empty for the v5+
         # num_partitions, replication_factor and configs.
         return cls.CreatableTopicResult(
             name=topic.key, topic_id=None, error_code=error_code, error_message=message,
             num_partitions=-1, replication_factor=-1, configs=[],
         )  # fmt: skip
-    if api_key == DELETE_TOPICS:
+    if api_key == ApiKey.DeleteTopics:
         name = None if topic.topic_id is not None else topic.key
         return cls.DeletableTopicResult(
             name=name, topic_id=topic.topic_id, error_code=error_code, error_message=message
         )
     return cls.CreatePartitionsTopicResult(name=topic.key, error_code=error_code, error_message=message)
+
+
+# The old local names, still imported by proxy/connection/mutation_gate.py, which this change may
+# not edit: delete them once it spells ApiKey.CreateTopics and friends. Nothing else uses them.
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions

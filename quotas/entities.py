@@ -107,12 +107,6 @@ def resolve(settings: QuotaSettings, quota_type: str, principal: Principal) -> t
     return None if found is None else (found.key, found.limit)
 
 
-def matched_entity(settings: QuotaSettings, quota_type: str, principal: Principal) -> EntitySpec | None:
-    """The configured entity whose `quota_type` applies to `principal` (for logs and `kqp top`)."""
-    found = resolutions(settings, principal).get(quota_type)
-    return None if found is None else found.entity
-
-
 def sharing(entity: EntitySpec) -> str:
     """How a matched entity keys its sensor: "client" (one per <user, client-id>), "user" (one per
     user, levels 3 and 6) or "client-id" (one per client id, levels 7 and 8)."""
@@ -150,9 +144,3 @@ def resolve_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> Reso
     if found is None or found.key != key:
         return None
     return found
-
-
-def limit_for_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> float | None:
-    """The limit of `resolve_key`, or None."""
-    found = resolve_key(settings, quota_type, key)
-    return None if found is None else found.limit

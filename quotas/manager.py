@@ -309,6 +309,11 @@ def _number(value: float) -> str:
 
 
 def _describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
+    """One line per quota set, removed or changed, in Kafka's entity paths, for the reload log.
+
+    The only quota-change description in kqp: it lives beside the sensors it describes, because
+    only the manager knows what a change did to them (restarted or released measurements).
+    """
     lines: list[str] = []
     if (old.window_size_seconds, old.window_count) != (new.window_size_seconds, new.window_count):
         lines.append(

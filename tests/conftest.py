@@ -1,4 +1,4 @@
-"""Fixtures shared by the whole suite: upstream clusters, a kqp process factory, a recording relay.
+"""Fixtures shared by the whole suite: upstream clusters and a kqp process factory.
 
 Upstreams are session-scoped, so each pytest-xdist worker starts its own (sessions are per
 worker) and tests keep apart through unique topic and group names (helpers.names). Everything a
@@ -19,8 +19,6 @@ from typing import Any
 
 import pytest
 from helpers.kqp_process import KqpProcess, Wait, deep_merge, start_kqp
-from helpers.net import free_port
-from helpers.relay import RecordingRelay
 from upstreams import launch
 from upstreams.launch import Upstream
 
@@ -47,21 +45,6 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
         return
     with launch.tansu(tmp_path_factory.mktemp("tansu") / "tansu.log") as bootstrap:
         yield bootstrap
-
-
-@pytest.fixture
-def tansu_relay(tmp_path: Path) -> Iterator[tuple[RecordingRelay, Upstream]]:
-    """A fresh Tansu behind a RecordingRelay: (relay, bootstrap to give kqp as its upstream).
-
-    Tansu advertises the relay's port, so kqp's every upstream connection, bootstrap and broker
-    alike, passes through the relay and is timestamped. Always Tansu, even with
-    KQP_TEST_BOOTSTRAP set: a real multi-broker cluster cannot be steered through one relay.
-    """
-    tansu_port = free_port()
-    with RecordingRelay("127.0.0.1", tansu_port) as relay, \
-            launch.tansu(tmp_path / "tansu-relayed.log", port=tansu_port, advertised_port=relay.port) \
-            as bootstrap:
-        yield relay, bootstrap
 
 
 @pytest.fixture

@@ -9,14 +9,16 @@ kqp is measured in three configurations against the same upstream:
   produce and consume figures show the quota being enforced rather than the proxy's speed
   (with 0.2 s quota windows, so that the rate settles within a run of a few seconds).
 
-kqp is driven through its console command, exactly as a user would start it. If the command is
-missing or refuses to start, the harness records kqp as unavailable with the reason instead of
-failing, so the rest of the benchmark stays usable while kqp is being built.
+kqp is driven through its command line, as a user would start it, run by this very interpreter
+(`python -m kqp.proxy.tools.cli`): the kqp measured is the one the harness itself is imported from.
+A `kqp` console script found on disk may belong to another install or checkout (an editable
+install made before a refactor still runs the old module). If the command refuses to start, the
+harness records kqp as unavailable with the reason instead of failing, so the rest of the
+benchmark stays usable while kqp is being built.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -107,14 +109,8 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 
 
 def kqp_command() -> list[str]:
-    """The `kqp` console script installed next to this interpreter, else the module entry point."""
-    script = Path(sys.executable).with_name("kqp")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("kqp")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from kqp.proxy.tools.cli import main; sys.exit(main())"]
+    """kqp's command line, run by this interpreter from the code this module was imported with."""
+    return [sys.executable, "-m", "kqp.proxy.tools.cli"]
 
 
 @dataclass(frozen=True)

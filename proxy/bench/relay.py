@@ -9,6 +9,10 @@ benchmark starts the upstream broker advertising the relay's address instead.
 
 Run it with `python -m kqp.proxy.bench.relay --listen 127.0.0.1:19092 --upstream 127.0.0.1:9092`; it logs
 `relay ready` on stderr once listening.
+
+`Half` and `ClientHalf` are also the forwarding core of the test suite's wire tap
+(tests/helpers/wire_tap.py), which subclasses them to cut each direction into frames and record
+them. The subclassing costs this relay nothing: its own path is unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from typing import cast
 
 
-class _Half(asyncio.Protocol):
+class Half(asyncio.Protocol):
     """One side of a relayed connection: what it reads goes straight into its peer's transport.
 
     Flow control is crossed over: when *this* side's transport cannot keep up writing, asyncio calls
@@ -33,7 +37,7 @@ class _Half(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.peer: _Half | None = None
+        self.peer: Half | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -66,7 +70,7 @@ class _Half(asyncio.Protocol):
             self.peer.transport.resume_reading()
 
 
-class _ClientHalf(_Half):
+class ClientHalf(Half):
     """The accepted side: it opens its upstream connection and reads nothing until that is up."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, upstream: tuple[str, int]) -> None:
@@ -90,10 +94,14 @@ class _ClientHalf(_Half):
         else:
             super().data_received(data)
 
+    def upstream_half(self) -> Half:
+        """The protocol for this connection's upstream side."""
+        return Half()
+
     async def _connect(self) -> None:
         host, port = self._upstream
         try:
-            _, upstream = await self._loop.create_connection(_Half, host, port)
+            _, upstream = await self._loop.create_connection(self.upstream_half, host, port)
         except OSError:
             if self.transport is not None:
                 self.transport.close()
@@ -104,9 +112,8 @@ class _ClientHalf(_Half):
             return
         self.peer, upstream.peer = upstream, self
         early, self._early = self._early or [], None
-        if early:
-            assert upstream.transport is not None
-            upstream.transport.writelines(early)
+        for data in early:  # through data_received, so a subclass sees these bytes too
+            self.data_received(data)
         self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -135,7 +142,7 @@ async def serve(listen: tuple[str, int], upstream: tuple[str, int],
                 ready: Callable[[int], None] | None = None, backlog: int = 4096) -> None:
     """Relay every connection accepted on `listen` to `upstream` until cancelled."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _ClientHalf(loop, upstream), listen[0], listen[1],
+    server = await loop.create_server(lambda: ClientHalf(loop, upstream), listen[0], listen[1],
                                       backlog=backlog, reuse_address=True)
     port = server.sockets[0].getsockname()[1]
     if ready is not None:

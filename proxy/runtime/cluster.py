@@ -15,19 +15,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kqp.config.model import HostPort, UpstreamConfig
 from kqp.protocol.addresses import BrokerAddress
-from kqp.protocol.api_versions import decode_api_versions_response, intersect_ranges
-from kqp.protocol.apis import kqp_ranges
+from kqp.protocol.api_versions import ApiVersionsProbe, intersect_ranges
+from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.messages import metadata_brokers
 
 from .upstream_client import UpstreamClient
 
 log = logging.getLogger("kqp.cluster")
-
-API_VERSIONS, METADATA = 18, 3
-# kqp asks with ApiVersions v3: the highest version every known upstream answers in a decodable form
-# (the librdkafka mock cluster's v4 answer is not).
-PROBE_API_VERSIONS_VERSION = 3
 
 
 class UpstreamCluster:
@@ -80,19 +75,15 @@ class UpstreamCluster:
         for target in self._targets():
             try:
                 async with UpstreamClient(target.host, target.port, timeout, self._max_frame) as client:
-                    frame = await client.request_frame(API_VERSIONS, PROBE_API_VERSIONS_VERSION)
-                    error, ranges = decode_api_versions_response(frame, PROBE_API_VERSIONS_VERSION)
-                    if error != 0 or not ranges:
-                        # Kafka answers an unknown ApiVersions version with error 35 and its own range.
-                        frame = await client.request_frame(API_VERSIONS, 0)
-                        error, ranges = decode_api_versions_response(frame, 0)
-                    if error != 0:
-                        raise ProtocolError(f"ApiVersions error code {error}")
-                    common = _capped(intersect_ranges(ranges, kqp_ranges()), self.config.max_api_versions)
-                    if METADATA not in common:
+                    probe = ApiVersionsProbe()
+                    while probe.ranges is None:
+                        probe = probe.answered(await client.request_frame(
+                            ApiKey.ApiVersions, probe.version, **probe.request_fields))
+                    common = _capped(intersect_ranges(probe.ranges, kqp_ranges()), self.config.max_api_versions)
+                    if ApiKey.Metadata not in common:
                         raise ProtocolError("upstream and kqp share no Metadata version")
-                    md_version = common[METADATA][1]
-                    frame = await client.request_frame(METADATA, md_version, **_metadata_fields(md_version))
+                    md_version = common[ApiKey.Metadata][1]
+                    frame = await client.request_frame(ApiKey.Metadata, md_version, **_metadata_fields(md_version))
                     brokers = metadata_brokers(frame, md_version)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, ValueError) as exc:
                 errors.append(f"{target}: {exc.__class__.__name__}: {exc}")

@@ -1,8 +1,10 @@
 """Smoke run of `kqp bench --short`: every reference and workload is present, with no thresholds.
 
 The benchmark is not part of the pass/fail suite's performance claims; this only proves the
-harness runs end to end and records a positive figure for everything it measured. A kqp that cannot
-start is accepted as long as it is recorded as unavailable with a reason.
+harness runs end to end and records a positive figure for everything it measured. The harness
+itself tolerates a kqp that cannot start (it records it as unavailable with the reason), but this
+test does not: a bench of this repository that measured no kqp proves nothing, so every kqp
+reference must have run. Only `tansu proxy`, a third-party binary, may be missing, with a reason.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def test_short_bench_records_every_reference_and_workload(tmp_path: Path,
     assert {ref.name for ref in REFERENCES} <= set(results["references"])
     for name, info in results["references"].items():
         if info["status"] == "unavailable":
-            assert name.startswith(("kqp", "tansu-proxy")), f"{name} must always run"
+            assert name == "tansu-proxy", f"{name} must always run, but: {info['reason']}"
             assert info["reason"], f"{name} unavailable without a reason"
             continue
         assert info["status"] == "ok"

@@ -19,7 +19,9 @@ import yaml
 from helpers.kqp_process import KqpProcess, kqp_command, kqp_env
 from helpers.net import free_port
 from helpers.observability import QUOTAS, THROTTLED, sample, scrape, start_with_metrics
-from helpers.raw_client import METADATA, RawConnection, Tally
+from helpers.raw_client import RawConnection, Tally
+
+from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +72,7 @@ def test_reloads_are_counted_and_the_new_limit_is_exported(tansu, kqp) -> None:
     proxy, url = start_with_metrics(kqp, tansu)
     # The limit gauge is per entity seen: make spark-etl known to kqp with one request.
     with RawConnection(proxy.bootstrap, THROTTLED, Tally()) as conn:
-        conn.call(METADATA, 7, "Metadata", topics=[], allow_auto_topic_creation=False)
+        conn.call(ApiKey.Metadata, 7, "Metadata", topics=[], allow_auto_topic_creation=False)
     who = {"quota": "producer_byte_rate", "user": "ANONYMOUS", "client_id": THROTTLED}
     assert sample(scrape(url), "kqp_quota_limit", **who) == 20_000
 

@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 from helpers.net import split_host_port
-from helpers.partitions_double import CREATE_PARTITIONS, METADATA, PartitionsDouble
+from helpers.partitions_double import PartitionsDouble
 from kafka.protocol.admin.topics import CreatePartitionsRequest, CreatePartitionsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
 
@@ -113,13 +115,13 @@ def test_strict_create_partitions_split_merged_and_retried(double: PartitionsDou
     assert double.topics == {f"g{i}": 6 for i in range(4)}
     # Upstream view: one all-topics lookup by kqp (client id "kqp"), then the split request with
     # the admitted topics only, then the client's Metadata on that same connection, then the retry.
-    lookups = [s for s in double.requests(METADATA) if s.client_id == "kqp" and s.topics is None]
+    lookups = [s for s in double.requests(ApiKey.Metadata) if s.client_id == "kqp" and s.topics is None]
     assert len(lookups) == 1
-    grows = double.requests(CREATE_PARTITIONS)
+    grows = double.requests(ApiKey.CreatePartitions)
     assert [s.topics for s in grows] == [("g0", "g1", "g2"), ("g3",)]
     session = [s for s in double.seen if s.connection == grows[0].connection]
     assert [(s.api_key, s.topics) for s in session] == \
-        [(CREATE_PARTITIONS, ("g0", "g1", "g2")), (METADATA, ("g0",)), (CREATE_PARTITIONS, ("g3",))]
+        [(ApiKey.CreatePartitions, ("g0", "g1", "g2")), (ApiKey.Metadata, ("g0",)), (ApiKey.CreatePartitions, ("g3",))]
 
 
 def test_all_rejected_is_answered_by_kqp_alone(double: PartitionsDouble, kqp) -> None:
@@ -137,7 +139,7 @@ def test_all_rejected_is_answered_by_kqp_alone(double: PartitionsDouble, kqp) ->
         assert 300 <= second.throttle_time_ms <= 400
     finally:
         client.close()
-    assert [s.topics for s in double.requests(CREATE_PARTITIONS)] == [("g0",)]   # g1 never went upstream
+    assert [s.topics for s in double.requests(ApiKey.CreatePartitions)] == [("g0",)]   # g1 never went upstream
     assert double.topics["g1"] == 2
 
 

@@ -21,7 +21,7 @@ from helpers.quota_analysis import (
     pair_connections,
     unanswered_closes,
 )
-from helpers.quota_wire import WireConnection, WireRequest, WireResponse
+from helpers.wire_tap import WireConnection, WireRequest, WireResponse
 
 from kqp.quotas.sensor import QuotaSensor
 

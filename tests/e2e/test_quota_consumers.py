@@ -25,9 +25,10 @@ from helpers.quota_analysis import cumulative_slope, fetch_response_events, mute
 from helpers.quota_clients import VALUE_BYTES, preload
 from helpers.quota_consumers import DRAINS, ConsumeRun
 from helpers.quota_path import QuotaPath, open_quota_path, quota_upstream
-from helpers.quota_wire import FETCH
 from helpers.topics import ensure_topic
 from upstreams.launch import Upstream
+
+from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
 
@@ -93,7 +94,7 @@ def assert_muted_and_told(path: QuotaPath, run: ConsumeRun, *, client_keeps_metr
     assert not report.breaches, f"{run.client}: requests reached the upstream while muted:\n" + \
         "\n".join(str(b) for b in report.breaches[:10])
     # A consumer closing during a long-poll Fetch abandons it legitimately; nothing else may be.
-    closes = unanswered_closes(path.client_tap, ignore=frozenset({FETCH}))
+    closes = unanswered_closes(path.client_tap, ignore=frozenset({ApiKey.Fetch}))
     assert not closes, f"{run.client} gave up on requests (timed out): {closes}"
     if client_keeps_metric:
         assert run.throttle_seen_ms is not None and run.throttle_seen_ms > 0, \
@@ -126,7 +127,7 @@ def test_throttled_group_consumer_keeps_its_membership(client: str, quota_path: 
         f"{client}: {run.assignments} assignments and {run.revocations} revocations: throttling caused a rebalance"
     # A member that lost its membership joins again: no JoinGroup or SyncGroup may follow the
     # first Fetch (the join itself may take two rounds, as KIP-394's member-id handshake does).
-    first_fetch = min(r.at for r in path.upstream_tap.requests(client_id=client_id, api_key=FETCH))
+    first_fetch = min(r.at for r in path.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Fetch))
     rejoins = [(r.api_key, round(r.at - first_fetch, 2)) for r in path.upstream_tap.requests(client_id=client_id)
                if r.api_key in GROUP_JOIN_KEYS and r.at > first_fetch]
     assert not rejoins, f"{client}: (api key, seconds into fetching) {rejoins}: the group rebalanced"
@@ -153,7 +154,7 @@ def test_fetch_throttle_empty_answers_like_the_broker(quota_path: OpenPath, upst
     # round trip, so this mode delivers a little under the quota, never over it.
     assert 0.75 * QUOTA <= rate <= (1 + RATE_TOLERANCE) * QUOTA, \
         f"client received {rate / 1000:.1f} KB/s of Fetch responses, quota {QUOTA / 1000:.1f} KB/s"
-    throttled = [r for r in path.client_tap.responses(api_key=FETCH) if (r.throttle_ms or 0) > 0]
+    throttled = [r for r in path.client_tap.responses(api_key=ApiKey.Fetch) if (r.throttle_ms or 0) > 0]
     assert throttled and all(r.size < VALUE_BYTES for r in throttled), \
         "throttled fetches must come back without records in empty mode"
     sent = sum(size for _, size in fetch_response_events(path.upstream_tap, client_id))

@@ -27,10 +27,11 @@ from helpers.names import unique_topic
 from helpers.net import split_host_port
 from helpers.quota_frames import produce_frame, read_responses
 from helpers.quota_path import QuotaPath, open_quota_path, quota_upstream
-from helpers.quota_wire import PRODUCE
 from helpers.topics import ensure_topic
 from kafka.protocol.producer import ProduceResponse
 from upstreams.launch import Upstream
+
+from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
 
@@ -75,8 +76,8 @@ def test_produce_response_at_once_and_the_next_request_muted(version: int, kqp: 
         assert third.throttle_time_ms > 0, "the third request is over the quota too"
 
         upstream_at = {r.correlation_id: r.at for r in path.upstream_tap.requests(client_id=client_id,
-                                                                                  api_key=PRODUCE)}
-        answered_at = {r.correlation_id: r.at for r in path.upstream_tap.responses(api_key=PRODUCE)}
+                                                                                  api_key=ApiKey.Produce)}
+        answered_at = {r.correlation_id: r.at for r in path.upstream_tap.responses(api_key=ApiKey.Produce)}
         throttle = second.throttle_time_ms / 1000
         held_for = at2 - answered_at[2]
         assert held_for < SLACK + 0.1, f"v{version} response held {held_for:.2f}s: it should go out at once"

@@ -48,9 +48,10 @@ from helpers.quota_clients import (
     read_partition,
 )
 from helpers.quota_path import QuotaPath, open_quota_path, quota_upstream
-from helpers.quota_wire import PRODUCE
 from helpers.topics import ensure_topic
 from upstreams.launch import Upstream
+
+from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
 
@@ -106,7 +107,7 @@ def assert_delivered_exactly_once(upstream: Upstream, topic: str, runs: list[Pro
 
 def assert_rate_held(path: QuotaPath, run: ProduceRun, quota: float, windows: dict[str, float]) -> float:
     """The upstream's Produce byte rate for `run`'s client id, judged after the first span."""
-    events = request_events(path.upstream_tap.requests(client_id=run.client_id, api_key=PRODUCE))
+    events = request_events(path.upstream_tap.requests(client_id=run.client_id, api_key=ApiKey.Produce))
     assert events, f"{run.client}: no Produce request reached the upstream"
     span = windows["window_size_seconds"] * windows["window_count"]
     start, end = events[0][0] + span, run.offered_until
@@ -209,14 +210,14 @@ def test_acks_zero_producer_is_muted_only(quota_path: OpenPath, upstream: Upstre
                              before_close=arrived)
     assert run.sent == count
     assert sorted(stored) == sorted(run.acked), "acks=0 records lost or duplicated on the way"
-    events = request_events(path.upstream_tap.requests(client_id=client_id, api_key=PRODUCE))
+    events = request_events(path.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Produce))
     span = FAST_WINDOWS["window_size_seconds"] * FAST_WINDOWS["window_count"]
     start, end = events[0][0] + span, events[-1][0]
     assert end - start >= 2 * span, f"the backlog arrived within {end - events[0][0]:.1f}s: not held"
     rate = cumulative_slope(events, start, end)
     assert abs(rate - QUOTA) <= RATE_TOLERANCE * QUOTA, \
         f"acks=0: upstream received {rate / 1000:.1f} KB/s against a quota of {QUOTA / 1000:.1f} KB/s"
-    assert not path.client_tap.responses(api_key=PRODUCE), "acks=0 Produce got responses"
+    assert not path.client_tap.responses(api_key=ApiKey.Produce), "acks=0 Produce got responses"
     assert not unanswered_closes(path.client_tap)
 
 
@@ -248,12 +249,12 @@ def test_producer_at_kafka_default_windows(quota_path: OpenPath, upstream: Upstr
     run = confluent_flood(path.bootstrap, topic, client_id, 5.0, **{"queue.buffering.max.kbytes": 16})
     assert_delivered_exactly_once(upstream, topic, [run])
     assert_muted_and_told(path, run)
-    events = request_events(path.upstream_tap.requests(client_id=client_id, api_key=PRODUCE))
+    events = request_events(path.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Produce))
     elapsed = run.offered_until - events[0][0]
     received = sum(size for at, size in events if at <= run.offered_until)
     allowance = quota * (windows["window_count"] - 1) * windows["window_size_seconds"]
     bound = allowance + quota * elapsed + 2 * BATCH_BYTES
     assert received <= bound, f"upstream got {received} B in {elapsed:.1f}s, more than the {bound:.0f} B allowed"
     assert received >= 0.9 * allowance, f"upstream got {received} B: the initial allowance was not granted"
-    longest = max(r.throttle_ms or 0 for r in path.client_tap.responses(api_key=PRODUCE))
+    longest = max(r.throttle_ms or 0 for r in path.client_tap.responses(api_key=ApiKey.Produce))
     assert longest >= 1000, f"longest throttle {longest} ms: 1 s windows should throttle for seconds"

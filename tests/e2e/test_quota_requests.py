@@ -26,10 +26,11 @@ from helpers.net import read_until_eof, split_host_port
 from helpers.quota_analysis import cumulative_slope, mute_report, unanswered_closes
 from helpers.quota_frames import produce_frame, read_responses
 from helpers.quota_path import QuotaPath, open_quota_path, quota_upstream
-from helpers.quota_wire import FETCH, PRODUCE
 from helpers.topics import ensure_topic
 from kafka.protocol.producer import ProduceResponse
 from upstreams.launch import Upstream
+
+from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +89,7 @@ def assert_mutes_kept(path: QuotaPath, client_id: str) -> list[int]:
     assert report.throttled_responses > 0, "no response carried throttle_time_ms"
     assert not report.breaches, "requests reached the upstream while muted:\n" + \
         "\n".join(str(b) for b in report.breaches[:10])
-    assert not unanswered_closes(path.client_tap, ignore=frozenset({FETCH}))
+    assert not unanswered_closes(path.client_tap, ignore=frozenset({ApiKey.Fetch}))
     return report.throttle_ms
 
 
@@ -151,6 +152,6 @@ def test_idle_connection_is_closed_while_muted(quota_path: OpenPath, upstream: U
     assert rest == b"", "the request sent while muted was answered"
     assert idle_ms / 1000 * 0.8 <= closed_after <= idle_ms / 1000 + 2.0, \
         f"closed {closed_after:.2f}s after the last activity; connections_max_idle_ms is {idle_ms}"
-    produced = [r.correlation_id for r in path.upstream_tap.requests(client_id=client_id, api_key=PRODUCE)]
+    produced = [r.correlation_id for r in path.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Produce)]
     assert produced == [1], f"the request sent while muted reached the upstream: {produced}"
     path.kqp.wait_for_log(f"idle for more than {idle_ms} ms", timeout=5)

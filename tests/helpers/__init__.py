@@ -1,4 +1,4 @@
-"""Shared code for the end-to-end tests: sockets, names, kqp processes, relays, clients, checks.
+"""Shared code for the end-to-end tests: sockets, names, kqp processes, the wire tap, clients, checks.
 
 Importable as `helpers` because tests/conftest.py sits in tests/ with no package marker, which makes
 pytest put tests/ on sys.path.
@@ -7,13 +7,11 @@ pytest put tests/ on sys.path.
 from .kqp_process import KqpProcess, run_kqp_cli, start_kqp
 from .names import unique_group, unique_topic
 from .net import free_port, read_until_eof, split_bootstrap, split_host_port, wait_port
-from .relay import RecordingRelay, SeenRequest, SeenResponse
+from .wire_tap import WireTap
 
 __all__ = [
     "KqpProcess",
-    "RecordingRelay",
-    "SeenRequest",
-    "SeenResponse",
+    "WireTap",
     "free_port",
     "read_until_eof",
     "run_kqp_cli",

@@ -1,9 +1,11 @@
-"""FindCoordinator and ApiVersions asked by hand, with kafka-python's message classes, over one socket.
+"""FindCoordinator and ApiVersions asked by hand over one socket.
 
 Real clients would hide a leaked coordinator address: a consumer told to use the upstream's own
 address simply connects there and the round trip still succeeds, bypassing kqp and its quotas.
-Asking FindCoordinator directly, at every version kqp offers, makes such a leak visible. Encoding
-uses kafka-python, not kqp's codec, so a bug mirrored in kqp's encoder and decoder cannot hide.
+Asking FindCoordinator directly, at every version kqp offers, makes such a leak visible. Its
+encoding uses kafka-python, not kqp's codec, so a bug mirrored in kqp's encoder and decoder cannot
+hide. The versions kqp offers are read with kqp's own ApiVersions probe, the one kqp asks its
+upstreams with (kqp's answer itself is checked against kafka-python in tests/protocol).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import struct
 
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from kqp.protocol.api_versions import ApiVersionsProbe
+from kqp.protocol.apis import ApiKey
+from kqp.protocol.messages import encode_request
+
 from .net import split_host_port
 
-API_VERSIONS, FIND_COORDINATOR = 18, 10
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key_type
 
 
@@ -35,15 +40,16 @@ def _read_frame(sock: socket.socket) -> bytes:
 
 
 def advertised_versions(bootstrap: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
-    """api key -> (min, max) from an ApiVersions v0 request (the one layout every broker answers)."""
-    request = struct.pack(">hhih", API_VERSIONS, 0, 1, 3) + b"raw"
+    """api key -> (min, max) that `bootstrap` advertises, asked as kqp asks its upstreams."""
+    probe, correlation_id = ApiVersionsProbe(), 0
     with socket.create_connection(split_host_port(bootstrap), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(request)) + request)
-        payload = _read_frame(sock)
-    correlation_id, error_code, count = struct.unpack_from(">ihi", payload, 0)
-    assert (correlation_id, error_code) == (1, 0), f"ApiVersions v0 failed: error {error_code}"
-    entries = (struct.unpack_from(">hhh", payload, 10 + 6 * i) for i in range(count))
-    return {api: (low, high) for api, low, high in entries}
+        while probe.ranges is None:
+            correlation_id += 1
+            sock.sendall(encode_request(ApiKey.ApiVersions, probe.version, correlation_id, "raw",
+                                        **probe.request_fields))
+            payload = _read_frame(sock)
+            probe = probe.answered(memoryview(struct.pack(">i", len(payload)) + payload))
+    return dict(probe.ranges)
 
 
 def find_coordinator(bootstrap: str, key: str, key_type: int, version: int,

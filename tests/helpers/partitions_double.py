@@ -26,12 +26,14 @@ from typing import Any
 from kafka.protocol.admin.topics import CreatePartitionsRequest, CreatePartitionsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
-API_VERSIONS, METADATA, CREATE_PARTITIONS = 18, 3, 37
+from kqp.protocol.apis import ApiKey
+
 NODE_ID = 1
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, UNSUPPORTED_VERSION = 3, 37, 35
-RANGES = {API_VERSIONS: (0, 3), METADATA: (0, 12), CREATE_PARTITIONS: (0, 3)}
-CLASSES = {API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse), METADATA: (MetadataRequest, MetadataResponse),
-           CREATE_PARTITIONS: (CreatePartitionsRequest, CreatePartitionsResponse)}  # fmt: skip
+RANGES = {ApiKey.ApiVersions: (0, 3), ApiKey.Metadata: (0, 12), ApiKey.CreatePartitions: (0, 3)}
+CLASSES = {ApiKey.ApiVersions: (ApiVersionsRequest, ApiVersionsResponse),
+           ApiKey.Metadata: (MetadataRequest, MetadataResponse),
+           ApiKey.CreatePartitions: (CreatePartitionsRequest, CreatePartitionsResponse)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ class PartitionsDouble:
             return None
         request_cls, response_cls = CLASSES[api_key]
         low, high = RANGES[api_key]
-        if api_key == API_VERSIONS and version > high:
+        if api_key == ApiKey.ApiVersions and version > high:
             # As Kafka does: error 35 and our range, in a v0 body the client can always read.
             self._log(Seen(connection, api_key, version, client_id, ()))
             return struct.pack(">i", correlation_id) + self._api_versions(0, UNSUPPORTED_VERSION)
@@ -148,10 +150,10 @@ class PartitionsDouble:
                 size, pos = _uvarint(frame, pos)
                 pos += size
         request = request_cls.decode(frame[pos:], version=version)
-        if api_key == API_VERSIONS:
+        if api_key == ApiKey.ApiVersions:
             self._log(Seen(connection, api_key, version, client_id, ()))
             body = self._api_versions(version, 0)
-        elif api_key == METADATA:
+        elif api_key == ApiKey.Metadata:
             names = None if request.topics is None or (version == 0 and not request.topics) else \
                 tuple(t.name for t in request.topics)
             self._log(Seen(connection, api_key, version, client_id, names))
@@ -160,7 +162,7 @@ class PartitionsDouble:
             self._log(Seen(connection, api_key, version, client_id, tuple(t.name for t in request.topics)))
             body = self._create_partitions(version, request)
         header = struct.pack(">i", correlation_id)
-        if api_key != API_VERSIONS and _flexible(response_cls, version):
+        if api_key != ApiKey.ApiVersions and _flexible(response_cls, version):
             header += b"\x00"
         return header + body
 

@@ -27,7 +27,9 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .quota_wire import API_VERSIONS, FETCH, WireRequest, WireResponse, WireTap
+from kqp.protocol.apis import ApiKey
+
+from .wire_tap import WireRequest, WireResponse, WireTap
 
 Event = tuple[float, int]  # (time, bytes or count)
 
@@ -79,13 +81,13 @@ def response_events(responses: Iterable[WireResponse]) -> list[Event]:
 
 def fetch_response_events(tap: WireTap, client_id: str) -> list[Event]:
     """(time, size) of every Fetch response to `client_id`'s Fetch requests, as `tap` saw them."""
-    asked = {(r.connection, r.correlation_id) for r in tap.requests(client_id=client_id, api_key=FETCH)}
-    return [(r.at, r.size) for r in tap.responses(api_key=FETCH) if (r.connection, r.correlation_id) in asked]
+    asked = {(r.connection, r.correlation_id) for r in tap.requests(client_id=client_id, api_key=ApiKey.Fetch)}
+    return [(r.at, r.size) for r in tap.responses(api_key=ApiKey.Fetch) if (r.connection, r.correlation_id) in asked]
 
 
 def _signature(requests: Iterable[WireRequest]) -> tuple[tuple[int, int, int, str | None], ...]:
     return tuple((r.api_key, r.api_version, r.correlation_id, r.client_id)
-                 for r in sorted(requests, key=lambda r: r.at) if r.api_key != API_VERSIONS)
+                 for r in sorted(requests, key=lambda r: r.at) if r.api_key != ApiKey.ApiVersions)
 
 
 def pair_connections(client_tap: WireTap, upstream_tap: WireTap) -> dict[int, int]:

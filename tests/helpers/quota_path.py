@@ -23,7 +23,7 @@ from upstreams import launch
 from upstreams.launch import Upstream
 
 from .kqp_process import KqpProcess
-from .quota_wire import WireTap
+from .wire_tap import WireTap
 
 # librdkafka's mock cluster advertises flexible group-API versions it cannot parse; capping what kqp
 # advertises keeps kafka-python's and aiokafka's group clients on versions the mock serves.

@@ -21,11 +21,11 @@ from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import decode_response, encode_request
 
 from .net import split_host_port
 
-PRODUCE, FETCH, METADATA = 0, 1, 3
 PRODUCE_VERSION, FETCH_VERSION, METADATA_VERSION = 7, 7, 7   # every upstream here serves these
 _SIZE = struct.Struct(">i")
 
@@ -83,7 +83,7 @@ class RawConnection:
         frame = encode_request(api_key, version, self._correlation, self.client_id, **fields)
         self.sock.sendall(frame)
         self.tally.requests[name] += 1
-        if api_key == PRODUCE:
+        if api_key == ApiKey.Produce:
             self.tally.produce_bytes += len(frame)
         head = self._read_exactly(4)
         response = head + self._read_exactly(_SIZE.unpack(head)[0])
@@ -95,7 +95,7 @@ class RawConnection:
         """The address (kqp's listener) of `partition`'s leader, asking Metadata until it has one."""
         deadline = time.monotonic() + timeout
         while True:
-            _, md = self.call(METADATA, METADATA_VERSION, "Metadata",
+            _, md = self.call(ApiKey.Metadata, METADATA_VERSION, "Metadata",
                               topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
                               allow_auto_topic_creation=True)
             brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}  # type: ignore[attr-defined]
@@ -116,7 +116,7 @@ class RawConnection:
         builder.close()
         topic_data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
             ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=bytes(builder.buffer()))])
-        _, resp = self.call(PRODUCE, PRODUCE_VERSION, "Produce", transactional_id=None, acks=-1,
+        _, resp = self.call(ApiKey.Produce, PRODUCE_VERSION, "Produce", transactional_id=None, acks=-1,
                             timeout_ms=30_000, topic_data=[topic_data])
         part = resp.responses[0].partition_responses[0]  # type: ignore[attr-defined]
         assert part.error_code == 0, f"produce error {part.error_code}"
@@ -127,7 +127,7 @@ class RawConnection:
         """One Fetch from `offset`; returns (records received, next offset)."""
         request_topic = FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
             partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])
-        frame, resp = self.call(FETCH, FETCH_VERSION, "Fetch", replica_id=-1, max_wait_ms=max_wait_ms,
+        frame, resp = self.call(ApiKey.Fetch, FETCH_VERSION, "Fetch", replica_id=-1, max_wait_ms=max_wait_ms,
                                 min_bytes=1, max_bytes=8 << 20, isolation_level=0, session_id=0,
                                 session_epoch=-1, topics=[request_topic], forgotten_topics_data=[])
         self.tally.fetch_bytes += len(frame)

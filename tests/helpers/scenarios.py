@@ -10,9 +10,11 @@ import time
 
 from kafka.protocol.metadata import FindCoordinatorRequest
 
+from kqp.protocol.apis import ApiKey
+
 from .checks import assert_exactly_once_in_order, assert_only_kqp_addresses, expected_broker_count
 from .clients import ClientDriver, Consumed, keyed_messages
-from .coordinator import FIND_COORDINATOR, GROUP, advertised_versions, find_coordinator
+from .coordinator import GROUP, advertised_versions, find_coordinator
 from .names import unique_group, unique_topic
 from .topics import ensure_topic
 
@@ -44,7 +46,7 @@ def metadata_shows_only_kqp(driver: ClientDriver, kqp_bootstrap: str, upstream: 
 
 def coordinators_show_only_kqp(kqp_bootstrap: str, upstream: str, key_types: tuple[int, ...]) -> int:
     """FindCoordinator through kqp, at every version kqp offers, names kqp's listeners; versions asked."""
-    low, high = advertised_versions(kqp_bootstrap)[FIND_COORDINATOR]
+    low, high = advertised_versions(kqp_bootstrap)[ApiKey.FindCoordinator]
     asked = 0
     for version in range(low, min(high, FindCoordinatorRequest.max_version) + 1):
         for key_type in key_types if version >= 1 else (GROUP,):

@@ -19,11 +19,9 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.mutations import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
     DEFAULT_MESSAGE,
-    DELETE_TOPICS,
     THROTTLING_QUOTA_EXCEEDED,
     TopicMutation,
     knows_throttling_error,
@@ -56,13 +54,14 @@ def create_topics_body(version: int, validate_only: bool = False) -> bytes:
 @pytest.mark.parametrize("version", range(CreateTopicsRequest.max_version + 1))
 def test_create_topics_read_split_merge(version: int) -> None:
     body = create_topics_body(version, validate_only=True)
-    topics, validate_only = mutation_request(CREATE_TOPICS, version, memoryview(body))
+    topics, validate_only = mutation_request(ApiKey.CreateTopics, version, memoryview(body))
     # num_partitions, -1 = broker default (unknown), len(assignments), invalid 0 = nothing created.
     assert topics == [TopicMutation(NAMES[0], 3), TopicMutation(NAMES[1], None), TopicMutation(NAMES[2], 4),
                       TopicMutation(NAMES[3], 0), TopicMutation(NAMES[4], 12)]  # fmt: skip
     assert validate_only is (version >= 1)  # validate_only exists from v1
 
-    split = CreateTopicsRequest.decode(split_mutation_request(CREATE_TOPICS, version, body, ADMITTED), version=version)
+    split = CreateTopicsRequest.decode(split_mutation_request(ApiKey.CreateTopics, version, body, ADMITTED),
+                                       version=version)
     original = CreateTopicsRequest.decode(body, version=version)
     assert [t.name for t in split.topics] == [NAMES[0], NAMES[2]]
     assert split.topics == [original.topics[0], original.topics[2]]
@@ -77,7 +76,7 @@ def test_create_topics_read_split_merge(version: int) -> None:
                num_partitions=3, replication_factor=1, configs=[]),
     ])  # fmt: skip
     merged_body = merge_mutation_response(
-        CREATE_TOPICS, version, bytes(upstream.encode(version=version)), topics, ADMITTED, throttle_ms=25
+        ApiKey.CreateTopics, version, bytes(upstream.encode(version=version)), topics, ADMITTED, throttle_ms=25
     )
     merged = CreateTopicsResponse.decode(merged_body, version=version)
     assert [t.name for t in merged.topics] == NAMES
@@ -110,7 +109,7 @@ def delete_topics_body(version: int, by_id: bool) -> tuple[bytes, list]:
 )
 def test_delete_topics_read_split_merge(version: int, by_id: bool) -> None:
     body, entries = delete_topics_body(version, by_id)
-    topics, validate_only = mutation_request(DELETE_TOPICS, version, memoryview(body))
+    topics, validate_only = mutation_request(ApiKey.DeleteTopics, version, memoryview(body))
     assert validate_only is False
     if by_id:
         ids = [uuid.UUID(int=i + 1) for i in range(5)]
@@ -118,7 +117,8 @@ def test_delete_topics_read_split_merge(version: int, by_id: bool) -> None:
     else:
         assert topics == [TopicMutation(n, None) for n in NAMES]
 
-    split = DeleteTopicsRequest.decode(split_mutation_request(DELETE_TOPICS, version, body, [2, 0]), version=version)
+    split = DeleteTopicsRequest.decode(split_mutation_request(ApiKey.DeleteTopics, version, body, [2, 0]),
+                                       version=version)
     if version <= 5:
         assert split.topic_names == [NAMES[0], NAMES[2]]
     else:
@@ -129,7 +129,7 @@ def test_delete_topics_read_split_merge(version: int, by_id: bool) -> None:
     upstream = DeleteTopicsResponse(throttle_time_ms=0, responses=[
         Result(name=NAMES[i], topic_id=uuid.UUID(int=i + 1), error_code=0, error_message=None) for i in ADMITTED])
     merged = DeleteTopicsResponse.decode(merge_mutation_response(
-        DELETE_TOPICS, version, bytes(upstream.encode(version=version)), topics, ADMITTED, throttle_ms=900,
+        ApiKey.DeleteTopics, version, bytes(upstream.encode(version=version)), topics, ADMITTED, throttle_ms=900,
     ), version=version)  # fmt: skip
     assert [r.error_code for r in merged.responses] == [0, 89, 0, 89, 89]
     if by_id:
@@ -151,12 +151,12 @@ def test_create_partitions_read_split_merge(version: int) -> None:
             Topic.CreatePartitionsAssignment(broker_ids=[1, 2])]) for i, n in enumerate(NAMES)],
         timeout_ms=100, validate_only=True)  # fmt: skip
     body = bytes(request.encode(version=version))
-    topics, validate_only = mutation_request(CREATE_PARTITIONS, version, memoryview(body))
+    topics, validate_only = mutation_request(ApiKey.CreatePartitions, version, memoryview(body))
     # The cost is the increment over the current count, which takes metadata: unknown here.
     assert topics == [TopicMutation(n, None, target_count=10 + i) for i, n in enumerate(NAMES)]
     assert validate_only is True
 
-    split = CreatePartitionsRequest.decode(split_mutation_request(CREATE_PARTITIONS, version, body, ADMITTED),
+    split = CreatePartitionsRequest.decode(split_mutation_request(ApiKey.CreatePartitions, version, body, ADMITTED),
                                            version=version)  # fmt: skip
     assert split.topics == [request.topics[0], request.topics[2]]
     assert split.validate_only is True
@@ -165,7 +165,7 @@ def test_create_partitions_read_split_merge(version: int) -> None:
     upstream = CreatePartitionsResponse(throttle_time_ms=3, results=[
         Result(name=NAMES[i], error_code=0, error_message=None) for i in ADMITTED])
     merged = CreatePartitionsResponse.decode(merge_mutation_response(
-        CREATE_PARTITIONS, version, bytes(upstream.encode(version=version)), topics, ADMITTED,
+        ApiKey.CreatePartitions, version, bytes(upstream.encode(version=version)), topics, ADMITTED,
         error_message="custom", throttle_ms=2), version=version)  # fmt: skip
     assert [r.name for r in merged.results] == NAMES
     assert [r.error_code for r in merged.results] == [0, 89, 0, 89, 89]
@@ -173,16 +173,16 @@ def test_create_partitions_read_split_merge(version: int) -> None:
     assert merged.throttle_time_ms == 3
 
 
-@pytest.mark.parametrize("api_key", [CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS])
+@pytest.mark.parametrize("api_key", [ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions])
 def test_nothing_admitted_kqp_answers_alone(api_key: int) -> None:
-    version = {CREATE_TOPICS: 7, DELETE_TOPICS: 6, CREATE_PARTITIONS: 3}[api_key]
+    version = {ApiKey.CreateTopics: 7, ApiKey.DeleteTopics: 6, ApiKey.CreatePartitions: 3}[api_key]
     topics = [TopicMutation(n, 1) for n in NAMES]
-    response_cls = {CREATE_TOPICS: CreateTopicsResponse, DELETE_TOPICS: DeleteTopicsResponse,
-                    CREATE_PARTITIONS: CreatePartitionsResponse}[api_key]  # fmt: skip
+    response_cls = {ApiKey.CreateTopics: CreateTopicsResponse, ApiKey.DeleteTopics: DeleteTopicsResponse,
+                    ApiKey.CreatePartitions: CreatePartitionsResponse}[api_key]  # fmt: skip
     decoded = response_cls.decode(merge_mutation_response(api_key, version, None, topics, [], throttle_ms=1234),
                                   version=version)  # fmt: skip
-    entries = decoded.topics if api_key == CREATE_TOPICS else (
-        decoded.responses if api_key == DELETE_TOPICS else decoded.results)
+    entries = decoded.topics if api_key == ApiKey.CreateTopics else (
+        decoded.responses if api_key == ApiKey.DeleteTopics else decoded.results)
     assert [e.name for e in entries] == NAMES
     assert {e.error_code for e in entries} == {THROTTLING_QUOTA_EXCEEDED}
     assert decoded.throttle_time_ms == 1234
@@ -196,12 +196,13 @@ def test_upstream_omissions_and_extras() -> None:
     upstream = CreatePartitionsResponse(throttle_time_ms=0, results=[
         Result(name="unexpected", error_code=0, error_message=None)])  # fmt: skip
     merged = CreatePartitionsResponse.decode(merge_mutation_response(
-        CREATE_PARTITIONS, 3, bytes(upstream.encode(version=3)), topics, [0, 2]), version=3)  # fmt: skip
+        ApiKey.CreatePartitions, 3, bytes(upstream.encode(version=3)), topics, [0, 2]), version=3)  # fmt: skip
     # Admitted topics the upstream did not answer stay out; what it added is kept at the end.
     assert [r.name for r in merged.results] == [NAMES[1], "unexpected"]
 
 
-@pytest.mark.parametrize(("api_key", "first"), [(CREATE_TOPICS, 6), (DELETE_TOPICS, 5), (CREATE_PARTITIONS, 3)])
+@pytest.mark.parametrize(("api_key", "first"),
+                         [(ApiKey.CreateTopics, 6), (ApiKey.DeleteTopics, 5), (ApiKey.CreatePartitions, 3)])
 def test_knows_throttling_error(api_key: int, first: int) -> None:
     assert not knows_throttling_error(api_key, first - 1)
     assert knows_throttling_error(api_key, first)
@@ -215,9 +216,10 @@ def test_not_a_mutation_api() -> None:
         mutation_request(0, 9, b"")
 
 
-@pytest.mark.parametrize(("api_key", "version"), [(CREATE_TOPICS, 4), (CREATE_TOPICS, 7), (DELETE_TOPICS, 6)])
+@pytest.mark.parametrize(("api_key", "version"),
+                         [(ApiKey.CreateTopics, 4), (ApiKey.CreateTopics, 7), (ApiKey.DeleteTopics, 6)])
 def test_truncated_mutation_request_is_a_body_error(api_key: int, version: int) -> None:
-    body = create_topics_body(version) if api_key == CREATE_TOPICS else delete_topics_body(version, True)[0]
+    body = create_topics_body(version) if api_key == ApiKey.CreateTopics else delete_topics_body(version, True)[0]
     for cut in range(len(body)):
         with pytest.raises(BodyError):
             mutation_request(api_key, version, memoryview(body)[:cut])
@@ -225,9 +227,9 @@ def test_truncated_mutation_request_is_a_body_error(api_key: int, version: int) 
 
 def test_split_rejects_out_of_range_index() -> None:
     with pytest.raises(ValueError):
-        split_mutation_request(CREATE_TOPICS, 7, create_topics_body(7), [5])
+        split_mutation_request(ApiKey.CreateTopics, 7, create_topics_body(7), [5])
 
 
 def test_unknown_version_is_a_body_error() -> None:
     with pytest.raises(BodyError):
-        mutation_request(CREATE_TOPICS, 99, create_topics_body(7))
+        mutation_request(ApiKey.CreateTopics, 99, create_topics_body(7))

@@ -1,4 +1,4 @@
-"""kqp's own ApiVersions answer, the above-max fallback, and lenient reading of upstream answers."""
+"""kqp's own ApiVersions answer, the above-max fallback, and the probe kqp asks upstreams with."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ from codec_support import recorded_frames
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from kqp.protocol.api_versions import (
+    PROBE_VERSION,
     UNSUPPORTED_VERSION,
-    UPSTREAM_REQUEST_VERSION,
-    api_versions_retry_version,
+    ApiVersionsProbe,
     decode_api_versions_response,
     encode_api_versions_response,
     intersect_ranges,
 )
-from kqp.protocol.apis import decodable_range, kqp_ranges
+from kqp.protocol.apis import ApiKey, decodable_range, kqp_ranges
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import response_correlation_id
+from kqp.protocol.messages import encode_request
 
-MAX = decodable_range(18)[1]
-RANGES = {0: (3, 11), 1: (4, 16), 3: (0, 12), 18: (0, 4)}
+MAX = decodable_range(ApiKey.ApiVersions)[1]
+RANGES = {ApiKey.Produce: (3, 11), ApiKey.Fetch: (4, 16), ApiKey.Metadata: (0, 12), ApiKey.ApiVersions: (0, 4)}
 
 
 @pytest.mark.parametrize("version", range(MAX + 1))
@@ -44,12 +45,13 @@ def test_above_max_gets_kafkas_v0_unsupported_version_answer(version: int) -> No
     frame = encode_api_versions_response(version, 5, RANGES, throttle_ms=10)
     body = frame[8:]
     # v0 body: error int16, int32 count, one (key, min, max) entry, no throttle, nothing else
-    assert body == struct.pack(">hihhh", UNSUPPORTED_VERSION, 1, 18, 0, min(4, MAX))
+    assert body == struct.pack(">hihhh", UNSUPPORTED_VERSION, 1, ApiKey.ApiVersions, 0, min(4, MAX))
     decoded = ApiVersionsResponse.decode(body, version=0)
-    assert decoded.error_code == 35 and decoded.api_keys[0].api_key == 18
+    assert decoded.error_code == 35 and decoded.api_keys[0].api_key == ApiKey.ApiVersions
     error, ranges = decode_api_versions_response(memoryview(frame), version)
-    assert (error, ranges) == (35, {18: (0, min(4, MAX))})
-    assert api_versions_retry_version(error, ranges, version) == min(4, MAX)
+    assert (error, ranges) == (35, {ApiKey.ApiVersions: (0, min(4, MAX))})
+    # ...which kqp's own probe, had it asked that version, follows down to the range it names
+    assert ApiVersionsProbe(version).answered(memoryview(frame)) == ApiVersionsProbe(min(4, MAX))
 
 
 def test_intersection() -> None:
@@ -80,16 +82,56 @@ def test_mock_cluster_quirk_at_v3_and_v4(version: int) -> None:
     frame = recorded(f"mock-ApiVersions-v{version}.bin")
     with pytest.raises(struct.error):  # kafka-python reads the raw count byte as an int32 count
         ApiVersionsResponse.decode(frame[8:], version=version)
-    error, ranges = decode_api_versions_response(frame, version)
-    assert (error, ranges) == (UNSUPPORTED_VERSION, {18: (0, 2)})
-    assert api_versions_retry_version(error, ranges, UPSTREAM_REQUEST_VERSION) == 2
+    # not v0 layout, so the answer names no range: Kafka's client then retries at v0
+    assert decode_api_versions_response(frame, version) == (UNSUPPORTED_VERSION, {})
+    assert ApiVersionsProbe(version).answered(frame) == ApiVersionsProbe(0)
 
 
-def test_retry_version_rules() -> None:
-    assert api_versions_retry_version(0, {18: (0, 4)}, 3) is None
-    assert api_versions_retry_version(35, {}, 3) == 0
-    assert api_versions_retry_version(35, {}, 0) is None
-    assert api_versions_retry_version(35, {18: (0, 3)}, 3) is None  # no lower version to try
+def answer(version: int, error: int, ranges: dict[int, tuple[int, int]]) -> memoryview:
+    """An upstream's answer as Kafka's broker writes it: error answers in v0 layout."""
+    body = ApiVersionsResponse(
+        version=version, error_code=error, throttle_time_ms=0,
+        api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                  for k, (lo, hi) in ranges.items()],
+    ).encode(version=0 if error else version)
+    return memoryview(struct.pack(">ii", 4 + len(body), 1) + body)
+
+
+def test_probe_asks_v3_with_software_name_then_follows_kafkas_fallback() -> None:
+    first = ApiVersionsProbe()
+    assert (first.version, first.ranges) == (PROBE_VERSION, None) == (3, None)
+    # Kafka refuses a v3+ request whose software name is empty (INVALID_REQUEST), so it is set.
+    fields = first.request_fields
+    request = encode_request(ApiKey.ApiVersions, first.version, 1, "kqp", **fields)
+    assert fields["client_software_name"] == "kqp" and b"\x04kqp" in request
+    assert ApiVersionsProbe(2).request_fields == {}  # v0-v2 have no body
+    # a Kafka broker older than 2.4: UNSUPPORTED_VERSION with its ApiVersions range 0-2
+    second = first.answered(answer(3, UNSUPPORTED_VERSION, {ApiKey.ApiVersions: (0, 2)}))
+    assert second == ApiVersionsProbe(2)
+    done = second.answered(answer(2, 0, RANGES))
+    assert done == ApiVersionsProbe(2, RANGES)
+
+
+def test_probe_falls_back_to_v0_when_the_answer_names_no_range() -> None:
+    assert ApiVersionsProbe(3).answered(answer(3, UNSUPPORTED_VERSION, {})) == ApiVersionsProbe(0)
+    other_apis_only = answer(3, UNSUPPORTED_VERSION, {ApiKey.Produce: (0, 9)})
+    assert ApiVersionsProbe(3).answered(other_apis_only) == ApiVersionsProbe(0)
+
+
+@pytest.mark.parametrize(("asked", "error", "ranges", "message"), [
+    (3, 42, RANGES, "ApiVersions v3 answered with error code 42"),  # only UNSUPPORTED_VERSION retries
+    (0, UNSUPPORTED_VERSION, {}, "no lower version"),  # v0 is the floor
+    (2, UNSUPPORTED_VERSION, {ApiKey.ApiVersions: (0, 3)}, "no lower version"),  # would not go lower
+])
+def test_probe_ends_with_a_protocol_error(asked: int, error: int, ranges: dict, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        ApiVersionsProbe(asked).answered(answer(asked, error, ranges))
+
+
+def test_a_clean_answer_must_fit_the_version_asked() -> None:
+    v3 = answer(3, 0, RANGES)
+    with pytest.raises(ProtocolError, match="unreadable ApiVersions v2"):
+        ApiVersionsProbe(2).answered(v3)
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00\x00\x00\x02\x00\x00", struct.pack(">iihi", 10, 1, 0, 5) + b"\x00\x00"])

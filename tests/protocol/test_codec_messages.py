@@ -7,6 +7,7 @@ from codec_support import recorded_frames
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from kqp.protocol.addresses import BrokerAddress
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError, UnsupportedApi
 from kqp.protocol.headers import parse_request_header
 from kqp.protocol.messages import decode_response, encode_request, metadata_brokers
@@ -42,8 +43,8 @@ def test_versions_kqp_cannot_encode() -> None:
 def test_decode_recorded_responses() -> None:
     decoded = 0
     for name, api_key, version, frame in recorded_frames():
-        if api_key == 18:
-            continue  # ApiVersions answers have their own lenient reader
+        if api_key == ApiKey.ApiVersions:
+            continue  # kqp reads ApiVersions answers with its probe (test_codec_api_versions)
         response = decode_response(api_key, version, frame)
         assert type(response).__name__.startswith(name.split("-")[1]), name
         decoded += 1

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
+from kqp.protocol.apis import ApiKey
 from kqp.proxy.observability.metrics import OTHER, PrometheusObserver, UpstreamHealth
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 
-PRODUCE, FETCH, METADATA = 0, 1, 3
 METERED = Principal("ANONYMOUS", "metered")
 FREE = Principal("ANONYMOUS", "free")
 
@@ -43,11 +43,11 @@ def series_names(obs: PrometheusObserver) -> str:
 def test_traffic_hooks_count_exactly_what_they_are_told() -> None:
     obs, _ = make()
     for _ in range(3):
-        obs.request(METERED, PRODUCE, 1000)
+        obs.request(METERED, ApiKey.Produce, 1000)
         obs.produced(METERED, 1000, 10)
         obs.handler_time(METERED, 0.002)
-    obs.request(METERED, METADATA, 50)
-    obs.request(FREE, FETCH, 80)
+    obs.request(METERED, ApiKey.Metadata, 50)
+    obs.request(FREE, ApiKey.Fetch, 80)
     obs.fetched(FREE, 4096, 7)
     who = {"user": "ANONYMOUS", "client_id": "metered"}
     assert value(obs, "kqp_bytes_total", direction="produce", **who) == 3000
@@ -78,8 +78,8 @@ def test_connections_latency_and_reloads() -> None:
     obs.connection_opened("broker-1")
     obs.connection_opened("broker-1")
     obs.connection_closed("broker-1", "idle")
-    obs.response(METERED, PRODUCE, 100, 0.003)
-    obs.response(METERED, PRODUCE, 100, 0.2)
+    obs.response(METERED, ApiKey.Produce, 100, 0.003)
+    obs.response(METERED, ApiKey.Produce, 100, 0.2)
     obs.config_reload("failure")
     assert value(obs, "kqp_connections", listener="bootstrap") == 1
     assert value(obs, "kqp_connections", listener="broker-1") == 1
@@ -96,11 +96,11 @@ def test_connections_latency_and_reloads() -> None:
 
 def test_idle_entities_expire_from_memory_and_from_the_exposition() -> None:
     obs, clock = make(expiry=60)
-    obs.request(METERED, PRODUCE, 10)            # t=0
+    obs.request(METERED, ApiKey.Produce, 10)            # t=0
     obs.produced(METERED, 10, 1)
     obs.throttled(METERED, "producer_byte_rate", 0.1)
     clock.t = 30.0
-    obs.request(FREE, PRODUCE, 10)               # t=30
+    obs.request(FREE, ApiKey.Produce, 10)               # t=30
     clock.t = 59.9
     assert obs.expire() == 0                     # metered idle 59.9 s < 60
     clock.t = 60.0
@@ -110,7 +110,7 @@ def test_idle_entities_expire_from_memory_and_from_the_exposition() -> None:
     assert 'client_id="free"' in text
     assert obs.entity_count == 1
     # A returning entity starts again from zero, like a re-created Kafka sensor.
-    obs.request(METERED, PRODUCE, 10)
+    obs.request(METERED, ApiKey.Produce, 10)
     assert value(obs, "kqp_requests_total", api="Produce", user="ANONYMOUS", client_id="metered") == 1
     clock.t = 200.0
     assert obs.expire() == 2
@@ -119,7 +119,7 @@ def test_idle_entities_expire_from_memory_and_from_the_exposition() -> None:
 
 def test_responses_do_not_keep_an_entity_alive_but_requests_do() -> None:
     obs, clock = make(expiry=10)
-    obs.request(METERED, FETCH, 10)
+    obs.request(METERED, ApiKey.Fetch, 10)
     clock.t = 9.0
     obs.fetched(METERED, 100, 1)                 # the response to the t=0 request: not new activity
     clock.t = 10.0
@@ -130,7 +130,7 @@ def test_cap_holds_under_ten_thousand_client_ids() -> None:
     obs, _ = make(max_entities=1000)
     for i in range(10_000):
         p = Principal("ANONYMOUS", f"c-{i}")
-        obs.request(p, PRODUCE, 100)
+        obs.request(p, ApiKey.Produce, 100)
         obs.produced(p, 100, 1)
     # 1000 entities of their own plus the one `other` bucket, whatever the number of client ids.
     assert obs.entity_count == 1001
@@ -144,13 +144,13 @@ def test_cap_holds_under_ten_thousand_client_ids() -> None:
 
 def test_expiry_makes_room_under_the_cap() -> None:
     obs, clock = make(expiry=10, max_entities=2)
-    obs.request(Principal("u", "a"), PRODUCE, 1)
-    obs.request(Principal("u", "b"), PRODUCE, 1)
-    obs.request(Principal("u", "c"), PRODUCE, 1)  # past the cap: counted as other
+    obs.request(Principal("u", "a"), ApiKey.Produce, 1)
+    obs.request(Principal("u", "b"), ApiKey.Produce, 1)
+    obs.request(Principal("u", "c"), ApiKey.Produce, 1)  # past the cap: counted as other
     assert value(obs, "kqp_requests_total", api="Produce", user="u", client_id="c") is None
     clock.t = 20.0
     obs.expire()
-    obs.request(Principal("u", "c"), PRODUCE, 1)
+    obs.request(Principal("u", "c"), ApiKey.Produce, 1)
     assert value(obs, "kqp_requests_total", api="Produce", user="u", client_id="c") == 1
 
 
@@ -174,8 +174,8 @@ SETTINGS = QuotaSettings(entities={
 def test_quota_limit_and_usage_per_entity() -> None:
     obs, clock = make()
     quotas = bound(clock, SETTINGS, obs)
-    obs.request(METERED, PRODUCE, 1100)
-    obs.request(FREE, PRODUCE, 10)
+    obs.request(METERED, ApiKey.Produce, 1100)
+    obs.request(FREE, ApiKey.Produce, 10)
     quotas.record_produce(METERED, 1100, 1, 1, 0.0)
     for p in (METERED, FREE, FREE):
         quotas.record_request(p, 0.001, 0.0)

@@ -25,9 +25,10 @@ from kafka.protocol.admin.topics import (
 from kafka.protocol.metadata import MetadataResponse
 
 from kqp.config.model import HostPort
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.messages import encode_request
-from kqp.protocol.mutations import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, THROTTLING_QUOTA_EXCEEDED
+from kqp.protocol.mutations import THROTTLING_QUOTA_EXCEEDED
 from kqp.proxy.connection.mutation_gate import GATED_APIS, MutationGate
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.runtime.topic_lookup import TopicLookup
@@ -36,7 +37,6 @@ from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 
 ADMIN = Principal("ANONYMOUS", "admin")
 OTHER = Principal("ANONYMOUS", "someone-else")
-METADATA = 3
 Creatable = CreateTopicsRequest.CreatableTopic
 
 
@@ -63,7 +63,7 @@ def request(api: int, version: int, client_id: str = "admin", correlation_id: in
 def create_topics(version: int, partitions: list[int], validate_only: bool = False, prefix: str = "t"):
     topics = [Creatable(name=f"{prefix}{i}", num_partitions=n, replication_factor=1, assignments=[], configs=[])
               for i, n in enumerate(partitions)]
-    return request(CREATE_TOPICS, version, topics=topics, timeout_ms=1000, validate_only=validate_only)
+    return request(ApiKey.CreateTopics, version, topics=topics, timeout_ms=1000, validate_only=validate_only)
 
 
 def tokens(gate: MutationGate, clock: Clock) -> float:
@@ -100,10 +100,10 @@ def metadata_body(version: int, topics: dict[str, tuple[int, uuid.UUID]]) -> byt
 
 
 def feed_metadata(gate: MutationGate, version: int, topics: dict[str, tuple[int, uuid.UUID]]) -> None:
-    hdr, frame = request(METADATA, version, topics=None)
+    hdr, frame = request(ApiKey.Metadata, version, topics=None)
     plan = gate.plan(ADMIN, hdr, frame, 0.0)
     assert plan.rewrite is not None
-    response = response_frame(METADATA, version, 7, metadata_body(version, topics))
+    response = response_frame(ApiKey.Metadata, version, 7, metadata_body(version, topics))
     assert plan.rewrite(response, len(response) - len(metadata_body(version, topics)), 0.0) is response
 
 
@@ -125,7 +125,7 @@ def test_kip599_example_strict_create_topics() -> None:
     assert plan.answer is not None
     [violation] = plan.violations
     assert violation.throttle_seconds == 12.0
-    answer = CreateTopicsResponse.decode(bytes(body_of(plan.answer, CREATE_TOPICS, 7)), version=7)
+    answer = CreateTopicsResponse.decode(bytes(body_of(plan.answer, ApiKey.CreateTopics, 7)), version=7)
     assert answer.throttle_time_ms == 12_000
     assert [(t.name, t.error_code) for t in answer.topics] == [("next0", THROTTLING_QUOTA_EXCEEDED)]
     assert struct.unpack_from(">i", plan.answer, 4)[0] == 7     # the client's correlation id
@@ -167,7 +167,7 @@ def test_strict_split_forwards_admitted_and_merges_in_client_order() -> None:
     assert plan.violations[0].throttle_seconds == pytest.approx(0.4)
     forwarded = parse_request_header(memoryview(plan.frame))
     assert (forwarded.api_key, forwarded.api_version, forwarded.correlation_id, forwarded.client_id) == \
-        (CREATE_TOPICS, 7, 7, "admin")
+        (ApiKey.CreateTopics, 7, 7, "admin")
     assert struct.unpack_from(">i", plan.frame, 0)[0] == len(plan.frame) - 4
     split = CreateTopicsRequest.decode(bytes(memoryview(plan.frame)[forwarded.body_offset:]), version=7)
     assert [t.name for t in split.topics] == ["t0", "t1", "t2"]
@@ -175,10 +175,10 @@ def test_strict_split_forwards_admitted_and_merges_in_client_order() -> None:
     upstream = CreateTopicsResponse(throttle_time_ms=0, topics=[
         create_result("t2", partitions=4), create_result("t0", partitions=4), create_result("t1", error=36)])
     body = bytes(upstream.encode(version=7))
-    merged_frame = plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 4 + 5, clock.now)
+    merged_frame = plan.rewrite(response_frame(ApiKey.CreateTopics, 7, 7, body), 4 + 5, clock.now)
     assert struct.unpack_from(">i", merged_frame, 0)[0] == len(merged_frame) - 4
     assert struct.unpack_from(">i", merged_frame, 4)[0] == 7
-    merged = CreateTopicsResponse.decode(bytes(body_of(merged_frame, CREATE_TOPICS, 7)), version=7)
+    merged = CreateTopicsResponse.decode(bytes(body_of(merged_frame, ApiKey.CreateTopics, 7)), version=7)
     assert [(t.name, t.error_code) for t in merged.topics] == \
         [("t0", 0), ("t1", 36), ("t2", 0), ("t3", THROTTLING_QUOTA_EXCEEDED)]
     # t1 already existed: not created, so its 4 mutations are refunded: -2 + 4 = 2.
@@ -197,13 +197,13 @@ def test_validate_only_is_not_counted() -> None:
 
 def test_unlimited_principal_passes_but_keeps_the_cache() -> None:
     gate, clock = make_gate()
-    hdr, frame = request(CREATE_TOPICS, 7, client_id="someone-else", correlation_id=1, timeout_ms=1000, topics=[
+    hdr, frame = request(ApiKey.CreateTopics, 7, client_id="someone-else", correlation_id=1, timeout_ms=1000, topics=[
         Creatable(name="free0", num_partitions=3, replication_factor=1, assignments=[], configs=[])])
     plan = gate.plan(OTHER, hdr, frame, clock.now)
     assert plan.violations == [] and plan.answer is None and plan.frame is frame
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("free0", partitions=3)])
                  .encode(version=7))
-    plan.rewrite(response_frame(CREATE_TOPICS, 7, 1, body), 9, clock.now)
+    plan.rewrite(response_frame(ApiKey.CreateTopics, 7, 1, body), 9, clock.now)
     assert gate.topics.partitions("free0") == 3
     assert gate.quotas.snapshot(clock.now) == []    # nothing charged to anyone
 
@@ -216,7 +216,7 @@ def test_broker_default_partitions_are_estimated_then_settled() -> None:
     assert tokens(gate, clock) == 9
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("t0", partitions=6)])
                  .encode(version=7))
-    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    plan.rewrite(response_frame(ApiKey.CreateTopics, 7, 7, body), 9, clock.now)
     assert tokens(gate, clock) == 4                     # 9 - (6 - 1)
     assert gate.topics.partitions("t0") == 6
 
@@ -226,7 +226,7 @@ def test_broker_default_partitions_are_estimated_then_settled() -> None:
 def test_delete_unknown_topic_asks_for_a_lookup_first() -> None:
     gate, clock = make_gate()
     DeleteState = DeleteTopicsRequest.DeleteTopicState
-    hdr, frame = request(DELETE_TOPICS, 6, topics=[DeleteState(name="ghost", topic_id=None)], timeout_ms=1000)
+    hdr, frame = request(ApiKey.DeleteTopics, 6, topics=[DeleteState(name="ghost", topic_id=None)], timeout_ms=1000)
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert plan.needs_lookup and plan.answer is None and plan.rewrite is None
     # After the lookup the topic is still unknown, so it does not exist and costs nothing.
@@ -240,7 +240,7 @@ def test_delete_by_name_and_by_id_costs_the_partitions_metadata_shows() -> None:
     ids = {"a": uuid.uuid4(), "b": uuid.uuid4()}
     feed_metadata(gate, 12, {"a": (4, ids["a"]), "b": (8, ids["b"])})
     DeleteState = DeleteTopicsRequest.DeleteTopicState
-    hdr, frame = request(DELETE_TOPICS, 6, timeout_ms=1000, topics=[
+    hdr, frame = request(ApiKey.DeleteTopics, 6, timeout_ms=1000, topics=[
         DeleteState(name="a", topic_id=None), DeleteState(name=None, topic_id=ids["b"])])
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert not plan.needs_lookup and plan.violations == []
@@ -249,14 +249,14 @@ def test_delete_by_name_and_by_id_costs_the_partitions_metadata_shows() -> None:
     body = bytes(DeleteTopicsResponse(throttle_time_ms=0, responses=[
         Result(name="a", topic_id=ids["a"], error_code=0, error_message=None),
         Result(name=None, topic_id=ids["b"], error_code=0, error_message=None)]).encode(version=6))
-    plan.rewrite(response_frame(DELETE_TOPICS, 6, 7, body), 9, clock.now)
+    plan.rewrite(response_frame(ApiKey.DeleteTopics, 6, 7, body), 9, clock.now)
     assert gate.topics.partitions("a") is None and gate.topics.partitions(None, ids["b"]) is None
 
 
 def test_old_delete_topics_is_throttled_by_its_partitions() -> None:
     gate, clock = make_gate(rate=5, window_count=2)
     feed_metadata(gate, 9, {"big": (20, uuid.UUID(int=0))})
-    hdr, frame = request(DELETE_TOPICS, 4, topic_names=["big"], timeout_ms=1000)
+    hdr, frame = request(ApiKey.DeleteTopics, 4, topic_names=["big"], timeout_ms=1000)
     # 10 - 20 = -10: admitted (v4 knows no error 89), throttle 10 / 5 = 2 s.
     [violation] = gate.plan(ADMIN, hdr, frame, clock.now).violations
     assert violation.throttle_seconds == 2.0
@@ -266,14 +266,14 @@ def test_create_partitions_costs_the_increment() -> None:
     gate, clock = make_gate(rate=5, window_count=2)
     feed_metadata(gate, 12, {"grow": (3, uuid.uuid4())})
     Topic = CreatePartitionsRequest.CreatePartitionsTopic
-    hdr, frame = request(CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
+    hdr, frame = request(ApiKey.CreatePartitions, 3, timeout_ms=1000, validate_only=False,
                          topics=[Topic(name="grow", count=9, assignments=None)])
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert tokens(gate, clock) == 4                     # 10 - (9 - 3)
     Result = CreatePartitionsResponse.CreatePartitionsTopicResult
     body = bytes(CreatePartitionsResponse(throttle_time_ms=0, results=[
         Result(name="grow", error_code=0, error_message=None)]).encode(version=3))
-    plan.rewrite(response_frame(CREATE_PARTITIONS, 3, 7, body), 9, clock.now)
+    plan.rewrite(response_frame(ApiKey.CreatePartitions, 3, 7, body), 9, clock.now)
     assert gate.topics.partitions("grow") == 9
 
 
@@ -282,15 +282,16 @@ def test_create_partitions_costs_the_increment() -> None:
 def test_inactive_gate_passes_everything_untouched() -> None:
     gate, clock = make_gate()
     gate.quotas.update_settings(QuotaSettings(window_count=100), clock.now)
-    for hdr, frame in (create_topics(7, [80] * 7), request(METADATA, 12, topics=None)):
+    for hdr, frame in (create_topics(7, [80] * 7), request(ApiKey.Metadata, 12, topics=None)):
         plan = gate.plan(ADMIN, hdr, frame, clock.now)
         assert plan.frame is frame and plan.rewrite is None and plan.violations == [] and plan.answer is None
-    assert GATED_APIS == {METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS}
+    assert GATED_APIS == {ApiKey.Metadata, ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions}
 
 
 async def test_failed_lookup_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     gate, _ = make_gate()
     # Nothing listens on 127.0.0.1:9 (discard): the lookup fails fast and says so.
-    lookup = TopicLookup(gate.topics, lambda: HostPort("127.0.0.1", 9), lambda: {METADATA: (0, 12)}, 1.0, 1 << 20)
+    lookup = TopicLookup(gate.topics, lambda: HostPort("127.0.0.1", 9), lambda: {ApiKey.Metadata: (0, 12)},
+                         1.0, 1 << 20)
     await asyncio.wait_for(lookup(), 5)
     assert "topic metadata lookup at 127.0.0.1:9 failed" in caplog.text

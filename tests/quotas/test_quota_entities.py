@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kqp.quotas import entities
-from kqp.quotas.entities import limit_for_key, matched_entity, resolutions, resolve, resolve_key, sharing
+from kqp.quotas.entities import resolutions, resolve, resolve_key, sharing
 from kqp.quotas.model import ANONYMOUS, DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings
 
 ALICE_APP = Principal("alice", "app")
@@ -35,7 +35,7 @@ def test_each_level_wins_over_all_less_specific_ones(level: int) -> None:
     spec, limit, key = LEVELS[level]
     s = settings_of(configured)
     assert resolve(s, "producer_byte_rate", ALICE_APP) == (key, limit)
-    assert matched_entity(s, "producer_byte_rate", ALICE_APP) == spec
+    assert resolutions(s, ALICE_APP)["producer_byte_rate"].entity == spec
 
 
 def test_levels_that_name_someone_else_do_not_match() -> None:
@@ -178,7 +178,6 @@ def test_resolve_key_reads_empty_client_tags_as_quota_limit_does() -> None:
                      EntitySpec(DEFAULT, None): {"producer_byte_rate": 6.0}})
     found = resolve_key(s, "producer_byte_rate", QuotaKey("alice", ""))
     assert found is not None and (found.limit, found.entity) == (6.0, EntitySpec(DEFAULT, None))
-    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "")) == 6.0
 
 
 def test_cache_is_filled_and_new_settings_start_empty() -> None:
@@ -200,16 +199,16 @@ def test_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(s.resolution_cache) <= 3
 
 
-def test_limit_for_key_follows_kafka_tags() -> None:
+def test_resolve_key_follows_kafka_tags() -> None:
     s = settings_of({
         EntitySpec("alice", None): {"producer_byte_rate": 3.0},
         EntitySpec(None, DEFAULT): {"producer_byte_rate": 8.0},
     })
-    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "")) == 3.0
-    assert limit_for_key(s, "producer_byte_rate", QuotaKey("", "anything")) == 8.0
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("alice", "")).limit == 3.0
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("", "anything")).limit == 8.0
     # alice/app now charges (alice, "") rather than (alice, app): that per-client key is gone.
-    assert limit_for_key(s, "producer_byte_rate", QuotaKey("alice", "app")) is None
-    assert limit_for_key(s, "consumer_byte_rate", QuotaKey("alice", "")) is None
+    assert resolve_key(s, "producer_byte_rate", QuotaKey("alice", "app")) is None
+    assert resolve_key(s, "consumer_byte_rate", QuotaKey("alice", "")) is None
 
 
 def test_entity_spec_validation_and_path() -> None:

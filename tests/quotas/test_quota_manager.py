@@ -203,6 +203,27 @@ def test_empty_client_id_is_charged_as_kafka_tags_it() -> None:
     new = {**alice(producer_byte_rate=1000), EntitySpec("alice", DEFAULT): {"producer_byte_rate": 50}}
     m.update_settings(QuotaSettings(entities=new), now=1.0)
     assert [(s.key, s.limit) for s in m.snapshot(1.0)] == [(ALICE_KEY, 1000)]
+def test_update_settings_lines_one_per_quota_in_entity_path_order() -> None:
+    # These lines are what the reload driver logs as "quota change: ..." (README, live reload).
+    old = {
+        EntitySpec("zed", None): {"consumer_byte_rate": 10.0},
+        EntitySpec(None, DEFAULT): {"request_rate": 100.0},
+        EntitySpec("alice", "w"): {"producer_byte_rate": 1048576.0, "request_rate": 500.0},
+    }
+    m = manager(old)
+    assert m.update_settings(QuotaSettings(entities=dict(old)), now=0.0) == []  # nothing changed, nothing said
+    new = {
+        EntitySpec("zed", None): {"consumer_byte_rate": 10.0},
+        EntitySpec("alice", "w"): {"producer_byte_rate": 2097152.0, "request_percentage": 12.5},
+        EntitySpec("bob", None): {"consumer_byte_rate": 0.5},
+    }
+    assert m.update_settings(QuotaSettings(entities=new), now=0.0) == [
+        "/clients/<default>: request_rate removed (was 100)",
+        "/users/alice/clients/w: producer_byte_rate 1048576 -> 2097152",
+        "/users/alice/clients/w: request_percentage set to 12.5",  # within an entity, in QUOTA_TYPES order
+        "/users/alice/clients/w: request_rate removed (was 500)",
+        "/users/bob: consumer_byte_rate set to 0.5",
+    ]
 
 
 def test_window_change_restarts_measurements() -> None:

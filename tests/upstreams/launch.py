@@ -110,20 +110,14 @@ def tansu_binary() -> str:
 
 
 @contextmanager
-def tansu(log_path: Path, *, port: int | None = None, advertised_port: int | None = None,
-          timeout: float = 15.0) -> Iterator[Upstream]:
-    """A Tansu broker with memory storage on 127.0.0.1:`port`, advertising `advertised_port`.
-
-    `advertised_port` differs from `port` only when a relay sits in front of Tansu and every
-    client (kqp) must be steered through it.
-    """
+def tansu(log_path: Path, *, port: int | None = None, timeout: float = 15.0) -> Iterator[Upstream]:
+    """A Tansu broker with memory storage on 127.0.0.1:`port` (any free port by default)."""
     port = port or free_port()
-    advertised = advertised_port or port
     log: IO[str] = log_path.open("w")
     proc = subprocess.Popen(
         [tansu_binary(), "broker",
          "--listener-url", f"tcp://{LOOPBACK}:{port}",
-         "--advertised-listener-url", f"tcp://{LOOPBACK}:{advertised}",
+         "--advertised-listener-url", f"tcp://{LOOPBACK}:{port}",
          "--storage-engine", "memory://tansu/"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
@@ -131,7 +125,7 @@ def tansu(log_path: Path, *, port: int | None = None, advertised_port: int | Non
             wait_port(LOOPBACK, port, timeout)
         except TimeoutError as exc:
             raise RuntimeError(f"tansu did not start: {log_path.read_text()[-2000:]}") from exc
-        yield Upstream(f"{LOOPBACK}:{advertised}", "tansu", log_path)
+        yield Upstream(f"{LOOPBACK}:{port}", "tansu", log_path)
     finally:
         _stop(proc)
         log.close()
