@@ -35,6 +35,7 @@ import kafka.protocol.producer  # noqa: F401  (imports register the response cla
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest
+from kafka.record.memory_records import MemoryRecords
 
 from .net import LOOPBACK, split_host_port
 
@@ -56,6 +57,7 @@ class WireRequest:
     client_id: str | None
     size: int                   # whole frame, 4-byte size prefix included (what kqp charges)
     expects_response: bool      # False only for acks=0 Produce
+    records: int = 0            # Produce: records in its batches (from batch headers); else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +95,29 @@ def read_request_header(frame: bytes) -> tuple[int, int, int, str | None]:
     return api_key, version, correlation_id, client_id
 
 
+def produce_facts(frame: bytes, version: int) -> tuple[bool, int]:
+    """(expects a response, records carried) of a Produce request frame without its prefix.
+
+    Only acks=0 Produce goes unanswered by a broker. Records are counted from each batch's header
+    (record bodies are never read), so a test can prove what reached the upstream, resends included.
+    """
+    try:
+        request = ProduceRequest.decode(frame, version=version, header=True)
+    except Exception:  # an undecodable request is the proxy's problem to report, not the tap's
+        return True, 0
+    records = 0
+    for topic in request.topic_data:
+        for partition in topic.partition_data:
+            for batch in MemoryRecords(bytes(partition.records or b"")):
+                # A v2 batch's header holds its count; a legacy (magic 0/1) message set is walked.
+                count = getattr(batch, "records_count", None)
+                records += count if count is not None else sum(1 for _ in batch)
+    return request.acks != 0, records
+
+
 def produce_expects_response(frame: bytes, version: int) -> bool:
     """False for an acks=0 Produce request (the only request a broker does not answer)."""
-    try:
-        return ProduceRequest.decode(frame, version=version, header=True).acks != 0
-    except Exception:  # an undecodable request is the proxy's problem to report, not the tap's
-        return True
+    return produce_facts(frame, version)[0]
 
 
 def response_throttle_ms(frame: bytes, api_key: int, version: int) -> int | None:
@@ -318,9 +337,9 @@ class WireTap:
         if len(frame) < _REQUEST_PREFIX.size:
             return frame
         api_key, version, correlation_id, client_id = read_request_header(frame)
-        expects = produce_expects_response(frame, version) if api_key == PRODUCE else True
+        expects, records = produce_facts(frame, version) if api_key == PRODUCE else (True, 0)
         seen = WireRequest(now, conn.hop, conn.number, api_key, version, correlation_id, client_id,
-                           len(frame) + 4, expects)
+                           len(frame) + 4, expects, records)
         with self._lock:
             self._requests.append(seen)
         if expects:
