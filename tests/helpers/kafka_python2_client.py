@@ -33,7 +33,7 @@ VALUE_BYTES = 1000
 BATCH_BYTES = 16384
 LOCAL_QUEUE = 64                 # messages the producer may have unacknowledged (~64 KB)
 FETCH_PARTITION_BYTES = 32768    # small fetches, so the rate is judged on many responses
-CONSUME_SECONDS = 45.0           # bound on the consume loop
+RUN_SECONDS = 60.0               # bound on either run, whatever happens
 
 
 class TimeoutLines(logging.Handler):
@@ -72,6 +72,7 @@ def is_timeout(exc: BaseException) -> bool:
 
 def produce(bootstrap: str, topic: str, client_id: str, count: int, report: dict[str, Any]) -> None:
     from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
 
     producer = KafkaProducer(
         bootstrap_servers=bootstrap, client_id=client_id, api_version=(0, 11), acks=1,
@@ -80,20 +81,28 @@ def produce(bootstrap: str, topic: str, client_id: str, count: int, report: dict
     futures = []
     try:
         report["started"] = time.monotonic()
+        deadline = report["started"] + RUN_SECONDS
         for sequence in range(count):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                report["errors"].append(f"gave up after {RUN_SECONDS:.0f}s with {sequence} of {count} sent")
+                break
             # kafka-python 2.x no longer bounds its accumulator: wait for the oldest message once
             # LOCAL_QUEUE are outstanding, so the client offers steadily and no backlog is left.
             if sequence >= LOCAL_QUEUE:
                 with contextlib.suppress(Exception):   # read again, and reported, below
-                    futures[sequence - LOCAL_QUEUE].get(timeout=30)
+                    futures[sequence - LOCAL_QUEUE].get(timeout=left)
             futures.append(producer.send(topic, value(client_id, sequence), partition=0))
-        producer.flush(timeout=30)
+        with contextlib.suppress(KafkaTimeoutError):   # what is left unfinished is reported below
+            producer.flush(timeout=max(1.0, deadline - time.monotonic()))
         for sequence, future in enumerate(futures):
-            try:
-                future.get(timeout=30)
-                report["acked"].append(value_id(value(client_id, sequence)))
-            except Exception as exc:
+            if not future.is_done:
+                report["errors"].append(f"message {sequence} unfinished after {RUN_SECONDS:.0f}s")
+            elif future.failed():
+                exc = future.exception
                 report["timeouts" if is_timeout(exc) else "errors"].append(repr(exc))
+            else:
+                report["acked"].append(value_id(value(client_id, sequence)))
         report["finished"] = time.monotonic()
         report["throttle_max_ms"] = throttle_max(producer.metrics())
     finally:
@@ -112,7 +121,7 @@ def consume(bootstrap: str, topic: str, client_id: str, count: int, report: dict
         consumer.assign([partition])
         consumer.seek(partition, 0)
         report["started"] = time.monotonic()
-        deadline = report["started"] + CONSUME_SECONDS
+        deadline = report["started"] + RUN_SECONDS
         while len(report["received"]) < count and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
                 report["received"].extend(value_id(r.value) for r in records)
