@@ -5,7 +5,7 @@ is v6+), so a client reading it will not back off by itself. Since KIP-219 a bro
 once (a held response makes such clients time out) and mutes the channel: "the broker is protected
 by virtue of muting the channel". The old client's next request simply waits in the muted socket.
 v7 is the control and behaves the same on the wire. Every version carries the throttle in
-throttle_time_ms. v3 is Kafka 0.11's version; v5 is left out because librdkafka's mock cluster
+throttle_time_ms. v3 is Kafka 0.11's version. v5 runs against Tansu: librdkafka's mock cluster
 answers it without its log_start_offset field, which no client can decode.
 
 The client is a plain socket sending frames built with kafka-python's ProduceRequest, three
@@ -49,6 +49,16 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
 
 @pytest.mark.parametrize("version", [3, 4, 7])
 def test_produce_response_at_once_and_the_next_request_muted(version: int, kqp: Any, upstream: Upstream) -> None:
+    assert_answered_at_once_then_muted(version, kqp, upstream)
+
+
+def test_produce_v5_response_at_once_and_the_next_request_muted(kqp: Any, tansu: Upstream) -> None:
+    """Produce v5 (Kafka 1.0: log_start_offset in each partition response) against Tansu, which
+    answers it whole; librdkafka's mock cluster leaves that field out."""
+    assert_answered_at_once_then_muted(5, kqp, tansu)
+
+
+def assert_answered_at_once_then_muted(version: int, kqp: Any, upstream: Upstream) -> None:
     client_id = f"old-v{version}"
     with contextlib.ExitStack() as stack:
         path: QuotaPath = open_quota_path(stack, kqp, upstream, {

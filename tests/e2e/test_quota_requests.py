@@ -6,6 +6,9 @@ around at once, a stream of tiny requests that no byte rate would ever catch. `r
 handler time) must each hold it; both throttles are capped at one window (200 ms here), so a
 burst can never silence the client, heartbeats included, for long.
 
+acks=0 Produce is exempt from both, as in Kafka: it has no response to carry a throttle, so a
+pipelined run of them must reach the upstream at once, while the same run with acks=1 is held.
+
 Last, Kafka's connections.max.idle.ms applies to muted connections too: a connection muted for
 half a minute by a byte-rate throttle is still closed once it has been idle for the configured
 time, even if the client has a request waiting in its socket.
@@ -155,3 +158,58 @@ def test_idle_connection_is_closed_while_muted(quota_path: OpenPath, upstream: U
     produced = [r.correlation_id for r in path.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Produce)]
     assert produced == [1], f"the request sent while muted reached the upstream: {produced}"
     path.kqp.wait_for_log(f"idle for more than {idle_ms} ms", timeout=5)
+
+
+def test_acks_zero_produce_is_exempt_from_request_rate(quota_path: OpenPath, upstream: Upstream) -> None:
+    """KIP-124: acks=0 Produce is exempt from request quotas (it has no response to throttle);
+    only byte rates may mute it. 60 pipelined acks=0 requests under `request_rate: 2`, no byte
+    quota, must all reach the upstream at once; 60 acks=1 requests under the same quota are the control.
+
+    Kafka's arithmetic for the control, 2 requests/s with 0.2 s x 11 windows: a fresh sensor counts
+    (11 - 1) x 0.2 s = 2 s of history, so about 2 x 2 = 4 requests pass, and every later one is over
+    (O = n / 2.2 s > 2) by X = (O - T) / T x W, seconds, capped at one window, 200 ms. kqp forwards
+    one request at a time for a request_rate entity, so the other ~56 each wait their 200 ms
+    throttle: ~11 s, where acks=0 takes milliseconds.
+    """
+    exempt_id, control_id = "acks-zero", "acks-one"
+    count = 60
+    path = quota_path({**WINDOWS, "entities": [{"client_id": exempt_id, "request_rate": 2},
+                                               {"client_id": control_id, "request_rate": 2}]})
+    topic = empty_topic(upstream, "acks-zero")
+    address = split_host_port(path.bootstrap)
+
+    frames = [produce_frame(topic, 7, corr, exempt_id, records=1, acks=0) for corr in range(1, count + 1)]
+    # One acks=1 request behind them: its response proves every acks=0 request was forwarded, and
+    # its throttle that none of them was charged to the request rate (it is within the allowance).
+    frames.append(produce_frame(topic, 7, count + 1, exempt_id, records=1, acks=1))
+    with socket.create_connection(address, timeout=10) as sock:
+        sent_at = time.monotonic()
+        sock.sendall(b"".join(frames))
+        # Bounded well past the ~12 s that charging each acks=0 request a capped throttle would take.
+        ((_, frame),) = read_responses(sock, 1, timeout=30)
+    probe = ProduceResponse.decode(frame, version=7, header=True)
+    assert probe.header.correlation_id == count + 1, "a response to an acks=0 request reached the client"
+    exempt = [r for r in path.upstream_tap.requests(client_id=exempt_id, api_key=ApiKey.Produce)
+              if not r.expects_response]
+    assert len(exempt) == count, f"{len(exempt)} of {count} acks=0 requests reached the upstream"
+    took = exempt[-1].at - sent_at
+    assert took < 2.0, f"{count} acks=0 requests took {took:.1f}s to reach the upstream: the connection was held"
+    assert probe.throttle_time_ms == 0, \
+        f"the acks=1 request after {count} acks=0 ones was throttled {probe.throttle_time_ms} ms: they were charged"
+
+    control = [produce_frame(topic, 7, corr, control_id, records=1, acks=1) for corr in range(1, count + 1)]
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(b"".join(control))
+        answered = read_responses(sock, count, timeout=40)
+    throttles = [ProduceResponse.decode(f, version=7, header=True).throttle_time_ms for _, f in answered]
+    throttled = [ms for ms in throttles if ms > 0]
+    assert len(throttled) >= count - 8, f"only {len(throttled)} of {count} acks=1 responses were throttled"
+    assert max(throttled) <= CAP_MS + 1, f"request_rate throttles are capped at one window: {max(throttled)} ms"
+    reached = [r.at for r in path.upstream_tap.requests(client_id=control_id, api_key=ApiKey.Produce)]
+    assert len(reached) == count
+    held = reached[-1] - reached[0]
+    # Each throttled request waits out the one before it: at least their sum, less scheduling slack.
+    assert held >= 0.8 * sum(throttled[:-1]) / 1000, \
+        f"{count} acks=1 requests reached the upstream within {held:.1f}s despite {sum(throttled)} ms of throttles"
+    assert held > 5 * took, f"the control ({held:.1f}s) was not held much longer than acks=0 ({took:.2f}s)"
+    assert_mutes_kept(path, control_id)

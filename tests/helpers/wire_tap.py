@@ -37,6 +37,9 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.memory_records import MemoryRecords
+
 from kqp.protocol.apis import ApiKey, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
@@ -66,6 +69,7 @@ class WireRequest:
     size: int                   # whole frame, 4-byte size prefix included (what kqp charges)
     expects_response: bool      # False only for acks=0 Produce
     frame: bytes | None = None  # the whole frame, for the api keys the tap was asked to keep
+    records: int = 0            # Produce: records in its batches (from batch headers); else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,23 @@ def expects_response(api_key: int, version: int, frame: memoryview, body_offset:
         return produce_acks(version, frame[body_offset:]) != 0
     except (BodyError, ProtocolError, IndexError, struct.error):
         return True  # an undecodable request is the proxy's problem to report, not the tap's
+
+
+def produce_records(frame: memoryview, version: int) -> int:
+    """Records a Produce request carries, counted with kafka-python's record classes (batch headers;
+    legacy message sets walked), so a test can prove what reached the upstream, resends included,
+    without trusting kqp's own record counting."""
+    try:
+        request = ProduceRequest.decode(bytes(frame[4:]), version=version, header=True)
+    except Exception:  # an undecodable request is the proxy's problem to report, not the tap's
+        return 0
+    records = 0
+    for topic in request.topic_data:
+        for partition in topic.partition_data:
+            for batch in MemoryRecords(bytes(partition.records or b"")):
+                count = getattr(batch, "records_count", None)
+                records += count if count is not None else sum(1 for _ in batch)
+    return records
 
 
 def response_throttle_ms(frame: memoryview, api_key: int, version: int) -> int | None:
@@ -351,8 +372,9 @@ class WireTap:
             return frame
         api_key, version, correlation_id, client_id, body_offset = request_labels(frame)
         expects = expects_response(api_key, version, frame, body_offset)
+        records = produce_records(frame, version) if api_key == ApiKey.Produce else 0
         seen = WireRequest(now, pair.conn.hop, pair.conn.number, api_key, version, correlation_id, client_id,
-                           len(frame), expects, bytes(frame) if api_key in self.keep_frames else None)
+                           len(frame), expects, bytes(frame) if api_key in self.keep_frames else None, records)
         with self.lock:
             self._requests.append(seen)
         if expects:
