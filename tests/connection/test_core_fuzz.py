@@ -1,0 +1,145 @@
+"""Property-based fuzzing of the sans-io connection core (hypothesis), and a bounded soak.
+
+Any sequence of events must leave a connection consistent: `handle` returns actions and never
+raises; a `Close` is always the last action and nothing follows it; no close is an
+`internal_error` (the top-level guard turns a bug into that reason, so seeing it means a bug); a
+connection that is muted is read no more (the driver below only delivers client bytes while the
+client side is read, as a transport does), and what the core buffers stays bounded by one frame
+plus one read. Every bad frame ends its own connection only: the soak feeds 100k random frames,
+each to a connection of its own, next to one healthy connection that keeps working.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+from helpers.playbook import connected_core, produce_frame, produce_response
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kqp.protocol.apis import ApiKey
+from kqp.protocol.messages import encode_request
+from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.core import Connection
+from kqp.proxy.connection.events import Close, Side
+
+MAX_FRAME = 64 * 1024
+READ = 4096   # the most one ClientData carries here
+QUOTAS = {"window_size_seconds": 0.2, "window_count": 3,
+          "entities": [{"client_id": "c", "producer_byte_rate": 2000, "request_rate": 5},
+                       {"client_id": "admin", "controller_mutation_rate": 1}]}
+
+
+def valid_requests() -> list[bytes]:
+    from kafka.protocol.admin.topics import CreateTopicsRequest
+    topic = CreateTopicsRequest.CreatableTopic(name="t", num_partitions=2, replication_factor=1, assignments=[],
+                                               configs=[])
+    return [
+        produce_frame("t", 9, 1, "c", records=2),
+        produce_frame("t", 3, 2, "c", records=1, acks=0),
+        encode_request(ApiKey.Metadata, 9, 3, "c", topics=None, allow_auto_topic_creation=False),
+        encode_request(ApiKey.ApiVersions, 3, 4, "c", client_software_name="x", client_software_version="1"),
+        encode_request(ApiKey.CreateTopics, 7, 5, "admin", topics=[topic], timeout_ms=100, validate_only=False),
+    ]
+
+
+VALID = valid_requests()
+RESPONSES = [produce_response(9, 1), produce_response(9, 7), b"\x00\x00\x00\x08\x00\x00\x00\x01abcd"]
+
+
+def mangled(frame: bytes, rng: random.Random) -> bytes:
+    """A frame made wrong in one of the ways a hostile or broken peer does it."""
+    kind = rng.randrange(6)
+    if kind == 0:       # a lying length
+        return struct.pack(">i", rng.choice([-1, 0, 3, MAX_FRAME + 1, len(frame)])) + frame[4:]
+    if kind == 1:       # truncated (the rest never comes)
+        return frame[:rng.randrange(1, len(frame))]
+    if kind == 2:       # unknown api key / version
+        body = bytearray(frame)
+        struct.pack_into(">hh", body, 4, rng.choice([999, -3, 18]), rng.choice([-1, 99, 32767]))
+        return bytes(body)
+    if kind == 3:       # random bytes behind a valid size
+        return struct.pack(">i", len(frame) - 4) + rng.randbytes(len(frame) - 4)
+    if kind == 4:       # a huge client id length
+        body = bytearray(frame)
+        struct.pack_into(">h", body, 12, 32767)
+        return bytes(body)
+    return rng.randbytes(rng.randrange(1, 64))
+
+
+def check(core: Connection, actions: list, closed_before: bool) -> None:
+    assert isinstance(actions, list)
+    if closed_before:
+        assert actions == [], "a closed connection must ignore every event"
+    closes = [i for i, a in enumerate(actions) if isinstance(a, Close)]
+    if closes:
+        assert closes == [len(actions) - 1], f"Close must be the one last action: {actions}"
+        assert actions[-1].reason != "internal_error", "the core hit a bug (its guard closed with internal_error)"
+        assert core.closed
+    assert core.requests.buffered <= MAX_FRAME + 4 + READ
+    if core.throttled:
+        assert core.muted(Side.CLIENT) and core.muted_until > 0
+
+
+event_kinds = st.sampled_from(["client", "client", "client", "upstream", "timer", "wbuf", "eof", "lookup",
+                               "lost", "shutdown"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(event_kinds, st.integers(0, 2**32 - 1)), max_size=40))
+def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tuple[str, int]]) -> None:
+    core = connected_core(QUOTAS, max_frame_bytes=MAX_FRAME)
+    now = 100.0
+    for kind, seed in steps:
+        rng = random.Random(seed)
+        now += rng.random() * 0.3
+        if kind == "client":
+            if core.muted(Side.CLIENT):
+                continue     # a transport delivers nothing once reading is paused
+            frame = rng.choice(VALID)
+            data = frame if rng.random() < 0.7 else mangled(frame, rng)
+            cut = rng.randrange(1, len(data) + 1) if rng.random() < 0.3 else len(data)
+            event: ev.Event = ev.ClientData(now, data[:min(cut, READ)])
+        elif kind == "upstream":
+            data = rng.choice(RESPONSES) if rng.random() < 0.8 else rng.randbytes(rng.randrange(1, 40))
+            event = ev.UpstreamData(now, data)
+        elif kind == "timer":
+            event = ev.TimerFired(max(now, core.muted_until) if rng.random() < 0.7 else now)
+        elif kind == "wbuf":
+            event = ev.WriteBuffer(now, rng.choice(list(Side)), rng.random() < 0.5)
+        elif kind == "eof":
+            event = ev.ClientEof(now)
+        elif kind == "lookup":
+            event = ev.TopicsLookedUp(now)
+        elif kind == "lost":
+            event = ev.UpstreamLost(now, "gone") if rng.random() < 0.5 else ev.ClientLost(now)
+        else:
+            event = ev.ShutdownBegun(now)
+        closed_before = core.closed
+        check(core, core.handle(event), closed_before)
+
+
+def test_a_soak_of_100k_random_frames_ends_only_the_connections_that_sent_them() -> None:
+    rng = random.Random(20261122)
+    healthy = connected_core(max_frame_bytes=MAX_FRAME)
+    good = produce_frame("t", 9, 1, "c", records=1)
+    reasons: dict[str, int] = {}
+    for i in range(100_000):
+        core = Connection(healthy.parts, "bootstrap", None)   # the parts a process's connections share
+        core.handle(ev.ClientConnected(100.0))
+        core.handle(ev.UpstreamConnected(100.0))
+        frame = mangled(rng.choice(VALID), rng)
+        actions = core.handle(ev.ClientData(100.0, frame))
+        check(core, actions, False)
+        if not core.closed:   # a frame that is not over yet: the client gives up on it
+            actions = core.handle(ev.ClientEof(100.0))
+            check(core, actions, False)
+        if core.closed:
+            reasons[actions[-1].reason] = reasons.get(actions[-1].reason, 0) + 1
+        if i % 10_000 == 0:   # the healthy connection next to them is unaffected
+            assert healthy.handle(ev.ClientData(100.0, good)) == [ev.Send(Side.UPSTREAM, (good,))]
+            assert healthy.handle(ev.UpstreamData(100.0, produce_response(9, 1))) == [
+                ev.Send(Side.CLIENT, (produce_response(9, 1),))]
+    assert "internal_error" not in reasons, reasons
+    assert reasons.get("protocol_error", 0) > 50_000, reasons
