@@ -229,7 +229,11 @@ class Connection:
     # -- requests: client -> upstream ----------------------------------------------------------
     def _client_data(self, e: ev.ClientData) -> None:
         self.last_activity = e.now
-        self.requests.feed(e.data)
+        try:
+            self.requests.feed(e.data)
+        except ProtocolError as exc:   # the framing itself: a lying or oversized length
+            self._close("protocol_error", f"bad frame from client: {exc}")
+            return
         self._pump(e.now)
 
     def _pump(self, now: float) -> None:
