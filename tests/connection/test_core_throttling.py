@@ -172,6 +172,16 @@ def test_a_mutation_waits_for_its_topic_lookup_and_nothing_overtakes_it() -> Non
     assert state.tokens == 0
 
 
+def test_a_request_planned_again_after_its_lookup_is_counted_once() -> None:
+    recorder = Recorder()
+    core = make_core(MUTATIONS, observer=recorder)
+    core.handle(ev.ClientConnected(NOW))
+    core.handle(ev.UpstreamConnected(NOW))
+    assert core.handle(ev.ClientData(NOW, grow(1, "g", 6)))[-1] == ev.LookUpTopics()
+    core.handle(ev.TopicsLookedUp(NOW))
+    assert recorder.requests == [ApiKey.CreatePartitions]
+
+
 def test_closing_while_a_lookup_runs_ends_the_wait() -> None:
     core = connected_core(MUTATIONS)
     play(core, [
