@@ -9,21 +9,30 @@ the runtime's); the core stays the one place that decides what is sent and muted
 
 The rules, Kafka's:
 
+* First what the broker itself refuses (`broker_checks`: the topic exists, is unknown, asks for
+  an invalid partition count...): such a topic gets the broker's error and costs nothing, even
+  while the bucket is negative; the quota is the controller's last step.
 * Request versions that know THROTTLING_QUOTA_EXCEEDED (CreateTopics v6+, DeleteTopics v5+,
-  CreatePartitions v3+) get the strict quota: topics in request order are admitted while the
-  token bucket has tokens >= 0 (an admitted topic may drive it negative), the rest are answered
-  with error 89 by kqp. The admitted ones go upstream in a rewritten request, and the upstream's
-  answer is merged back with kqp's rejections in the client's order. The response's throttle is
-  the rejection's ``-K/R``; an admitted topic never throttles (StrictControllerMutationQuota).
-* Older versions get the permissive quota: everything is forwarded, the whole request is
+  CreatePartitions v3+) get the strict quota: the other topics, in request order, are admitted
+  while the token bucket has tokens >= 0 (an admitted topic may drive it negative), the rest get
+  error 89. When nothing gets 89 the request goes upstream untouched and the upstream answers
+  everything, its own refusals included. Otherwise kqp forwards a request holding only the
+  admitted topics and merges the upstream's answer with its own (the 89s and the refusals it
+  decided) in the client's order. The response's throttle is the rejection's ``-K/R``; an
+  admitted topic never throttles (StrictControllerMutationQuota).
+* Older versions get the permissive quota: everything is forwarded, the request's cost is
   recorded, and the response is throttled (KIP-219 through the core's usual path).
 * validate_only requests are forwarded and not counted.
 * What a topic costs: CreateTopics its partition count (``num_partitions: -1``, the broker's
   default, counts as Kafka's default of 1 until the response reports the real count, v5+);
-  DeleteTopics the partitions it has; CreatePartitions the ones it adds. The last two come from
-  `TopicMetadata`; a topic still unknown after a lookup does not exist and costs 0.
-* A topic the upstream refuses (it exists already, bad config...) is refunded when its answer
-  arrives: the broker records only the mutations it carries out.
+  DeleteTopics the partitions it has; CreatePartitions the ones it adds.
+* Topics the upstream refuses anyway (a bad config value, a policy...) are refunded when its
+  answer arrives: the broker records only the mutations it carries out.
+
+The topic cache is trusted when it knows a topic. When it does not: a DeleteTopics or
+CreatePartitions topic is looked up first (its cost depends on it); a CreateTopics topic is taken
+to be new, unless that matters (some topic would get 89, or the permissive throttle is non-zero),
+when it is looked up too, so that an existing topic gets 36 and not 89.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal
 from kqp.quotas.throttle import throttle_ms
 
+from .broker_checks import Verdict, verdict
 from .in_flight import Rewrite
 from .metering import frame_of, with_body
 from .topic_metadata import TopicMetadata, topic_id_of
@@ -102,58 +112,72 @@ class MutationGate:
         if MUTATION not in self.quotas.limits(principal):
             # Not limited, but its effects still keep the topic cache right for those who are.
             return MutationPlan(frame, rewrite=self._settler(api, version, None, [(t, 0) for t in topics]))
-        costs = [self._cost(api, topic) for topic in topics]
-        if None in costs and not looked_up:
+        verdicts = [verdict(api, topic, self.topics, looked_up, DEFAULT_NUM_PARTITIONS) for topic in topics]
+        strict = knows_throttling_error(api, version)
+        if not looked_up and (any(v.cost is None for v in verdicts)
+                              or (any(v.unsure for v in verdicts) and self._over_quota(principal, verdicts,
+                                                                                       strict, now))):
             return MutationPlan(frame, needs_lookup=True)
-        known = [0 if cost is None else cost for cost in costs]  # unknown after a lookup: no such topic
-        if knows_throttling_error(api, version):
-            return self._strict(principal, hdr, frame, topics, known, now)
-        violations = self.quotas.record_mutations(principal, sum(known), now)
+        if strict:
+            return self._strict(principal, hdr, frame, topics, verdicts, now)
+        costs = [_cost(v) for v in verdicts]
+        violations = self.quotas.record_mutations(principal, sum(costs), now)
         return MutationPlan(frame, violations,
-                            rewrite=self._settler(api, version, principal, list(zip(topics, known, strict=True))))
+                            rewrite=self._settler(api, version, principal, list(zip(topics, costs, strict=True))))
 
-    # -- costs ---------------------------------------------------------------------------------
-    def _cost(self, api: int, topic: TopicMutation) -> int | None:
-        """Partition mutations the topic costs; None when the topic cache must be asked first."""
-        if api == CREATE_TOPICS:
-            return DEFAULT_NUM_PARTITIONS if topic.partitions is None else topic.partitions
-        current = self.topics.partitions(None if topic.topic_id is not None else topic.key, topic.topic_id)
-        if current is None:
-            return None
-        if api == DELETE_TOPICS:
-            return current
-        return max(0, (topic.target_count or 0) - current)
+    def _over_quota(self, principal: Principal, verdicts: Sequence[Verdict], strict: bool, now: float) -> bool:
+        """Whether the request, as the verdicts cost it, would meet the quota: some topic rejected
+        (strict; admitted while tokens >= 0, as `QuotaManager.admit_mutations`) or a throttle
+        (permissive). Only then can a topic the cache did not know change the answer."""
+        tokens = self.quotas.mutation_tokens(principal, now)
+        if tokens is None:
+            return False
+        costs = [_cost(v) for v in verdicts if v.refusal is None]
+        if not strict:
+            return tokens - sum(costs) < 0
+        for cost in costs:
+            if tokens < 0:
+                return True
+            tokens -= cost
+        return False
 
     # -- the strict quota ----------------------------------------------------------------------
-    def _strict(self, principal: Principal, hdr: RequestHeader, frame: memoryview,
-                topics: list[TopicMutation], costs: list[int], now: float) -> MutationPlan:
+    def _strict(self, principal: Principal, hdr: RequestHeader, frame: memoryview, topics: list[TopicMutation],
+                verdicts: list[Verdict], now: float) -> MutationPlan:
         api, version = hdr.api_key, hdr.api_version
         admitted: list[int] = []
+        refused: dict[int, tuple[int, str | None]] = {}
         worst: Violation | None = None
-        for index, cost in enumerate(costs):
-            rejection = self.quotas.admit_mutations(principal, cost, now)
+        for index, v in enumerate(verdicts):
+            if v.refusal is not None:
+                refused[index] = (v.refusal.error_code, v.refusal.message)
+                continue
+            rejection = self.quotas.admit_mutations(principal, _cost(v), now)
             if rejection is None:
                 admitted.append(index)
             elif worst is None or rejection.throttle_seconds > worst.throttle_seconds:
                 worst = rejection
-        charged = [(topics[i], costs[i]) for i in admitted]
         if worst is None:
-            return MutationPlan(frame, rewrite=self._settler(api, version, principal, charged))
-        log.debug("%s: %s v%d: %d of %d topics over controller_mutation_rate, throttle %.3fs",
-                  principal, api, version, len(topics) - len(admitted), len(topics), worst.throttle_seconds)
+            # Nothing over quota: the upstream answers every topic, its own refusals included
+            # (charged 0, and charged what they really cost should the cache have been wrong).
+            forwarded = [(topics[i], 0 if i in refused else _cost(verdicts[i])) for i in range(len(topics))]
+            return MutationPlan(frame, rewrite=self._settler(api, version, principal, forwarded))
+        log.debug("%s: %s v%d: %d of %d topics over controller_mutation_rate (%d refused first), throttle %.3fs",
+                  principal, api, version, len(topics) - len(admitted) - len(refused), len(topics), len(refused),
+                  worst.throttle_seconds)
         if not admitted:
             body = merge_mutation_response(api, version, None, topics, [],
-                                           throttle_ms=throttle_ms(worst.throttle_seconds))
+                                           throttle_ms=throttle_ms(worst.throttle_seconds), errors=refused)
             head = encode_response_header(api, version, hdr.correlation_id)
             return MutationPlan(frame, [worst], answer=frame_of(head, body))
         split = split_mutation_request(api, version, frame[hdr.body_offset:], admitted)
-        settle = self._settler(api, version, principal, charged)
+        settle = self._settler(api, version, principal, [(topics[i], _cost(verdicts[i])) for i in admitted])
 
         def merge(response: memoryview, body_offset: int, now: float) -> bytes:
             settle(response, body_offset, now)
             # throttle_time_ms stays the upstream's here: the core raises it to the request's
             # combined throttle, as it does for every response.
-            merged = merge_mutation_response(api, version, response[body_offset:], topics, admitted)
+            merged = merge_mutation_response(api, version, response[body_offset:], topics, admitted, errors=refused)
             return with_body(response, body_offset, merged)
 
         return MutationPlan(with_body(frame, hdr.body_offset, split), [worst], rewrite=merge)
@@ -194,10 +218,12 @@ class MutationGate:
             if result.error_code != 0:
                 correction -= cost       # not carried out, so not charged
             elif api == CREATE_TOPICS:
-                reported = getattr(result, "num_partitions", None)
-                actual = reported if isinstance(reported, int) and reported > 0 else cost
-                if topic.partitions is None:
-                    correction += actual - cost   # the broker's default was only estimated
+                reported = getattr(result, "num_partitions", None)   # v5+; -1 when not told
+                if isinstance(reported, int) and reported > 0:
+                    actual = reported
+                else:
+                    actual = topic.partitions if topic.partitions is not None else DEFAULT_NUM_PARTITIONS
+                correction += actual - cost   # the default estimated, or a topic the cache misjudged
                 self.topics.learn(topic.key, actual, topic_id_of(getattr(result, "topic_id", None)))
             elif api == DELETE_TOPICS:
                 self.topics.forget(result.name, topic.topic_id)
@@ -206,3 +232,8 @@ class MutationGate:
         if principal is not None and correction:
             # Settles the bucket only: this request's throttle was decided when it came in.
             self.quotas.record_mutations(principal, correction, now)
+
+
+def _cost(v: Verdict) -> int:
+    assert v.cost is not None, "a topic whose cost needs the cache is looked up before it is charged"
+    return v.cost

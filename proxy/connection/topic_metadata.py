@@ -57,6 +57,15 @@ class TopicMetadata:
             return None
         return self._partitions.get(name)
 
+    def colliding(self, name: str) -> str | None:
+        """A known topic whose name is ``name``'s once '.' and '_' are unified (Kafka's
+        Topic.hasCollision: both end up in the same metric names), other than ``name`` itself."""
+        if "." not in name and "_" not in name:
+            return None
+        unified = name.replace(".", "_")
+        return next((known for known in self._partitions if known != name and known.replace(".", "_") == unified),
+                    None)
+
     def __len__(self) -> int:
         return len(self._partitions)
 

@@ -23,12 +23,13 @@ from helpers.playbook import (
     to_client,
     to_upstream,
 )
-from kafka.protocol.admin.topics import CreatePartitionsRequest
+from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, CreateTopicsResponse
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.events import MuteReason, Side
+from kqp.quotas.model import Principal
 
 NOW = 100.0
 BYTES = {"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id": "c", "producer_byte_rate": 1000}]}
@@ -140,6 +141,7 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
 
 MUTATIONS = {"window_size_seconds": 1, "window_count": 2,
              "entities": [{"client_id": "admin", "controller_mutation_rate": 5}]}
+ADMIN = Principal("ANONYMOUS", "admin")
 
 
 def grow(correlation_id: int, topic: str, count: int) -> bytes:
@@ -180,6 +182,34 @@ def test_a_request_planned_again_after_its_lookup_is_counted_once() -> None:
     assert core.handle(ev.ClientData(NOW, grow(1, "g", 6)))[-1] == ev.LookUpTopics()
     core.handle(ev.TopicsLookedUp(NOW))
     assert recorder.requests == [ApiKey.CreatePartitions]
+
+
+def create_topics(correlation_id: int, *names: str) -> bytes:
+    entries = [CreateTopicsRequest.CreatableTopic(name=n, num_partitions=1, replication_factor=1, assignments=[],
+                                                  configs=[]) for n in names]
+    return encode_request(ApiKey.CreateTopics, 7, correlation_id, "admin", topics=entries, timeout_ms=1000,
+                          validate_only=False)
+
+
+def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream() -> None:
+    """Bucket: rate 5/s, burst 10, in debt by 20 (throttle 4 s). [orders, fresh]: fresh would get 89,
+    so whether orders exists decides between 36 and 89: the core holds the request for a lookup,
+    which finds it. kqp then answers alone (nothing is admitted): 36 for orders, 89 for fresh,
+    throttled 4 s and muted."""
+    core = connected_core(MUTATIONS)
+    core.parts.metering.quotas.record_mutations(ADMIN, 30, NOW)     # K = 10 - 30 = -20
+    request = create_topics(1, "orders", "fresh")
+    play(core, [(ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()])])
+    core.parts.gate.topics.learn("orders", 3)                   # what the lookup found
+    actions = core.handle(ev.TopicsLookedUp(NOW))
+    assert not [a for a in actions if isinstance(a, ev.Send) and a.side is Side.UPSTREAM]
+    [answer] = [a for a in actions if isinstance(a, ev.Send)]
+    decoded = CreateTopicsResponse.decode(b"".join(answer.parts)[9:], version=7)   # flexible header
+    assert [(t.name, t.error_code) for t in decoded.topics] == [("orders", 36), ("fresh", 89)]
+    assert decoded.throttle_time_ms == 4000
+    assert ev.Mute(MuteReason.THROTTLED) in actions and ev.SetTimer(pytest.approx(NOW + 4)) in actions
+    assert actions[-1] == ev.Unmute(MuteReason.LOOKUP)
+    assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == -20, "neither topic spent anything"
 
 
 def test_closing_while_a_lookup_runs_ends_the_wait() -> None:

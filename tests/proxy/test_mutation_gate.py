@@ -28,7 +28,7 @@ from kqp.config.model import HostPort
 from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.messages import encode_request
 from kqp.protocol.mutations import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, THROTTLING_QUOTA_EXCEEDED
-from kqp.proxy.connection.mutation_gate import GATED_APIS, MutationGate
+from kqp.proxy.connection.mutation_gate import GATED_APIS, MutationGate, MutationPlan
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.runtime.topic_lookup import TopicLookup
 from kqp.quotas.manager import QuotaManager
@@ -67,8 +67,9 @@ def create_topics(version: int, partitions: list[int], validate_only: bool = Fal
 
 
 def tokens(gate: MutationGate, clock: Clock) -> float:
-    [state] = [s for s in gate.quotas.snapshot(clock.now) if s.quota_type == "controller_mutation_rate"]
-    return state.tokens
+    left = gate.quotas.mutation_tokens(ADMIN, clock.now)
+    assert left is not None
+    return left
 
 
 def response_frame(api: int, version: int, correlation_id: int, body: bytes) -> memoryview:
@@ -87,24 +88,39 @@ def create_result(name: str, error: int = 0, partitions: int = -1) -> Any:
         replication_factor=1, configs=[])
 
 
-def metadata_body(version: int, topics: dict[str, tuple[int, uuid.UUID]]) -> bytes:
+def metadata_body(version: int, topics: dict[str, tuple[int | None, uuid.UUID]]) -> bytes:
+    """A Metadata response; a topic whose count is None is answered UNKNOWN_TOPIC_OR_PARTITION."""
     Topic = MetadataResponse.MetadataResponseTopic
     Partition = Topic.MetadataResponsePartition
     response = MetadataResponse(version=version, throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=1,
-                                topics=[Topic(error_code=0, name=name, topic_id=topic_id, is_internal=False,
+                                topics=[Topic(error_code=0 if count is not None else 3, name=name, topic_id=topic_id,
+                                              is_internal=False,
                                               partitions=[Partition(error_code=0, partition_index=p, leader_id=1,
                                                                     leader_epoch=0, replica_nodes=[1], isr_nodes=[1],
-                                                                    offline_replicas=[]) for p in range(count)])
+                                                                    offline_replicas=[]) for p in range(count or 0)])
                                         for name, (count, topic_id) in topics.items()])
     return bytes(response.encode(version=version))
 
 
-def feed_metadata(gate: MutationGate, version: int, topics: dict[str, tuple[int, uuid.UUID]]) -> None:
+def decide(gate: MutationGate, hdr: Any, frame: memoryview, now: float, principal: Principal = ADMIN) -> MutationPlan:
+    """Plan as the core does: when the gate asks for a topic lookup, plan again once it has run
+    (the lookup adds nothing here: the cache already holds what the test put in it)."""
+    plan = gate.plan(principal, hdr, frame, now)
+    return gate.plan(principal, hdr, frame, now, looked_up=True) if plan.needs_lookup else plan
+
+
+def feed_metadata(gate: MutationGate, version: int, topics: dict[str, tuple[int | None, uuid.UUID]],
+                  now: float = 0.0) -> None:
     hdr, frame = request(METADATA, version, topics=None)
-    plan = gate.plan(ADMIN, hdr, frame, 0.0)
+    answer_metadata(gate.plan(ADMIN, hdr, frame, now), version, topics, now)
+
+
+def answer_metadata(plan: MutationPlan, version: int, topics: dict[str, tuple[int | None, uuid.UUID]],
+                    now: float) -> None:
     assert plan.rewrite is not None
-    response = response_frame(METADATA, version, 7, metadata_body(version, topics))
-    assert plan.rewrite(response, len(response) - len(metadata_body(version, topics)), 0.0) is response
+    body = metadata_body(version, topics)
+    response = response_frame(METADATA, version, 7, body)
+    assert plan.rewrite(response, len(response) - len(body), now) is response
 
 
 # -- KIP-599's worked example --------------------------------------------------------------------
@@ -119,9 +135,12 @@ def test_kip599_example_strict_create_topics() -> None:
     assert plan.answer is None and plan.violations == []
     assert plan.frame is frame                       # forwarded untouched
     assert tokens(gate, clock) == -60
-    # The next CreateTopics is answered by kqp alone with error 89, throttle -K/R = 60 / 5 = 12 s.
+    # The next CreateTopics meets K = -60: it would get 89, and kqp does not know whether "next0"
+    # exists (which would make it 36, no tokens): it asks for a lookup first.
     hdr, frame = create_topics(7, [1], prefix="next")
-    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup
+    # Still unknown after it, so new: answered by kqp alone with error 89, throttle -K/R = 60 / 5 = 12 s.
+    plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
     assert plan.answer is not None
     [violation] = plan.violations
     assert violation.throttle_seconds == 12.0
@@ -131,9 +150,9 @@ def test_kip599_example_strict_create_topics() -> None:
     assert struct.unpack_from(">i", plan.answer, 4)[0] == 7     # the client's correlation id
     # At 11.5 s K = -60 + 57.5 = -2.5: still rejected, for 2.5 / 5 = 0.5 s.
     clock.now = 11.5
-    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    plan = decide(gate, hdr, frame, clock.now)
     assert plan.answer is not None and plan.violations[0].throttle_seconds == pytest.approx(0.5)
-    # At 12 s K = 0: admitted again (and K = -1).
+    # At 12 s K = 0: admitted again (and K = -1), without a lookup: nothing would get 89.
     clock.now = 12.0
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert plan.answer is None and plan.violations == []
@@ -143,16 +162,16 @@ def test_kip599_example_strict_create_topics() -> None:
 def test_kip599_example_permissive_old_version() -> None:
     gate, clock = make_gate()
     # CreateTopics v5 cannot carry error 89: the 560 mutations are admitted and the response is
-    # throttled by -K/R = 12 s instead.
+    # throttled by -K/R = 12 s instead (after a lookup: an existing topic would cost nothing).
     hdr, frame = create_topics(5, [80] * 7)
-    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    plan = decide(gate, hdr, frame, clock.now)
     assert plan.answer is None and plan.frame is frame
     [violation] = plan.violations
     assert violation.throttle_seconds == 12.0
     # A later old-version request is admitted too, and throttled by its own debt: K = -60 - 5 at
     # T = 0 gives 65 / 5 = 13 s.
     hdr, frame = create_topics(5, [5], prefix="more")
-    assert gate.plan(ADMIN, hdr, frame, clock.now).violations[0].throttle_seconds == 13.0
+    assert decide(gate, hdr, frame, clock.now).violations[0].throttle_seconds == 13.0
 
 
 # -- split and merge ---------------------------------------------------------------------------
@@ -162,7 +181,7 @@ def test_strict_split_forwards_admitted_and_merges_in_client_order() -> None:
     # 4 topics of 4 partitions: 10 -> 6 -> 2 -> -2 (third admitted at K = 2), fourth rejected at
     # K = -2 with throttle 2 / 5 = 0.4 s.
     hdr, frame = create_topics(7, [4, 4, 4, 4])
-    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    plan = decide(gate, hdr, frame, clock.now)
     assert plan.answer is None and plan.rewrite is not None
     assert plan.violations[0].throttle_seconds == pytest.approx(0.4)
     forwarded = parse_request_header(memoryview(plan.frame))
@@ -181,7 +200,7 @@ def test_strict_split_forwards_admitted_and_merges_in_client_order() -> None:
     merged = CreateTopicsResponse.decode(bytes(body_of(merged_frame, CREATE_TOPICS, 7)), version=7)
     assert [(t.name, t.error_code) for t in merged.topics] == \
         [("t0", 0), ("t1", 36), ("t2", 0), ("t3", THROTTLING_QUOTA_EXCEEDED)]
-    # t1 already existed: not created, so its 4 mutations are refunded: -2 + 4 = 2.
+    # t1 existed behind the lookup's back: not created, so its 4 mutations are refunded: -2 + 4 = 2.
     assert tokens(gate, clock) == pytest.approx(2)
 
 
@@ -221,6 +240,169 @@ def test_broker_default_partitions_are_estimated_then_settled() -> None:
     assert gate.topics.partitions("t0") == 6
 
 
+# -- the broker's own errors come first (strict mode) ----------------------------------------------
+
+def drain(gate: MutationGate, clock: Clock, partitions: int) -> None:
+    """Spend tokens with a topic of `partitions`, created and known to the cache."""
+    hdr, frame = create_topics(7, [partitions], prefix=f"drain{partitions}-")
+    assert gate.plan(ADMIN, hdr, frame, clock.now).violations == []
+    gate.topics.learn(f"drain{partitions}-0", partitions)
+
+
+def entries(frame: bytes | memoryview, api: int, version: int) -> list[tuple[str | None, int, str | None]]:
+    cls = {CREATE_TOPICS: CreateTopicsResponse, DELETE_TOPICS: DeleteTopicsResponse,
+           CREATE_PARTITIONS: CreatePartitionsResponse}[api]
+    decoded = cls.decode(bytes(body_of(frame, api, version)), version=version)
+    results = decoded.topics if api == CREATE_TOPICS else decoded.responses if api == DELETE_TOPICS else decoded.results
+    return [(r.name, r.error_code, r.error_message) for r in results]
+
+
+def test_create_if_not_exists_never_sees_89_while_the_bucket_is_negative() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    gate.topics.learn("orders", 3)
+    drain(gate, clock, 30)                              # K = 10 - 30 = -20: throttle 4 s
+    # ReplicationControlManager.createTopics marks existing topics TOPIC_ALREADY_EXISTS before
+    # createTopic (where the quota is) ever runs: 36, no tokens, no throttle, whatever K is. With
+    # nothing over quota the request goes upstream untouched, and the upstream says 36 itself.
+    hdr, frame = request(CREATE_TOPICS, 7, timeout_ms=1000, validate_only=False, topics=[
+        Creatable(name="orders", num_partitions=3, replication_factor=1, assignments=[], configs=[])])
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert not plan.needs_lookup and plan.frame is frame and plan.violations == [] and plan.answer is None
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("orders", error=36)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    assert tokens(gate, clock) == -20                   # nothing spent, nothing refunded
+
+
+def test_refusals_and_89s_are_answered_together_in_client_order() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    gate.topics.learn("orders", 3)
+    drain(gate, clock, 30)                              # K = -20
+    # [orders (exists), zero (num_partitions 0), new]: the first two are the broker's own errors,
+    # spending nothing; "new" meets K = -20: 89, throttle 20 / 5 = 4 s. Nothing is admitted, so kqp
+    # answers alone (all three names were decided: no lookup; "new" after one).
+    hdr, frame = request(CREATE_TOPICS, 7, timeout_ms=1000, validate_only=False, topics=[
+        Creatable(name="orders", num_partitions=3, replication_factor=1, assignments=[], configs=[]),
+        Creatable(name="zero", num_partitions=0, replication_factor=1, assignments=[], configs=[]),
+        Creatable(name="new", num_partitions=1, replication_factor=1, assignments=[], configs=[])])
+    assert gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup     # "new" may exist: it would be 36
+    plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
+    assert plan.answer is not None and plan.violations[0].throttle_seconds == 4.0
+    assert entries(plan.answer, CREATE_TOPICS, 7) == [
+        ("orders", 36, "Topic 'orders' already exists."),
+        ("zero", 37, "Number of partitions was set to an invalid non-positive value."),
+        ("new", THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")]
+    assert tokens(gate, clock) == -20
+
+
+def test_a_refused_topic_spends_nothing_that_a_later_topic_could_have_used() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    gate.topics.learn("orders", 3)
+    # [big (12), orders (exists), after (2)]: big is admitted at K = 10 (K = -2); orders is refused
+    # without touching K; after meets K = -2: 89 (throttle 0.4 s). Had orders been charged and
+    # refunded later, nothing would differ here; had it been charged 3 before "after" ran, the
+    # throttle would read 1 s.
+    hdr, frame = request(CREATE_TOPICS, 7, timeout_ms=1000, validate_only=False, topics=[
+        Creatable(name="big", num_partitions=12, replication_factor=1, assignments=[], configs=[]),
+        Creatable(name="orders", num_partitions=3, replication_factor=1, assignments=[], configs=[]),
+        Creatable(name="after", num_partitions=2, replication_factor=1, assignments=[], configs=[])])
+    plan = decide(gate, hdr, frame, clock.now)
+    assert plan.violations[0].throttle_seconds == pytest.approx(0.4)
+    split = CreateTopicsRequest.decode(bytes(memoryview(plan.frame)[hdr.body_offset:]), version=7)
+    assert [t.name for t in split.topics] == ["big"]          # only the admitted topic goes upstream
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("big", partitions=12)])
+                 .encode(version=7))
+    merged = plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    assert [(n, e) for n, e, _ in entries(merged, CREATE_TOPICS, 7)] == \
+        [("big", 0), ("orders", 36), ("after", THROTTLING_QUOTA_EXCEEDED)]
+    assert tokens(gate, clock) == -2
+
+
+def test_a_topic_the_cache_does_not_know_is_looked_up_only_when_it_matters() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    # Within quota: a topic kqp does not know is taken to be new; if it exists the upstream says
+    # 36 and the charge is refunded (the bucket ends as the broker's would).
+    hdr, frame = create_topics(7, [4], prefix="maybe")
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert not plan.needs_lookup and tokens(gate, clock) == 6
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("maybe0", error=36)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    assert tokens(gate, clock) == 10
+    # Over quota, the same question decides between 36 and 89: asked. Here the lookup finds it.
+    drain(gate, clock, 30)                              # K = -20
+    assert gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup
+    gate.topics.learn("maybe0", 4)                      # what the lookup learned
+    plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
+    assert plan.frame is frame and plan.violations == [], "36 from the upstream, not 89 from kqp"
+
+
+def test_delete_of_a_missing_topic_gets_3_not_89() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    gate.topics.learn("real", 4)
+    drain(gate, clock, 30)                              # K = -20
+    DeleteState = DeleteTopicsRequest.DeleteTopicState
+    hdr, frame = request(DELETE_TOPICS, 6, timeout_ms=1000, topics=[
+        DeleteState(name="ghost", topic_id=None), DeleteState(name=None, topic_id=uuid.UUID(int=5)),
+        DeleteState(name="real", topic_id=None)])
+    # ghost and the id: unknown, so looked up; still unknown after: ControllerApis.deleteTopics
+    # answers 3 (by name) and 100 (by id) before the controller's quota. real meets K = -20: 89.
+    assert gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup
+    plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
+    assert plan.answer is not None and plan.violations[0].throttle_seconds == 4.0
+    assert entries(plan.answer, DELETE_TOPICS, 6) == [
+        ("ghost", 3, "This server does not host this topic-partition."),
+        (None, 100, "This server does not host this topic ID."),
+        ("real", THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")]
+    # Alone, the missing topic goes upstream untouched (nothing over quota) and costs nothing.
+    hdr, frame = request(DELETE_TOPICS, 6, timeout_ms=1000, topics=[DeleteState(name="ghost", topic_id=None)])
+    plan = decide(gate, hdr, frame, clock.now)
+    assert plan.frame is frame and plan.violations == [] and tokens(gate, clock) == -20
+
+
+def test_create_partitions_not_above_the_current_count_gets_37() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    gate.topics.learn("grow", 3)
+    drain(gate, clock, 30)                              # K = -20
+    Topic = CreatePartitionsRequest.CreatePartitionsTopic
+    hdr, frame = request(CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False, topics=[
+        Topic(name="grow", count=3, assignments=None), Topic(name="grow-more", count=8, assignments=None)])
+    gate.topics.learn("grow-more", 4)
+    # grow to 3 = its count: 37; grow-more 4 -> 8 meets K = -20: 89.
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert entries(plan.answer, CREATE_PARTITIONS, 3) == [
+        ("grow", 37, "Topic already has 3 partition(s)."),
+        ("grow-more", THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")]
+
+
+def test_permissive_versions_do_not_charge_refused_topics() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    gate.topics.learn("orders", 30)
+    # CreateTopics v5: everything goes upstream and is recorded, but orders exists and zero is
+    # invalid: the broker records neither. new costs 4: K = 10 - 4 = 6, no throttle (had orders
+    # been charged its 30, K = -24 and a 4.8 s throttle).
+    hdr, frame = request(CREATE_TOPICS, 5, timeout_ms=1000, validate_only=False, topics=[
+        Creatable(name="orders", num_partitions=30, replication_factor=1, assignments=[], configs=[]),
+        Creatable(name="zero", num_partitions=0, replication_factor=1, assignments=[], configs=[]),
+        Creatable(name="new", num_partitions=4, replication_factor=1, assignments=[], configs=[])])
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert plan.frame is frame and plan.violations == [] and tokens(gate, clock) == 6
+
+
+def test_a_topic_the_cache_misjudged_is_charged_when_the_upstream_creates_it() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    gate.topics.learn("stale", 2)                       # deleted behind kqp's back since
+    hdr, frame = request(CREATE_TOPICS, 7, timeout_ms=1000, validate_only=False, topics=[
+        Creatable(name="stale", num_partitions=5, replication_factor=1, assignments=[], configs=[])])
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert plan.frame is frame and tokens(gate, clock) == 10      # refused as existing: 0
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("stale", partitions=5)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    # The upstream created it: the broker would have charged its 5 partitions, so kqp does now.
+    assert tokens(gate, clock) == 5 and gate.topics.partitions("stale") == 5
+
+
 # -- DeleteTopics and CreatePartitions need the topic cache --------------------------------------
 
 def test_delete_unknown_topic_asks_for_a_lookup_first() -> None:
@@ -229,10 +411,11 @@ def test_delete_unknown_topic_asks_for_a_lookup_first() -> None:
     hdr, frame = request(DELETE_TOPICS, 6, topics=[DeleteState(name="ghost", topic_id=None)], timeout_ms=1000)
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert plan.needs_lookup and plan.answer is None and plan.rewrite is None
-    # After the lookup the topic is still unknown, so it does not exist and costs nothing.
+    # After the lookup the topic is still unknown, so it does not exist and costs nothing; nothing
+    # is over quota, so the upstream answers it (UNKNOWN_TOPIC_OR_PARTITION) itself.
     plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
-    assert not plan.needs_lookup and plan.violations == []
-    assert tokens(gate, clock) == 500
+    assert not plan.needs_lookup and plan.violations == [] and plan.frame is frame
+    assert gate.quotas.mutation_tokens(ADMIN, clock.now) == 500
 
 
 def test_delete_by_name_and_by_id_costs_the_partitions_metadata_shows() -> None:
