@@ -22,7 +22,9 @@ The rules, Kafka's:
   admitted topic never throttles (StrictControllerMutationQuota).
 * Older versions get the permissive quota: everything is forwarded, the request's cost is
   recorded, and the response is throttled (KIP-219 through the core's usual path).
-* validate_only requests are forwarded and not counted.
+* validate_only CreateTopics and CreatePartitions are charged like the real thing: the KRaft
+  controller applies the quota before validate_only drops the result's records. (DeleteTopics has
+  no validate_only.)
 * What a topic costs: CreateTopics its partition count (``num_partitions: -1``, the broker's
   default, counts as Kafka's default of 1 until the response reports the real count, v5+);
   DeleteTopics the partitions it has; CreatePartitions the ones it adds.
@@ -107,11 +109,10 @@ class MutationGate:
         if api == METADATA:
             return MutationPlan(frame, rewrite=self._metadata_hook(version))
         topics, validate_only = mutation_request(api, version, frame[hdr.body_offset:])
-        if validate_only:
-            return MutationPlan(frame)
         if MUTATION not in self.quotas.limits(principal):
             # Not limited, but its effects still keep the topic cache right for those who are.
-            return MutationPlan(frame, rewrite=self._settler(api, version, None, [(t, 0) for t in topics]))
+            return MutationPlan(frame, rewrite=self._settler(api, version, None, [(t, 0) for t in topics],
+                                                             validate_only))
         verdicts = [verdict(api, topic, self.topics, looked_up, DEFAULT_NUM_PARTITIONS) for topic in topics]
         strict = knows_throttling_error(api, version)
         if not looked_up and (any(v.cost is None for v in verdicts)
@@ -119,11 +120,11 @@ class MutationGate:
                                                                                        strict, now))):
             return MutationPlan(frame, needs_lookup=True)
         if strict:
-            return self._strict(principal, hdr, frame, topics, verdicts, now)
+            return self._strict(principal, hdr, frame, topics, verdicts, now, validate_only)
         costs = [_cost(v) for v in verdicts]
         violations = self.quotas.record_mutations(principal, sum(costs), now)
-        return MutationPlan(frame, violations,
-                            rewrite=self._settler(api, version, principal, list(zip(topics, costs, strict=True))))
+        return MutationPlan(frame, violations, rewrite=self._settler(
+            api, version, principal, list(zip(topics, costs, strict=True)), validate_only))
 
     def _over_quota(self, principal: Principal, verdicts: Sequence[Verdict], strict: bool, now: float) -> bool:
         """Whether the request, as the verdicts cost it, would meet the quota: some topic rejected
@@ -143,7 +144,7 @@ class MutationGate:
 
     # -- the strict quota ----------------------------------------------------------------------
     def _strict(self, principal: Principal, hdr: RequestHeader, frame: memoryview, topics: list[TopicMutation],
-                verdicts: list[Verdict], now: float) -> MutationPlan:
+                verdicts: list[Verdict], now: float, validate_only: bool) -> MutationPlan:
         api, version = hdr.api_key, hdr.api_version
         admitted: list[int] = []
         refused: dict[int, tuple[int, str | None]] = {}
@@ -161,7 +162,7 @@ class MutationGate:
             # Nothing over quota: the upstream answers every topic, its own refusals included
             # (charged 0, and charged what they really cost should the cache have been wrong).
             forwarded = [(topics[i], 0 if i in refused else _cost(verdicts[i])) for i in range(len(topics))]
-            return MutationPlan(frame, rewrite=self._settler(api, version, principal, forwarded))
+            return MutationPlan(frame, rewrite=self._settler(api, version, principal, forwarded, validate_only))
         log.debug("%s: %s v%d: %d of %d topics over controller_mutation_rate (%d refused first), throttle %.3fs",
                   principal, api, version, len(topics) - len(admitted) - len(refused), len(topics), len(refused),
                   worst.throttle_seconds)
@@ -171,7 +172,8 @@ class MutationGate:
             head = encode_response_header(api, version, hdr.correlation_id)
             return MutationPlan(frame, [worst], answer=frame_of(head, body))
         split = split_mutation_request(api, version, frame[hdr.body_offset:], admitted)
-        settle = self._settler(api, version, principal, [(topics[i], _cost(verdicts[i])) for i in admitted])
+        settle = self._settler(api, version, principal, [(topics[i], _cost(verdicts[i])) for i in admitted],
+                               validate_only)
 
         def merge(response: memoryview, body_offset: int, now: float) -> bytes:
             settle(response, body_offset, now)
@@ -191,17 +193,18 @@ class MutationGate:
         return learn
 
     def _settler(self, api: int, version: int, principal: Principal | None,
-                 forwarded: Sequence[tuple[TopicMutation, int]]) -> Rewrite:
+                 forwarded: Sequence[tuple[TopicMutation, int]], validate_only: bool) -> Rewrite:
         """A pass-through rewrite that settles the charge and the topic cache from the answer."""
 
         def settle(response: memoryview, body_offset: int, now: float) -> memoryview:
-            self._settle(api, version, principal, forwarded, response[body_offset:], now)
+            self._settle(api, version, principal, forwarded, validate_only, response[body_offset:], now)
             return response
 
         return settle
 
     def _settle(self, api: int, version: int, principal: Principal | None,
-                forwarded: Sequence[tuple[TopicMutation, int]], body: memoryview, now: float) -> None:
+                forwarded: Sequence[tuple[TopicMutation, int]], validate_only: bool, body: memoryview,
+                now: float) -> None:
         try:
             response = message_classes(api)[1].decode(bytes(body), version=version)
             results = list(getattr(response, _RESULTS_FIELD[api]) or ())
@@ -224,7 +227,10 @@ class MutationGate:
                 else:
                     actual = topic.partitions if topic.partitions is not None else DEFAULT_NUM_PARTITIONS
                 correction += actual - cost   # the default estimated, or a topic the cache misjudged
-                self.topics.learn(topic.key, actual, topic_id_of(getattr(result, "topic_id", None)))
+                if not validate_only:
+                    self.topics.learn(topic.key, actual, topic_id_of(getattr(result, "topic_id", None)))
+            elif validate_only:
+                continue
             elif api == DELETE_TOPICS:
                 self.topics.forget(result.name, topic.topic_id)
             elif topic.target_count is not None:

@@ -204,14 +204,34 @@ def test_strict_split_forwards_admitted_and_merges_in_client_order() -> None:
     assert tokens(gate, clock) == pytest.approx(2)
 
 
-def test_validate_only_is_not_counted() -> None:
-    gate, clock = make_gate(rate=5, window_count=2)
+def test_validate_only_is_charged_like_the_real_thing() -> None:
+    """The KRaft controller applies the quota in createTopic / createPartitions, before
+    validate_only drops the result's records: a validation costs what the creation would."""
+    gate, clock = make_gate(rate=5, window_count=2)     # B = 10
+    # [50, 50]: t0 admitted at K = 10 (K = -40), t1 meets K = -40: 89, throttle 40 / 5 = 8 s.
     hdr, frame = create_topics(7, [50, 50], validate_only=True)
+    plan = decide(gate, hdr, frame, clock.now)
+    assert plan.violations[0].throttle_seconds == 8.0
+    split = CreateTopicsRequest.decode(bytes(memoryview(plan.frame)[hdr.body_offset:]), version=7)
+    assert [t.name for t in split.topics] == ["t0"] and split.validate_only
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("t0", partitions=50)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    assert tokens(gate, clock) == -40                   # the validation stays charged
+    assert gate.topics.partitions("t0") is None, "validated, not created"
+    # CreatePartitions validate_only too: growing g from 2 to 5 costs 3 (at t = 10 s K = -40 + 50 = 10).
+    clock.now = 10.0
+    gate.topics.learn("g", 2)
+    Topic = CreatePartitionsRequest.CreatePartitionsTopic
+    hdr, frame = request(CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=True,
+                         topics=[Topic(name="g", count=5, assignments=None)])
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
-    assert plan.frame is frame and plan.violations == [] and plan.rewrite is None
-    hdr, frame = create_topics(7, [1])
-    gate.plan(ADMIN, hdr, frame, clock.now)
-    assert tokens(gate, clock) == 9                     # only the real request: 10 - 1
+    assert plan.frame is frame and tokens(gate, clock) == 7
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    body = bytes(CreatePartitionsResponse(throttle_time_ms=0, results=[
+        Result(name="g", error_code=0, error_message=None)]).encode(version=3))
+    plan.rewrite(response_frame(CREATE_PARTITIONS, 3, 7, body), 9, clock.now)
+    assert gate.topics.partitions("g") == 2 and tokens(gate, clock) == 7
 
 
 def test_unlimited_principal_passes_but_keeps_the_cache() -> None:
