@@ -25,9 +25,9 @@ The rules, Kafka's:
 * validate_only CreateTopics and CreatePartitions are charged like the real thing: the KRaft
   controller applies the quota before validate_only drops the result's records. (DeleteTopics has
   no validate_only.)
-* What a topic costs: CreateTopics its partition count (``num_partitions: -1``, the broker's
-  default, counts as Kafka's default of 1 until the response reports the real count, v5+);
-  DeleteTopics the partitions it has; CreatePartitions the ones it adds.
+* What a topic costs: CreateTopics its partition count (``num_partitions: -1`` the controller's
+  default, learned from earlier CreateTopics answers, else Kafka's default of 1, settled from the
+  answer at v5+); DeleteTopics the partitions it has; CreatePartitions the ones it adds.
 * Topics the upstream refuses anyway (a bad config value, a policy...) are refunded when its
   answer arrives: the broker records only the mutations it carries out.
 
@@ -71,8 +71,8 @@ log = logging.getLogger("kqp.mutations")
 METADATA = ApiKey.Metadata
 GATED_APIS = frozenset({METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})
 MUTATION = "controller_mutation_rate"
-# Kafka's `num.partitions` default: what a CreateTopics topic asking for the broker's default is
-# charged until the response (v5+) says how many partitions it got.
+# Kafka's `num.partitions` default: what a CreateTopics topic asking for the controller's default
+# is charged until a CreateTopics answer (v5+) has said what that default is.
 DEFAULT_NUM_PARTITIONS = 1
 _RESULTS_FIELD = {CREATE_TOPICS: "topics", DELETE_TOPICS: "responses", CREATE_PARTITIONS: "results"}
 
@@ -96,6 +96,10 @@ class MutationGate:
         self.topics = topics
 
     @property
+    def _default_partitions(self) -> int:
+        return self.topics.default_partitions or DEFAULT_NUM_PARTITIONS
+
+    @property
     def active(self) -> bool:
         """Whether any entity has a mutation quota (else every gated request passes untouched)."""
         return MUTATION in self.quotas.settings.quota_types
@@ -113,7 +117,7 @@ class MutationGate:
             # Not limited, but its effects still keep the topic cache right for those who are.
             return MutationPlan(frame, rewrite=self._settler(api, version, None, [(t, 0) for t in topics],
                                                              validate_only))
-        verdicts = [verdict(api, topic, self.topics, looked_up, DEFAULT_NUM_PARTITIONS) for topic in topics]
+        verdicts = [verdict(api, topic, self.topics, looked_up, self._default_partitions) for topic in topics]
         strict = knows_throttling_error(api, version)
         if not looked_up and (any(v.cost is None for v in verdicts)
                               or (any(v.unsure for v in verdicts) and self._over_quota(principal, verdicts,
@@ -224,8 +228,10 @@ class MutationGate:
                 reported = getattr(result, "num_partitions", None)   # v5+; -1 when not told
                 if isinstance(reported, int) and reported > 0:
                     actual = reported
+                    if topic.num_partitions == -1 and not topic.assignments:
+                        self.topics.default_partitions = reported    # the controller's num.partitions
                 else:
-                    actual = topic.partitions if topic.partitions is not None else DEFAULT_NUM_PARTITIONS
+                    actual = topic.partitions if topic.partitions is not None else self._default_partitions
                 correction += actual - cost   # the default estimated, or a topic the cache misjudged
                 if not validate_only:
                     self.topics.learn(topic.key, actual, topic_id_of(getattr(result, "topic_id", None)))

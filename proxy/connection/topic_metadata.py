@@ -15,6 +15,11 @@ This module is pure: the lookup's I/O lives in the runtime.
 
 Topics are known by name and, where the upstream reports ids (Metadata v10+), by id too, because
 DeleteTopics v6+ may name a topic by id only.
+
+One more number belongs here: the partition count the controller gives a CreateTopics topic that
+asks for its default (``num_partitions: -1``), learned from CreateTopics answers (v5+ report the
+count each topic got). Until one has come back it is unknown, and Kafka's default
+``num.partitions`` of 1 stands in for it.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class TopicMetadata:
     def __init__(self) -> None:
         self._partitions: dict[str, int] = {}
         self._names: dict[uuid.UUID, str] = {}
+        self.default_partitions: int | None = None   # the controller's num.partitions, once seen
 
     # -- reading -------------------------------------------------------------------------------
     def partitions(self, name: str | None, topic_id: uuid.UUID | None = None) -> int | None:

@@ -247,17 +247,50 @@ def test_unlimited_principal_passes_but_keeps_the_cache() -> None:
     assert gate.quotas.snapshot(clock.now) == []    # nothing charged to anyone
 
 
-def test_broker_default_partitions_are_estimated_then_settled() -> None:
-    gate, clock = make_gate(rate=5, window_count=2)
-    # num_partitions -1: charged Kafka's default of 1 (10 -> 9) until the v7 response says 6.
+def test_broker_default_partitions_are_learned_from_the_first_answer() -> None:
+    """num_partitions -1 takes the controller's num.partitions, which kqp learns from CreateTopics
+    answers (v5+ report each topic's count): the first such topic is charged Kafka's default of 1
+    and settled, later ones are charged the real count when they come in."""
+    gate, clock = make_gate(rate=5, window_count=4)     # B = 5 x 4 x 1 = 20
     hdr, frame = create_topics(7, [-1])
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
-    assert tokens(gate, clock) == 9
+    assert tokens(gate, clock) == 19                    # 20 - 1
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("t0", partitions=6)])
                  .encode(version=7))
     plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
-    assert tokens(gate, clock) == 4                     # 9 - (6 - 1)
-    assert gate.topics.partitions("t0") == 6
+    assert tokens(gate, clock) == 14                    # 19 - (6 - 1)
+    assert gate.topics.partitions("t0") == 6 and gate.topics.default_partitions == 6
+    # The next default topic costs 6 at once: 14 - 6 = 8, and its answer changes nothing.
+    hdr, frame = create_topics(7, [-1], prefix="u")
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert tokens(gate, clock) == 8
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("u0", partitions=6)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    assert tokens(gate, clock) == 8
+
+
+def test_the_default_is_learned_from_anyone_s_answer_and_not_from_manual_assignments() -> None:
+    gate, clock = make_gate()
+    # An unlimited principal's topic with -1 teaches the default too (nothing is charged to it).
+    hdr, frame = request(CREATE_TOPICS, 7, client_id="someone-else", timeout_ms=1000, topics=[
+        Creatable(name="free", num_partitions=-1, replication_factor=-1, assignments=[], configs=[])])
+    plan = gate.plan(OTHER, hdr, frame, clock.now)
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("free", partitions=3)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    assert gate.topics.default_partitions == 3
+    # A manual assignment also sends -1, but its count is the assignments', not the default.
+    Assignment = Creatable.CreatableReplicaAssignment
+    hdr, frame = request(CREATE_TOPICS, 7, timeout_ms=1000, topics=[Creatable(
+        name="manual", num_partitions=-1, replication_factor=-1, configs=[],
+        assignments=[Assignment(partition_index=p, broker_ids=[1]) for p in range(5)])])
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    assert tokens(gate, clock) == 495
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("manual", partitions=5)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    assert gate.topics.default_partitions == 3
 
 
 # -- the broker's own errors come first (strict mode) ----------------------------------------------
