@@ -2,10 +2,11 @@
 `controller_mutation_rate`, topic by topic, as a Kafka controller enforces it.
 
 The connection core hands every request of these APIs (and every Metadata request, whose answer
-feeds the topic cache) to `MutationGate.plan`, which returns a `MutationPlan`: what to forward, the
-quota violations known now, an optional `rewrite` of the upstream's response, kqp's own answer when
-nothing is forwarded, or that a topic lookup must run first. The gate is pure (the lookup's I/O is
-the runtime's); the core stays the one place that decides what is sent and muted.
+feeds the topic cache and may report auto-created topics) to `MutationGate.plan`, which returns a
+`MutationPlan`: what to forward, the quota violations known now, an optional `rewrite` of the
+upstream's response, kqp's own answer when nothing is forwarded, or that a topic lookup must run
+first. The gate is pure (the lookup's I/O is the runtime's); the core stays the one place that
+decides what is sent and muted.
 
 The rules, Kafka's:
 
@@ -30,11 +31,16 @@ The rules, Kafka's:
   answer at v5+); DeleteTopics the partitions it has; CreatePartitions the ones it adds.
 * Topics the upstream refuses anyway (a bad config value, a policy...) are refunded when its
   answer arrives: the broker records only the mutations it carries out.
+* Topics a Metadata request auto-creates are charged to the requester permissively (the broker's
+  AutoTopicCreationManager records them on a permissive quota, and the Metadata response is not
+  throttled for them): a topic the request named, which did not exist, counts once it shows up
+  with partitions.
 
 The topic cache is trusted when it knows a topic. When it does not: a DeleteTopics or
 CreatePartitions topic is looked up first (its cost depends on it); a CreateTopics topic is taken
 to be new, unless that matters (some topic would get 89, or the permissive throttle is non-zero),
-when it is looked up too, so that an existing topic gets 36 and not 89.
+when it is looked up too, so that an existing topic gets 36 and not 89; a topic a Metadata request
+may auto-create is looked up, to know whether it existed.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from kqp.protocol.mutations import (
     TopicMutation,
     knows_throttling_error,
     merge_mutation_response,
+    metadata_auto_create,
     mutation_request,
     split_mutation_request,
 )
@@ -74,6 +81,11 @@ MUTATION = "controller_mutation_rate"
 # Kafka's `num.partitions` default: what a CreateTopics topic asking for the controller's default
 # is charged until a CreateTopics answer (v5+) has said what that default is.
 DEFAULT_NUM_PARTITIONS = 1
+# How long a topic a Metadata request may have auto-created is awaited: Kafka's broker sends the
+# creation to the controller with its request.timeout.ms (30 s by default) and then forgets it
+# (AutoTopicCreationManager).
+AUTO_CREATE_SECONDS = 30.0
+MAX_AUTO_CREATES = 1000     # awaited at once; the oldest give way
 _RESULTS_FIELD = {CREATE_TOPICS: "topics", DELETE_TOPICS: "responses", CREATE_PARTITIONS: "results"}
 
 
@@ -94,6 +106,9 @@ class MutationGate:
     def __init__(self, quotas: QuotaManager, topics: TopicMetadata) -> None:
         self.quotas = quotas
         self.topics = topics
+        # topic -> (who asked, until when): named by a Metadata request that allowed
+        # auto-creation, not existing then; charged to the requester once it shows up.
+        self._auto_created: dict[str, tuple[Principal, float]] = {}
 
     @property
     def _default_partitions(self) -> int:
@@ -109,9 +124,10 @@ class MutationGate:
         """Decide one request; ``looked_up`` says the topic lookup it asked for has run."""
         if not self.active:
             return MutationPlan(frame)
+        self._charge_auto_created(now)
         api, version = hdr.api_key, hdr.api_version
         if api == METADATA:
-            return MutationPlan(frame, rewrite=self._metadata_hook(version))
+            return self._metadata(principal, hdr, frame, now, looked_up)
         topics, validate_only = mutation_request(api, version, frame[hdr.body_offset:])
         if MUTATION not in self.quotas.limits(principal):
             # Not limited, but its effects still keep the topic cache right for those who are.
@@ -188,14 +204,50 @@ class MutationGate:
 
         return MutationPlan(with_body(frame, hdr.body_offset, split), [worst], rewrite=merge)
 
-    # -- responses -----------------------------------------------------------------------------
+    # -- Metadata: the topic cache, and auto-created topics -----------------------------------
+    def _metadata(self, principal: Principal, hdr: RequestHeader, frame: memoryview, now: float,
+                  looked_up: bool) -> MutationPlan:
+        version = hdr.api_version
+        if MUTATION in self.quotas.limits(principal):
+            named = metadata_auto_create(version, frame[hdr.body_offset:])
+            unknown = [n for n in named if self.topics.partitions(n) is None and n not in self._auto_created]
+            if unknown and not looked_up:
+                return MutationPlan(frame, needs_lookup=True)    # did they exist? Only a lookup says
+            for name in unknown:    # they did not: should one show up, this request created it
+                self._await_auto_create(name, principal, now)
+        return MutationPlan(frame, rewrite=self._metadata_hook(version))
+
     def _metadata_hook(self, version: int) -> Rewrite:
         def learn(response: memoryview, body_offset: int, now: float) -> memoryview:
             self.topics.learn_response(version, response[body_offset:])
+            self._charge_auto_created(now)
             return response
 
         return learn
 
+    def _await_auto_create(self, name: str, principal: Principal, now: float) -> None:
+        if len(self._auto_created) >= MAX_AUTO_CREATES:
+            del self._auto_created[next(iter(self._auto_created))]
+        self._auto_created[name] = (principal, now + AUTO_CREATE_SECONDS)
+
+    def _charge_auto_created(self, now: float) -> None:
+        """Charge the awaited auto-creations the cache now knows (from a client's Metadata answer
+        or kqp's own lookup), permissively, as the broker does; drop those awaited too long."""
+        if not self._auto_created:
+            return
+        for name, (principal, until) in list(self._auto_created.items()):
+            partitions = self.topics.partitions(name)
+            if partitions is not None:
+                del self._auto_created[name]
+                if partitions:
+                    log.debug("%s: topic %r auto-created with %d partitions", principal, name, partitions)
+                    # The throttle is not applied to any response (KafkaApis throttles the
+                    # Metadata response for request quotas only): the debt meets the next mutation.
+                    self.quotas.record_mutations(principal, partitions, now)
+            elif until <= now:
+                del self._auto_created[name]
+
+    # -- responses -----------------------------------------------------------------------------
     def _settler(self, api: int, version: int, principal: Principal | None,
                  forwarded: Sequence[tuple[TopicMutation, int]], validate_only: bool) -> Rewrite:
         """A pass-through rewrite that settles the charge and the topic cache from the answer."""
@@ -234,6 +286,7 @@ class MutationGate:
                     actual = topic.partitions if topic.partitions is not None else self._default_partitions
                 correction += actual - cost   # the default estimated, or a topic the cache misjudged
                 if not validate_only:
+                    self._auto_created.pop(topic.key, None)   # created here, not by a Metadata request
                     self.topics.learn(topic.key, actual, topic_id_of(getattr(result, "topic_id", None)))
             elif validate_only:
                 continue

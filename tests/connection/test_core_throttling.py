@@ -9,6 +9,8 @@ so request_percentage sees 0 and only the quotas a test names can throttle.
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from helpers.playbook import (
     Recorder,
@@ -24,6 +26,7 @@ from helpers.playbook import (
     to_upstream,
 )
 from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
@@ -210,6 +213,33 @@ def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream()
     assert ev.Mute(MuteReason.THROTTLED) in actions and ev.SetTimer(pytest.approx(NOW + 4)) in actions
     assert actions[-1] == ev.Unmute(MuteReason.LOOKUP)
     assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == -20, "neither topic spent anything"
+
+
+def test_a_metadata_request_that_may_auto_create_waits_for_a_lookup_then_charges() -> None:
+    """Metadata with allow_auto_topic_creation naming a topic kqp does not know: the lookup says it
+    did not exist, so when the answer shows it with 4 partitions, this request created them:
+    charged to admin permissively (10 - 4 = 6 tokens), the Metadata answer itself unthrottled."""
+    core = connected_core(MUTATIONS)
+    Topic = MetadataRequest.MetadataRequestTopic
+    request = encode_request(ApiKey.Metadata, 9, 1, "admin", topics=[Topic(name="auto")],
+                             allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+                             include_topic_authorized_operations=False)
+    play(core, [
+        (ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()]),
+        (ev.TopicsLookedUp(NOW), [to_upstream(request), ev.Unmute(MuteReason.LOOKUP)]),
+    ])
+    Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+    body = MetadataResponse(version=9, throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=1,
+                            topics=[MetadataResponse.MetadataResponseTopic(
+                                error_code=0, name="auto", is_internal=False,
+                                partitions=[Partition(error_code=0, partition_index=p, leader_id=1, leader_epoch=0,
+                                                      replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
+                                            for p in range(4)])]).encode(version=9)
+    head = struct.pack(">i", 1) + b"\x00"             # Metadata v9: flexible response header
+    response = struct.pack(">i", len(head) + len(body)) + head + bytes(body)
+    play(core, [(ev.UpstreamData(NOW, response), [to_client(response)])])
+    assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == 6
+    assert core.parts.gate.topics.partitions("auto") == 4
 
 
 def test_closing_while_a_lookup_runs_ends_the_wait() -> None:

@@ -22,7 +22,7 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kqp.config.model import HostPort
 from kqp.protocol.headers import encode_response_header, parse_request_header
@@ -121,6 +121,12 @@ def answer_metadata(plan: MutationPlan, version: int, topics: dict[str, tuple[in
     body = metadata_body(version, topics)
     response = response_frame(METADATA, version, 7, body)
     assert plan.rewrite(response, len(response) - len(body), now) is response
+
+
+def metadata_request(names: list[str], allow: bool = True, client_id: str = "admin"):
+    Topic = MetadataRequest.MetadataRequestTopic
+    return request(METADATA, 12, client_id=client_id, topics=[Topic(name=n, topic_id=None) for n in names],
+                   allow_auto_topic_creation=allow, include_topic_authorized_operations=False)
 
 
 # -- KIP-599's worked example --------------------------------------------------------------------
@@ -511,6 +517,88 @@ def test_create_partitions_costs_the_increment() -> None:
         Result(name="grow", error_code=0, error_message=None)]).encode(version=3))
     plan.rewrite(response_frame(CREATE_PARTITIONS, 3, 7, body), 9, clock.now)
     assert gate.topics.partitions("grow") == 9
+
+
+# -- topics auto-created through Metadata --------------------------------------------------------
+
+def test_an_auto_created_topic_is_charged_to_the_requester_permissively() -> None:
+    """KafkaApis.getTopicMetadata has a topic that does not exist auto-created on a
+    PermissiveControllerMutationQuota for the requester; the Metadata response itself is throttled
+    only for request quotas. B = 10."""
+    gate, clock = make_gate(rate=5, window_count=2)
+    hdr, frame = metadata_request(["auto"])
+    # kqp does not know "auto": did it exist? Only a lookup says (an existing topic costs nothing).
+    assert gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup
+    plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
+    assert plan.frame is frame and plan.violations == []
+    # It comes back with 4 partitions: this request created them. K = 10 - 4 = 6.
+    answer_metadata(plan, 12, {"auto": (4, uuid.uuid4())}, clock.now)
+    assert tokens(gate, clock) == 6 and gate.topics.partitions("auto") == 4
+    # Permissive: a 12-partition auto-creation is recorded even past the quota, K = -6, and the
+    # Metadata response is not throttled for it...
+    hdr, frame = metadata_request(["auto", "bigger"])
+    plan = decide(gate, hdr, frame, clock.now)
+    assert plan.violations == []
+    answer_metadata(plan, 12, {"auto": (4, uuid.uuid4()), "bigger": (12, uuid.uuid4())}, clock.now)
+    assert tokens(gate, clock) == -6, "auto existed already: only bigger is charged"
+    # ...but the requester's next mutation meets the debt: 89, throttle 6 / 5 = 1.2 s.
+    hdr, frame = create_topics(7, [1])
+    assert decide(gate, hdr, frame, clock.now).violations[0].throttle_seconds == pytest.approx(1.2)
+
+
+def test_metadata_that_cannot_create_anything_needs_no_lookup() -> None:
+    gate, clock = make_gate()
+    gate.topics.learn("known", 3)
+    for hdr, frame in (metadata_request(["known"]), metadata_request(["unknown"], allow=False),
+                       request(METADATA, 12, topics=None, allow_auto_topic_creation=True,
+                               include_topic_authorized_operations=False)):
+        assert not gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup
+    # Nor does a requester without a mutation quota: there is nothing to charge it.
+    hdr, frame = metadata_request(["unknown"], client_id="someone-else")
+    assert not gate.plan(OTHER, hdr, frame, clock.now).needs_lookup
+
+
+def test_an_auto_creation_that_shows_up_later_is_charged_to_whoever_asked() -> None:
+    """A KRaft broker answers UNKNOWN_TOPIC_OR_PARTITION and has the controller create the topic
+    meanwhile (AutoTopicCreationManager); a ZooKeeper one answers LEADER_NOT_AVAILABLE. The topic
+    is charged when it shows up, in anyone's answer, to the request that asked for it."""
+    gate, clock = make_gate(rate=5, window_count=2)
+    hdr, frame = metadata_request(["later"])
+    plan = decide(gate, hdr, frame, clock.now)
+    answer_metadata(plan, 12, {"later": (None, uuid.UUID(int=0))}, clock.now)
+    assert tokens(gate, clock) == 10
+    # Asked again: awaited already, so no second lookup (and no double charge).
+    assert not gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup
+    # It shows up in another client's all-topics answer with 3 partitions: charged to admin.
+    clock.now = 0.5
+    feed_metadata(gate, 12, {"later": (3, uuid.uuid4())}, clock.now)
+    assert tokens(gate, clock) == 7
+    assert gate.quotas.mutation_tokens(OTHER, clock.now) is None
+
+
+def test_an_auto_creation_is_awaited_for_a_request_timeout_only() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)
+    hdr, frame = metadata_request(["never"])
+    answer_metadata(decide(gate, hdr, frame, clock.now), 12, {"never": (None, uuid.UUID(int=0))}, clock.now)
+    # The broker gives the controller request.timeout.ms (30 s) to create it; a topic of that name
+    # appearing later was created by someone else.
+    clock.now = 31.0
+    feed_metadata(gate, 12, {"never": (5, uuid.uuid4())}, clock.now)
+    assert tokens(gate, clock) == 10
+
+
+def test_a_topic_created_by_create_topics_is_not_charged_again_as_auto_created() -> None:
+    gate, clock = make_gate(rate=5, window_count=2)
+    hdr, frame = metadata_request(["both"])
+    answer_metadata(decide(gate, hdr, frame, clock.now), 12, {"both": (None, uuid.UUID(int=0))}, clock.now)
+    hdr, frame = request(CREATE_TOPICS, 7, timeout_ms=1000, validate_only=False, topics=[
+        Creatable(name="both", num_partitions=2, replication_factor=1, assignments=[], configs=[])])
+    plan = gate.plan(ADMIN, hdr, frame, clock.now)
+    body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("both", partitions=2)])
+                 .encode(version=7))
+    plan.rewrite(response_frame(CREATE_TOPICS, 7, 7, body), 9, clock.now)
+    feed_metadata(gate, 12, {"both": (2, uuid.uuid4())}, clock.now)
+    assert tokens(gate, clock) == 8                     # the CreateTopics' 2, once
 
 
 # -- plumbing --------------------------------------------------------------------------------------
