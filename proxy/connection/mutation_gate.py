@@ -62,6 +62,7 @@ from kqp.protocol.mutations import (
     mutation_request,
     split_mutation_request,
 )
+from kqp.protocol.records import BodyError
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal
 from kqp.quotas.throttle import throttle_ms
@@ -181,7 +182,7 @@ class MutationGate:
         if worst is None:
             # Nothing over quota: the upstream answers every topic, its own refusals included
             # (charged 0, and charged what they really cost should the cache have been wrong).
-            forwarded = [(topics[i], 0 if i in refused else _cost(verdicts[i])) for i in range(len(topics))]
+            forwarded = [(topic, _cost(v)) for topic, v in zip(topics, verdicts, strict=True)]
             return MutationPlan(frame, rewrite=self._settler(api, version, principal, forwarded, validate_only))
         log.debug("%s: %s v%d: %d of %d topics over controller_mutation_rate (%d refused first), throttle %.3fs",
                   principal, api, version, len(topics) - len(admitted) - len(refused), len(topics), len(refused),
@@ -209,7 +210,13 @@ class MutationGate:
                   looked_up: bool) -> MutationPlan:
         version = hdr.api_version
         if MUTATION in self.quotas.limits(principal):
-            named = metadata_auto_create(version, frame[hdr.body_offset:])
+            try:
+                named = metadata_auto_create(version, frame[hdr.body_offset:])
+            except BodyError as exc:
+                # Metadata is every client's lifeline: what kqp cannot read goes to the upstream
+                # as it came (and is not charged), rather than closing the connection.
+                log.debug("%s: Metadata v%d request not readable for auto-creation: %s", principal, version, exc)
+                named = []
             unknown = [n for n in named if self.topics.partitions(n) is None and n not in self._auto_created]
             if unknown and not looked_up:
                 return MutationPlan(frame, needs_lookup=True)    # did they exist? Only a lookup says

@@ -558,6 +558,14 @@ def test_metadata_that_cannot_create_anything_needs_no_lookup() -> None:
     assert not gate.plan(OTHER, hdr, frame, clock.now).needs_lookup
 
 
+def test_a_metadata_request_kqp_cannot_read_goes_on_uncharged() -> None:
+    gate, clock = make_gate()
+    hdr, frame = metadata_request(["some"])
+    cut = memoryview(bytes(frame[:hdr.body_offset + 3]))      # the topic array cut short
+    plan = gate.plan(ADMIN, parse_request_header(cut), cut, clock.now)
+    assert plan.frame is cut and not plan.needs_lookup and plan.rewrite is not None
+
+
 def test_an_auto_creation_that_shows_up_later_is_charged_to_whoever_asked() -> None:
     """A KRaft broker answers UNKNOWN_TOPIC_OR_PARTITION and has the controller create the topic
     meanwhile (AutoTopicCreationManager); a ZooKeeper one answers LEADER_NOT_AVAILABLE. The topic
