@@ -15,14 +15,20 @@ What a topic costs, as Apache Kafka records it (ZkAdminManager / ReplicationCont
 * DeleteTopics: the topic's current partition count: metadata kqp must look up (None here).
 * CreatePartitions: the increment, new count minus current count: ``target_count`` here,
   the current count again from metadata (None here).
-* validate_only: the ZooKeeper-era broker records nothing for it, the KRaft controller checks
-  the quota before it looks at validate_only. The flag is returned for the caller to choose.
+* validate_only: the ZooKeeper-era broker recorded nothing for it; the KRaft controller
+  (ReplicationControlManager.createTopic / createPartitions) applies the quota before the
+  validate_only result drops its records, so it is charged. The flag is returned for the caller.
+
+What a broker refuses before it consults the quota needs more of each entry than its cost, so a
+`TopicMutation` also carries the fields Kafka validates (replication factor, manual assignments,
+null config values). A Metadata request may make a broker create topics too
+(allow_auto_topic_creation): `metadata_auto_create` reads which.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kafka.protocol.admin.topics import (
@@ -33,6 +39,7 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
+from kafka.protocol.metadata import MetadataRequest
 
 from .apis import ApiKey
 from .records import BodyError
@@ -42,6 +49,7 @@ __all__ = [
     "TopicMutation",
     "knows_throttling_error",
     "merge_mutation_response",
+    "metadata_auto_create",
     "mutation_request",
     "split_mutation_request",
 ]
@@ -70,12 +78,21 @@ class TopicMutation:
     partition mutations the topic costs when the request alone tells it, None when it takes
     metadata or broker configuration (see the module docstring); ``target_count`` is the
     partition count a CreatePartitions entry asks for.
+
+    The rest is what the broker validates before it charges anything: CreateTopics'
+    ``num_partitions`` and ``replication_factor`` as sent (-1: the broker's default), the number
+    of manual ``assignments`` (CreateTopics and CreatePartitions; None when there are none, or
+    CreatePartitions sent null), and the names of configs sent with a null value.
     """
 
     key: str
     partitions: int | None
     topic_id: uuid.UUID | None = None
     target_count: int | None = None
+    num_partitions: int | None = None
+    replication_factor: int | None = None
+    assignments: int | None = None
+    null_configs: tuple[str, ...] = ()
 
 
 def knows_throttling_error(api_key: int, api_version: int) -> bool:
@@ -109,14 +126,17 @@ def _mutation(api_key: int, entry: object) -> TopicMutation:
     if entry is None or (api_key != ApiKey.DeleteTopics and entry.name is None):
         raise BodyError("null topic name in a topic mutation request")
     if api_key == ApiKey.CreateTopics:
-        if entry.assignments:
-            return TopicMutation(entry.name, len(entry.assignments))
+        assignments = len(entry.assignments or ())
         count = entry.num_partitions
         # -1 is "the broker's default"; any other non-positive count is invalid and the broker
         # rejects it before recording anything.
-        return TopicMutation(entry.name, None if count == -1 else max(count, 0))
+        cost = assignments if assignments else (None if count == -1 else max(count, 0))
+        nulls = tuple(config.name for config in entry.configs or () if config is not None and config.value is None)
+        return TopicMutation(entry.name, cost, num_partitions=count, replication_factor=entry.replication_factor,
+                             assignments=assignments or None, null_configs=nulls)
     if api_key == ApiKey.CreatePartitions:
-        return TopicMutation(entry.name, None, target_count=entry.count)
+        assignments = None if entry.assignments is None else len(entry.assignments)
+        return TopicMutation(entry.name, None, target_count=entry.count, assignments=assignments)
     if isinstance(entry, str):  # DeleteTopics v0-5: a bare name
         return TopicMutation(entry, None)
     if entry.name is None:
@@ -171,9 +191,14 @@ def merge_mutation_response(
     error_code: int = THROTTLING_QUOTA_EXCEEDED,
     error_message: str | None = DEFAULT_MESSAGE,
     throttle_ms: int = 0,
+    errors: Mapping[int, tuple[int, str | None]] | None = None,
 ) -> bytes:
     """One response body in the client's topic order: upstream results for the admitted topics,
-    kqp-made ``error_code`` entries for the rest, throttle_time_ms = max(upstream's, throttle_ms).
+    kqp-made entries for the rest, throttle_time_ms = max(upstream's, throttle_ms).
+
+    A kqp-made entry carries ``errors[index]`` (error code, message) when given, else
+    ``error_code`` and ``error_message``: the broker's own refusals that kqp decided itself
+    travel with the THROTTLING_QUOTA_EXCEEDED ones.
 
     ``upstream_body`` is the upstream's answer to the split request, None when nothing was
     admitted and kqp answers alone. Upstream results are matched to admitted topics by name (by
@@ -201,7 +226,8 @@ def merge_mutation_response(
             if result is not None:
                 merged.append(result)
         else:
-            merged.append(_rejected(api_key, cls, topic, error_code, error_message))
+            code, message = (errors or {}).get(index, (error_code, error_message))
+            merged.append(_rejected(api_key, cls, topic, code, message))
     merged.extend(upstream_results)
     return _encode(response, api_version, throttle_time_ms=throttle, **{field: merged})
 
@@ -232,6 +258,14 @@ def _rejected(api_key: int, cls: type, topic: TopicMutation, error_code: int, me
     return cls.CreatePartitionsTopicResult(name=topic.key, error_code=error_code, error_message=message)
 
 
-# The old local names, still imported by proxy/connection/mutation_gate.py, which this change may
-# not edit: delete them once it spells ApiKey.CreateTopics and friends. Nothing else uses them.
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions
+def metadata_auto_create(api_version: int, body: memoryview | bytes) -> list[str]:
+    """The topic names a Metadata request lets the broker create if they do not exist.
+
+    Those it names, when it allows auto-creation: the flag from v4 on; before v4 always (the
+    broker's ``auto.create.topics.enable`` alone decides). An all-topics request (null from v1,
+    an empty list at v0) creates nothing, nor does an entry naming its topic by id only (v10+).
+    """
+    request = _decode(MetadataRequest, api_version, body)
+    if not request.topics or (api_version >= 4 and not request.allow_auto_topic_creation):
+        return []
+    return [topic.name for topic in request.topics if topic is not None and topic.name]

@@ -214,6 +214,19 @@ class QuotaManager:
         sensor = self._sensors[MUTATION].get(res.key)
         return sensor is None or (sensor.tokens(now) or 0.0) >= 0
 
+    def mutation_tokens(self, p: Principal, now: float) -> float | None:
+        """Tokens in `p`'s bucket at `now`, spending none; None when no mutation quota applies.
+
+        For a caller that must foresee the strict admission of a whole request before it commits
+        to it (KIP-599 answers a broker's own errors first, and knowing them may take a lookup).
+        """
+        if not self._mutation:
+            return None
+        res = resolutions(self._settings, p).get(MUTATION)
+        if res is None:
+            return None
+        return self._sensor(MUTATION, res, now).tokens(now)
+
     def admit_mutations(self, p: Principal, partitions: int, now: float) -> Violation | None:
         """Strict quota (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+), per topic.
 

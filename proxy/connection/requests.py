@@ -43,7 +43,8 @@ def plan_request(parts: CoreParts, hdr: RequestHeader, head: memoryview, frame: 
     api, version = hdr.api_key, hdr.api_version
     size = sum(map(len, frame))
     metering = parts.metering
-    metering.observer.request(principal, api, size)
+    if not looked_up:   # planned again after a topic lookup: counted the first time
+        metering.observer.request(principal, api, size)
     entry = InFlight(hdr.correlation_id, api, version, principal, now, 0.0, exempt=api in SASL_APIS)
     if api == API_VERSIONS:
         # Answered by kqp: the intersection of the upstream's ranges and kqp's. Before

@@ -15,6 +15,11 @@ This module is pure: the lookup's I/O lives in the runtime.
 
 Topics are known by name and, where the upstream reports ids (Metadata v10+), by id too, because
 DeleteTopics v6+ may name a topic by id only.
+
+One more number belongs here: the partition count the controller gives a CreateTopics topic that
+asks for its default (``num_partitions: -1``), learned from CreateTopics answers (v5+ report the
+count each topic got). Until one has come back it is unknown, and Kafka's default
+``num.partitions`` of 1 stands in for it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from kqp.protocol.apis import ApiKey, message_classes
 
 log = logging.getLogger("kqp.mutations")
 
-METADATA = ApiKey.Metadata
 UNKNOWN_TOPIC_OR_PARTITION = 3
 _DECODE_ERRORS = (struct.error, ValueError, IndexError, TypeError, EOFError, AssertionError, UnicodeDecodeError)
 
@@ -47,6 +51,7 @@ class TopicMetadata:
     def __init__(self) -> None:
         self._partitions: dict[str, int] = {}
         self._names: dict[uuid.UUID, str] = {}
+        self.default_partitions: int | None = None   # the controller's num.partitions, once seen
 
     # -- reading -------------------------------------------------------------------------------
     def partitions(self, name: str | None, topic_id: uuid.UUID | None = None) -> int | None:
@@ -56,6 +61,15 @@ class TopicMetadata:
         if name is None:
             return None
         return self._partitions.get(name)
+
+    def colliding(self, name: str) -> str | None:
+        """A known topic whose name is ``name``'s once '.' and '_' are unified (Kafka's
+        Topic.hasCollision: both end up in the same metric names), other than ``name`` itself."""
+        if "." not in name and "_" not in name:
+            return None
+        unified = name.replace(".", "_")
+        return next((known for known in self._partitions if known != name and known.replace(".", "_") == unified),
+                    None)
 
     def __len__(self) -> int:
         return len(self._partitions)
@@ -98,7 +112,7 @@ class TopicMetadata:
         """Feed a Metadata response body a client is receiving; a body kqp cannot read is skipped
         (the client gets it unchanged either way, and a later lookup fills the gap)."""
         try:
-            response = message_classes(METADATA)[1].decode(bytes(body), version=version)
+            response = message_classes(ApiKey.Metadata)[1].decode(bytes(body), version=version)
         except _DECODE_ERRORS as exc:
             log.debug("metadata response v%d not readable for the topic cache: %r", version, exc)
             return

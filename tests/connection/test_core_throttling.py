@@ -9,6 +9,8 @@ so request_percentage sees 0 and only the quotas a test names can throttle.
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from helpers.playbook import (
     Recorder,
@@ -23,12 +25,14 @@ from helpers.playbook import (
     to_client,
     to_upstream,
 )
-from kafka.protocol.admin.topics import CreatePartitionsRequest
+from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.events import MuteReason, Side
+from kqp.quotas.model import Principal
 
 NOW = 100.0
 BYTES = {"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id": "c", "producer_byte_rate": 1000}]}
@@ -140,6 +144,7 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
 
 MUTATIONS = {"window_size_seconds": 1, "window_count": 2,
              "entities": [{"client_id": "admin", "controller_mutation_rate": 5}]}
+ADMIN = Principal("ANONYMOUS", "admin")
 
 
 def grow(correlation_id: int, topic: str, count: int) -> bytes:
@@ -170,6 +175,71 @@ def test_a_mutation_waits_for_its_topic_lookup_and_nothing_overtakes_it() -> Non
     # The cache says g has 2 partitions until the first grow's answer arrives, so the second one
     # is charged 8 - 2 = 6: 10 - 4 - 6 = 0 tokens left.
     assert state.tokens == 0
+
+
+def test_a_request_planned_again_after_its_lookup_is_counted_once() -> None:
+    recorder = Recorder()
+    core = make_core(MUTATIONS, observer=recorder)
+    core.handle(ev.ClientConnected(NOW))
+    core.handle(ev.UpstreamConnected(NOW))
+    assert core.handle(ev.ClientData(NOW, grow(1, "g", 6)))[-1] == ev.LookUpTopics()
+    core.handle(ev.TopicsLookedUp(NOW))
+    assert recorder.requests == [ApiKey.CreatePartitions]
+
+
+def create_topics(correlation_id: int, *names: str) -> bytes:
+    entries = [CreateTopicsRequest.CreatableTopic(name=n, num_partitions=1, replication_factor=1, assignments=[],
+                                                  configs=[]) for n in names]
+    return encode_request(ApiKey.CreateTopics, 7, correlation_id, "admin", topics=entries, timeout_ms=1000,
+                          validate_only=False)
+
+
+def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream() -> None:
+    """Bucket: rate 5/s, burst 10, in debt by 20 (throttle 4 s). [orders, fresh]: fresh would get 89,
+    so whether orders exists decides between 36 and 89: the core holds the request for a lookup,
+    which finds it. kqp then answers alone (nothing is admitted): 36 for orders, 89 for fresh,
+    throttled 4 s and muted."""
+    core = connected_core(MUTATIONS)
+    core.parts.metering.quotas.record_mutations(ADMIN, 30, NOW)     # K = 10 - 30 = -20
+    request = create_topics(1, "orders", "fresh")
+    play(core, [(ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()])])
+    core.parts.gate.topics.learn("orders", 3)                   # what the lookup found
+    actions = core.handle(ev.TopicsLookedUp(NOW))
+    assert not [a for a in actions if isinstance(a, ev.Send) and a.side is Side.UPSTREAM]
+    [answer] = [a for a in actions if isinstance(a, ev.Send)]
+    decoded = CreateTopicsResponse.decode(b"".join(answer.parts)[9:], version=7)   # flexible header
+    assert [(t.name, t.error_code) for t in decoded.topics] == [("orders", 36), ("fresh", 89)]
+    assert decoded.throttle_time_ms == 4000
+    assert ev.Mute(MuteReason.THROTTLED) in actions and ev.SetTimer(pytest.approx(NOW + 4)) in actions
+    assert actions[-1] == ev.Unmute(MuteReason.LOOKUP)
+    assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == -20, "neither topic spent anything"
+
+
+def test_a_metadata_request_that_may_auto_create_waits_for_a_lookup_then_charges() -> None:
+    """Metadata with allow_auto_topic_creation naming a topic kqp does not know: the lookup says it
+    did not exist, so when the answer shows it with 4 partitions, this request created them:
+    charged to admin permissively (10 - 4 = 6 tokens), the Metadata answer itself unthrottled."""
+    core = connected_core(MUTATIONS)
+    Topic = MetadataRequest.MetadataRequestTopic
+    request = encode_request(ApiKey.Metadata, 9, 1, "admin", topics=[Topic(name="auto")],
+                             allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+                             include_topic_authorized_operations=False)
+    play(core, [
+        (ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()]),
+        (ev.TopicsLookedUp(NOW), [to_upstream(request), ev.Unmute(MuteReason.LOOKUP)]),
+    ])
+    Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+    body = MetadataResponse(version=9, throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=1,
+                            topics=[MetadataResponse.MetadataResponseTopic(
+                                error_code=0, name="auto", is_internal=False,
+                                partitions=[Partition(error_code=0, partition_index=p, leader_id=1, leader_epoch=0,
+                                                      replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
+                                            for p in range(4)])]).encode(version=9)
+    head = struct.pack(">i", 1) + b"\x00"             # Metadata v9: flexible response header
+    response = struct.pack(">i", len(head) + len(body)) + head + bytes(body)
+    play(core, [(ev.UpstreamData(NOW, response), [to_client(response)])])
+    assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == 6
+    assert core.parts.gate.topics.partitions("auto") == 4
 
 
 def test_closing_while_a_lookup_runs_ends_the_wait() -> None:

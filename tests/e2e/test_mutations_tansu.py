@@ -8,6 +8,10 @@ sends CreateTopics v4 and DeleteTopics v4, which do not, so kqp admits every top
 the response and the connection instead. Either way every topic must exist exactly once at the
 end, with the partitions asked for, and be gone after the deletes.
 
+Strict mode also puts the broker's own errors first: a topic that exists gets 36 and a missing
+one 3, never 89, however negative the bucket. And a topic a Metadata request auto-creates is
+charged to the requester.
+
 The quota: 10 partition mutations/s, 2 windows of 1 s: the bucket holds B = 20 tokens.
 """
 
@@ -19,6 +23,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers.names import unique_topic
+from helpers.raw_client import RawConnection, Tally
 from helpers.topics import partition_count
 
 pytestmark = pytest.mark.e2e
@@ -150,3 +155,96 @@ def test_delete_charges_partitions_kqp_had_to_look_up(tansu: str, kqp) -> None:
     assert partition_count(tansu, big) == 0
     assert partition_count(tansu, probe) == 1
     assert "topic metadata lookup" not in proxy.logs()      # the lookup worked: no failure logged
+
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def test_create_if_not_exists_never_sees_89_and_a_missing_delete_gets_3(tansu: str, kqp) -> None:
+    """KIP-599 strict mode puts the broker's own errors first: the controller checks existence
+    before it asks the quota, so an existing topic gets TOPIC_ALREADY_EXISTS (36) and a missing one
+    UNKNOWN_TOPIC_OR_PARTITION (3) however negative the bucket, and spends nothing."""
+    from kafka.admin import KafkaAdminClient
+
+    # Topics that exist, one of them created behind kqp's back (kqp learns it only by asking).
+    existing, behind = unique_topic("exists"), unique_topic("behind")
+    direct = AdminClient({"bootstrap.servers": tansu})
+    direct.create_topics([NewTopic(behind, 2, 1)])[behind].result(20)
+    proxy = kqp(tansu, QUOTAS)
+    admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap, client_id="admin", request_timeout_ms=15_000)
+
+    def create(names: list[str]) -> list[tuple[str, int]]:
+        result = admin.create_topics({n: {"num_partitions": 1, "replication_factor": 1} for n in names},
+                                     raise_errors=False)
+        return [(t["name"], t["error_code"]) for t in result["topics"]]
+
+    def delete(names: list[str]) -> list[tuple[str, int]]:
+        result = admin.delete_topics(names, raise_errors=False)
+        return sorted((t["name"], t["error_code"]) for t in result["topics"])
+
+    try:
+        assert create([existing]) == [(existing, 0)]                   # K = 20 - 1 = 19
+        # A 100-partition topic is admitted at K = 19 and leaves K = -81: every new mutation gets
+        # 89 for the next 8.1 s (R = 10/s).
+        big = unique_topic("big")
+        result = admin.create_topics({big: {"num_partitions": 100, "replication_factor": 1}}, raise_errors=False)
+        assert [t["error_code"] for t in result["topics"]] == [0]
+        started = time.monotonic()
+        # "Create if not exists", ten times over, while the bucket is negative: never 89.
+        for _ in range(10):
+            assert create([existing, behind]) == [(existing, TOPIC_ALREADY_EXISTS), (behind, TOPIC_ALREADY_EXISTS)]
+        # Deleting a topic that is not there: 3, not 89.
+        ghost = unique_topic("ghost")
+        for _ in range(3):
+            assert delete([ghost]) == [(ghost, UNKNOWN_TOPIC_OR_PARTITION)]
+        # Mixed with a topic that does need tokens, each gets its own answer, in the client's order.
+        fresh = unique_topic("fresh")
+        assert create([existing, fresh]) == [(existing, TOPIC_ALREADY_EXISTS), (fresh, THROTTLING_QUOTA_EXCEEDED)]
+        # The same for DeleteTopics, from a second admin: kafka-python pauses the first one for
+        # the throttle that came with the 89.
+        other = KafkaAdminClient(bootstrap_servers=proxy.bootstrap, client_id="admin", request_timeout_ms=15_000)
+        try:
+            result = other.delete_topics([ghost, behind], raise_errors=False)
+            assert sorted((t["name"], t["error_code"]) for t in result["topics"]) == \
+                sorted([(ghost, UNKNOWN_TOPIC_OR_PARTITION), (behind, THROTTLING_QUOTA_EXCEEDED)])
+        finally:
+            other.close()
+        assert time.monotonic() - started < 8.0, "the bucket was negative throughout"
+    finally:
+        admin.close()
+    # Nothing of the above reached the upstream as a mutation: the topics are as they were.
+    assert partition_count(tansu, existing) == 1 and partition_count(tansu, behind) == 2
+    assert partition_count(tansu, fresh) == 0
+
+
+def test_topics_auto_created_through_metadata_are_charged_to_the_requester(tansu: str, kqp) -> None:
+    """Tansu creates a topic a Metadata request names (allow_auto_topic_creation) at once, with 4
+    partitions. kqp charges them to the requester, permissively, as Kafka's
+    AutoTopicCreationManager does: with a burst of B = 1 x 2 x 1 = 2 tokens the requester's
+    bucket ends at 2 - 4 = -2, and its next CreateTopics, within the 2 s the refill needs, gets 89."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.protocol.metadata import MetadataRequest
+
+    if tansu.kind != "tansu":
+        pytest.skip("needs an upstream that auto-creates a topic within the Metadata request itself (Tansu)")
+    quotas = {"window_size_seconds": 1, "window_count": 2,
+              "entities": [{"client_id": "auto", "controller_mutation_rate": 1}]}
+    proxy = kqp(tansu, quotas)
+    auto = unique_topic("auto")
+    with RawConnection(proxy.bootstrap, "auto", Tally()) as raw:
+        # The Metadata answer itself is not throttled: Kafka throttles it for request quotas only.
+        _, answer = raw.call(3, 7, "Metadata", topics=[MetadataRequest.MetadataRequestTopic(name=auto)],
+                             allow_auto_topic_creation=True)
+        assert [(t.name, len(t.partitions)) for t in answer.topics] == [(auto, 4)]
+        assert answer.throttle_time_ms == 0
+        # Naming it again costs nothing more: it exists now.
+        raw.call(3, 7, "Metadata", topics=[MetadataRequest.MetadataRequestTopic(name=auto)],
+                 allow_auto_topic_creation=True)
+    admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap, client_id="auto", request_timeout_ms=15_000)
+    try:
+        probe = unique_topic("after-auto")
+        result = admin.create_topics({probe: {"num_partitions": 1, "replication_factor": 1}}, raise_errors=False)
+        assert [t["error_code"] for t in result["topics"]] == [THROTTLING_QUOTA_EXCEEDED]
+    finally:
+        admin.close()
+    assert partition_count(tansu, probe) == 0

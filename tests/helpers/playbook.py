@@ -48,6 +48,10 @@ class Recorder(ProxyObserver):
     closed: list[str] = field(default_factory=list)
     anomalies: list[str] = field(default_factory=list)
     mutes: list[tuple[str, str, str]] = field(default_factory=list)   # ("start"|"end", client_id, quota)
+    requests: list[int] = field(default_factory=list)                 # api keys, as counted
+
+    def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
+        self.requests.append(api_key)
 
     def connection_closed(self, listener: str, reason: str) -> None:
         self.closed.append(reason)

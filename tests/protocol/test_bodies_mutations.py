@@ -18,6 +18,7 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
+from kafka.protocol.metadata import MetadataRequest
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.mutations import (
@@ -26,6 +27,7 @@ from kqp.protocol.mutations import (
     TopicMutation,
     knows_throttling_error,
     merge_mutation_response,
+    metadata_auto_create,
     mutation_request,
     split_mutation_request,
 )
@@ -44,7 +46,8 @@ def create_topics_body(version: int, validate_only: bool = False) -> bytes:
         Creatable(name=NAMES[2], num_partitions=-1, replication_factor=-1, configs=[
             Creatable.CreatableTopicConfig(name="cleanup.policy", value="compact")],
             assignments=[Creatable.CreatableReplicaAssignment(partition_index=p, broker_ids=[1]) for p in range(4)]),
-        Creatable(name=NAMES[3], num_partitions=0, replication_factor=1, assignments=[], configs=[]),
+        Creatable(name=NAMES[3], num_partitions=0, replication_factor=1, assignments=[], configs=[
+            Creatable.CreatableTopicConfig(name="retention.ms", value=None)]),
         Creatable(name=NAMES[4], num_partitions=12, replication_factor=3, assignments=[], configs=[]),
     ]  # fmt: skip
     request = CreateTopicsRequest(topics=topics, timeout_ms=30_000, validate_only=validate_only)
@@ -55,9 +58,15 @@ def create_topics_body(version: int, validate_only: bool = False) -> bytes:
 def test_create_topics_read_split_merge(version: int) -> None:
     body = create_topics_body(version, validate_only=True)
     topics, validate_only = mutation_request(ApiKey.CreateTopics, version, memoryview(body))
-    # num_partitions, -1 = broker default (unknown), len(assignments), invalid 0 = nothing created.
-    assert topics == [TopicMutation(NAMES[0], 3), TopicMutation(NAMES[1], None), TopicMutation(NAMES[2], 4),
-                      TopicMutation(NAMES[3], 0), TopicMutation(NAMES[4], 12)]  # fmt: skip
+    # Costs: num_partitions, -1 = broker default (unknown), len(assignments), invalid 0 = nothing
+    # created; along with what the broker validates before charging.
+    assert topics == [
+        TopicMutation(NAMES[0], 3, num_partitions=3, replication_factor=1),
+        TopicMutation(NAMES[1], None, num_partitions=-1, replication_factor=-1),
+        TopicMutation(NAMES[2], 4, num_partitions=-1, replication_factor=-1, assignments=4),
+        TopicMutation(NAMES[3], 0, num_partitions=0, replication_factor=1, null_configs=("retention.ms",)),
+        TopicMutation(NAMES[4], 12, num_partitions=12, replication_factor=3),
+    ]
     assert validate_only is (version >= 1)  # validate_only exists from v1
 
     split = CreateTopicsRequest.decode(split_mutation_request(ApiKey.CreateTopics, version, body, ADMITTED),
@@ -153,7 +162,8 @@ def test_create_partitions_read_split_merge(version: int) -> None:
     body = bytes(request.encode(version=version))
     topics, validate_only = mutation_request(ApiKey.CreatePartitions, version, memoryview(body))
     # The cost is the increment over the current count, which takes metadata: unknown here.
-    assert topics == [TopicMutation(n, None, target_count=10 + i) for i, n in enumerate(NAMES)]
+    assert topics == [TopicMutation(n, None, target_count=10 + i, assignments=None if i % 2 else 1)
+                      for i, n in enumerate(NAMES)]  # fmt: skip
     assert validate_only is True
 
     split = CreatePartitionsRequest.decode(split_mutation_request(ApiKey.CreatePartitions, version, body, ADMITTED),
@@ -188,6 +198,36 @@ def test_nothing_admitted_kqp_answers_alone(api_key: int) -> None:
     assert decoded.throttle_time_ms == 1234
     with pytest.raises(ValueError):
         merge_mutation_response(api_key, version, None, topics, [0])
+
+
+def test_kqp_made_entries_carry_their_own_errors() -> None:
+    """The broker's own refusals kqp decides (here 36 and 3) travel with its 89s, each with its
+    message; entries without one get the default 89."""
+    topics = [TopicMutation(n, 1) for n in NAMES[:3]]
+    body = merge_mutation_response(ApiKey.CreateTopics, 7, None, topics, [], throttle_ms=5,
+                                   errors={0: (36, "Topic 'topic-0' already exists."), 2: (3, None)})
+    merged = CreateTopicsResponse.decode(body, version=7)
+    assert [(t.name, t.error_code, t.error_message) for t in merged.topics] == [
+        (NAMES[0], 36, "Topic 'topic-0' already exists."), (NAMES[1], 89, DEFAULT_MESSAGE), (NAMES[2], 3, None)]
+
+
+@pytest.mark.parametrize("version", range(MetadataRequest.max_version + 1))
+def test_metadata_auto_create_names_what_the_broker_may_create(version: int) -> None:
+    Topic = MetadataRequest.MetadataRequestTopic
+
+    def body(topics: list | None, allow: bool) -> bytes:
+        fields = {"topics": topics, "allow_auto_topic_creation": allow, "include_cluster_authorized_operations": False,
+                  "include_topic_authorized_operations": False}  # fmt: skip
+        return bytes(MetadataRequest(**fields).encode(version=version))
+
+    named = [Topic(name=n, topic_id=None) for n in NAMES[:2]]
+    assert metadata_auto_create(version, body(named, True)) == NAMES[:2]
+    # Before v4 the request has no flag and the broker's auto.create.topics.enable alone decides.
+    assert metadata_auto_create(version, body(named, False)) == ([] if version >= 4 else NAMES[:2])
+    # All topics (v0: an empty list; v1+: null) never creates anything.
+    assert metadata_auto_create(version, body([] if version == 0 else None, True)) == []
+    if version >= 12:   # by id only: nothing to create
+        assert metadata_auto_create(version, body([Topic(name=None, topic_id=uuid.uuid4())], True)) == []
 
 
 def test_upstream_omissions_and_extras() -> None:

@@ -33,6 +33,7 @@ def test_no_quota_is_a_fast_no_op() -> None:
     assert m.record_request(ALICE, 100.0, 0.0) == []
     assert m.record_mutations(ALICE, 10**6, 0.0) == []
     assert m.mutation_tokens_available(ALICE, 0.0)
+    assert m.mutation_tokens(ALICE, 0.0) is None
     assert m.fetch_max_bytes_cap(ALICE) is None
     assert m.sensor_count == 0
     # the principal was never even resolved
@@ -246,9 +247,12 @@ def test_expire_drops_idle_sensors() -> None:
 def test_kip599_permissive_example() -> None:
     # Q = 5/s, 100 windows of 1 s: burst 500. 560 mutations at once: admitted, K = -60, 12 s.
     m = manager(alice(controller_mutation_rate=5), window_count=100)
+    assert m.mutation_tokens(ALICE, 0.0) == 500     # a new bucket starts full; looking spends nothing
     [v] = m.record_mutations(ALICE, 560, 0.0)
     assert v.quota_type == "controller_mutation_rate"
     assert v.throttle_seconds == 12.0
+    assert m.mutation_tokens(ALICE, 0.0) == -60
+    assert m.mutation_tokens(Principal("bob", "x"), 0.0) is None     # no quota for bob
     # the next request is rejected until the bucket refills: at 11.5 s, K = -60 + 57.5 = -2.5
     assert not m.mutation_tokens_available(ALICE, 11.5)
     assert m.mutation_tokens_available(ALICE, 12.0)  # K = 0
