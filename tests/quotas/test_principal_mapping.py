@@ -9,6 +9,7 @@ case) triples that string means, read off Kafka's expected output by hand.
 from __future__ import annotations
 
 import pytest
+from helpers.java_reference import JavaReference
 
 from kqp.quotas.principal_mapping import NoMatchingRule, Rule, RuleError, parse_rules
 
@@ -152,3 +153,34 @@ def test_a_replacement_cannot_end_in_a_lone_backslash() -> None:
     # The rule grammar never cuts a part after a lone "\\"; a rule built directly is checked too.
     with pytest.raises(RuleError, match="trailing"):
         Rule.compile("^CN=(.*)$", "$1\\", "")
+
+
+# Rules whose replacements name only groups the pattern has: there Kafka hands the replacement to
+# Java untouched, so Java's own replaceAll is the reference.
+JAVA_CASES = [
+    ("^CN=(.*?),OU=ServiceUsers.*$", "$1", "CN=Duke,OU=ServiceUsers,O=Org,C=US"),
+    ("^CN=(.*?),.*$", "$12", "CN=a,O=b"),
+    ("^CN=(.*?),.*$", "\\$1", "CN=a,O=b"),
+    ("^CN=(.*?),.*$", "$0!", "CN=a,O=b"),
+    ("^CN=(?<user>[^,]*),.*$", "${user}", "CN=a,O=b"),
+    ("^CN=(x)?([^,]*),.*$", "[$1]$2", "CN=a,O=b"),
+    ("^CN=\\w+$", "ok", "CN=\u00e9t\u00e9"),
+    ("a|ab", "X", "ab"),
+    (".*", "X", "abc"),
+    ("(a*)", "<$1>", "aaa"),
+    ("^CN=((\\\\, *|\\w)+)(,.*|$)", "$1", "CN=Tkac\\, Adam,OU=ITZ,DC=geodis,DC=cz"),
+    ("(?i)cn=(.*)", "$1", "CN=x"),
+    ("(?i)cn=(.*)", "$1", "\u017fN=x"),   # a long s folds to S only with Unicode case folding
+    ("^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$", "$1", "cN=duke,OU=JavaSoft,O=Sun Microsystems"),
+    ("(\\d)(\\d)(\\d)(\\d)(\\d)(\\d)(\\d)(\\d)(\\d)(\\d)(\\d)", "$11-$10-$111", "12345678901"),
+]
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory: pytest.TempPathFactory) -> JavaReference:
+    return JavaReference(tmp_path_factory.mktemp("java"))
+
+
+def test_java_agrees(java: JavaReference) -> None:
+    mine = [Rule.compile(pattern, replacement, "").apply(dn) for pattern, replacement, dn in JAVA_CASES]
+    assert mine == java.replace_all(JAVA_CASES)
