@@ -10,6 +10,9 @@ It runs its own asyncio loop in a daemon thread, so synchronous clients (conflue
 subprocesses) and async tests can both use it, and its clock is `time.monotonic`, the same
 CLOCK_MONOTONIC that kqp's process reads, so timestamps from both sides compare directly.
 
+With a server `tls` context the relay terminates TLS: it is how the tests put a TLS upstream in front
+of Tansu, whose own --cert/--key do not work in the version shipped (see tests/e2e/test_tls_upstream.py).
+
 A relay in front of a multi-broker cluster would be bypassed as soon as clients follow the broker
 addresses in Metadata; the `tansu_relay` fixture avoids that by making Tansu advertise the relay's
 own port, so every connection kqp opens to the upstream passes through the relay.
@@ -18,6 +21,7 @@ own port, so every connection kqp opens to the upstream passes through the relay
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 import threading
 import time
@@ -91,8 +95,9 @@ class RecordingRelay:
     """
 
     def __init__(self, upstream_host: str, upstream_port: int, *, listen_port: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tls: ssl.SSLContext | None = None) -> None:
         self.upstream = (upstream_host, upstream_port)
+        self._tls = tls   # a server context: the relay terminates TLS and speaks plaintext upstream
         self._listen_port = listen_port
         self._clock = clock
         self._lock = threading.Lock()
@@ -118,7 +123,7 @@ class RecordingRelay:
             self._loop = loop
             try:
                 self._server = loop.run_until_complete(
-                    asyncio.start_server(self._on_client, "127.0.0.1", self._listen_port))
+                    asyncio.start_server(self._on_client, "127.0.0.1", self._listen_port, ssl=self._tls))
                 self.port = self._server.sockets[0].getsockname()[1]
             except BaseException as exc:  # reported to the starting thread below
                 failure.append(exc)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import trustme
+from cryptography.hazmat.primitives import serialization
 
 ORGANIZATION, UNIT = "Acme", "eng"
 # Kafka's rule for "the CN, lower-cased, of anyone in OU=eng": CN=Alice,OU=eng,O=Acme -> alice.
@@ -45,8 +46,9 @@ class TlsFiles:
         _write_chain(issued, self.server_cert, self.server_key)
 
     def client(self, common_name: str, *, unit: str = UNIT, expired: bool = False,
-               untrusted: bool = False) -> ClientCert:
-        """A client certificate whose subject is CN=<common_name>,OU=<unit>,O=Acme."""
+               untrusted: bool = False, password: str | None = None) -> ClientCert:
+        """A client certificate whose subject is CN=<common_name>,OU=<unit>,O=Acme (its key
+        encrypted with `password` if given)."""
         ca = self.ca
         if untrusted:
             ca = self._other_ca = self._other_ca or trustme.CA(organization_name="not kqp's CA")
@@ -59,7 +61,19 @@ class TlsFiles:
         tag = "-expired" if expired else "-untrusted" if untrusted else ""
         pair = ClientCert(self.dir / f"{common_name}{tag}.pem", self.dir / f"{common_name}{tag}.key")
         _write_chain(issued, pair.cert, pair.key)
+        if password is not None:
+            key = serialization.load_pem_private_key(pair.key.read_bytes(), None)
+            pair.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.BestAvailableEncryption(password.encode())))
         return pair
+
+    def server_context(self, client_ca: bool = True) -> ssl.SSLContext:
+        """What a TLS upstream (the relay in front of Tansu) serves: kqp's certificate, which names
+        127.0.0.1 and localhost, asking for a client certificate from this CA if `client_ca`."""
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca_path))
+        ctx.load_cert_chain(str(self.server_cert), str(self.server_key))
+        ctx.verify_mode = ssl.CERT_REQUIRED if client_ca else ssl.CERT_NONE
+        return ctx
 
     def listener(self, **extra: Any) -> dict[str, Any]:
         """kqp's `tls:` section: this CA for clients (mTLS, required unless `extra` says otherwise)."""
