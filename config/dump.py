@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from kqp.config.model import HostPort, ProxyConfig
 from kqp.config.quota_section import quota_document
+from kqp.config.tls_section import tls_document
 
 
 def _address(value: HostPort | None) -> str | None:
     return None if value is None else str(value)
 
 
-def config_document(cfg: ProxyConfig) -> dict[str, object]:
-    """The mapping that :func:`kqp.config.loader.parse_config` reads back as ``cfg``."""
+def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[str, object]:
+    """The mapping that :func:`kqp.config.loader.parse_config` reads back as ``cfg``. Key passwords
+    are written as ``***`` unless ``reveal_secrets`` (a document that must load back as ``cfg``)."""
     upstream: dict[str, object] = {
         "connect_timeout_ms": cfg.upstream.connect_timeout_ms,
         "metadata_refresh_ms": cfg.upstream.metadata_refresh_ms,
@@ -26,7 +28,9 @@ def config_document(cfg: ProxyConfig) -> dict[str, object]:
     # An empty list would be refused on the way back in; absent means "not set yet".
     if cfg.upstream.bootstrap_servers:
         upstream["bootstrap_servers"] = [str(server) for server in cfg.upstream.bootstrap_servers]
-    return {
+    if cfg.upstream.tls is not None:
+        upstream["tls"] = tls_document(cfg.upstream.tls, reveal_secrets=reveal_secrets)
+    document: dict[str, object] = {
         "listen": str(cfg.listen),
         "advertised_host": cfg.advertised_host,
         "broker_port_base": cfg.broker_port_base,
@@ -43,3 +47,6 @@ def config_document(cfg: ProxyConfig) -> dict[str, object]:
             "max_entities": cfg.metrics.max_entities,
         },
     }
+    if cfg.tls is not None:
+        document["tls"] = tls_document(cfg.tls, reveal_secrets=reveal_secrets)
+    return document

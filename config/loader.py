@@ -37,12 +37,14 @@ from kqp.config.schema import (
     read_section,
     section,
 )
+from kqp.config.tls_section import tls_section, upstream_tls_section
 
 UPSTREAM_FIELDS = {
     "bootstrap_servers": Field(host_port_list, None),
     "connect_timeout_ms": Field(integer(minimum=1), 10000),
     "metadata_refresh_ms": Field(integer(minimum=1), 30000),
     "max_api_versions": Field(api_version_caps, {}),
+    "tls": Field(upstream_tls_section, None),
 }
 
 METRICS_FIELDS = {
@@ -65,6 +67,7 @@ TOP_FIELDS = {
     "fetch_throttle": Field(choice(*FETCH_THROTTLE_MODES), "deliver"),
     "quotas": Field(lambda value, path: quota_settings_from(value, path=path), {}),
     "metrics": Field(section(METRICS_FIELDS, MetricsConfig), {}),
+    "tls": Field(tls_section, None),
 }
 
 

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from kqp.config.errors import ConfigError
 from kqp.quotas.model import QuotaSettings
+from kqp.quotas.principal_mapping import PrincipalMapper
 
 MAX_PORT = 65535
 
@@ -68,6 +69,54 @@ class HostPort:
         return f"{self.host}:{self.port}"
 
 
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """A value that must never be shown: logs, errors, metrics and reprs see ``***``."""
+
+    value: str = field(repr=False)
+
+    def reveal(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+# Kafka's ssl.client.auth values.
+CLIENT_AUTH_MODES = ("required", "requested", "none")
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS on every kqp listener (bootstrap and per-broker). Present means on."""
+
+    cert: str
+    key: str
+    key_password: Secret | None
+    key_password_file: str | None
+    client_ca: str | None
+    client_auth: str
+    principal_mapping_rules: PrincipalMapper
+    handshake_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class UpstreamTlsConfig:
+    """TLS from kqp to the upstream brokers. ``ca`` None trusts the system's store; ``cert`` and
+    ``key`` (both or neither) are kqp's client certificate; ``server_hostname`` replaces each
+    broker's host for SNI and hostname verification."""
+
+    ca: str | None
+    cert: str | None
+    key: str | None
+    key_password: Secret | None
+    key_password_file: str | None
+    server_hostname: str | None
+    verify_hostname: bool
+
+
 @dataclass(frozen=True)
 class UpstreamConfig:
     """The Kafka cluster behind kqp. ``bootstrap_servers`` is empty until a file or --upstream sets it."""
@@ -78,6 +127,7 @@ class UpstreamConfig:
     # api key -> highest version kqp advertises, for upstreams that advertise a version they
     # cannot serve (librdkafka's mock cluster closes the connection on the JoinGroup v6 it advertises).
     max_api_versions: Mapping[int, int] = field(default_factory=dict)
+    tls: UpstreamTlsConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +154,7 @@ class ProxyConfig:
     fetch_throttle: str
     quotas: QuotaSettings
     metrics: MetricsConfig
+    tls: TlsConfig | None
     source: str | None
     # The validated input this config was built from. CLI overrides are applied to it and parsed
     # again, so a value the file left to its default (advertised_host follows listen, the broker

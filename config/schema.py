@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kqp.config.errors import ConfigError, shown
-from kqp.config.model import MAX_PORT, HostPort
+from kqp.config.model import MAX_PORT, HostPort, Secret
 
 Check = Callable[[Any, str], Any]
 
@@ -139,6 +139,23 @@ def choice(*options: str) -> Check:
         return value
 
     return check
+
+
+def boolean(value: object, path: str) -> bool:
+    """YAML's true or false; not 0/1, not "yes" in quotes."""
+    if not isinstance(value, bool):
+        raise ConfigError(path, f"must be true or false, got {shown(value)}")
+    return value
+
+
+def secret(value: object, path: str) -> Secret:
+    """A password: a non-empty string, kept in a :class:`Secret`. An error never shows the value."""
+    if not isinstance(value, str):
+        kind = "a number" if _is_number(value) else type(value).__name__
+        raise ConfigError(path, f"must be a string (quote it in YAML), got {kind} (value not shown)")
+    if not value:
+        raise ConfigError(path, "must not be empty")
+    return Secret(value)
 
 
 def name(value: object, path: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import chart, kqp_target, profile_summary, report
-from .references import REFERENCES, CellSettings, Reference, workers_reference
+from .references import REFERENCES, TLS_WORKLOADS, CellSettings, Reference, workers_reference
 from .runner import WORKLOADS, Plan, Runner, run_rounds, workdir_for
 
 SHORT = Plan(rounds=1, produce_seconds=1.2, consume_megabytes=24, latency_seconds=0.8, latency_rate=1000,
@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         references = [ref for ref in references if ref.name in wanted]
 
     support = kqp_target.probe()
-    plans = {ref.name: list(BASE_WORKLOADS) for ref in references}
+    plans = {ref.name: list(TLS_WORKLOADS if ref.tls else BASE_WORKLOADS) for ref in references}
     for name in ENTITY_REFERENCES:
         if name in plans:
             plans[name].insert(-1, "entities")  # before the connections hold, after the rest

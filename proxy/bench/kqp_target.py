@@ -73,11 +73,13 @@ def _every_entity() -> list[dict[str, Any]]:
 
 
 def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: float,
-               broker_port: int | None = None) -> dict[str, Any]:
+               broker_port: int | None = None, tls: dict[str, Any] | None = None,
+               upstream_tls: dict[str, Any] | None = None) -> dict[str, Any]:
     """The YAML document (as a dict) for one kqp variant.
 
     Broker listeners get ephemeral ports unless `broker_port` pins the one upstream broker's
-    (`kqp run --workers` needs fixed ports: every worker must bind the same ones).
+    (`kqp run --workers` needs fixed ports: every worker must bind the same ones). `tls` and
+    `upstream_tls` are the `tls:` and `upstream.tls:` sections of the TLS references.
     """
     config: dict[str, Any] = {
         "listen": f"127.0.0.1:{listen_port}",
@@ -86,6 +88,10 @@ def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: 
     }
     if broker_port is not None:
         config["broker_port_base"] = broker_port - TANSU_NODE_ID
+    if tls is not None:
+        config["tls"] = tls
+    if upstream_tls is not None:
+        config["upstream"]["tls"] = upstream_tls
     if variant == "every-entity":
         config["quotas"] = {"entities": _every_entity()}
     elif variant == "throttle":

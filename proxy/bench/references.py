@@ -9,6 +9,12 @@ cell, in interleaved rounds, keeps the comparison fair.
 The relay cannot rewrite the broker addresses in Metadata (it parses nothing), so for the relay
 cell the broker advertises the relay's address; every other reference rewrites addresses itself
 and the broker advertises its own.
+
+The TLS references measure what TLS costs kqp, with mutual TLS as a deployment would run it. With
+`tls="client"` the clients speak TLS to kqp and kqp plaintext to the broker. With `tls="both"` kqp
+also speaks TLS upstream; Tansu's own TLS does not work in the version shipped, so the broker sits
+behind the bench relay terminating TLS (and advertises the relay's address). That relay is in the
+path of the MB/s figures of `kqp-tls-both`, not in kqp's CPU per GB, which counts kqp's process only.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import kqp_target
+from .certificates import CLIENT_NAME, BenchCerts, bench_certs
 from .processes import Server, free_port
 
 HOST = "127.0.0.1"
@@ -33,6 +40,7 @@ class Reference:
     description: str
     kqp_variant: str = "none"
     workers: int = 1
+    tls: str = ""    # "", "client" (clients to kqp) or "both" (and kqp to the broker)
 
 
 REFERENCES: tuple[Reference, ...] = (
@@ -44,7 +52,11 @@ REFERENCES: tuple[Reference, ...] = (
               kqp_variant="every-entity"),
     Reference("kqp-throttled", "kqp", "kqp, byte-rate quota below the path's speed for every client id",
               kqp_variant="throttle"),
+    Reference("kqp-tls", "kqp", "kqp, mutual TLS from the clients, plaintext to the broker", tls="client"),
+    Reference("kqp-tls-both", "kqp", "kqp, mutual TLS from the clients and TLS to the broker (behind a "
+              "TLS-terminating relay)", tls="both"),
 )
+TLS_WORKLOADS = ["produce", "consume"]   # what the TLS references measure: bytes through TLS
 
 
 def workers_reference(workers: int) -> Reference:
@@ -69,6 +81,8 @@ class Cell:
     upstream: str
     broker: Server
     proxy: Server | None
+    client_conf: dict[str, str] = field(default_factory=dict)   # librdkafka settings (TLS) for clients
+    upstream_conf: dict[str, str] = field(default_factory=dict)  # and for reaching `upstream` (TLS)
 
     @property
     def bootstrap(self) -> str:
@@ -83,6 +97,31 @@ def _broker(settings: CellSettings, tag: str, advertised_port: int | None = None
     return Server(BROKER, argv, settings.workdir / f"{tag}-broker.log", host=HOST, port=port)
 
 
+def _certs(settings: CellSettings) -> BenchCerts:
+    return bench_certs(settings.workdir / "tls")
+
+
+def _tls_relay(settings: CellSettings, tag: str, port: int, upstream_port: int) -> Server:
+    certs = _certs(settings)
+    argv = [sys.executable, "-m", "kqp.proxy.bench.relay", "--listen", f"{HOST}:{port}",
+            "--upstream", f"{HOST}:{upstream_port}", "--tls-cert", str(certs.server_cert),
+            "--tls-key", str(certs.server_key)]
+    return Server("tls relay", argv, settings.workdir / f"{tag}-tls-relay.log", host=HOST, port=port,
+                  ready_text="relay ready")
+
+
+def _kqp_tls(ref: Reference, settings: CellSettings) -> dict[str, object]:
+    if not ref.tls:
+        return {}
+    certs = _certs(settings)
+    sections: dict[str, object] = {"tls": {
+        "cert": str(certs.server_cert), "key": str(certs.server_key), "client_ca": str(certs.ca),
+        "principal_mapping_rules": [f"RULE:^CN=({CLIENT_NAME}).*$/$1/", "DEFAULT"]}}
+    if ref.tls == "both":
+        sections["upstream_tls"] = {"ca": str(certs.ca)}
+    return sections
+
+
 def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int, port: int) -> Server:
     log = settings.workdir / f"{tag}-proxy.log"
     upstream = f"{HOST}:{upstream_port}"
@@ -95,7 +134,8 @@ def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int,
         return Server("tansu proxy", argv, log, host=HOST, port=port)
     if ref.kind == "kqp":
         pinned = _broker_listener_port() if ref.workers > 1 else None
-        config = kqp_target.config_for(ref.kqp_variant, port, upstream, settings.throttle_bytes_s, pinned)
+        config = kqp_target.config_for(ref.kqp_variant, port, upstream, settings.throttle_bytes_s, pinned,
+                                       **_kqp_tls(ref, settings))  # type: ignore[arg-type]
         path = kqp_target.write_config(settings.workdir / f"{tag}.yaml", config)
         argv = [*kqp_target.kqp_command(), "run", "--config", str(path)]
         if ref.workers > 1:
@@ -113,10 +153,20 @@ def open_cell(ref: Reference, settings: CellSettings, tag: str) -> Iterator[Cell
             yield Cell(ref, HOST, broker.port, broker_address(broker), broker, None)
             return
         proxy_port = free_port()
-        advertised = proxy_port if ref.kind == "relay" else None
+        relay_port = free_port() if ref.tls == "both" else None
+        advertised = proxy_port if ref.kind == "relay" else relay_port
         broker = stack.enter_context(_broker(settings, tag, advertised))
-        proxy = stack.enter_context(_proxy(ref, settings, tag, broker.port, proxy_port))
-        yield Cell(ref, HOST, proxy_port, broker_address(broker), broker, proxy)
+        upstream_port = broker.port
+        if relay_port is not None:
+            upstream_port = stack.enter_context(_tls_relay(settings, tag, relay_port, broker.port)).port
+        proxy = stack.enter_context(_proxy(ref, settings, tag, upstream_port, proxy_port))
+        client_conf = _certs(settings).librdkafka() if ref.tls else {}
+        if relay_port is None:
+            yield Cell(ref, HOST, proxy_port, broker_address(broker), broker, proxy, client_conf)
+            return
+        # The broker advertises the TLS relay: topics are made and seeded through it, over TLS.
+        upstream_conf = {"security.protocol": "SSL", "ssl.ca.location": str(_certs(settings).ca)}
+        yield Cell(ref, HOST, proxy_port, f"{HOST}:{relay_port}", broker, proxy, client_conf, upstream_conf)
 
 
 def _broker_listener_port() -> int:

@@ -13,6 +13,8 @@ Run it with `python -m kqp.proxy.bench.relay --listen 127.0.0.1:19092 --upstream
 `Half` and `ClientHalf` are also the forwarding core of the test suite's wire tap
 (tests/helpers/wire_tap.py), which subclasses them to cut each direction into frames and record
 them. The subclassing costs this relay nothing: its own path is unchanged.
+`relay ready` on stderr once listening. With `--tls-cert` and `--tls-key` it terminates TLS and relays
+plaintext: the benchmark's TLS upstream (a TLS broker, for kqp's `upstream.tls`) is Tansu behind it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable
 from typing import cast
@@ -139,11 +142,13 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 async def serve(listen: tuple[str, int], upstream: tuple[str, int],
-                ready: Callable[[int], None] | None = None, backlog: int = 4096) -> None:
-    """Relay every connection accepted on `listen` to `upstream` until cancelled."""
+                ready: Callable[[int], None] | None = None, backlog: int = 4096,
+                tls: ssl.SSLContext | None = None) -> None:
+    """Relay every connection accepted on `listen` to `upstream` until cancelled (terminating TLS
+    on the listening side when `tls` is a server context)."""
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: ClientHalf(loop, upstream), listen[0], listen[1],
-                                      backlog=backlog, reuse_address=True)
+                                      backlog=backlog, reuse_address=True, ssl=tls)
     port = server.sockets[0].getsockname()[1]
     if ready is not None:
         ready(port)
@@ -156,7 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", type=_host_port, required=True, help="HOST:PORT (port 0: any)")
     parser.add_argument("--upstream", type=_host_port, required=True, help="HOST:PORT")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--tls-cert", help="terminate TLS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", help="the key of --tls-cert (PEM)")
     args = parser.parse_args(argv)
+    tls = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            parser.error("--tls-cert and --tls-key go together")
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
 
     def ready(port: int) -> None:
         print(f"relay ready on {args.listen[0]}:{port}", file=sys.stderr, flush=True)
@@ -168,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
         with contextlib.suppress(asyncio.CancelledError):
-            await serve(args.listen, args.upstream, ready)
+            await serve(args.listen, args.upstream, ready, tls=tls)
 
     factory = None
     if args.loop == "uvloop":

@@ -28,13 +28,15 @@ METRICS: dict[str, tuple[str, ...]] = {
 
 # Ratios the goals are stated in: (label, workload, metric, numerator, denominator).
 _MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kqp-quotas", "kqp"),
-               ("relay", "direct"), ("tansu-proxy", "direct"))
+               ("relay", "direct"), ("tansu-proxy", "direct"), ("kqp-tls", "kqp"), ("kqp-tls-both", "kqp"))
 RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     *((f"{workload} {num}/{den}", workload, "mb_s", num, den)
       for workload in ("produce", "consume") for num, den in _MB_S_PAIRS),
     ("produce cpu_s_per_gb kqp/relay", "produce", "cpu_s_per_gb", "kqp", "relay"),
     ("produce cpu_s_per_gb kqp/tansu-proxy", "produce", "cpu_s_per_gb", "kqp", "tansu-proxy"),
     ("consume cpu_s_per_gb kqp/relay", "consume", "cpu_s_per_gb", "kqp", "relay"),
+    *((f"{workload} cpu_s_per_gb {tls}/kqp", workload, "cpu_s_per_gb", tls, "kqp")
+      for workload in ("produce", "consume") for tls in ("kqp-tls", "kqp-tls-both")),
     ("connections rss_mb kqp/relay", "connections", "rss_mb", "kqp", "relay"),
 )
 

@@ -147,10 +147,10 @@ class Runner:
     def _prepare(self, cell: Cell, seed: bool = True) -> None:
         # Topics and the consume workload's data go in through the broker itself (not the proxy),
         # before any measurement starts.
-        self._call(workloads.create_topics, cell.upstream, TOPICS, timeout=60)
+        self._call(workloads.create_topics, cell.upstream, TOPICS, 10.0, cell.upstream_conf, timeout=60)
         if seed:
-            self._call(workloads.seed, cell.upstream, "bench-consume", self.plan.consume_megabytes,
-                       timeout=120)
+            self._call(workloads.seed, cell.upstream, "bench-consume", self.plan.consume_megabytes, 1024,
+                       cell.upstream_conf, timeout=120)
 
     def _measured(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any,
                   timeout: float, copies: int = 1, profile_to: Path | None = None) -> dict[str, Any]:
@@ -197,7 +197,8 @@ class Runner:
     def _produce(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan
         return self._measured(cell, workloads.produce, cell.bootstrap, "bench-produce",
-                              plan.produce_seconds, timeout=plan.produce_seconds + 60)
+                              plan.produce_seconds, 1024, "kqp-bench-produce", 15.0, cell.client_conf,
+                              timeout=plan.produce_seconds + 60)
 
     def _produce_parallel(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan
@@ -208,7 +209,8 @@ class Runner:
         records = int(self.plan.consume_megabytes * 1e6 / 1024)
         seconds = max(self.plan.produce_seconds, 3.0)
         return self._measured(cell, workloads.consume, cell.bootstrap, "bench-consume",
-                              TOPICS["bench-consume"], records, seconds, timeout=seconds + 120)
+                              TOPICS["bench-consume"], records, seconds, 60.0, "kqp-bench-consume",
+                              cell.client_conf, timeout=seconds + 120)
 
     def _latency(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan

@@ -34,9 +34,10 @@ QUIET = {"log_level": 3}  # librdkafka's notices (purges, shutdown) would garble
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 
-def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 10.0) -> dict[str, Any]:
+def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 10.0,
+                  conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Create each topic with its partition count; a topic that already exists is not an error."""
-    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap})
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap, **(conf or {})})
     futures = admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in topics.items()],
                                   operation_timeout=timeout, request_timeout=timeout)
     for future in futures.values():
@@ -50,8 +51,10 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 10.0)
 
 
 def produce(bootstrap: str, topic: str, seconds: float, record_bytes: int = 1024,
-            client_id: str = "kqp-bench-produce", warmup_timeout: float = 15.0) -> dict[str, Any]:
-    """Produce `record_bytes` records as fast as the path takes them for `seconds`."""
+            client_id: str = "kqp-bench-produce", warmup_timeout: float = 15.0,
+            conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """Produce `record_bytes` records as fast as the path takes them for `seconds` (`conf`: extra
+    client settings, the TLS references' SSL)."""
     delivered = {"records": 0, "bytes": 0, "errors": 0, "window_records": 0, "window_bytes": 0}
     window = {"open": False}
 
@@ -69,7 +72,7 @@ def produce(bootstrap: str, topic: str, seconds: float, record_bytes: int = 1024
 
     stats: list[str] = []
     producer = Producer({**BATCH_PRODUCER, "bootstrap.servers": bootstrap, "client.id": client_id,
-                         "statistics.interval.ms": 500, "stats_cb": stats.append})
+                         "statistics.interval.ms": 500, "stats_cb": stats.append, **(conf or {})})
     value = b"k" * record_bytes
     try:
         # Warm-up: one delivered record proves the path (metadata, connection, topic) is up.
@@ -125,9 +128,11 @@ def _request_shape(stats_json: str | None) -> dict[str, float]:
             "rtt_avg_ms": busiest.get("rtt", {}).get("avg", 0) / 1e3}
 
 
-def seed(bootstrap: str, topic: str, megabytes: float, record_bytes: int = 1024) -> dict[str, Any]:
+def seed(bootstrap: str, topic: str, megabytes: float, record_bytes: int = 1024,
+         conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Write `megabytes` of records for the consume workload to read back."""
-    producer = Producer({**BATCH_PRODUCER, "bootstrap.servers": bootstrap, "client.id": "kqp-bench-seed"})
+    producer = Producer({**BATCH_PRODUCER, "bootstrap.servers": bootstrap, "client.id": "kqp-bench-seed",
+                         **(conf or {})})
     errors = []
     value = b"s" * record_bytes
     count = int(megabytes * 1e6 / record_bytes)
@@ -144,7 +149,8 @@ def seed(bootstrap: str, topic: str, megabytes: float, record_bytes: int = 1024)
 
 
 def consume(bootstrap: str, topic: str, partitions: int, records: int, seconds: float,
-            timeout: float = 60.0, client_id: str = "kqp-bench-consume") -> dict[str, Any]:
+            timeout: float = 60.0, client_id: str = "kqp-bench-consume",
+            conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Read `records` records from the start of every partition of `topic`, as fast as possible.
 
     Reading stops after `seconds` of consuming even if records remain, so that a throttled path
@@ -153,7 +159,7 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, seconds: 
     consumer = Consumer({
         **QUIET, "bootstrap.servers": bootstrap, "client.id": client_id, "group.id": "kqp-bench",
         "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
-        "max.partition.fetch.bytes": 10_485_760, "socket.nagle.disable": True,
+        "max.partition.fetch.bytes": 10_485_760, "socket.nagle.disable": True, **(conf or {}),
     })
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     seen = count = size = errors = 0

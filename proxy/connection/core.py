@@ -26,10 +26,11 @@ What the core does with the bytes:
   flight is dropped and counted (librdkafka's mock cluster answers acks=0 Produce), and a response
   whose `throttle_time_ms` kqp cannot reach is forwarded as the upstream sent it, and counted.
 
-Where authentication will plug in: `user` names the connection's principal (`ANONYMOUS` until a
-SASL or TLS identity is known) and `authenticated` gates Kafka's pre-authentication exemptions;
-frames a connection sends before it is authenticated will be routed through an authenticator
-before `_on_request` sees them.
+Who the client is: `user` names the connection's principal, the user half of every quota entity.
+A TLS client's user arrives with `ClientConnected` (the edge reads the certificate after the
+handshake and maps its subject, as Kafka does); without one it stays `ANONYMOUS`. `authenticated`
+gates Kafka's pre-authentication exemptions; frames a connection sends before it is authenticated
+(SASL) will be routed through an authenticator before `_on_request` sees them.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class Connection:
 
     # -- connection life -----------------------------------------------------------------------
     def _client_connected(self, e: ev.ClientConnected) -> None:
+        if e.user is not None:
+            self.user = e.user
         self.last_activity = e.now
         self.parts.metering.observer.connection_opened(self.listener)
         self._mute(MuteReason.CONNECTING)

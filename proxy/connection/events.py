@@ -49,7 +49,11 @@ class MuteReason(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ClientConnected:
+    """The client's connection is up; ``user`` is its principal when the edge knows one (a TLS
+    client certificate, mapped), None for ANONYMOUS."""
+
     now: float
+    user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +201,11 @@ class Close:
 
 Action = ConnectUpstream | Send | Mute | Unmute | SetTimer | LookUpTopics | Close
 
+#: Why a TLS listener refused a client before its connection began (the edge's handshake and
+#: identity checks; the core never sees these connections).
+REFUSAL_REASONS = ("tls_plaintext", "tls_certificate_expired", "tls_certificate_rejected", "tls_handshake_failed",
+                   "tls_principal_unmapped")
+
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
-                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error")
+                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error", *REFUSAL_REASONS)

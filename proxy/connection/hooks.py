@@ -18,6 +18,10 @@ class ProxyObserver:
 
     def connection_closed(self, listener: str, reason: str) -> None: ...
 
+    def connection_refused(self, listener: str, reason: str) -> None:
+        """A listener refused a client before its connection began (a failed TLS handshake, an
+        unmapped certificate): counted with the closes, never among the open connections."""
+
     def request(self, principal: Principal, api_key: int, nbytes: int) -> None: ...
 
     def response(self, principal: Principal, api_key: int, nbytes: int, upstream_seconds: float) -> None: ...

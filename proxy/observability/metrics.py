@@ -187,6 +187,9 @@ class PrometheusObserver(ProxyObserver):
         self._connections[listener] = self._connections.get(listener, 0) - 1
         self._closed[reason] = self._closed.get(reason, 0) + 1
 
+    def connection_refused(self, listener: str, reason: str) -> None:
+        self._closed[reason] = self._closed.get(reason, 0) + 1
+
     def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
         e = self._entity(principal)
         e.seen = self.now()  # idleness is measured from the last request

@@ -12,6 +12,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kqp.config.model import HostPort, UpstreamConfig
 from kqp.protocol.addresses import BrokerAddress
@@ -20,6 +21,7 @@ from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.messages import metadata_brokers
 
+from .cert_reload import no_tls
 from .upstream_client import UpstreamClient
 
 log = logging.getLogger("kqp.cluster")
@@ -27,8 +29,10 @@ log = logging.getLogger("kqp.cluster")
 
 class UpstreamCluster:
     def __init__(self, config: UpstreamConfig, max_frame_bytes: int,
-                 on_broker: Callable[[BrokerAddress], None] | None = None) -> None:
+                 on_broker: Callable[[BrokerAddress], None] | None = None,
+                 tls: Callable[[str], dict[str, Any]] = no_tls) -> None:
         self.config = config
+        self._tls = tls
         self._max_frame = max_frame_bytes
         self.brokers: dict[int, HostPort] = {}
         self.api_ranges: dict[int, tuple[int, int]] = {}
@@ -74,7 +78,7 @@ class UpstreamCluster:
         timeout = self.config.connect_timeout_ms / 1000
         for target in self._targets():
             try:
-                async with UpstreamClient(target.host, target.port, timeout, self._max_frame) as client:
+                async with UpstreamClient(target.host, target.port, timeout, self._max_frame, self._tls) as client:
                     probe = ApiVersionsProbe()
                     while probe.ranges is None:
                         probe = probe.answered(await client.request_frame(

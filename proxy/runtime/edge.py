@@ -8,6 +8,12 @@ state (uvicorn's idempotent flow control), so pausing is decided in exactly one 
 
 Events that arrive while actions are being carried out (a `write` that crosses the high-water mark
 calls `pause_writing` at once) are queued and handled after, so the core never sees re-entry.
+
+On a TLS listener the client transport arrives with its handshake done (`listeners.py`); the edge
+reads the peer certificate and hands the user it maps to (`EdgeWiring.identify`) to the core with
+`ClientConnected`. A client whose certificate maps to no user is refused before the core hears of
+it, and counted and logged with the handshake refusals. The upstream socket gets TLS from
+`EdgeWiring.upstream_tls` when `upstream.tls` is on.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
 from kqp.proxy.connection.parts import CoreParts
+from kqp.proxy.tls.peers import Refusal, Refused
 
+from .cert_reload import no_tls
 from .delay import DelayDriver
 
 log = logging.getLogger("kqp.connection")
@@ -43,6 +51,9 @@ class EdgeWiring:
     look_up_topics: Callable[[], Awaitable[None]]
     open_connections: set[ClientEdge]                        # for the idle reaper and shutdown
     on_progress: Callable[[], None]    # a response went out or a connection closed (shutdown drains on it)
+    identify: Callable[[bytes | None], str] | None = None    # TLS listeners: peer certificate (DER) -> user
+    refused: Callable[[str, str, Refusal], None] | None = None   # (listener, peer, why): counted and logged
+    upstream_tls: Callable[[str], dict[str, object]] = no_tls    # upstream host -> create_connection's TLS args
 
 
 class ClientEdge(asyncio.Protocol):
@@ -57,6 +68,7 @@ class ClientEdge(asyncio.Protocol):
         self._timer: object | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
+        self._refused = False
         self._pending: deque[ev.Event] = deque()
         self._do = {
             ev.ConnectUpstream: self._connect_upstream,
@@ -73,6 +85,8 @@ class ClientEdge(asyncio.Protocol):
 
     # -- running the core ----------------------------------------------------------------------
     def run(self, event: ev.Event) -> None:
+        if self._refused:
+            return
         if self._running:
             self._pending.append(event)
             return
@@ -109,9 +123,25 @@ class ClientEdge(asyncio.Protocol):
         self.client = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio subclasses
         peer = transport.get_extra_info("peername")
         self.core.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        user = None
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None and self.w.identify is not None:
+            try:
+                user = self.w.identify(ssl_object.getpeercert(binary_form=True))
+            except Refused as exc:
+                self._refuse(exc.refusal)
+                return
         self.client.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.w.open_connections.add(self)
-        self.run(ev.ClientConnected(self.now()))
+        self.run(ev.ClientConnected(self.now(), user))
+
+    def _refuse(self, refusal: Refusal) -> None:
+        """Close a client the core never hears of: nothing is owed to it, and it never counted as open."""
+        self._refused = True
+        if self.w.refused is not None:
+            self.w.refused(self.core.listener, self.core.peer, refusal)
+        assert self.client is not None
+        self.client.close()
 
     def data_received(self, data: bytes) -> None:
         self.run(ev.ClientData(self.now(), data))
@@ -151,7 +181,8 @@ class ClientEdge(asyncio.Protocol):
             return
         try:
             transport, _ = await asyncio.wait_for(
-                self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port),
+                self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port,
+                                              **self.w.upstream_tls(target.host)),  # type: ignore[arg-type]
                 self.w.connect_timeout)
         except (OSError, TimeoutError) as exc:
             self.run(ev.UpstreamConnectFailed(self.now(), f"upstream {target} unreachable: "

@@ -3,6 +3,13 @@
 A broker's listener is bound synchronously (socket, bind, listen) the moment kqp first hears of the
 broker, so the port can be written into the very response that named it; accepting starts a moment
 later and the kernel's backlog holds any client that is quicker than that.
+
+With `tls:` every listener accepts its sockets itself and hands each to the loop's
+`connect_accepted_socket` with the current TLS context (`ListenerTls.context`: a rotated
+certificate serves the next client). The connection's protocol is made only once the handshake has
+succeeded, and a handshake that fails raises right here, so every refusal (a plaintext client, an
+expired or untrusted certificate, a timeout) is known with its peer, counted and logged, where
+`create_server(ssl=...)` would drop it silently.
 """
 
 from __future__ import annotations
@@ -10,14 +17,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kqp.config.model import HostPort
+from kqp.proxy.tls.peers import Refusal, handshake_refusal
 
 log = logging.getLogger("kqp.listeners")
 
 ProtocolFactory = Callable[[str, "int | None"], asyncio.Protocol]
 BACKLOG = 1024
+ACCEPT_RETRY_SECONDS = 0.1   # after an accept error (out of file descriptors): let closes catch up
+
+
+@dataclass(frozen=True)
+class ListenerTls:
+    """What a TLS listener needs: the current context, a handshake deadline, where refusals go."""
+
+    context: Callable[[], ssl.SSLContext]
+    handshake_timeout: float                         # seconds
+    refused: Callable[[str, str, Refusal], None]     # (listener, peer, why)
 
 
 def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
@@ -38,14 +58,18 @@ def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket
 
 class ListenerSet:
     def __init__(self, loop: asyncio.AbstractEventLoop, listen: HostPort, advertised_host: str,
-                 broker_port: Callable[[int], int], factory: ProtocolFactory, reuse_port: bool = False) -> None:
+                 broker_port: Callable[[int], int], factory: ProtocolFactory, reuse_port: bool = False,
+                 tls: ListenerTls | None = None) -> None:
         self._loop = loop
+        self._tls = tls
         self._reuse_port = reuse_port
         self._listen = listen
         self.advertised_host = advertised_host
         self._broker_port = broker_port
         self._factory = factory
         self._servers: list[asyncio.base_events.Server] = []
+        self._accepting: list[tuple[socket.socket, asyncio.Task[None]]] = []   # TLS listeners
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.bootstrap_port: int | None = None
         self.broker_ports: dict[int, int] = {}       # node id -> kqp's port for it
         self._pending: set[asyncio.Task[None]] = set()
@@ -72,9 +96,33 @@ class ListenerSet:
         return port
 
     async def _serve(self, sock: socket.socket, name: str, node_id: int | None) -> None:
+        if self._tls is not None:
+            self._accepting.append((sock, self._loop.create_task(self._accept_tls(sock, name, node_id, self._tls))))
+            return
         server = await self._loop.create_server(lambda: self._factory(name, node_id), sock=sock,
                                                 backlog=BACKLOG)
         self._servers.append(server)
+
+    async def _accept_tls(self, sock: socket.socket, name: str, node_id: int | None, tls: ListenerTls) -> None:
+        while True:
+            try:
+                conn, address = await self._loop.sock_accept(sock)
+            except OSError as exc:
+                log.warning("%s listener: accept failed: %s", name, exc)
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            task = self._loop.create_task(self._handshake(conn, _peer(address), name, node_id, tls))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, conn: socket.socket, peer: str, name: str, node_id: int | None,
+                         tls: ListenerTls) -> None:
+        try:
+            # The protocol's connection_made runs only after the handshake has succeeded.
+            await self._loop.connect_accepted_socket(lambda: self._factory(name, node_id), conn, ssl=tls.context(),
+                                                     ssl_handshake_timeout=tls.handshake_timeout)
+        except (OSError, TimeoutError) as exc:   # ssl.SSLError is an OSError; the loop closes the socket
+            tls.refused(name, peer, handshake_refusal(exc))
 
     def map_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """The AddressMapper for response rewriting: every broker becomes one of kqp's ports."""
@@ -86,8 +134,19 @@ class ListenerSet:
             await asyncio.gather(*list(self._pending))
 
     async def close(self) -> None:
+        tasks = [task for _, task in self._accepting] + list(self._handshakes)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)   # the loop lets go of the sockets first
+        for sock, _ in self._accepting:
+            sock.close()
+        self._accepting.clear()
         for server in self._servers:
             server.close()
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+
+
+def _peer(address: object) -> str:
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)

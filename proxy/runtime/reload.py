@@ -27,10 +27,10 @@ log = logging.getLogger("kqp.reload")
 POLL_SECONDS = 0.25
 # Keys whose change needs a restart: kqp says so instead of half-applying them.
 _RESTART_KEYS = ("listen", "advertised_host", "broker_port_base", "broker_ports", "upstream",
-                 "max_frame_bytes", "metrics")
+                 "max_frame_bytes", "metrics", "tls")
 
 
-def _stamp(path: str) -> tuple[int, int, int, float] | None:
+def file_stamp(path: str) -> tuple[int, int, int, float] | None:
     try:
         st = os.stat(path)  # follows symlinks, so a ConfigMap's atomic swap shows as a new inode
     except OSError:
@@ -50,7 +50,7 @@ class ConfigReloader:
         self._apply_quotas = apply_quotas
         self._apply_runtime = apply_runtime
         self._on_result = on_result or (lambda result: None)
-        self._stamp = _stamp(path)
+        self._stamp = file_stamp(path)
         self._settling: tuple[int, int, int, float] | None = None
         self._wake = asyncio.Event()
 
@@ -100,7 +100,7 @@ class ConfigReloader:
                     await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
                 forced = self._wake.is_set()
                 self._wake.clear()
-                stamp = _stamp(self.path)
+                stamp = file_stamp(self.path)
                 if forced:
                     log.info("SIGHUP: reloading %s", self.path)
                     self._stamp = stamp

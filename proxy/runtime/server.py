@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
@@ -30,13 +31,17 @@ from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
+from kqp.proxy.tls.contexts import client_context, server_context, watched_files
+from kqp.proxy.tls.peers import PeerIdentity
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QuotaSettings
 
+from .cert_reload import ReloadingContext, UpstreamTls, no_tls
 from .cluster import UpstreamCluster
 from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
-from .listeners import ListenerSet
+from .listeners import ListenerSet, ListenerTls
+from .refusals import RefusalLog
 from .reload import ConfigReloader
 from .topic_lookup import TopicLookup
 
@@ -63,6 +68,7 @@ class ProxyServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._progress: asyncio.Event | None = None   # set while draining: a connection moved on
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
 
     # -- assembly --------------------------------------------------------------------------------
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -71,21 +77,45 @@ class ProxyServer:
         self.quotas = QuotaManager(cfg.quotas, loop.time())
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
+        refused = RefusalLog(self.observer, loop.time)
+        listener_tls, identify = self._listener_tls(refused)
+        upstream_tls = self._upstream_tls()
         self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
                                      lambda name, node_id: ClientEdge(wiring, name, node_id),
-                                     reuse_port=self.reuse_port)
+                                     reuse_port=self.reuse_port, tls=listener_tls)
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
-                                                 on_broker=lambda b: self.listeners.ensure_broker(b.node_id))
+                                                 on_broker=lambda b: self.listeners.ensure_broker(b.node_id),
+                                                 tls=upstream_tls)
         self.core = CoreParts(
             metering=Metering(self.quotas, self.observer), gate=MutationGate(self.quotas, topics),
             api_ranges=lambda: cluster.api_ranges, learn_brokers=cluster.learn,
             map_address=self.listeners.map_address, perf=time.perf_counter, settings=core_settings(cfg),
         )
         lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
-                             cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes)
+                             cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls)
         wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
                             connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
-                            open_connections=self.connections, on_progress=self._on_progress)
+                            open_connections=self.connections, on_progress=self._on_progress,
+                            identify=identify, refused=refused, upstream_tls=upstream_tls)
+
+    def _listener_tls(self, refused: RefusalLog) -> tuple[ListenerTls | None, Callable[[bytes | None], str] | None]:
+        """The listeners' TLS (a context that follows its files) and the certificate-to-user mapping."""
+        tls = self.config.tls
+        if tls is None:
+            return None, None
+        context = ReloadingContext("listener", lambda: server_context(tls), watched_files(tls))
+        self.tls_contexts.append(context)
+        return (ListenerTls(lambda: context.context, tls.handshake_timeout_ms / 1000, refused),
+                PeerIdentity(tls.principal_mapping_rules).user)
+
+    def _upstream_tls(self) -> Callable[[str], dict[str, object]]:
+        """What every upstream connection (forwarding and kqp's own requests) adds for TLS."""
+        tls = self.config.upstream.tls
+        if tls is None:
+            return no_tls
+        context = ReloadingContext("upstream", lambda: client_context(tls), watched_files(tls))
+        self.tls_contexts.append(context)
+        return UpstreamTls(context, tls.server_hostname).connect_args
 
     async def _start_metrics(self) -> None:
         listen = self.config.metrics.listen
@@ -145,6 +175,7 @@ class ProxyServer:
         port = await self.listeners.start_bootstrap()
         self._tasks.append(loop.create_task(self.cluster.refresh_forever(self.stopping)))
         self._tasks.append(loop.create_task(self._reap_idle()))
+        self._tasks.extend(loop.create_task(context.watch(self.stopping)) for context in self.tls_contexts)
         if self.config.source:
             reloader = ConfigReloader(self.config.source, self.config, self.update_quotas,
                                       on_result=self.observer.config_reload, apply_runtime=self._apply_runtime,

@@ -19,6 +19,7 @@ from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 
+from .cert_reload import no_tls
 from .upstream_client import UpstreamClient
 
 log = logging.getLogger("kqp.mutations")
@@ -27,8 +28,9 @@ log = logging.getLogger("kqp.mutations")
 class TopicLookup:
     def __init__(self, topics: TopicMetadata, upstream: Callable[[], HostPort | None],
                  api_ranges: Callable[[], Mapping[int, tuple[int, int]]], step_seconds: float,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, tls: Callable[[str], dict[str, Any]] = no_tls) -> None:
         self._topics = topics
+        self._tls = tls
         self._upstream = upstream
         self._api_ranges = api_ranges
         self._step = step_seconds
@@ -53,7 +55,7 @@ class TopicLookup:
         if version >= 4:
             fields["allow_auto_topic_creation"] = False
         try:
-            async with UpstreamClient(target.host, target.port, self._step, self._max_frame) as client:
+            async with UpstreamClient(target.host, target.port, self._step, self._max_frame, self._tls) as client:
                 response = await client.request(ApiKey.Metadata, version, **fields)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
             log.warning("topic metadata lookup at %s failed: %s: %s; partition counts not known to kqp "

@@ -1,7 +1,8 @@
 """kqp's own small Kafka client, for the control requests it sends itself (ApiVersions, Metadata).
 
-Not on the forwarding path: client traffic goes through `session.py` as opaque frames. This client
-uses asyncio streams and kqp's codec, one request at a time, with a deadline on every step.
+Not on the forwarding path: client traffic goes through the connection core as opaque frames. This
+client uses asyncio streams and kqp's codec, one request at a time, with a deadline on every step
+(the TLS handshake, with `upstream.tls`, included in the connect deadline).
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.messages import decode_response, encode_request
+
+from .cert_reload import no_tls
 
 CLIENT_ID = "kqp"
 
@@ -20,8 +24,10 @@ CLIENT_ID = "kqp"
 class UpstreamClient:
     """One connection to one upstream broker."""
 
-    def __init__(self, host: str, port: int, timeout: float, max_frame_bytes: int = 100 * 1024 * 1024) -> None:
+    def __init__(self, host: str, port: int, timeout: float, max_frame_bytes: int = 100 * 1024 * 1024,
+                 tls: Callable[[str], dict[str, Any]] = no_tls) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self._tls = tls
         self._max = max_frame_bytes
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -29,7 +35,7 @@ class UpstreamClient:
 
     async def __aenter__(self) -> UpstreamClient:
         self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), self.timeout
+            asyncio.open_connection(self.host, self.port, **self._tls(self.host)), self.timeout
         )
         return self
 

@@ -18,6 +18,7 @@ from kqp.config.model import ProxyConfig
 from kqp.proxy.runtime import loops
 from kqp.proxy.runtime.logs import setup_logging
 from kqp.proxy.runtime.workers import check_workers, run_workers
+from kqp.proxy.tls.contexts import check_tls
 
 EXIT_USAGE = 2
 
@@ -75,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = _load(args)
         check_workers(config, args.workers)
+        check_tls(config)   # a certificate that does not load stops kqp here, as one line naming the key
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
@@ -90,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         try:
             return loops.run(main(), args.loop)
-        except OSError as exc:
+        except (OSError, ConfigError) as exc:
             logging.getLogger("kqp").error("cannot start: %s", exc)
             return EXIT_USAGE
 
@@ -102,6 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
+        check_tls(config)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE

@@ -109,3 +109,17 @@ def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
 def test_unknown_kqp_variant_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown kqp variant"):
         kqp_target.config_for("fast", 19092, "127.0.0.1:9092", 10e6)
+
+
+def test_the_tls_references_configs_load_with_their_certificates(tmp_path: Path) -> None:
+    loader = pytest.importorskip("kqp.config.loader")
+    pytest.importorskip("trustme")
+    from kqp.proxy.bench.references import REFERENCES, CellSettings, _kqp_tls
+
+    settings = CellSettings(tansu_bin="tansu", workdir=tmp_path, throttle_bytes_s=10e6)
+    for ref in (r for r in REFERENCES if r.tls):
+        config = loader.parse_config(kqp_target.config_for("none", 19092, "127.0.0.1:9092", 10e6,
+                                                           **_kqp_tls(ref, settings)))
+        assert config.tls is not None and config.tls.client_auth == "required"
+        assert config.tls.principal_mapping_rules.name("CN=kqp-bench,OU=x,O=y") == "kqp-bench"
+        assert (config.upstream.tls is not None) == (ref.tls == "both")

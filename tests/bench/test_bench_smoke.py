@@ -43,7 +43,9 @@ def test_short_bench_records_every_reference_and_workload(tmp_path: Path,
             assert info["reason"], f"{name} unavailable without a reason"
             continue
         assert info["status"] == "ok"
-        assert set(info["workloads"]) >= ({"produce"} if name.startswith("kqp-workers") else set(BASE_WORKLOADS))
+        expected = ({"produce"} if name.startswith("kqp-workers") else {"produce", "consume"}
+                    if name.startswith("kqp-tls") else set(BASE_WORKLOADS))
+        assert set(info["workloads"]) >= expected
         for workload in info["workloads"]:
             figures = results["summary"].get(name, {}).get(workload)
             assert figures, f"{name}/{workload}: nothing measured: {_errors(results, name, workload)}"

@@ -7,6 +7,7 @@ checked by what makes it work (it selects an existing Service and names one of i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +116,30 @@ def test_shared_service_exposes_every_port_kqp_advertises() -> None:
     assert pod["spec"]["terminationGracePeriodSeconds"] * 1000 > config.shutdown_grace_ms
     [volume] = pod["spec"]["volumes"]
     assert volume["configMap"]["name"] == by_kind("ConfigMap", K8S / "shared")[0]["metadata"]["name"]
+
+
+def test_tls_variant_mounts_every_file_its_config_names(tmp_path: Path) -> None:
+    """deploy/k8s/tls: every certificate path in the config is a key of the mounted Secret, and the
+    config loads once those files exist (here: placeholders in a temporary directory)."""
+    [configmap] = by_kind("ConfigMap", K8S / "tls")
+    [secret] = by_kind("Secret", K8S / "tls")
+    [deployment] = by_kind("Deployment", K8S / "tls")
+    pod = deployment["spec"]["template"]["spec"]
+    kqp = kqp_container(pod)
+    [volume] = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    [mount] = [m for m in kqp["volumeMounts"] if m["name"] == volume["name"]]
+    assert "subPath" not in mount, "a subPath mount never sees a rotated Secret"
+    text = configmap["data"]["kqp.yaml"]
+    named = sorted(set(re.findall(r"/etc/\S+", text)) - {"/etc/kqp/kqp.yaml"})
+    assert named and all(path.startswith(mount["mountPath"] + "/") for path in named)
+    assert {path.rsplit("/", 1)[1] for path in named} <= set(secret["stringData"])
+    for path in named:
+        (tmp_path / path.rsplit("/", 1)[1]).write_text("placeholder")
+    config = parse_config(yaml.safe_load(text.replace(mount["mountPath"], str(tmp_path))), source="tls ConfigMap")
+    assert config.tls is not None and config.tls.client_auth == "required"
+    assert config.upstream.tls is not None and config.upstream.tls.verify_hostname
+    assert config.tls.principal_mapping_rules.name("CN=Orders-ETL,OU=spark,O=Acme") == "orders-etl"
+    # The pod's group reads the key; nobody else does.
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    assert volume["secret"]["defaultMode"] == 0o440

@@ -11,6 +11,7 @@ kqp mutes the connection, so the next request simply waits to be read.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections import Counter
@@ -51,9 +52,12 @@ class Tally:
 
 
 class RawConnection:
-    def __init__(self, address: str, client_id: str, tally: Tally, timeout: float = 30.0) -> None:
+    def __init__(self, address: str, client_id: str, tally: Tally, timeout: float = 30.0,
+                 tls: ssl.SSLContext | None = None) -> None:
         host, port = split_host_port(address)
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.client_id = client_id
         self.tally = tally
         self._correlation = 0

@@ -31,6 +31,7 @@ response its api key and version.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 import threading
 import time
@@ -261,8 +262,9 @@ class WireTap:
     """
 
     def __init__(self, name: str, *, clock: Callable[[], float] = time.monotonic,
-                 keep_frames: Collection[int] = ()) -> None:
+                 keep_frames: Collection[int] = (), tls: ssl.SSLContext | None = None) -> None:
         self.name = name
+        self.tls = tls   # a server context: each hop terminates TLS and relays plaintext to its target
         self.clock = clock
         self.keep_frames = frozenset(keep_frames)
         self.lock = threading.Lock()
@@ -330,7 +332,7 @@ class WireTap:
 
         async def open_hop() -> str:
             hop = ""
-            server = await loop.create_server(lambda: _TapClientHalf(loop, self, hop, key), LOOPBACK, 0)
+            server = await loop.create_server(lambda: _TapClientHalf(loop, self, hop, key), LOOPBACK, 0, ssl=self.tls)
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             hop = f"{LOOPBACK}:{port}"

@@ -94,6 +94,18 @@ def test_connections_latency_and_reloads() -> None:
     assert "_created" not in series_names(obs)
 
 
+def test_refused_connections_count_as_closed_but_never_as_open() -> None:
+    obs, _ = make()
+    obs.connection_opened("bootstrap")
+    obs.connection_refused("bootstrap", "tls_plaintext")
+    obs.connection_refused("broker-1", "tls_certificate_expired")
+    assert value(obs, "kqp_connections", listener="bootstrap") == 1
+    assert value(obs, "kqp_connections", listener="broker-1") is None
+    assert value(obs, "kqp_connections_closed_total", reason="tls_plaintext") == 1
+    assert value(obs, "kqp_connections_closed_total", reason="tls_certificate_expired") == 1
+    assert value(obs, "kqp_connections_closed_total", reason="tls_principal_unmapped") == 0
+
+
 def test_idle_entities_expire_from_memory_and_from_the_exposition() -> None:
     obs, clock = make(expiry=60)
     obs.request(METERED, ApiKey.Produce, 10)            # t=0
