@@ -258,3 +258,14 @@ def api_version_caps(value: object, path: str) -> dict[int, int]:
         caps[key] = integer(0, what="an API version")(version, where)
     return caps
 
+
+
+def readable_file(value: object, path: str) -> str:
+    """A path to a file kqp can open now (certificates, keys, credential files)."""
+    text = name(value, path)
+    try:
+        with open(text, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read {text!r}: {exc.strerror or exc}") from None
+    return text
