@@ -3,17 +3,41 @@
 What for: showing the effective configuration (after defaults and CLI overrides) to an operator,
 and the round-trip test that keeps the loader honest: ``parse_config(config_document(cfg)) == cfg``.
 The output uses the file's own forms (``host:port`` strings, lists, ``<default>``), never Python
-objects, so ``yaml.safe_dump`` can write it.
+objects, so ``yaml.safe_dump`` can write it. It is a document to parse again, so it holds the
+SASL secrets as the file gave them: never log it.
 """
 
 from __future__ import annotations
 
-from kqp.config.model import HostPort, ProxyConfig
+import base64
+
+from kqp.config.model import HostPort, ProxyConfig, SaslConfig, UserSecret
 from kqp.config.quota_section import quota_document
 
 
 def _address(value: HostPort | None) -> str | None:
     return None if value is None else str(value)
+
+
+def _secret(secret: UserSecret) -> object:
+    if not secret.scram and secret.password is not None:
+        return secret.password
+    out: dict[str, object] = {} if secret.password is None else {"password": secret.password}
+    for mechanism, cred in secret.scram.items():
+        out[mechanism] = {"salt": base64.b64encode(cred.salt).decode(), "iterations": cred.iterations,
+                          "stored_key": base64.b64encode(cred.stored_key).decode(),
+                          "server_key": base64.b64encode(cred.server_key).decode()}
+    return out
+
+
+def _sasl(sasl: SaslConfig) -> dict[str, object]:
+    out: dict[str, object] = {"mode": sasl.mode, "principal_claim": sasl.principal_claim}
+    if sasl.mode == "terminate":
+        out["mechanisms"] = list(sasl.mechanisms)
+        out["users"] = {user: _secret(secret) for user, secret in sasl.users.items()}
+        if sasl.users_file is not None:
+            out["users_file"] = sasl.users_file
+    return out
 
 
 def config_document(cfg: ProxyConfig) -> dict[str, object]:
@@ -26,6 +50,9 @@ def config_document(cfg: ProxyConfig) -> dict[str, object]:
     # An empty list would be refused on the way back in; absent means "not set yet".
     if cfg.upstream.bootstrap_servers:
         upstream["bootstrap_servers"] = [str(server) for server in cfg.upstream.bootstrap_servers]
+    if cfg.upstream.sasl is not None:
+        up = cfg.upstream.sasl
+        upstream["sasl"] = {"mechanism": up.mechanism, "username": up.username, "password": up.password}
     return {
         "listen": str(cfg.listen),
         "advertised_host": cfg.advertised_host,
@@ -42,4 +69,5 @@ def config_document(cfg: ProxyConfig) -> dict[str, object]:
             "entity_expiry_seconds": cfg.metrics.entity_expiry_seconds,
             "max_entities": cfg.metrics.max_entities,
         },
+        "sasl": _sasl(cfg.sasl),
     }

@@ -23,6 +23,7 @@ import yaml
 from kqp.config.errors import ConfigError, shown
 from kqp.config.model import FETCH_THROTTLE_MODES, MAX_PORT, MetricsConfig, ProxyConfig, UpstreamConfig
 from kqp.config.quota_section import quota_settings_from
+from kqp.config.sasl_section import sasl_config, upstream_sasl
 from kqp.config.schema import (
     Field,
     api_version_caps,
@@ -43,6 +44,7 @@ UPSTREAM_FIELDS = {
     "connect_timeout_ms": Field(integer(minimum=1), 10000),
     "metadata_refresh_ms": Field(integer(minimum=1), 30000),
     "max_api_versions": Field(api_version_caps, {}),
+    "sasl": Field(upstream_sasl, None),
 }
 
 METRICS_FIELDS = {
@@ -65,6 +67,7 @@ TOP_FIELDS = {
     "fetch_throttle": Field(choice(*FETCH_THROTTLE_MODES), "deliver"),
     "quotas": Field(lambda value, path: quota_settings_from(value, path=path), {}),
     "metrics": Field(section(METRICS_FIELDS, MetricsConfig), {}),
+    "sasl": Field(sasl_config, {}),
 }
 
 
