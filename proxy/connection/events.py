@@ -199,4 +199,5 @@ Action = ConnectUpstream | Send | Mute | Unmute | SetTimer | LookUpTopics | Clos
 
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
-                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error")
+                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error", "authentication_failed",
+                 "authentication_required")
