@@ -79,7 +79,8 @@ class UpstreamCluster:
         timeout = self.config.connect_timeout_ms / 1000
         for target in self._targets():
             try:
-                async with UpstreamClient(target.host, target.port, timeout, self._max_frame) as client:
+                async with UpstreamClient(target.host, target.port, timeout, self._max_frame,
+                                          self.config.sasl) as client:
                     frame = await client.request_frame(API_VERSIONS, PROBE_API_VERSIONS_VERSION)
                     error, ranges = decode_api_versions_response(frame, PROBE_API_VERSIONS_VERSION)
                     if error != 0 or not ranges:

@@ -18,13 +18,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from kqp.config.model import HostPort
+from kqp.config.model import HostPort, UpstreamSasl
+from kqp.protocol.errors import ProtocolError
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
 from kqp.proxy.connection.parts import CoreParts
 
 from .delay import DelayDriver
+from .upstream_client import UpstreamClient
 
 log = logging.getLogger("kqp.connection")
 
@@ -43,6 +45,8 @@ class EdgeWiring:
     look_up_topics: Callable[[], Awaitable[None]]
     open_connections: set[ClientEdge]                        # for the idle reaper and shutdown
     on_progress: Callable[[], None]    # a response went out or a connection closed (shutdown drains on it)
+    upstream_sasl: UpstreamSasl | None = None   # kqp's own login on every upstream connection
+    max_frame_bytes: int = 100 * 1024 * 1024    # for the login's frames
 
 
 class ClientEdge(asyncio.Protocol):
@@ -150,10 +154,8 @@ class ClientEdge(asyncio.Protocol):
                                               unknown_broker=True))
             return
         try:
-            transport, _ = await asyncio.wait_for(
-                self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port),
-                self.w.connect_timeout)
-        except (OSError, TimeoutError) as exc:
+            transport = await self._open(target)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
             self.run(ev.UpstreamConnectFailed(self.now(), f"upstream {target} unreachable: "
                                                           f"{exc or type(exc).__name__}"))
             return
@@ -163,6 +165,20 @@ class ClientEdge(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         self.upstream = transport  # type: ignore[assignment]
         self.run(ev.UpstreamConnected(self.now()))
+
+    async def _open(self, target: HostPort) -> asyncio.BaseTransport:
+        """The upstream socket, logged in with `upstream.sasl` when set, its callbacks on `UpstreamEdge`."""
+        if self.w.upstream_sasl is None:
+            transport, _ = await asyncio.wait_for(
+                self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port),
+                self.w.connect_timeout)
+            return transport
+        client = UpstreamClient(target.host, target.port, self.w.connect_timeout, self.w.max_frame_bytes,
+                                self.w.upstream_sasl)
+        await client.__aenter__()
+        transport = client.detach()
+        transport.set_protocol(UpstreamEdge(self))
+        return transport
 
     def _send(self, action: ev.Send) -> None:
         transport = self.client if action.side is Side.CLIENT else self.upstream

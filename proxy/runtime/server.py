@@ -27,6 +27,7 @@ from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
+from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
@@ -80,12 +81,14 @@ class ProxyServer:
             metering=Metering(self.quotas, self.observer), gate=MutationGate(self.quotas, topics),
             api_ranges=lambda: cluster.api_ranges, learn_brokers=cluster.learn,
             map_address=self.listeners.map_address, perf=time.perf_counter, settings=core_settings(cfg),
+            sasl=SaslPolicy.from_config(cfg.sasl),
         )
         lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
-                             cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes)
+                             cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, cfg.upstream.sasl)
         wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
                             connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
-                            open_connections=self.connections, on_progress=self._on_progress)
+                            open_connections=self.connections, on_progress=self._on_progress,
+                            upstream_sasl=cfg.upstream.sasl, max_frame_bytes=cfg.max_frame_bytes)
 
     async def _start_metrics(self) -> None:
         listen = self.config.metrics.listen

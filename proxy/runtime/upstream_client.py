@@ -1,7 +1,9 @@
 """kqp's own small Kafka client, for the control requests it sends itself (ApiVersions, Metadata).
 
-Not on the forwarding path: client traffic goes through `session.py` as opaque frames. This client
-uses asyncio streams and kqp's codec, one request at a time, with a deadline on every step.
+Not on the forwarding path: client traffic goes through the connection core as opaque frames. This
+client uses asyncio streams and kqp's codec, one request at a time, with a deadline on every step.
+With `upstream.sasl` set it logs in first (`upstream_sasl.py`); the edge also opens its forwarding
+connections through it when a login is needed, then takes the logged-in socket over (`detach`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ import itertools
 import struct
 from typing import Any
 
+from kqp.config.model import UpstreamSasl
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.messages import decode_response, encode_request
+
+from .upstream_sasl import sasl_login
 
 CLIENT_ID = "kqp"
 
@@ -20,9 +25,11 @@ CLIENT_ID = "kqp"
 class UpstreamClient:
     """One connection to one upstream broker."""
 
-    def __init__(self, host: str, port: int, timeout: float, max_frame_bytes: int = 100 * 1024 * 1024) -> None:
+    def __init__(self, host: str, port: int, timeout: float, max_frame_bytes: int = 100 * 1024 * 1024,
+                 sasl: UpstreamSasl | None = None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
         self._max = max_frame_bytes
+        self._sasl = sasl
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ids = itertools.count(1)
@@ -31,7 +38,20 @@ class UpstreamClient:
         self._reader, self._writer = await asyncio.wait_for(
             asyncio.open_connection(self.host, self.port), self.timeout
         )
+        if self._sasl is not None:
+            try:
+                await sasl_login(self.request, self._sasl, f"{self.host}:{self.port}")
+            except BaseException:
+                await self.__aexit__()
+                raise
         return self
+
+    def detach(self) -> asyncio.Transport:
+        """Hand the (logged-in) socket over: the caller sets its own protocol on it. Nothing is
+        buffered unread: kqp read the last response whole and the upstream sends nothing unasked."""
+        assert self._writer is not None, "use as an async context manager"
+        transport, self._writer, self._reader = self._writer.transport, None, None
+        return transport  # type: ignore[return-value]
 
     async def __aexit__(self, *exc: object) -> None:
         if self._writer is not None:
