@@ -46,9 +46,15 @@ class Authentication:
 
     def concerns(self, api_key: int) -> bool:
         """Whether a request must be shown to `on_request` before it is planned."""
-        return self.mode != "none" and (api_key in SASL_APIS or not self.authenticated)
+        return api_key in SASL_APIS or not self.authenticated
 
     def on_request(self, api_key: int, version: int, correlation_id: int, body: memoryview) -> Route:
+        if api_key == ApiKey.SaslHandshake and version == 0:
+            # Advertised for librdkafka's sake (kqp.protocol.apis), never served: v0's tokens carry no header.
+            return Route(refusal="SaslHandshake v0 (unframed SASL tokens) is not supported; clients since "
+                                 "Kafka 1.0 send v1")
+        if self._server is None and self._claims is None:
+            return FORWARD   # mode none: an upstream's own SASL, unread
         if self._claims is not None:
             if api_key in SASL_APIS:
                 self._claims.on_request(api_key, version, body)

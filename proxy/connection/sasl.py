@@ -8,8 +8,9 @@ the user the connection now belongs to, or why the connection closes once the an
 States, as Kafka's SaslServerAuthenticator has them: HANDSHAKE (ApiVersions or SaslHandshake
 expected), AUTHENTICATE (a mechanism is chosen; its first token is due), SCRAM_FINAL (the server-first
 message went out; the client's proof is due), DONE. A SaslHandshake on a DONE connection starts a
-re-authentication (KIP-368), which, as in Kafka, must end with the same principal. kqp offers
-SaslHandshake v1 only (`kqp.protocol.apis`), so every token is framed in SaslAuthenticate.
+re-authentication (KIP-368), which, as in Kafka, must end with the same principal. kqp serves
+SaslHandshake v1 only (a v0 one is refused in `authentication.py`), so every token is framed in
+SaslAuthenticate.
 
 Mechanisms: PLAIN (RFC 4616) checks the password against the user's password or, when only SCRAM
 credentials are stored, against them (PBKDF2 of the given password must give the stored key);
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from scramp import ScramException, ScramMechanism
 
 from kqp.config.model import SCRAM_MECHANISMS, SaslConfig, ScramCredential, UserSecret
-from kqp.protocol.apis import ApiKey
+from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.sasl import (
     ILLEGAL_SASL_STATE,
@@ -51,6 +52,7 @@ __all__ = ["Authenticator", "SaslPolicy", "Verdict"]
 HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DERIVED_ITERATIONS = 4096
 PLAIN_FAILED = "Authentication failed: Invalid username or password"
+KQP_RANGES = kqp_ranges()
 
 
 def _nonce() -> str:
@@ -71,6 +73,13 @@ class SaslPolicy:
     @classmethod
     def from_config(cls, sasl: SaslConfig, nonce: Callable[[], str] = _nonce) -> SaslPolicy:
         return cls(sasl.mode, sasl.mechanisms, sasl.credentials, sasl.principal_claim, nonce)
+
+    def advertised(self, ranges: Mapping[int, tuple[int, int]]) -> Mapping[int, tuple[int, int]]:
+        """What kqp's ApiVersions answer lists: when kqp terminates SASL, its own SASL versions,
+        whatever the upstream speaks (a sidecar's upstream may speak no SASL at all)."""
+        if self.mode != "terminate":
+            return ranges
+        return {**ranges, **{api: KQP_RANGES[api] for api in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate)}}
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         secret = self.users.get(user)

@@ -253,3 +253,13 @@ def test_reauthentication_keeps_the_principal_as_kafka_does() -> None:
     actions = core.handle(ev.ClientData(NOW, authenticate(6, f"\x00alice\x00{ALICE_PASSWORD}".encode())))
     assert actions[-1] == ev.Close("authentication_failed", "re-authentication as 'alice' on a connection of 'bob'")
     assert core.user == "bob"
+
+
+def test_a_v0_handshake_is_refused_though_advertised_for_librdkafka() -> None:
+    # librdkafka looks for SaslHandshake v0 in ApiVersions before it offers SASL at all, then sends v1.
+    assert kqp_ranges()[ApiKey.SaslHandshake] == (0, 1)
+    for mode in ("terminate", "passthrough", "none"):
+        core = connected_core(sasl={**SASL, "mode": mode} if mode == "terminate" else {"mode": mode})
+        play(core, [(ev.ClientData(NOW, encode_request(ApiKey.SaslHandshake, 0, 1, "c", mechanism="PLAIN")), [
+            ev.Close("authentication_required",
+                     "SaslHandshake v0 (unframed SASL tokens) is not supported; clients since Kafka 1.0 send v1")])])
