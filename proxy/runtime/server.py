@@ -21,7 +21,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from kqp.config.model import ProxyConfig
+from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
@@ -44,6 +44,12 @@ from .topic_lookup import TopicLookup
 log = logging.getLogger("kqp")
 
 START_RETRY_MAX_SECONDS = 5.0
+
+
+def forwarding_login(config: ProxyConfig) -> UpstreamSasl | None:
+    """kqp's own login on the connections it forwards clients over: none in passthrough, where the
+    client's own SASL frames go upstream on that connection (kqp's control connections still log in)."""
+    return None if config.sasl.mode == "passthrough" else config.upstream.sasl
 
 
 def core_settings(config: ProxyConfig) -> CoreSettings:
@@ -88,7 +94,7 @@ class ProxyServer:
         wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
                             connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
                             open_connections=self.connections, on_progress=self._on_progress,
-                            upstream_sasl=cfg.upstream.sasl, max_frame_bytes=cfg.max_frame_bytes)
+                            upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes)
 
     async def _start_metrics(self) -> None:
         listen = self.config.metrics.listen
