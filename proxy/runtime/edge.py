@@ -26,7 +26,8 @@ from kqp.proxy.connection.events import Side
 from kqp.proxy.connection.parts import CoreParts
 
 from .delay import DelayDriver
-from .upstream_client import UpstreamClient
+from .upstream_client import CLIENT_ID
+from .upstream_sasl import LoginReader, sasl_login
 
 log = logging.getLogger("kqp.connection")
 
@@ -167,17 +168,22 @@ class ClientEdge(asyncio.Protocol):
         self.run(ev.UpstreamConnected(self.now()))
 
     async def _open(self, target: HostPort) -> asyncio.BaseTransport:
-        """The upstream socket, logged in with `upstream.sasl` when set, its callbacks on `UpstreamEdge`."""
-        if self.w.upstream_sasl is None:
-            transport, _ = await asyncio.wait_for(
-                self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port),
-                self.w.connect_timeout)
-            return transport
-        client = UpstreamClient(target.host, target.port, self.w.connect_timeout, self.w.max_frame_bytes,
-                                self.w.upstream_sasl)
-        await client.__aenter__()
-        transport = client.detach()
-        transport.set_protocol(UpstreamEdge(self))
+        """The upstream socket, its callbacks on `UpstreamEdge`, logged in with `upstream.sasl` when
+        set: the login's answers go to a `LoginReader` until it is done, so nothing reaches the core
+        before `UpstreamConnected`."""
+        transport, protocol = await asyncio.wait_for(
+            self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port),
+            self.w.connect_timeout)
+        if self.w.upstream_sasl is not None:
+            reader = protocol.login = LoginReader(transport, self.w.connect_timeout,  # type: ignore[arg-type]
+                                                  self.w.max_frame_bytes, CLIENT_ID)
+            try:
+                await sasl_login(reader.request, self.w.upstream_sasl, str(target))
+            except BaseException:
+                transport.close()
+                raise
+            finally:
+                protocol.login = None
         return transport
 
     def _send(self, action: ev.Send) -> None:
@@ -221,17 +227,25 @@ class ClientEdge(asyncio.Protocol):
 
 
 class UpstreamEdge(asyncio.Protocol):
-    """The upstream socket of a connection: its callbacks become the client edge's events."""
+    """The upstream socket of a connection: its callbacks become the client edge's events (or, while
+    kqp logs in with upstream.sasl, the login's)."""
 
-    __slots__ = ("edge",)
+    __slots__ = ("edge", "login")
 
     def __init__(self, edge: ClientEdge) -> None:
         self.edge = edge
+        self.login: LoginReader | None = None
 
     def data_received(self, data: bytes) -> None:
+        if self.login is not None:
+            self.login.feed(data)
+            return
         self.edge.run(ev.UpstreamData(self.edge.now(), data))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.login is not None:
+            self.login.lost(exc)
+            return
         self.edge.run(ev.UpstreamLost(self.edge.now(), str(exc) if exc else None))
 
     def pause_writing(self) -> None:          # the upstream reads slower than the client sends

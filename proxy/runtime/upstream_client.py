@@ -2,8 +2,7 @@
 
 Not on the forwarding path: client traffic goes through the connection core as opaque frames. This
 client uses asyncio streams and kqp's codec, one request at a time, with a deadline on every step.
-With `upstream.sasl` set it logs in first (`upstream_sasl.py`); the edge also opens its forwarding
-connections through it when a login is needed, then takes the logged-in socket over (`detach`).
+With `upstream.sasl` set it logs in first (`upstream_sasl.py`).
 """
 
 from __future__ import annotations
@@ -45,13 +44,6 @@ class UpstreamClient:
                 await self.__aexit__()
                 raise
         return self
-
-    def detach(self) -> asyncio.Transport:
-        """Hand the (logged-in) socket over: the caller sets its own protocol on it. Nothing is
-        buffered unread: kqp read the last response whole and the upstream sends nothing unasked."""
-        assert self._writer is not None, "use as an async context manager"
-        transport, self._writer, self._reader = self._writer.transport, None, None
-        return transport  # type: ignore[return-value]
 
     async def __aexit__(self, *exc: object) -> None:
         if self._writer is not None:
