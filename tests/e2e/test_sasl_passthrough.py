@@ -102,3 +102,24 @@ def test_kqp_waits_for_an_upstream_that_refuses_its_login(kqp: Any, sasl_upstrea
                   upstream={"sasl": {**KQP_LOGIN, "password": "not-kqps-password"}})
     line = process.wait_for_log("waiting for the upstream", timeout=15)
     assert "SASL/SCRAM-SHA-256 login as 'kqp' failed" in line and "not-kqps-password" not in process.logs()
+
+
+async def test_what_tansus_own_authentication_serves(tmp_path: Path) -> None:
+    # Why the double: Tansu 0.6's --authentication speaks SCRAM (kqp's own client login gets as far
+    # as the server's first answer, which for a user it does not know is no SCRAM message at all) but
+    # not PLAIN (it closes the connection), and with memory storage it has no users, since
+    # `tansu user create` needs an unauthenticated broker: every login is refused.
+    # Should this test fail, Tansu has grown what the double stands in for.
+    from kqp.config.model import UpstreamSasl
+    from kqp.proxy.runtime.upstream_client import UpstreamClient
+    from kqp.proxy.runtime.upstream_sasl import UpstreamAuthError
+
+    with launch.tansu(tmp_path / "tansu-auth.log", authentication=True) as bootstrap:
+        host, port = bootstrap.addresses[0]
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            with pytest.raises(UpstreamAuthError, match=f"SASL/{mechanism} login as 'alice' failed"):
+                async with UpstreamClient(host, port, 5.0, sasl=UpstreamSasl(mechanism, "alice", "alice-secret")):
+                    pass
+        with pytest.raises((ConnectionError, EOFError, OSError)):
+            async with UpstreamClient(host, port, 5.0, sasl=UpstreamSasl("PLAIN", "alice", "alice-secret")):
+                pass
