@@ -52,7 +52,8 @@ def config_document(cfg: ProxyConfig) -> dict[str, object]:
         upstream["bootstrap_servers"] = [str(server) for server in cfg.upstream.bootstrap_servers]
     if cfg.upstream.sasl is not None:
         up = cfg.upstream.sasl
-        upstream["sasl"] = {"mechanism": up.mechanism, "username": up.username, "password": up.password}
+        secret = {"password_file": up.password_file} if up.password_file else {"password": up.password}
+        upstream["sasl"] = {"mechanism": up.mechanism, "username": up.username, **secret}
     return {
         "listen": str(cfg.listen),
         "advertised_host": cfg.advertised_host,

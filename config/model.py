@@ -118,6 +118,7 @@ class UpstreamSasl:
     mechanism: str
     username: str
     password: str = field(repr=False)
+    password_file: str | None = None   # where `password` was read from (a mounted Secret), if not inline
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,9 @@ def _check_mechanisms_served(all_users: Mapping[str, UserSecret], enabled: tuple
 UPSTREAM_SASL_FIELDS = {
     "mechanism": Field(choice(*SASL_MECHANISMS), None),
     "username": Field(name, None),
-    "password": Field(password, None),
+    "password": Field(optional(password), None),
+    # The password as a file's content (a mounted Kubernetes Secret), one trailing newline dropped.
+    "password_file": Field(optional(readable_file), None),
 }
 
 
@@ -172,7 +174,18 @@ def upstream_sasl(value: object, path: str) -> UpstreamSasl | None:
     if value is None:
         return None
     if isinstance(value, Mapping):
-        for key in UPSTREAM_SASL_FIELDS:
+        for key in ("mechanism", "username"):
             if key not in value:
                 raise ConfigError(child(path, key), "required when upstream.sasl is set")
-    return UpstreamSasl(**read_section(value, path, UPSTREAM_SASL_FIELDS))
+        if ("password" in value) == ("password_file" in value):
+            raise ConfigError(path, "needs exactly one of password and password_file")
+    values = read_section(value, path, UPSTREAM_SASL_FIELDS)
+    if values["password_file"] is not None:
+        where = child(path, "password_file")
+        try:
+            with open(values["password_file"], encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(where, f"cannot read it: {type(exc).__name__}") from None
+        values["password"] = password(text.removesuffix("\n").removesuffix("\r"), where)
+    return UpstreamSasl(**values)

@@ -81,7 +81,9 @@ def test_no_repr_shows_a_secret(tmp_path: Path) -> None:
     ({"sasl": {"mode": "terminate", "users": {"a": {"pasword": "x"}}}},
      "sasl.users.a.pasword: unknown key; did you mean 'password'?"),
     ({"upstream": {"bootstrap_servers": "a:1", "sasl": {"mechanism": "PLAIN", "username": "u"}}},
-     "upstream.sasl.password: required when upstream.sasl is set"),
+     "upstream.sasl: needs exactly one of password and password_file"),
+    ({"upstream": {"bootstrap_servers": "a:1", "sasl": {"mechanism": "PLAIN", "password": "p"}}},
+     "upstream.sasl.username: required when upstream.sasl is set"),
     ({"sasl": {"mode": "terminate", "users_file": "/nonexistent/users.yaml"}},
      "sasl.users_file: cannot read '/nonexistent/users.yaml'"),
 ])
@@ -111,3 +113,16 @@ def test_a_user_in_both_places_is_refused(tmp_path: Path) -> None:
     users_file.write_text("alice: other\n")
     message = refusal({"sasl": {"mode": "terminate", "users": {"alice": "x"}, "users_file": str(users_file)}})
     assert "sasl.users.alice: also in users_file" in message
+
+
+def test_the_upstream_password_from_a_file(tmp_path: Path) -> None:
+    secret = tmp_path / "upstream-password"
+    secret.write_text(SECRET + "\n")
+    data = {"upstream": {"bootstrap_servers": "a:1", "sasl": {"mechanism": "SCRAM-SHA-256", "username": "kqp",
+                                                              "password_file": str(secret)}}}
+    cfg = parse_config(data)
+    assert cfg.upstream.sasl is not None and cfg.upstream.sasl.password == SECRET
+    assert SECRET not in repr(cfg)
+    dumped = config_document(cfg)
+    assert SECRET not in yaml.safe_dump(dumped), "a password from a file stays in its file"
+    assert parse_config(dumped) == cfg
