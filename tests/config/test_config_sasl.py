@@ -126,3 +126,15 @@ def test_the_upstream_password_from_a_file(tmp_path: Path) -> None:
     dumped = config_document(cfg)
     assert SECRET not in yaml.safe_dump(dumped), "a password from a file stays in its file"
     assert parse_config(dumped) == cfg
+
+
+def test_the_deploy_example_documents_every_sasl_key() -> None:
+    from kqp.config.loader import load_config
+    from kqp.config.sasl_section import SASL_FIELDS, UPSTREAM_SASL_FIELDS
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "kqp.example.yaml"
+    text = example.read_text()
+    for key in [*SASL_FIELDS, *UPSTREAM_SASL_FIELDS]:
+        assert f"{key}:" in text, f"deploy/kqp.example.yaml does not document {key}"
+    cfg = load_config(example)
+    assert cfg.sasl.mode == "terminate" and cfg.upstream.sasl is not None
