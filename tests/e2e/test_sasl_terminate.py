@@ -103,3 +103,17 @@ def test_a_users_quota_holds_across_its_clients_and_mechanisms(kqp: Any, tmp_pat
         rate = cumulative_slope(events, start, end)
         assert abs(rate - QUOTA) <= RATE_TOLERANCE * QUOTA, \
             f"alice's three clients together: upstream received {rate / 1000:.1f} KB/s, quota {QUOTA / 1000:.0f} KB/s"
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kqps_own_login_against_a_kqp_that_terminates_sasl(mechanism: str, kqp: Any, mock_cluster: str) -> None:
+    # kqp in front of kqp: the inner one terminates SASL, the outer one (clients without SASL) logs in
+    # to it with upstream.sasl on every connection it opens, so its clients count as user "edge".
+    inner, metrics = start_with_metrics(kqp, mock_cluster, quotas={},
+                                        sasl={"mode": "terminate", "users": {"edge": "edge-secret"}})
+    outer = kqp(inner.bootstrap, {}, upstream={"sasl": {"mechanism": mechanism, "username": "edge",
+                                                        "password": "edge-secret"}})
+    produce("confluent-kafka", outer.bootstrap, unique_topic("kqp-kqp"), 10, {}, client_id="behind-two")
+    assert (sample(scrape(metrics), "kqp_requests_total", api="Produce", user="edge", client_id="behind-two")
+            or 0) > 0
+    assert "edge-secret" not in outer.logs() + inner.logs()
