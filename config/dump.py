@@ -3,12 +3,15 @@
 What for: showing the effective configuration (after defaults and CLI overrides) to an operator,
 and the round-trip test that keeps the loader honest: ``parse_config(config_document(cfg)) == cfg``.
 The output uses the file's own forms (``host:port`` strings, lists, ``<default>``), never Python
-objects, so ``yaml.safe_dump`` can write it.
+objects, so ``yaml.safe_dump`` can write it. It is a document to parse again, so it holds the
+SASL secrets as the file gave them: never log it.
 """
 
 from __future__ import annotations
 
-from kqp.config.model import HostPort, ProxyConfig
+import base64
+
+from kqp.config.model import HostPort, ProxyConfig, SaslConfig, UserSecret
 from kqp.config.quota_section import quota_document
 from kqp.config.tls_section import tls_document
 
@@ -17,9 +20,38 @@ def _address(value: HostPort | None) -> str | None:
     return None if value is None else str(value)
 
 
+MASK = "***"
+
+
+def _secret(secret: UserSecret, reveal: bool) -> object:
+    password = secret.password if reveal or secret.password is None else MASK
+    if not secret.scram and password is not None:
+        return password
+    out: dict[str, object] = {} if password is None else {"password": password}
+    for mechanism, cred in secret.scram.items():
+        if not reveal:
+            out[mechanism] = MASK
+            continue
+        out[mechanism] = {"salt": base64.b64encode(cred.salt).decode(), "iterations": cred.iterations,
+                          "stored_key": base64.b64encode(cred.stored_key).decode(),
+                          "server_key": base64.b64encode(cred.server_key).decode()}
+    return out
+
+
+def _sasl(sasl: SaslConfig, reveal: bool) -> dict[str, object]:
+    out: dict[str, object] = {"mode": sasl.mode, "principal_claim": sasl.principal_claim}
+    if sasl.mode == "terminate":
+        out["mechanisms"] = list(sasl.mechanisms)
+        out["users"] = {user: _secret(secret, reveal) for user, secret in sasl.users.items()}
+        if sasl.users_file is not None:
+            out["users_file"] = sasl.users_file
+    return out
+
+
 def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[str, object]:
-    """The mapping that :func:`kqp.config.loader.parse_config` reads back as ``cfg``. Key passwords
-    are written as ``***`` unless ``reveal_secrets`` (a document that must load back as ``cfg``)."""
+    """The mapping that :func:`kqp.config.loader.parse_config` reads back as ``cfg``. Secrets (key
+    passwords, SASL passwords and credentials) are written as ``***`` unless ``reveal_secrets`` (a
+    document that must load back as ``cfg``); a password read from a file stays in its file."""
     upstream: dict[str, object] = {
         "connect_timeout_ms": cfg.upstream.connect_timeout_ms,
         "metadata_refresh_ms": cfg.upstream.metadata_refresh_ms,
@@ -28,6 +60,11 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
     # An empty list would be refused on the way back in; absent means "not set yet".
     if cfg.upstream.bootstrap_servers:
         upstream["bootstrap_servers"] = [str(server) for server in cfg.upstream.bootstrap_servers]
+    if cfg.upstream.sasl is not None:
+        up = cfg.upstream.sasl
+        secret = ({"password_file": up.password_file} if up.password_file
+                  else {"password": up.password if reveal_secrets else MASK})
+        upstream["sasl"] = {"mechanism": up.mechanism, "username": up.username, **secret}
     if cfg.upstream.tls is not None:
         upstream["tls"] = tls_document(cfg.upstream.tls, reveal_secrets=reveal_secrets)
     document: dict[str, object] = {
@@ -46,6 +83,7 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
             "entity_expiry_seconds": cfg.metrics.entity_expiry_seconds,
             "max_entities": cfg.metrics.max_entities,
         },
+        "sasl": _sasl(cfg.sasl, reveal_secrets),
     }
     if cfg.tls is not None:
         document["tls"] = tls_document(cfg.tls, reveal_secrets=reveal_secrets)

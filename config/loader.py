@@ -23,6 +23,7 @@ import yaml
 from kqp.config.errors import ConfigError, shown
 from kqp.config.model import FETCH_THROTTLE_MODES, MAX_PORT, MetricsConfig, ProxyConfig, UpstreamConfig
 from kqp.config.quota_section import quota_settings_from
+from kqp.config.sasl_section import sasl_config, upstream_sasl
 from kqp.config.schema import (
     Field,
     api_version_caps,
@@ -45,6 +46,7 @@ UPSTREAM_FIELDS = {
     "metadata_refresh_ms": Field(integer(minimum=1), 30000),
     "max_api_versions": Field(api_version_caps, {}),
     "tls": Field(upstream_tls_section, None),
+    "sasl": Field(upstream_sasl, None),
 }
 
 METRICS_FIELDS = {
@@ -68,6 +70,7 @@ TOP_FIELDS = {
     "quotas": Field(lambda value, path: quota_settings_from(value, path=path), {}),
     "metrics": Field(section(METRICS_FIELDS, MetricsConfig), {}),
     "tls": Field(tls_section, None),
+    "sasl": Field(sasl_config, {}),
 }
 
 

@@ -25,6 +25,13 @@ MAX_PORT = 65535
 # with the broker's empty KIP-219 response.
 FETCH_THROTTLE_MODES = ("deliver", "empty")
 
+# Who authenticates clients: nobody (every user is ANONYMOUS), kqp itself, or the upstream (kqp reads
+# the claimed name and adopts it once the upstream accepts it).
+SASL_MODES = ("none", "terminate", "passthrough")
+# What kqp verifies itself (terminate) and speaks to an upstream (upstream.sasl).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
 
 @dataclass(frozen=True, slots=True)
 class HostPort:
@@ -118,6 +125,52 @@ class UpstreamTlsConfig:
 
 
 @dataclass(frozen=True)
+class ScramCredential:
+    """RFC 5802's server-side credential: what a broker stores instead of the password."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class UserSecret:
+    """What kqp verifies one user's SASL credentials against: a password (any mechanism), SCRAM
+    credentials per mechanism, or both. Never shown in a repr."""
+
+    password: str | None = field(default=None, repr=False)
+    scram: Mapping[str, ScramCredential] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class SaslConfig:
+    """Client authentication (``sasl:``). ``users`` are the file's inline ones, ``file_users`` those
+    read from ``users_file`` at load; `credentials` is both together."""
+
+    mode: str
+    mechanisms: tuple[str, ...]
+    users: Mapping[str, UserSecret] = field(repr=False)
+    users_file: str | None
+    principal_claim: str
+    file_users: Mapping[str, UserSecret] = field(default_factory=dict, repr=False)
+
+    @property
+    def credentials(self) -> Mapping[str, UserSecret]:
+        return {**self.file_users, **self.users}
+
+
+@dataclass(frozen=True)
+class UpstreamSasl:
+    """kqp's own identity towards the upstream (``upstream.sasl:``)."""
+
+    mechanism: str
+    username: str
+    password: str = field(repr=False)
+    password_file: str | None = None   # where `password` was read from (a mounted Secret), if not inline
+
+
+@dataclass(frozen=True)
 class UpstreamConfig:
     """The Kafka cluster behind kqp. ``bootstrap_servers`` is empty until a file or --upstream sets it."""
 
@@ -128,6 +181,7 @@ class UpstreamConfig:
     # cannot serve (librdkafka's mock cluster closes the connection on the JoinGroup v6 it advertises).
     max_api_versions: Mapping[int, int] = field(default_factory=dict)
     tls: UpstreamTlsConfig | None = None
+    sasl: UpstreamSasl | None = None   # None: kqp connects without SASL
 
 
 @dataclass(frozen=True)
@@ -155,6 +209,7 @@ class ProxyConfig:
     quotas: QuotaSettings
     metrics: MetricsConfig
     tls: TlsConfig | None
+    sasl: SaslConfig
     source: str | None
     # The validated input this config was built from. CLI overrides are applied to it and parsed
     # again, so a value the file left to its default (advertised_host follows listen, the broker

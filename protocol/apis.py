@@ -90,9 +90,10 @@ def _first_flexible(cls: type) -> int:
 
 _RANGES: dict[int, tuple[int, int]] = {k: _valid_range(*c) for k, c in _CLASSES.items()}
 # SaslHandshake v0 switches the connection to raw, unframed SASL tokens that carry no Kafka request
-# header; kqp attributes every frame by its header, so it offers v1+ only (every client since Kafka 1.0).
-if ApiKey.SaslHandshake in _RANGES:
-    _RANGES[ApiKey.SaslHandshake] = (max(1, _RANGES[ApiKey.SaslHandshake][0]), _RANGES[ApiKey.SaslHandshake][1])
+# header, which kqp cannot attribute; yet it stays advertised: librdkafka (kcat's 2.0 among others)
+# detects SASL support by SaslHandshake v0 in the ApiVersions answer and gives up without it, then
+# sends v1 because SaslAuthenticate is advertised. A v0 handshake that does arrive is refused and
+# its connection closed (`kqp.proxy.connection.authentication`).
 _REQ_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[0]) for k, c in _CLASSES.items()}
 _RESP_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[1]) for k, c in _CLASSES.items()}
 # KIP-511: ApiVersions responses always carry header v0, whatever the body version.

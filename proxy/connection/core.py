@@ -22,15 +22,15 @@ What the core does with the bytes:
   muted socket: what it pipelined stays in the decoder, unforwarded. A Produce request whose bytes
   are over quota mutes at once (the broker reads one request at a time, so a pipelined burst must
   not reach the upstream behind it); an acks=0 Produce has no response and is muted only.
-* Two general rules replace special cases for misbehaving upstreams: a response to no request in
-  flight is dropped and counted (librdkafka's mock cluster answers acks=0 Produce), and a response
-  whose `throttle_time_ms` kqp cannot reach is forwarded as the upstream sent it, and counted.
+* Misbehaving upstreams: a response to no request in flight is dropped and counted
+  (`in_flight.unawaited`); one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
 Who the client is: `user` names the connection's principal, the user half of every quota entity.
 A TLS client's user arrives with `ClientConnected` (the edge reads the certificate after the
-handshake and maps its subject, as Kafka does); without one it stays `ANONYMOUS`. `authenticated`
-gates Kafka's pre-authentication exemptions; frames a connection sends before it is authenticated
-(SASL) will be routed through an authenticator before `_on_request` sees them.
+handshake and maps its subject, as Kafka does). SASL (`authentication.py`): SASL frames, and every
+frame before the client has authenticated, are shown to the authenticator first, which may name a
+user. Without either the user is `ANONYMOUS`; `authenticated` gates Kafka's pre-authentication
+exemptions.
 """
 
 from __future__ import annotations
@@ -42,15 +42,16 @@ from collections.abc import Callable
 from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
-from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
+from kqp.protocol.headers import RequestHeader, parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.records import BodyError
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import ANONYMOUS, Principal
 from kqp.quotas.throttle import combine, throttle_ms
 
 from . import events as ev
+from .authentication import Authentication
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
-from .in_flight import InFlight
+from .in_flight import InFlight, unawaited
 from .metering import joined
 from .mute import MuteState
 from .parts import CoreParts
@@ -61,8 +62,8 @@ __all__ = ["Connection"]
 
 log = logging.getLogger("kqp.connection")
 
-# A request split over several reads is read through its first bytes only, when that is enough:
-# Produce's header, transactional id and acks fit (a transactional id is at most 32 KiB).
+# A request split over reads is read through its first bytes only: Produce's header, transactional
+# id (at most 32 KiB) and acks fit.
 SPLIT_HEAD_BYTES = 40 * 1024
 
 
@@ -82,7 +83,7 @@ class Connection:
         self.last_activity = 0.0
         self.closed = False
         self.user = ANONYMOUS
-        self.authenticated = True       # no authentication configured: authenticated from the start
+        self.auth = Authentication(parts.sasl)
         self._upstream_up = False
         self._client_eof = False
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
@@ -258,8 +259,10 @@ class Connection:
         """One request: `parts` are the slices it arrived in, `head` a contiguous start of it."""
         t0 = self.parts.perf()
         hdr = parse_request_header(head)
+        if self.auth.concerns(hdr.api_key) and self._authenticate(hdr, parts, now):
+            return
         principal = self._principal(hdr.client_id)
-        plan = plan_request(self.parts, hdr, head, parts, principal, self.authenticated, now, looked_up)
+        plan = plan_request(self.parts, hdr, head, parts, principal, self.auth.authenticated, now, looked_up)
         if plan.needs_lookup:
             self._hold(parts)
             return
@@ -286,6 +289,26 @@ class Connection:
             # Its throttle is known only when the response is back: hold the next request until then.
             self._mute(MuteReason.RESPONSE_PENDING)
         self._await(entry, now)
+
+    def _authenticate(self, hdr: RequestHeader, parts: Parts, now: float) -> bool:
+        """A SASL frame, or any frame before authentication: True when it was taken care of here."""
+        route = self.auth.on_request(hdr.api_key, hdr.api_version, hdr.correlation_id, joined(parts)[hdr.body_offset:])
+        if route.refusal is not None:   # as Kafka: no answer, the connection closes
+            self._close("authentication_required", route.refusal)
+            return True
+        if route.verdict is None:
+            return False
+        if (verdict := route.verdict).user is not None:
+            self._adopt(verdict.user)
+        if verdict.failure is not None:   # read nothing more: the answer goes, then the connection closes
+            self._mute(MuteReason.CLOSING)
+        self._await(InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, self._principal(hdr.client_id), now,
+                             0.0, local_response=verdict.answer, exempt=True, close_after=verdict.failure), now)
+        return True
+
+    def _adopt(self, user: str) -> None:   # from now on the connection's traffic counts as `user`'s
+        if user != self.user:
+            self.user, self._principals = user, {}
 
     def _await(self, entry: InFlight, now: float) -> None:
         self.in_flight.append(entry)
@@ -325,29 +348,21 @@ class Connection:
         t0 = p.perf()
         correlation_id = response_correlation_id(frame)
         if not self.in_flight or self.in_flight[0].correlation_id != correlation_id:
-            self._unawaited(correlation_id)
+            unawaited(self.in_flight, correlation_id, self.peer)
+            self.parts.metering.observer.upstream_anomaly("unawaited")
             return
         entry = self.in_flight.popleft()
         p.metering.observer.response(entry.principal, entry.api_key, len(frame), now - entry.sent_at)
         body_offset = response_body_offset(entry.api_key, entry.api_version, frame)
         frame, violations = settle_response(p, entry, frame, body_offset, now)
+        if (user := self.auth.on_response(entry.api_key, entry.api_version, frame)) is not None:
+            self._adopt(user)
         entry.handler_seconds += p.perf() - t0
         self._deliver(entry, frame, body_offset, violations, now)
         self._flush_local(now)
         if MuteReason.RESPONSE_PENDING in self.mutes and not self.in_flight:
             self._unmute(MuteReason.RESPONSE_PENDING)
             self._pump(now)
-
-    def _unawaited(self, correlation_id: int) -> None:
-        """A response that does not answer the oldest request in flight. One that answers a later
-        request is out of order, which Kafka never does; one that answers nothing kqp forwarded
-        (an upstream answering acks=0) is dropped and counted: nobody awaits it."""
-        if any(entry.correlation_id == correlation_id for entry in self.in_flight):
-            due = self.in_flight[0].correlation_id
-            raise ProtocolError(f"upstream answered {correlation_id} where {due} was due")
-        log.debug("client %s: dropping an upstream response to %d, which no request awaits",
-                  self.peer, correlation_id)
-        self.parts.metering.observer.upstream_anomaly("unawaited")
 
     def _throttle_ms(self, principal: Principal, violations: list[Violation]) -> int:
         """KIP-124 co-existence: one throttle, the largest of the request's quota throttles, in the
@@ -385,6 +400,9 @@ class Connection:
             frame = memoryview(entry.local_response)
             self._deliver(entry, frame, response_body_offset(entry.api_key, entry.api_version, frame),
                           entry.violations, now)
+            if entry.close_after is not None:
+                self._close("authentication_failed", entry.close_after)
+                return
 
     def _send_client(self, parts: Parts, now: float) -> None:
         self.last_activity = now

@@ -208,4 +208,5 @@ REFUSAL_REASONS = ("tls_plaintext", "tls_certificate_expired", "tls_certificate_
 
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
-                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error", *REFUSAL_REASONS)
+                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error", "authentication_failed",
+                 "authentication_required", *REFUSAL_REASONS)

@@ -8,11 +8,15 @@ answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kqp.protocol.errors import ProtocolError
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal
+
+log = logging.getLogger("kqp.connection")
 
 #: Applied to the upstream's whole response frame (with its body offset and the loop time) before
 #: delivery; returns the whole frame to deliver (the same object when nothing changes).
@@ -34,3 +38,14 @@ class InFlight:
     rewrite: Rewrite | None = None         # applied to the upstream's response (KIP-599 merge, topic cache)
     exempt: bool = False                   # not charged to request quotas (Kafka's exemptions)
     fetched: tuple[int, int, int] | None = None   # Fetch response bytes, records, batches charged
+    close_after: str | None = None         # close the connection once this answer is out (a failed login)
+
+
+def unawaited(in_flight: Iterable[InFlight], correlation_id: int, peer: str) -> None:
+    """A response that does not answer the oldest request in flight. One that answers a later
+    request is out of order, which Kafka never does (ProtocolError); one that answers nothing kqp
+    forwarded (librdkafka's mock cluster answers acks=0 Produce) is to be dropped: nobody awaits it."""
+    entries = list(in_flight)
+    if any(entry.correlation_id == correlation_id for entry in entries):
+        raise ProtocolError(f"upstream answered {correlation_id} where {entries[0].correlation_id} was due")
+    log.debug("client %s: dropping an upstream response to %d, which no request awaits", peer, correlation_id)

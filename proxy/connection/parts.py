@@ -8,12 +8,13 @@ plain values and the runtime can change what stands behind a field without the c
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kqp.protocol.addresses import AddressMapper, BrokerAddress
 
 from .metering import Metering
 from .mutation_gate import MutationGate
+from .sasl import SaslPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,3 +34,4 @@ class CoreParts:
     map_address: AddressMapper                                 # upstream broker -> kqp's listener
     perf: Callable[[], float]   # handler-time clock (time.perf_counter), injected so the core reads none
     settings: CoreSettings      # a reload assigns a new one
+    sasl: SaslPolicy = field(default_factory=SaslPolicy)   # who authenticates clients (`sasl.mode`) and against what

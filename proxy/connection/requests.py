@@ -49,7 +49,8 @@ def plan_request(parts: CoreParts, hdr: RequestHeader, head: memoryview, frame: 
     if api == API_VERSIONS:
         # Answered by kqp: the intersection of the upstream's ranges and kqp's. Before
         # authentication it is exempt from request quotas, as the broker's authenticator answers it.
-        entry.local_response = encode_api_versions_response(version, hdr.correlation_id, parts.api_ranges())
+        entry.local_response = encode_api_versions_response(version, hdr.correlation_id,
+                                                           parts.sasl.advertised(parts.api_ranges()))
         entry.exempt = not authenticated
         return RequestPlan(None, entry)
     if api == PRODUCE:

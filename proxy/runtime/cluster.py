@@ -78,7 +78,8 @@ class UpstreamCluster:
         timeout = self.config.connect_timeout_ms / 1000
         for target in self._targets():
             try:
-                async with UpstreamClient(target.host, target.port, timeout, self._max_frame, self._tls) as client:
+                async with UpstreamClient(target.host, target.port, timeout, self._max_frame, tls=self._tls,
+                                          sasl=self.config.sasl) as client:
                     probe = ApiVersionsProbe()
                     while probe.ranges is None:
                         probe = probe.answered(await client.request_frame(

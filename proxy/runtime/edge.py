@@ -24,7 +24,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from kqp.config.model import HostPort
+from kqp.config.model import HostPort, UpstreamSasl
+from kqp.protocol.errors import ProtocolError
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
@@ -33,6 +34,8 @@ from kqp.proxy.tls.peers import Refusal, Refused
 
 from .cert_reload import no_tls
 from .delay import DelayDriver
+from .upstream_client import CLIENT_ID
+from .upstream_sasl import LoginReader, sasl_login
 
 log = logging.getLogger("kqp.connection")
 
@@ -54,6 +57,8 @@ class EdgeWiring:
     identify: Callable[[bytes | None], str] | None = None    # TLS listeners: peer certificate (DER) -> user
     refused: Callable[[str, str, Refusal], None] | None = None   # (listener, peer, why): counted and logged
     upstream_tls: Callable[[str], dict[str, object]] = no_tls    # upstream host -> create_connection's TLS args
+    upstream_sasl: UpstreamSasl | None = None   # kqp's own login on every upstream connection
+    max_frame_bytes: int = 100 * 1024 * 1024    # for the login's frames
 
 
 class ClientEdge(asyncio.Protocol):
@@ -180,11 +185,8 @@ class ClientEdge(asyncio.Protocol):
                                               unknown_broker=True))
             return
         try:
-            transport, _ = await asyncio.wait_for(
-                self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port,
-                                              **self.w.upstream_tls(target.host)),  # type: ignore[arg-type]
-                self.w.connect_timeout)
-        except (OSError, TimeoutError) as exc:
+            transport = await self._open(target)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
             self.run(ev.UpstreamConnectFailed(self.now(), f"upstream {target} unreachable: "
                                                           f"{exc or type(exc).__name__}"))
             return
@@ -194,6 +196,26 @@ class ClientEdge(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         self.upstream = transport  # type: ignore[assignment]
         self.run(ev.UpstreamConnected(self.now()))
+
+    async def _open(self, target: HostPort) -> asyncio.BaseTransport:
+        """The upstream socket, its callbacks on `UpstreamEdge`, logged in with `upstream.sasl` when
+        set: the login's answers go to a `LoginReader` until it is done, so nothing reaches the core
+        before `UpstreamConnected`."""
+        transport, protocol = await asyncio.wait_for(
+            self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port,
+                                          **self.w.upstream_tls(target.host)),  # type: ignore[arg-type]
+            self.w.connect_timeout)
+        if self.w.upstream_sasl is not None:
+            reader = protocol.login = LoginReader(transport, self.w.connect_timeout,  # type: ignore[arg-type]
+                                                  self.w.max_frame_bytes, CLIENT_ID)
+            try:
+                await sasl_login(reader.request, self.w.upstream_sasl, str(target))
+            except BaseException:
+                transport.close()
+                raise
+            finally:
+                protocol.login = None
+        return transport
 
     def _send(self, action: ev.Send) -> None:
         transport = self.client if action.side is Side.CLIENT else self.upstream
@@ -236,17 +258,25 @@ class ClientEdge(asyncio.Protocol):
 
 
 class UpstreamEdge(asyncio.Protocol):
-    """The upstream socket of a connection: its callbacks become the client edge's events."""
+    """The upstream socket of a connection: its callbacks become the client edge's events (or, while
+    kqp logs in with upstream.sasl, the login's)."""
 
-    __slots__ = ("edge",)
+    __slots__ = ("edge", "login")
 
     def __init__(self, edge: ClientEdge) -> None:
         self.edge = edge
+        self.login: LoginReader | None = None
 
     def data_received(self, data: bytes) -> None:
+        if self.login is not None:
+            self.login.feed(data)
+            return
         self.edge.run(ev.UpstreamData(self.edge.now(), data))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.login is not None:
+            self.login.lost(exc)
+            return
         self.edge.run(ev.UpstreamLost(self.edge.now(), str(exc) if exc else None))
 
     def pause_writing(self) -> None:          # the upstream reads slower than the client sends

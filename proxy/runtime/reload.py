@@ -27,7 +27,7 @@ log = logging.getLogger("kqp.reload")
 POLL_SECONDS = 0.25
 # Keys whose change needs a restart: kqp says so instead of half-applying them.
 _RESTART_KEYS = ("listen", "advertised_host", "broker_port_base", "broker_ports", "upstream",
-                 "max_frame_bytes", "metrics", "tls")
+                 "max_frame_bytes", "metrics", "tls", "sasl")
 
 
 def file_stamp(path: str) -> tuple[int, int, int, float] | None:

@@ -22,12 +22,13 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from kqp.config.model import ProxyConfig
+from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
+from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
@@ -48,6 +49,12 @@ from .topic_lookup import TopicLookup
 log = logging.getLogger("kqp")
 
 START_RETRY_MAX_SECONDS = 5.0
+
+
+def forwarding_login(config: ProxyConfig) -> UpstreamSasl | None:
+    """kqp's own login on the connections it forwards clients over: none in passthrough, where the
+    client's own SASL frames go upstream on that connection (kqp's control connections still log in)."""
+    return None if config.sasl.mode == "passthrough" else config.upstream.sasl
 
 
 def core_settings(config: ProxyConfig) -> CoreSettings:
@@ -90,13 +97,16 @@ class ProxyServer:
             metering=Metering(self.quotas, self.observer), gate=MutationGate(self.quotas, topics),
             api_ranges=lambda: cluster.api_ranges, learn_brokers=cluster.learn,
             map_address=self.listeners.map_address, perf=time.perf_counter, settings=core_settings(cfg),
+            sasl=SaslPolicy.from_config(cfg.sasl),
         )
         lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
-                             cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls)
+                             cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls,
+                             sasl=cfg.upstream.sasl)
         wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
                             connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
                             open_connections=self.connections, on_progress=self._on_progress,
-                            identify=identify, refused=refused, upstream_tls=upstream_tls)
+                            identify=identify, refused=refused, upstream_tls=upstream_tls,
+                            upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes)
 
     def _listener_tls(self, refused: RefusalLog) -> tuple[ListenerTls | None, Callable[[bytes | None], str] | None]:
         """The listeners' TLS (a context that follows its files) and the certificate-to-user mapping."""

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kqp.config.model import HostPort
+from kqp.config.model import HostPort, UpstreamSasl
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.proxy.connection.topic_metadata import TopicMetadata
@@ -28,9 +28,11 @@ log = logging.getLogger("kqp.mutations")
 class TopicLookup:
     def __init__(self, topics: TopicMetadata, upstream: Callable[[], HostPort | None],
                  api_ranges: Callable[[], Mapping[int, tuple[int, int]]], step_seconds: float,
-                 max_frame_bytes: int, tls: Callable[[str], dict[str, Any]] = no_tls) -> None:
+                 max_frame_bytes: int, tls: Callable[[str], dict[str, Any]] = no_tls,
+                 sasl: UpstreamSasl | None = None) -> None:
         self._topics = topics
         self._tls = tls
+        self._sasl = sasl
         self._upstream = upstream
         self._api_ranges = api_ranges
         self._step = step_seconds
@@ -55,7 +57,8 @@ class TopicLookup:
         if version >= 4:
             fields["allow_auto_topic_creation"] = False
         try:
-            async with UpstreamClient(target.host, target.port, self._step, self._max_frame, self._tls) as client:
+            async with UpstreamClient(target.host, target.port, self._step, self._max_frame, tls=self._tls,
+                                      sasl=self._sasl) as client:
                 response = await client.request(ApiKey.Metadata, version, **fields)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
             log.warning("topic metadata lookup at %s failed: %s: %s; partition counts not known to kqp "

@@ -2,7 +2,8 @@
 
 Not on the forwarding path: client traffic goes through the connection core as opaque frames. This
 client uses asyncio streams and kqp's codec, one request at a time, with a deadline on every step
-(the TLS handshake, with `upstream.tls`, included in the connect deadline).
+(the TLS handshake, with `upstream.tls`, included in the connect deadline). With `upstream.sasl` set
+it logs in first (`upstream_sasl.py`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from kqp.config.model import UpstreamSasl
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.messages import decode_response, encode_request
 
 from .cert_reload import no_tls
+from .upstream_sasl import sasl_login
 
 CLIENT_ID = "kqp"
 
@@ -25,10 +28,11 @@ class UpstreamClient:
     """One connection to one upstream broker."""
 
     def __init__(self, host: str, port: int, timeout: float, max_frame_bytes: int = 100 * 1024 * 1024,
-                 tls: Callable[[str], dict[str, Any]] = no_tls) -> None:
+                 *, tls: Callable[[str], dict[str, Any]] = no_tls, sasl: UpstreamSasl | None = None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
         self._tls = tls
         self._max = max_frame_bytes
+        self._sasl = sasl
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ids = itertools.count(1)
@@ -37,6 +41,12 @@ class UpstreamClient:
         self._reader, self._writer = await asyncio.wait_for(
             asyncio.open_connection(self.host, self.port, **self._tls(self.host)), self.timeout
         )
+        if self._sasl is not None:
+            try:
+                await sasl_login(self.request, self._sasl, f"{self.host}:{self.port}")
+            except BaseException:
+                await self.__aexit__()
+                raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,4 +1,4 @@
-"""The `kqp` command: run, check-config, demo, top, bench.
+"""The `kqp` command: run, check-config, demo, top, bench, sasl-credential.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
 a clean SIGTERM.
@@ -19,6 +19,8 @@ from kqp.proxy.runtime import loops
 from kqp.proxy.runtime.logs import setup_logging
 from kqp.proxy.runtime.workers import check_workers, run_workers
 from kqp.proxy.tls.contexts import check_tls
+
+from . import sasl_credential
 
 EXIT_USAGE = 2
 
@@ -60,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--url", default="http://127.0.0.1:9404/metrics", help="kqp's metrics endpoint")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--once", action="store_true", help="print one plain-text frame and exit")
+
+    sasl_credential.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmark kqp side by side with direct, relay and tansu proxy",
                            add_help=False)
@@ -138,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
-    handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top}
+    handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top,
+                "sasl-credential": sasl_credential.run}
     return handlers[args.command](args)
 
 

@@ -143,3 +143,29 @@ def test_tls_variant_mounts_every_file_its_config_names(tmp_path: Path) -> None:
     # The pod's group reads the key; nobody else does.
     assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
     assert volume["secret"]["defaultMode"] == 0o440
+
+
+def test_sasl_service_reads_its_secrets_from_the_mounted_secret(tmp_path: Path) -> None:
+    # The ConfigMap names files the Secret provides at the path the Deployment mounts it on: with the
+    # Secret's files put there, the config loads, and the documented example user logs in.
+    from kqp.proxy.connection.sasl import SaslPolicy
+
+    variant = K8S / "sasl"
+    [configmap], [secret], [deployment] = (by_kind(kind, variant) for kind in ("ConfigMap", "Secret", "Deployment"))
+    pod = deployment["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    [mount] = [m for m in kqp_container(pod)["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True and pod["securityContext"]["fsGroup"] == 10001
+    for name, content in secret["stringData"].items():
+        (tmp_path / name).write_text(content)
+    text = configmap["data"]["kqp.yaml"]
+    assert mount["mountPath"] in text and "password:" not in text, "secrets belong in the Secret"
+    config = parse_config(yaml.safe_load(text.replace(mount["mountPath"], str(tmp_path))), source="sasl")
+    assert config.sasl.mode == "terminate" and config.upstream.sasl is not None
+    assert config.upstream.sasl.password == secret["stringData"]["upstream-password"]
+    assert SaslPolicy.from_config(config.sasl).plain_ok("spark-orders-etl", "example-password")
+    [service] = by_kind("Service", variant)
+    meta = service["metadata"]
+    assert config.advertised_host == f"{meta['name']}.{meta['namespace']}.svc.cluster.local"
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()

@@ -37,7 +37,7 @@ QUOTAS: dict[str, Any] = {
 _URL = re.compile(r"metrics endpoint (http://[^\s\"/]+)/metrics")
 
 
-def start_with_metrics(kqp: Callable[..., KqpProcess], upstream: str, **config: Any) -> tuple[KqpProcess, str]:
+def start_with_metrics(kqp: Callable[..., KqpProcess], upstream: str, /, **config: Any) -> tuple[KqpProcess, str]:
     """kqp with the quotas above and an ephemeral metrics port; returns (process, base URL)."""
     config.setdefault("quotas", QUOTAS)
     quotas = config.pop("quotas")

@@ -30,6 +30,7 @@ from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
+from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
@@ -38,6 +39,7 @@ __all__ = ["Recorder", "connected_core", "fetch_request", "fetch_response", "mak
            "produce_frame", "produce_response", "throttle_of", "to_client", "to_upstream"]
 
 _SIZE = struct.Struct(">i")
+SERVER_NONCE = "kqp-server-nonce"
 
 
 @dataclass
@@ -67,7 +69,8 @@ class Recorder(ProxyObserver):
 
 
 def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | None = None, **config: Any) -> Connection:
-    """A `Connection` on real parts, not yet connected."""
+    """A `Connection` on real parts, not yet connected. A `sasl` section gets a fixed SCRAM server
+    nonce (`SERVER_NONCE`), so a SCRAM exchange can be stated byte for byte."""
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas or {}, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     learned: list[BrokerAddress] = []
@@ -76,13 +79,15 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
         api_ranges=kqp_ranges, learn_brokers=learned.extend,
         map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
         perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle),
+        sasl=SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE),
     )
     return Connection(parts, "bootstrap", None, "test-client")
 
 
-def connected_core(quotas: dict[str, Any] | None = None, now: float = 100.0, **config: Any) -> Connection:
+def connected_core(quotas: dict[str, Any] | None = None, now: float = 100.0, observer: ProxyObserver | None = None,
+                   **config: Any) -> Connection:
     """A `Connection` whose client and upstream are both connected at `now`."""
-    core = make_core(quotas, **config)
+    core = make_core(quotas, observer, **config)
     play(core, [
         (ev.ClientConnected(now), [ev.Mute(ev.MuteReason.CONNECTING), ev.ConnectUpstream(None)]),
         (ev.UpstreamConnected(now), [ev.Unmute(ev.MuteReason.CONNECTING)]),

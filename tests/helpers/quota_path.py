@@ -43,9 +43,10 @@ def quota_upstream(log_dir: Path) -> Iterator[Upstream]:
         yield bootstrap
 
 
-def broker_addresses(bootstrap: str, timeout: float = 15.0) -> list[tuple[str, int]]:
-    """Every broker's advertised (host, port), from a Metadata request to `bootstrap`."""
-    probe = Producer({"bootstrap.servers": bootstrap, "client.id": PROBE_CLIENT_ID})
+def broker_addresses(bootstrap: str, timeout: float = 15.0, **conf: Any) -> list[tuple[str, int]]:
+    """Every broker's advertised (host, port), from a Metadata request to `bootstrap` (`conf`: more
+    librdkafka settings, such as a SASL login)."""
+    probe = Producer({"bootstrap.servers": bootstrap, "client.id": PROBE_CLIENT_ID, **conf})
     metadata = probe.list_topics(timeout=timeout)
     return sorted((b.host, b.port) for b in metadata.brokers.values())
 
@@ -69,8 +70,10 @@ def _split(address: str) -> tuple[str, int]:
 
 
 def open_quota_path(stack: contextlib.ExitStack, start_kqp: Callable[..., KqpProcess], upstream: Upstream,
-                    quotas: dict[str, Any] | None, **config: Any) -> QuotaPath:
-    """Taps on both sides of a fresh kqp with `quotas`; everything is closed by `stack`."""
+                    quotas: dict[str, Any] | None, probe_conf: dict[str, Any] | None = None,
+                    **config: Any) -> QuotaPath:
+    """Taps on both sides of a fresh kqp with `quotas`; everything is closed by `stack`. `probe_conf`:
+    the librdkafka settings kqp's clients need (a SASL login when kqp terminates SASL)."""
     upstream_tap = stack.enter_context(WireTap("upstream"))
     relayed = [upstream_tap.relay(address) for address in broker_addresses(upstream)]
     if upstream.kind == "mock":
@@ -79,6 +82,6 @@ def open_quota_path(stack: contextlib.ExitStack, start_kqp: Callable[..., KqpPro
     proc = start_kqp(",".join(relayed), quotas, **config)
     client_tap = stack.enter_context(WireTap("client"))
     client_tap.relay(proc.bootstrap)
-    for address in broker_addresses(proc.bootstrap):
+    for address in broker_addresses(proc.bootstrap, **(probe_conf or {})):
         client_tap.relay(address)
     return QuotaPath(proc, client_tap, upstream_tap, upstream)

@@ -110,15 +110,22 @@ def tansu_binary() -> str:
 
 
 @contextmanager
-def tansu(log_path: Path, *, port: int | None = None, timeout: float = 15.0) -> Iterator[Upstream]:
-    """A Tansu broker with memory storage on 127.0.0.1:`port` (any free port by default)."""
+def tansu(log_path: Path, *, port: int | None = None, advertised_port: int | None = None,
+          timeout: float = 15.0, authentication: bool = False) -> Iterator[Upstream]:
+    """A Tansu broker with memory storage on 127.0.0.1:`port`, advertising `advertised_port`.
+
+    `advertised_port` differs from `port` only when a relay sits in front of Tansu and every
+    client (kqp) must be steered through it. `authentication`: Tansu's `--authentication` (SASL
+    required; see tests/e2e/test_sasl_passthrough.py for what it can serve).
+    """
     port = port or free_port()
+    advertised = advertised_port or port
     log: IO[str] = log_path.open("w")
     proc = subprocess.Popen(
         [tansu_binary(), "broker",
          "--listener-url", f"tcp://{LOOPBACK}:{port}",
-         "--advertised-listener-url", f"tcp://{LOOPBACK}:{port}",
-         "--storage-engine", "memory://tansu/"],
+         "--advertised-listener-url", f"tcp://{LOOPBACK}:{advertised}",
+         "--storage-engine", "memory://tansu/", *(["--authentication"] if authentication else [])],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         try:

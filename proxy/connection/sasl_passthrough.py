@@ -1,0 +1,84 @@
+"""SASL passed through to the upstream: who the client claims to be, and when the upstream agrees.
+
+When `sasl.mode` is `passthrough`, SaslHandshake and SaslAuthenticate frames go upstream unchanged
+and the upstream verifies. kqp only watches: the SaslHandshake request names the mechanism, the
+first SaslAuthenticate token after it names the user (`kqp.protocol.sasl.claimed_name`: PLAIN's
+authcid, SCRAM's `n=`, OAUTHBEARER's JWT claim read without verifying), and the claim is adopted
+only when the upstream's SaslAuthenticate response says the exchange is complete and succeeded:
+
+* PLAIN and OAUTHBEARER: one round; error code 0 with no server challenge (OAUTHBEARER's failure
+  arrives first as a challenge with error 0, RFC 7628, then as SASL_AUTHENTICATION_FAILED).
+* SCRAM: the round whose server token is the server-final message `v=...` (RFC 5802).
+
+A failed or unfinished exchange never grants the name: the claim is dropped on an error and on
+every new SaslHandshake. A new SaslHandshake on an authenticated connection is KIP-368's
+re-authentication; when it succeeds the connection's principal becomes the new claim, whatever
+it was (the upstream decides whether a principal may change).
+
+GSSAPI (and any mechanism kqp cannot read a name from) passes through and is attributed to
+ANONYMOUS: its principal travels inside a Kerberos ticket encrypted for the broker, so kqp cannot
+know it, and guessing would charge one user's traffic to another.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kqp.protocol.apis import ApiKey
+from kqp.protocol.errors import ProtocolError
+from kqp.protocol.sasl import (
+    claimed_name,
+    decode_authenticate_request,
+    decode_authenticate_response,
+    decode_handshake_request,
+)
+
+__all__ = ["ClaimWatcher"]
+
+log = logging.getLogger("kqp.connection")
+
+
+class ClaimWatcher:
+    """One connection's view of a SASL exchange it forwards."""
+
+    def __init__(self, principal_claim: str) -> None:
+        self.principal_claim = principal_claim
+        self.mechanism: str | None = None
+        self.claim: str | None = None       # who the exchange in progress is about
+        self._first_token = False           # the next SaslAuthenticate carries the client's first token
+
+    def on_request(self, api_key: int, version: int, body: memoryview) -> None:
+        """A SASL request on its way upstream."""
+        if api_key == ApiKey.SaslHandshake:
+            self.mechanism, self.claim, self._first_token = decode_handshake_request(version, body), None, True
+            return
+        if not self._first_token or self.mechanism is None:
+            return
+        self._first_token = False
+        try:
+            self.claim = claimed_name(self.mechanism, decode_authenticate_request(version, body),
+                                      self.principal_claim)
+        except ProtocolError as exc:
+            # The upstream will refuse what kqp cannot read; until it accepts, nobody is named.
+            log.debug("SASL/%s passthrough: no name in the client's first token (%s)", self.mechanism, exc)
+            self.claim = None
+
+    def on_response(self, version: int, frame: memoryview) -> str | None:
+        """The upstream's SaslAuthenticate response: the user to adopt now, or None (not yet, or never)."""
+        try:
+            error_code, server_token = decode_authenticate_response(version, frame)
+        except ProtocolError:
+            self.claim = None
+            return None
+        if error_code != 0:
+            self.claim = None
+            return None
+        mechanism = (self.mechanism or "").upper()
+        if mechanism.startswith("SCRAM-"):
+            complete = server_token.startswith(b"v=")
+        else:
+            complete = mechanism in ("PLAIN", "OAUTHBEARER") and not server_token
+        if not complete:
+            return None
+        claim, self.claim = self.claim, None
+        return claim
