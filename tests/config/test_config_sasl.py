@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.example_config import uncommented
 
 from kqp.config import ConfigError, config_document, parse_config
 from kqp.config.model import ScramCredential, UserSecret
@@ -137,5 +138,10 @@ def test_the_deploy_example_documents_every_sasl_key() -> None:
     text = example.read_text()
     for key in [*SASL_FIELDS, *UPSTREAM_SASL_FIELDS]:
         assert f"{key}:" in text, f"deploy/kqp.example.yaml does not document {key}"
-    cfg = load_config(example)
+    assert load_config(example).sasl.mode == "none", "the example runs as is: SASL is commented out"
+    # The commented-out blocks load as written (the users file is one the test provides).
+    top = yaml.safe_load(uncommented("# sasl:"))["sasl"]
+    top.pop("users_file")
+    upstream = yaml.safe_load(uncommented("  # sasl:").strip())["sasl"]
+    cfg = parse_config({"upstream": {"bootstrap_servers": "k:1", "sasl": upstream}, "sasl": top})
     assert cfg.sasl.mode == "terminate" and cfg.upstream.sasl is not None

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.example_config import uncommented
 
 from kqp.config import ConfigError, config_document, load_config, parse_config
 from kqp.config.loader import TOP_FIELDS, UPSTREAM_FIELDS
@@ -166,20 +167,6 @@ def test_the_example_names_every_key(table: dict[str, Any], where: str) -> None:
     text = EXAMPLE.read_text()
     missing = [key for key in table if not re.search(rf"^[\s#]*{key}:", text, re.MULTILINE)]
     assert missing == [], f"deploy/kqp.example.yaml does not document {where or 'top-level'} keys {missing}"
-
-
-def uncommented(block_start: str) -> str:
-    """The example's commented-out block that starts with the line `block_start`, uncommented once."""
-    lines = EXAMPLE.read_text().splitlines()
-    start = lines.index(block_start)
-    indent = len(block_start) - len(block_start.lstrip())
-    block = []
-    for line in lines[start:]:
-        if not line.strip().startswith("#"):
-            break
-        rest = line[indent:].removeprefix("#")
-        block.append(line[:indent] + rest.removeprefix(" "))
-    return "\n".join(block)
 
 
 def test_the_commented_tls_examples_are_valid(tmp_path: Path, files: dict[str, str]) -> None:
