@@ -16,7 +16,6 @@ failing, so the rest of the benchmark stays usable while kqp is being built.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -107,14 +106,14 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 
 
 def kqp_command() -> list[str]:
-    """The `kqp` console script installed next to this interpreter, else the module entry point."""
-    script = Path(sys.executable).with_name("kqp")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("kqp")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from kqp.proxy.tools.cli import main; sys.exit(main())"]
+    """kqp's console command, ``kqp.proxy.tools.cli``, run by this interpreter with its import path.
+
+    Not a ``kqp`` script found on disk: one left behind by an older install names the entry point as
+    it was then, and an editable install's finder still resolves it, so the benchmark would time
+    other code than the kqp the harness imports (and report it as kqp). The module run by the same
+    interpreter is the console command of exactly the kqp under test.
+    """
+    return [sys.executable, "-m", "kqp.proxy.tools.cli"]
 
 
 @dataclass(frozen=True)
