@@ -199,7 +199,8 @@ def table(results: dict[str, Any]) -> str:
                      "paired by round)")
     if results["ratios"]:
         lines.append("ratios:")
-        lines.extend(f"  {label:40} {value:.3f}" for label, value in results["ratios"].items())
+        width = max(map(len, results["ratios"]))
+        lines.extend(f"  {label:{width}} {value:.3f}" for label, value in results["ratios"].items())
     for name, info in results["references"].items():
         if info["status"] != "ok":
             reason = info["reason"] or ""
