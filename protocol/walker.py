@@ -26,6 +26,15 @@ Why it is shaped so:
 * Record data is skipped by its length prefix, unless the caller passes ``on_records``: then every
   non-null ``records`` field is handed to it as ``(buf, start, end)`` during the same walk, which
   is how ``records.py`` counts batches without a second walk.
+* A frame that spans several reads is walked as its parts (:class:`~kqp.protocol.parts.SplitFrame`),
+  never joined. Each walk has a second generated flavour for that: the same straight-line code over
+  a *window* (a part, or a copy of the few bytes a part boundary cuts), where every read of a
+  count, length or marker is preceded by one comparison, ``pos + size > lim``, and only when it
+  fails is the window moved (``_refill``). Positions stay window-relative, so the reads themselves
+  are the contiguous walk's; skips by length simply run past the window. A ``records`` field goes
+  to a :class:`RecordSink`: ``add_from(buf, start, end)`` when it lies in the window, else
+  ``add_from_parts(frame, start, end)`` with offsets in the frame. Walks of a frame that arrived
+  in one piece keep the contiguous flavour: that is the common case, and it pays nothing for this.
 
 Buffers are anything ``struct.unpack_from`` and indexing accept (memoryview, bytes, bytearray).
 Malformed or truncated input raises :class:`BodyError`, which is a :class:`ProtocolError`.
@@ -36,17 +45,20 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 from kafka.protocol.schemas import BaseField, load_json
 
 from .errors import ProtocolError
+from .parts import SplitFrame
 
 __all__ = [
     "BodyError",
     "Buffer",
     "MessageWalker",
     "OnRecords",
+    "PartsWalk",
+    "RecordSink",
     "Walk",
     "read_tagged_fields",
     "read_uvarint",
@@ -60,6 +72,18 @@ Buffer = Any  # memoryview | bytes | bytearray: whatever unpack_from and indexin
 OnRecords = Callable[[Buffer, int, int], None]
 #: A compiled walk: ``(buf, pos, on_records=None)`` to the offset after the fields it covers.
 Walk = Callable[..., int]
+#: Its split-frame flavour: ``(frame: SplitFrame, pos, sink: RecordSink | None = None)``, offsets in the frame.
+PartsWalk = Callable[..., int]
+
+
+class RecordSink(Protocol):
+    """What a walk over a split frame hands ``records`` fields to (``RecordCounts`` is one)."""
+
+    def add_from(self, buf: Buffer, pos: int, end: int) -> object:
+        """A records field lying in one buffer: ``buf[pos:end]``."""
+
+    def add_from_parts(self, frame: SplitFrame, start: int, end: int) -> None:
+        """A records field that crosses parts: bytes ``start`` up to ``end`` of ``frame``."""
 
 
 class BodyError(ProtocolError, ValueError):
@@ -124,6 +148,36 @@ def read_tagged_fields(buf: Buffer, pos: int) -> tuple[list[tuple[int, int, int]
     return entries, pos
 
 
+def _refill(frame: SplitFrame, pos: int, size: int) -> tuple[Buffer, int, int, int, int]:
+    """A split-frame walk's new state for reading ``size`` bytes at frame offset ``pos``:
+    ``(buf, base, pos, lim, end)``, where ``buf`` holds them at ``pos - base``."""
+    buf, base = frame.window(pos, size)
+    return buf, base, pos - base, len(buf), frame.total - base
+
+
+def _uvarint_in(frame: SplitFrame, pos: int) -> tuple[int, int]:
+    buf, base = frame.window(pos, 5)
+    value, end = read_uvarint(buf, pos - base)
+    return value, base + end
+
+
+def _tags_end(frame: SplitFrame, pos: int) -> int:
+    """:func:`skip_tagged_fields` at offset ``pos`` of a split frame: each varint read from a window."""
+    count, pos = _uvarint_in(frame, pos)
+    for _ in range(count):
+        _tag, pos = _uvarint_in(frame, pos)
+        size, pos = _uvarint_in(frame, pos)
+        pos += size
+    if pos > frame.total:
+        raise BodyError("tagged field runs past the end of the frame")
+    return pos
+
+
+def _skip_tags_in(frame: SplitFrame, pos: int) -> tuple[Buffer, int, int, int, int]:
+    """A split-frame walk's state after the tag section at frame offset ``pos``."""
+    return _refill(frame, _tags_end(frame, pos), 0)
+
+
 # --- schema access ------------------------------------------------------------------------------
 
 _FIXED = {
@@ -173,12 +227,22 @@ def _fixed_size(field: dict, version: int, flexible: bool) -> int | None:
 
 
 class _Emitter:
-    """Writes the body of one walk function; ``run`` holds fixed bytes not yet added to ``pos``."""
+    """Writes the body of one walk function; ``run`` holds fixed bytes not yet added to ``pos``.
 
-    def __init__(self, version: int, flexible: bool) -> None:
-        self.version, self.flexible = version, flexible
+    With ``parts`` it writes the split-frame flavour: ``need`` guards each read with a refill of
+    the window, tag sections and records fields that leave the window go to the frame-level helpers.
+    """
+
+    def __init__(self, version: int, flexible: bool, parts: bool = False) -> None:
+        self.version, self.flexible, self.parts = version, flexible, parts
         self.lines: list[str] = []
         self.run = 0
+
+    def need(self, depth: int, size: int) -> None:
+        """Make the next ``size`` bytes readable at ``pos`` (split-frame flavour only)."""
+        if self.parts:
+            self.emit(depth, f"if pos + {size} > lim:",
+                      f"    buf, base, pos, lim, end = _refill(frame, base + pos, {size})")
 
     def emit(self, depth: int, *lines: str) -> None:
         if self.run:
@@ -198,7 +262,10 @@ class _Emitter:
         for field in _untagged(fields, self.version, self.flexible):
             self.field(field, depth)
         if self.flexible:
-            self.emit(depth, "if buf[pos]:", "    pos = _skip_tags(buf, pos)", "else:", "    pos += 1")
+            self.need(depth, 1)
+            skip = "buf, base, pos, lim, end = _skip_tags_in(frame, base + pos)" if self.parts else \
+                "pos = _skip_tags(buf, pos)"
+            self.emit(depth, "if buf[pos]:", f"    {skip}", "else:", "    pos += 1")
 
     def field(self, field: dict, depth: int) -> None:
         kind = field["type"]
@@ -213,6 +280,7 @@ class _Emitter:
             raise ValueError(f"schema type {kind!r} has no fields and is not a known primitive")
         elif _in(field.get("nullableVersions"), self.version):
             # KIP-893 nullable struct: an int8 marker, negative for null (Kafka reads `< 0`).
+            self.need(depth, 1)
             self.emit(depth, "m = buf[pos]", "pos += 1", "if m < 128:")
             self.block(depth + 1, lambda: self.struct(field["fields"], depth + 1))
         else:
@@ -223,19 +291,28 @@ class _Emitter:
         if self.flexible:
             # An unsigned varint holding N + 1 (0 for null). Up to three bytes inline: counts and
             # names take one, a partition's records (up to 2 MB) two or three; longer ones call.
+            self.need(depth, 5)
             self.emit(depth, "n = buf[pos]", "if n < 128:", "    pos += 1",
                       "elif buf[pos + 1] < 128:", "    n = (n & 127) | buf[pos + 1] << 7", "    pos += 2",
                       "elif buf[pos + 2] < 128:",
                       "    n = (n & 127) | (buf[pos + 1] & 127) << 7 | buf[pos + 2] << 14", "    pos += 3",
                       "else:", "    n, pos = _uvarint(buf, pos)", "n -= 1")  # fmt: skip
         elif what == "string":
+            self.need(depth, 2)
             self.emit(depth, "(n,) = _I16(buf, pos)", "pos += 2")
         else:
+            self.need(depth, 4)
             self.emit(depth, "(n,) = _I32(buf, pos)", "pos += 4")
 
     def length_prefixed(self, kind: str, depth: int) -> None:
         self.read_count(depth, kind)
-        if kind == "records":
+        if kind == "records" and self.parts:
+            self.emit(depth, "if n > 0:", "    if sink is not None:",
+                      "        if pos + n > end:", "            raise _truncated(base + pos + n, base + end)",
+                      "        if pos + n <= lim:", "            add(buf, pos, pos + n)",
+                      "        else:", "            add_parts(frame, base + pos, base + pos + n)",
+                      "    pos += n")  # fmt: skip
+        elif kind == "records":
             self.emit(depth, "if n > 0:", "    if on_records is not None:",
                       "        if pos + n > end:", "            raise _truncated(pos + n, end)",
                       "        on_records(buf, pos, pos + n)", "    pos += n")  # fmt: skip
@@ -278,7 +355,9 @@ _NAMESPACE = {
     "_I16": struct.Struct(">h").unpack_from,
     "_I32": struct.Struct(">i").unpack_from,
     "_bad_count": _bad_count,
+    "_refill": _refill,
     "_skip_tags": skip_tagged_fields,
+    "_skip_tags_in": _skip_tags_in,
     "_truncated": _truncated,
     "_uvarint": read_uvarint,
 }
@@ -301,18 +380,37 @@ class MessageWalker:
         self.flexible = _in(schema.get("flexibleVersions"), version)
         self._fields = tuple(_untagged(schema["fields"], version, self.flexible))
         self.names: tuple[str, ...] = tuple(f["name"] for f in self._fields)
-        self._walks: dict[tuple[int, int], Walk] = {}
+        self._walks: dict[tuple[int, int, bool], Walk] = {}
 
     def index(self, name: str) -> int:
         return self.names.index(name)
 
-    def source(self, first: int, stop: int) -> str:
-        """The generated Python source walking top-level fields ``first`` up to ``stop`` (exclusive)."""
-        out = _Emitter(self.version, self.flexible)
+    def source(self, first: int, stop: int, parts: bool = False) -> str:
+        """The generated Python source walking top-level fields ``first`` up to ``stop`` (exclusive);
+        with ``parts``, the flavour over a :class:`SplitFrame`."""
+        out = _Emitter(self.version, self.flexible, parts)
         for field in self._fields[first:stop]:
             out.field(field, 2)
         out.emit(2)
         body = "\n".join(out.lines) or "        pass"
+        if parts:
+            return (
+                "def walk(frame, pos, sink=None):\n"
+                "    buf, base = frame.at(pos)\n"
+                "    pos -= base\n"
+                "    lim = len(buf)\n"
+                "    end = frame.total - base\n"
+                "    if sink is not None:\n"
+                "        add = sink.add_from\n"
+                "        add_parts = sink.add_from_parts\n"
+                "    try:\n"
+                f"{body}\n"
+                "    except _SHORT:\n"
+                "        raise BodyError(_WHAT + ' body truncated') from None\n"
+                "    if pos > end:\n"
+                "        raise _truncated(base + pos, base + end)\n"
+                "    return base + pos\n"
+            )
         return (
             "def walk(buf, pos, on_records=None):\n"
             "    end = len(buf)\n"
@@ -325,13 +423,14 @@ class MessageWalker:
             "    return pos\n"
         )
 
-    def _walk(self, first: int, stop: int) -> Walk:
-        walk = self._walks.get((first, stop))
+    def _walk(self, first: int, stop: int, parts: bool = False) -> Walk:
+        walk = self._walks.get((first, stop, parts))
         if walk is None:
             namespace = dict(_NAMESPACE, _WHAT=f"{self.message} v{self.version}")
-            code = compile(self.source(first, stop), f"<walk {self.message} v{self.version} [{first}:{stop}]>", "exec")
+            name = f"<walk {self.message} v{self.version} [{first}:{stop}]{' parts' if parts else ''}>"
+            code = compile(self.source(first, stop, parts), name, "exec")
             exec(code, namespace)  # our own generated source: integers and the helpers above only
-            walk = self._walks[first, stop] = namespace["walk"]
+            walk = self._walks[first, stop, parts] = namespace["walk"]
         return walk
 
     def field_start(self, buf: Buffer, pos: int, index: int, on_records: OnRecords | None = None) -> int:
@@ -341,6 +440,10 @@ class MessageWalker:
     def prefix(self, index: int) -> Walk:
         """The compiled ``(buf, pos, on_records=None) -> offset of field index``, for per-frame callers."""
         return self._walk(0, index)
+
+    def prefix_parts(self, index: int) -> PartsWalk:
+        """The split-frame flavour of :meth:`prefix`: ``(frame, pos, sink=None) -> offset of field index``."""
+        return self._walk(0, index, parts=True)
 
     def boundaries(self, buf: Buffer, pos: int, upto: int | None = None) -> list[int]:
         """Start offsets of the untagged top-level fields, then the offset where they end.
@@ -367,6 +470,20 @@ class MessageWalker:
             return skip_tagged_fields(buf, pos)
         except IndexError:
             raise _truncated(pos + 1, len(buf)) from None
+
+    def tagged_start_parts(self, frame: SplitFrame, pos: int, sink: RecordSink | None = None) -> int:
+        """:meth:`tagged_start` over a split frame: ``pos`` and the result are offsets in the frame."""
+        return self._walk(0, len(self._fields), parts=True)(frame, pos, sink)
+
+    def body_end_parts(self, frame: SplitFrame, pos: int, sink: RecordSink | None = None) -> int:
+        """:meth:`body_end` over a split frame: ``pos`` and the result are offsets in the frame."""
+        pos = self._walk(0, len(self._fields), parts=True)(frame, pos, sink)
+        if not self.flexible:
+            return pos
+        try:
+            return _tags_end(frame, pos)
+        except IndexError:
+            raise _truncated(pos + 1, frame.total) from None
 
 
 def walker_for(message: type | str, version: int) -> MessageWalker:
