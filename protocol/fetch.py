@@ -15,6 +15,8 @@ Three broker behaviours are reproduced here, each from Apache Kafka's handling o
   no partition data. See ``empty_fetch_response_body`` for what is kept and why.
 
 All of it runs per Fetch, so it reads the body in place and only builds bytes when it rewrites.
+Responses are read as the parts they arrived in (a Fetch response of a few MB spans many reads):
+record data is skipped across parts and never joined.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import struct
 
 from kafka.protocol.consumer.fetch import FetchResponse
 
-from .records import BodyError, RecordCounts, count_body_records
+from .parts import Parts, SplitFrame
+from .records import BodyError, RecordCounts, count_body_records, count_body_records_parts
 from .walker import Buffer, MessageWalker, schema_versions, walker_for
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "empty_fetch_response_body",
     "fetch_max_bytes",
     "fetch_response_counts",
+    "fetch_response_counts_parts",
 ]
 
 _REQUEST = "FetchRequest"
@@ -105,6 +109,15 @@ def cap_fetch_max_bytes(api_version: int, body: Buffer, cap: int) -> bytes | Non
 def fetch_response_counts(api_version: int, body: Buffer) -> RecordCounts:
     """Records and record batches across every partition of a Fetch response."""
     return count_body_records(_RESPONSE_WALKERS, _RESPONSE, api_version, body)
+
+
+def fetch_response_counts_parts(api_version: int, parts: Parts, body_offset: int) -> RecordCounts:
+    """:func:`fetch_response_counts` of a whole response frame given as the parts it arrived in (size
+    prefix included; the body starts at ``body_offset``). No record data is copied; a frame in one
+    part is walked in place exactly as ``fetch_response_counts`` walks it."""
+    if len(parts) == 1:
+        return count_body_records(_RESPONSE_WALKERS, _RESPONSE, api_version, memoryview(parts[0])[body_offset:])
+    return count_body_records_parts(_RESPONSE_WALKERS, _RESPONSE, api_version, SplitFrame(parts), body_offset)
 
 
 def empty_fetch_response_body(api_version: int, body: Buffer, throttle_ms: int) -> bytes:

@@ -12,18 +12,30 @@ from __future__ import annotations
 
 import itertools
 import random
+import struct
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from codec_support import sample_message
+from codec_support import response_frame, sample_message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.producer.produce import ProduceRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
 
-from kqp.protocol.apis import kqp_ranges, message_classes
+from kqp.protocol.apis import ApiKey, kqp_ranges, message_classes
 from kqp.protocol.errors import ProtocolError
+from kqp.protocol.fetch import (
+    FETCH_RESPONSE_VERSIONS,
+    fetch_response_counts,
+    fetch_response_counts_parts,
+)
+from kqp.protocol.headers import response_body_offset
 from kqp.protocol.parts import SplitFrame
-from kqp.protocol.records import BodyError
+from kqp.protocol.produce import PRODUCE_VERSIONS, produce_request_counts, produce_request_counts_parts
+from kqp.protocol.records import BodyError, RecordCounts
 from kqp.protocol.walker import walker_for
 
 HYPOTHESIS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -80,6 +92,59 @@ def copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(SplitFrame, "copy", copy)
     return made
+
+
+# --- frames to read ------------------------------------------------------------------------------
+
+
+def batches(magic: int, sizes: list[int], compression: int = 0) -> bytes:
+    """Record batches of 1..n records each, values of varied length, so headers land anywhere."""
+    out, offset = b"", 0
+    for n in sizes:
+        builder = MemoryRecordsBuilder(magic, compression, 1 << 20, offset=offset)
+        for i in range(n):
+            builder.append(1_700_000_000_000 + i, None, b"v" * (i * 7 % 23))
+        builder.close()
+        out += bytes(builder.buffer())
+        offset += n
+    return out
+
+
+def request_frame(api_key: int, version: int, body: bytes, flexible: bool) -> tuple[bytes, int]:
+    # Request header v1, or v2 with its tag section (also for versions kqp's header table refuses).
+    head = struct.pack(">hhih", api_key, version, 5, 6) + b"client" + (b"\x00" if flexible else b"")
+    return struct.pack(">i", len(head) + len(body)) + head + body, 4 + len(head)
+
+
+def produce_frame(version: int) -> tuple[bytes, int]:
+    magic = 2 if version >= 3 else 1
+    key = (lambda i: {"topic_id": uuid.UUID(int=i + 1)}) if version >= 13 else (lambda i: {"name": f"t{i}"})
+    part = ProduceRequest.TopicProduceData.PartitionProduceData
+    topics = [ProduceRequest.TopicProduceData(partition_data=[
+        part(index=0, records=batches(magic, [3, 1])), part(index=1, records=None),
+        part(index=2, records=batches(magic, [2], compression=1))], **key(i)) for i in range(2)]  # fmt: skip
+    body = ProduceRequest(transactional_id="tx", acks=-1, timeout_ms=1, topic_data=topics).encode(version=version)
+    return request_frame(ApiKey.Produce, version, bytes(body), flexible=version >= 9)
+
+
+def fetch_frame(version: int, endpoints: bool = True) -> tuple[bytes, int]:
+    magic = 2 if version >= 4 else 1
+    data = FetchResponse.FetchableTopicResponse.PartitionData
+    partitions = [
+        data(partition_index=0, error_code=0, high_watermark=9, records=batches(magic, [2, 3]),
+             aborted_transactions=[data.AbortedTransaction(producer_id=1, first_offset=2)],
+             current_leader=data.LeaderIdAndEpoch(leader_id=1, leader_epoch=1)),
+        data(partition_index=1, error_code=6, high_watermark=-1, records=None),
+        # cut at max bytes: a partial trailing batch
+        data(partition_index=2, error_code=0, high_watermark=9, records=batches(magic, [1, 4])[:-30]),
+    ]  # fmt: skip
+    topic = FetchResponse.FetchableTopicResponse(partitions=partitions, topic="t", topic_id=uuid.UUID(int=7))
+    extra = {}
+    if endpoints:
+        extra["node_endpoints"] = [FetchResponse.NodeEndpoint(node_id=3, host="upstream.example", port=9092)]
+    message = FetchResponse(throttle_time_ms=0, error_code=0, session_id=77, responses=[topic, topic], **extra)
+    frame = response_frame(ApiKey.Fetch, version, message)
+    return bytes(frame), response_body_offset(ApiKey.Fetch, version, frame)
 
 
 # --- SplitFrame ----------------------------------------------------------------------------------
@@ -149,3 +214,122 @@ def test_split_walk_source_uses_only_the_walkers_own_names() -> None:
         assert words - allowed - set(keyword.kwlist) == set(), (walker.message, version)
 
 
+# --- record counts -------------------------------------------------------------------------------
+
+RECORDS = {
+    "magic2": batches(2, [1, 5, 2, 9]),
+    "magic2-gzip": batches(2, [4], compression=1) + batches(2, [3]),
+    "magic1": batches(1, [1, 1, 1]),
+    "magic0-gzip": batches(0, [3], compression=1) + batches(0, [1]),
+    "partial-trailing": batches(2, [3, 2])[:-20],
+    "short-trailing": batches(2, [3]) + b"\x00" * 16,
+}
+
+
+def counted(data: bytes, start: int = 0) -> RecordCounts | type:
+    counts = RecordCounts()
+    return outcome(lambda: (counts.add_from(memoryview(data), start, len(data)), counts)[1])
+
+
+def counted_parts(parts: tuple[memoryview, ...], start: int = 0) -> RecordCounts | type:
+    counts = RecordCounts()
+    frame = SplitFrame(parts)
+    return outcome(lambda: (counts.add_from_parts(frame, start, frame.total), counts)[1])
+
+
+@pytest.mark.parametrize("name", list(RECORDS))
+def test_record_counts_over_parts_equal_counts_over_the_joined_bytes(name: str, copies: list[int]) -> None:
+    data = b"\xee" * 5 + RECORDS[name]  # the records field starts inside the frame, not at 0
+    expected = counted(data, 5)
+    assert isinstance(expected, RecordCounts) and expected.batches > 0
+    for parts in [cut(data, []), byte_by_byte(data), *single_cuts(data)]:
+        assert counted_parts(parts, 5) == expected
+    assert max(copies) <= 61  # a batch header at most: records are never copied
+
+
+def corrupt(data: bytes, offset: int, value: bytes) -> bytes:
+    return data[:offset] + value + data[offset + len(value) :]
+
+
+@pytest.mark.parametrize("damage", [
+    (8, struct.pack(">i", 13)),  # size below any legal message
+    (8, struct.pack(">i", 40)),  # legal for magic 0, too small for a magic 2 header
+    (16, b"\x03"),  # unknown magic
+    (57, struct.pack(">i", -1)),  # negative record count
+], ids=["size", "v2-size", "magic", "count"])  # fmt: skip
+@pytest.mark.parametrize("batch", [0, 1])
+def test_corrupt_batches_fail_alike_wherever_the_cuts_are(damage: tuple[int, bytes], batch: int) -> None:
+    good = RECORDS["magic2"]
+    offset = 0 if batch == 0 else len(batches(2, [1]))
+    data = corrupt(good, offset + damage[0], damage[1])
+    expected = counted(data)
+    assert expected is BodyError or damage == (8, struct.pack(">i", 40))  # a magic 0 size: the data then breaks
+    for parts in [byte_by_byte(data), *single_cuts(data)]:
+        assert counted_parts(parts) == expected
+
+
+@HYPOTHESIS
+@given(data=st.data())
+def test_record_counts_at_random_cuts(data: st.DataObject) -> None:
+    records = data.draw(st.sampled_from(list(RECORDS.values())))
+    stop = data.draw(st.integers(0, len(records)))  # any truncation: a partial trailing batch
+    records = records[:stop]
+    parts = data.draw(cuts_of(records)) if records else (memoryview(records),)
+    assert counted_parts(parts) == counted(records)
+
+
+# --- Produce requests and Fetch responses --------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_produce_counts_over_parts(version: int, copies: list[int]) -> None:
+    frame, offset = produce_frame(version)
+    expected = produce_request_counts(version, memoryview(frame)[offset:])
+    assert expected.records > 0
+    for data in (frame, frame + TRAILING):  # bytes after a whole body are not read
+        for parts in [cut(data, []), byte_by_byte(data), *single_cuts(data)]:
+            assert produce_request_counts_parts(version, parts, offset) == expected
+    assert max(copies) <= 61
+    for stop in range(offset, len(frame)):  # truncated anywhere: a BodyError, as contiguous
+        with pytest.raises(BodyError):
+            produce_request_counts(version, memoryview(frame)[offset:stop])
+        with pytest.raises(BodyError):
+            produce_request_counts_parts(version, cut(frame[:stop], [stop - 3, stop - 1]), offset)
+
+
+@pytest.mark.parametrize("version", FETCH_RESPONSE_VERSIONS)
+def test_fetch_counts_over_parts(version: int, copies: list[int]) -> None:
+    frame, offset = fetch_frame(version)
+    expected = fetch_response_counts(version, memoryview(frame)[offset:])
+    assert expected.records > 0
+    for data in (frame, frame + TRAILING):
+        for parts in [cut(data, []), byte_by_byte(data), *single_cuts(data)]:
+            assert fetch_response_counts_parts(version, parts, offset) == expected
+    assert max(copies) <= 61
+    for stop in range(offset, len(frame)):
+        with pytest.raises(BodyError):
+            fetch_response_counts_parts(version, cut(frame[:stop], [stop - 3, stop - 1]), offset)
+
+
+@HYPOTHESIS
+@given(data=st.data())
+def test_produce_and_fetch_counts_at_random_cuts(data: st.DataObject) -> None:
+    if data.draw(st.booleans()):
+        version = data.draw(st.sampled_from(PRODUCE_VERSIONS))
+        frame, offset = produce_frame(version)
+        contiguous, split = produce_request_counts, produce_request_counts_parts
+    else:
+        version = data.draw(st.sampled_from(FETCH_RESPONSE_VERSIONS))
+        frame, offset = fetch_frame(version)
+        contiguous, split = fetch_response_counts, fetch_response_counts_parts
+    frame = frame[: data.draw(st.integers(offset, len(frame)))] + data.draw(st.sampled_from([b"", TRAILING]))
+    parts = data.draw(cuts_of(frame))
+    expected = outcome(lambda: contiguous(version, memoryview(frame)[offset:]))
+    assert outcome(lambda: split(version, parts, offset)) == expected
+
+
+def test_one_part_is_read_as_it_always_was() -> None:
+    frame, offset = fetch_frame(16)
+    view = memoryview(frame)
+    assert fetch_response_counts_parts(16, (view,), offset) == fetch_response_counts(16, view[offset:])
+    assert fetch_response_counts_parts(16, (frame,), offset) == fetch_response_counts(16, view[offset:])  # bytes too
