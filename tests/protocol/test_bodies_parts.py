@@ -22,9 +22,10 @@ from codec_support import response_frame, sample_message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer.fetch import FetchResponse
-from kafka.protocol.producer.produce import ProduceRequest
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses, rewrite_addresses_parts
 from kqp.protocol.apis import ApiKey, kqp_ranges, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.fetch import (
@@ -145,6 +146,10 @@ def fetch_frame(version: int, endpoints: bool = True) -> tuple[bytes, int]:
     message = FetchResponse(throttle_time_ms=0, error_code=0, session_id=77, responses=[topic, topic], **extra)
     frame = response_frame(ApiKey.Fetch, version, message)
     return bytes(frame), response_body_offset(ApiKey.Fetch, version, frame)
+
+
+def to_kqp(node_id: int, host: str, port: int) -> tuple[str, int]:
+    return "kqp.local", port + 10_000
 
 
 # --- SplitFrame ----------------------------------------------------------------------------------
@@ -333,3 +338,77 @@ def test_one_part_is_read_as_it_always_was() -> None:
     view = memoryview(frame)
     assert fetch_response_counts_parts(16, (view,), offset) == fetch_response_counts(16, view[offset:])
     assert fetch_response_counts_parts(16, (frame,), offset) == fetch_response_counts(16, view[offset:])  # bytes too
+
+
+# --- broker addresses ----------------------------------------------------------------------------
+
+TAGGED = [(ApiKey.Produce, v) for v in PRODUCE_VERSIONS if v >= 10] + \
+         [(ApiKey.Fetch, v) for v in FETCH_RESPONSE_VERSIONS if v >= 16]  # fmt: skip
+
+
+def produce_response_frame(version: int, endpoints: bool) -> tuple[bytes, int]:
+    part = ProduceResponse.TopicProduceResponse.PartitionProduceResponse(index=0, error_code=6, base_offset=-1)
+    topic = ProduceResponse.TopicProduceResponse(name="t", topic_id=uuid.UUID(int=2), partition_responses=[part])
+    extra = {}
+    if endpoints:
+        extra["node_endpoints"] = [ProduceResponse.NodeEndpoint(node_id=2, host="upstream.example", port=9093)]
+    frame = response_frame(ApiKey.Produce, version, ProduceResponse(responses=[topic], throttle_time_ms=0, **extra))
+    return bytes(frame), response_body_offset(ApiKey.Produce, version, frame)
+
+
+def rewritten(api_key: int, version: int, parts: tuple[memoryview, ...], offset: int) -> Any:
+    counts = RecordCounts()
+    found = outcome(lambda: rewrite_addresses_parts(api_key, version, parts, offset, to_kqp, counts))
+    if not isinstance(found, tuple):
+        return found
+    new, seen = found
+    return (None if new is None else b"".join(new)), seen, counts if api_key == ApiKey.Fetch else None
+
+
+@pytest.mark.parametrize(("api_key", "version"), TAGGED)
+@pytest.mark.parametrize("endpoints", [False, True], ids=["no-hints", "node-endpoints"])
+def test_node_endpoints_over_parts(api_key: int, version: int, endpoints: bool, copies: list[int]) -> None:
+    build = fetch_frame if api_key == ApiKey.Fetch else produce_response_frame
+    frame, offset = build(version, endpoints)
+    counts = RecordCounts()
+    new, seen = rewrite_addresses(api_key, version, memoryview(frame), offset, to_kqp, counts.add_from)
+    assert (new is not None) == endpoints and len(seen) == endpoints
+    expected = (new, seen, counts if api_key == ApiKey.Fetch else None)
+    for parts in [cut(frame, []), byte_by_byte(frame), *single_cuts(frame)]:
+        assert rewritten(api_key, version, parts, offset) == expected
+    # Copies: the few bytes a cut splits, and with hints the tag section (which ends the frame).
+    section = len(frame) - walker_for(message_classes(api_key)[1], version).tagged_start(memoryview(frame), offset)
+    assert max(copies) <= max(61, section) and (section < 100 or not endpoints)
+    for stop in range(offset, len(frame)):  # truncated: the same error as contiguous
+        short = frame[:stop]
+        error = outcome(lambda s=short: rewrite_addresses(api_key, version, memoryview(s), offset, to_kqp))
+        assert error in (BodyError, ProtocolError)
+        assert rewritten(api_key, version, cut(short, [stop - 2]), offset) is error
+
+
+def test_rewritten_fetch_response_is_views_of_the_original_around_the_new_section() -> None:
+    frame, offset = fetch_frame(16)
+    parts = cut(frame, [100, 300, 301, 700])
+    new, seen = rewrite_addresses_parts(ApiKey.Fetch, 16, parts, offset, to_kqp)
+    assert new is not None and [(b.node_id, b.host, b.port) for b in seen] == [(3, "upstream.example", 9092)]
+    joined = b"".join(new)
+    assert struct.unpack_from(">i", joined)[0] == len(joined) - 4
+    decoded = FetchResponse.decode(joined[offset:], version=16)
+    assert [(n.host, n.port) for n in decoded.node_endpoints] == [("kqp.local", 19092)]
+    copied = sum(len(p) for p in new if not (isinstance(p, memoryview) and p.obj is frame))
+    assert copied < 60  # the size prefix and the re-encoded section: the partitions are the original views
+
+
+ADDRESSED = [(k, v) for k, (lo, hi) in kqp_ranges().items() for v in range(lo, hi + 1)
+             if may_carry_addresses(k, v) and (k, v) not in TAGGED]  # fmt: skip
+
+
+@pytest.mark.parametrize(("api_key", "version"), ADDRESSED)
+def test_other_addressed_responses_over_parts(api_key: int, version: int) -> None:
+    # Metadata, FindCoordinator, DescribeCluster, DescribeQuorum: joined when split, same answer.
+    frame = response_frame(api_key, version, sample_message(message_classes(api_key)[1], version))
+    offset = response_body_offset(api_key, version, frame)
+    new, seen = rewrite_addresses(api_key, version, frame, offset, to_kqp)
+    assert new is not None and seen
+    for parts in [byte_by_byte(bytes(frame)), *random_cuts(bytes(frame), seed=version)]:
+        assert rewritten(api_key, version, parts, offset)[:2] == (new, seen)
