@@ -27,7 +27,7 @@ from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses
 from kqp.protocol.api_versions import encode_api_versions_response
 from kqp.protocol.apis import API_NAMES, should_client_throttle
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.fetch import empty_fetch_response_body
+from kqp.protocol.fetch import empty_fetch_response
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.produce import produce_acks
@@ -40,7 +40,7 @@ from kqp.quotas.model import ANONYMOUS, Principal
 from kqp.quotas.throttle import combine
 
 from .in_flight import InFlight
-from .metering import capped_fetch, charge_fetch, charge_produce, fetch_needs_counts, produce_needs_counts, reframe
+from .metering import capped_fetch, charge_fetch, charge_produce, fetch_needs_counts, produce_needs_counts
 from .mutation_gate import GATED_APIS, Rewrite, gate_for
 from .mute import MuteReason, MuteState
 from .outbox import Outbox, Parts
@@ -352,10 +352,9 @@ class ClientSession(asyncio.Protocol):
             if api == FETCH and self.ctx.config.fetch_throttle == "empty" and entry.fetched is not None:
                 # As the broker does: the data is not delivered, so it is not charged either.
                 self.ctx.quotas.unrecord_fetch(entry.principal, *entry.fetched, now)
-                body = empty_fetch_response_body(version, view[body_offset:], throttle_ms)
-                view = memoryview(reframe(view, body_offset, body))
-            # A patched head and the untouched rest: a throttled Fetch response is not copied.
-            parts = throttle_patch_parts(api, version, view, body_offset, throttle_ms)
+                view = memoryview(empty_fetch_response(version, (view,), body_offset, throttle_ms))
+            # Views of the response around a new throttle field: a throttled Fetch response is not copied.
+            parts = throttle_patch_parts(api, version, (view,), body_offset, throttle_ms)
             self._send(parts if parts is not None else (view,))
         else:
             # The client would not back off by itself: hold the response back for the throttle time.
@@ -364,7 +363,7 @@ class ClientSession(asyncio.Protocol):
             # (librdkafka's mock omits a Produce v5 field) goes out as the upstream sent it.
             parts = None
             with contextlib.suppress(ProtocolError, BodyError):
-                parts = throttle_patch_parts(api, version, view, body_offset, throttle_ms)
+                parts = throttle_patch_parts(api, version, (view,), body_offset, throttle_ms)
             self.outbox.hold(parts if parts is not None else (view,), now + throttle)
             self.ctx.delay.schedule(self, now + throttle)
         self._mute_until(now + throttle)

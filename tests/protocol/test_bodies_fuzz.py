@@ -18,7 +18,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kqp.protocol.fetch import (
     cap_fetch_max_bytes,
-    empty_fetch_response_body,
+    empty_fetch_response,
     fetch_max_bytes,
     fetch_response_counts,
     fetch_response_counts_parts,
@@ -133,7 +133,7 @@ for v in (3, 4, 11, 12, 16):
     READERS.append(("fetch_counts", fetch_response_counts, v, _fetch_response(v)))
     READERS.append(("fetch_counts_parts", lambda ver, b: fetch_response_counts_parts(ver, *_split(b)), v,
                     _fetch_response(v)))  # fmt: skip
-    READERS.append(("empty_fetch", lambda ver, b: empty_fetch_response_body(ver, b, 5), v, _fetch_response(v)))
+    READERS.append(("empty_fetch", lambda ver, b: empty_fetch_response(ver, *_split(b), 5), v, _fetch_response(v)))
 for v in (2, 3, 12, 15, 17):
     READERS.append(("fetch_max_bytes", fetch_max_bytes, v, _fetch_request(v)))
     READERS.append(("cap_fetch", lambda ver, b: cap_fetch_max_bytes(ver, b, 1000), v, _fetch_request(v)))

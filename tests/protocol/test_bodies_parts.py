@@ -30,6 +30,7 @@ from kqp.protocol.apis import ApiKey, kqp_ranges, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.fetch import (
     FETCH_RESPONSE_VERSIONS,
+    empty_fetch_response,
     fetch_response_counts,
     fetch_response_counts_parts,
 )
@@ -37,6 +38,7 @@ from kqp.protocol.headers import response_body_offset
 from kqp.protocol.parts import SplitFrame
 from kqp.protocol.produce import PRODUCE_VERSIONS, produce_request_counts, produce_request_counts_parts
 from kqp.protocol.records import BodyError, RecordCounts
+from kqp.protocol.throttle import throttle_field_kind, throttle_patch_parts
 from kqp.protocol.walker import walker_for
 
 HYPOTHESIS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -412,3 +414,39 @@ def test_other_addressed_responses_over_parts(api_key: int, version: int) -> Non
     assert new is not None and seen
     for parts in [byte_by_byte(bytes(frame)), *random_cuts(bytes(frame), seed=version)]:
         assert rewritten(api_key, version, parts, offset)[:2] == (new, seen)
+
+
+# --- throttle_time_ms and the empty Fetch answer -------------------------------------------------
+
+THROTTLED = [(k, v) for k, (lo, hi) in kqp_ranges().items() for v in range(lo, hi + 1)
+             if throttle_field_kind(k, v) != "none"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("api_key", "version"), THROTTLED)
+def test_throttle_patch_over_parts(api_key: int, version: int) -> None:
+    frame = bytes(response_frame(api_key, version, sample_message(message_classes(api_key)[1], version)))
+    offset = response_body_offset(api_key, version, memoryview(frame))
+    expected = b"".join(throttle_patch_parts(api_key, version, (memoryview(frame),), offset, 5000))
+    at = expected.index(struct.pack(">i", 5000))  # where the field is (its value is 100 before)
+    near = [cut(frame, [c]) for c in range(max(1, at - 6), min(len(frame), at + 10))]  # cuts in and around it
+    for parts in [byte_by_byte(frame), *near, *random_cuts(frame, seed=version, count=2)]:
+        new = throttle_patch_parts(api_key, version, parts, offset, 5000)
+        assert b"".join(new) == expected
+        assert sum(len(p) for p in new if not isinstance(p, memoryview)) == 4  # the field, nothing else
+        assert throttle_patch_parts(api_key, version, parts, offset, 100) is None
+    for stop in (offset, at + 3):
+        with pytest.raises(ProtocolError):
+            throttle_patch_parts(api_key, version, byte_by_byte(frame[:stop]), offset, 5000)
+
+
+@pytest.mark.parametrize("version", FETCH_RESPONSE_VERSIONS)
+def test_empty_fetch_response_over_parts(version: int) -> None:
+    frame, offset = fetch_frame(version)
+    expected = empty_fetch_response(version, (memoryview(frame),), offset, 1500)
+    for parts in [byte_by_byte(frame), *(cut(frame, [c]) for c in range(1, offset + 12))]:
+        assert empty_fetch_response(version, parts, offset, 1500) == expected
+    if version >= 7:  # the session id is read across the cuts
+        assert FetchResponse.decode(expected[offset:], version=version).session_id == 77
+    for stop in range(1, offset + (10 if version >= 7 else 0)):
+        with pytest.raises(BodyError):
+            empty_fetch_response(version, byte_by_byte(frame[:stop]), offset, 1500)

@@ -11,7 +11,7 @@ from kqp.protocol.api_versions import decode_api_versions_response, encode_api_v
 from kqp.protocol.apis import message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import response_body_offset
-from kqp.protocol.throttle import patch_throttle_ms
+from kqp.protocol.throttle import throttle_patch_parts
 
 CASES = [(3, 1), (3, 12), (10, 2), (10, 6), (60, 1), (55, 2), (0, 11), (1, 17)]  # (api key, version)
 FRAMES = {c: bytes(response_frame(c[0], c[1], sample_message(message_classes(c[0])[1], c[1]))) for c in CASES}
@@ -41,7 +41,8 @@ def test_rewrite_and_patch_raise_only_protocol_errors(case, cut, part, flips) ->
     for call in (
         lambda offset: rewrite_addresses(api_key, version, frame, offset, lambda n, h, p: ("kqp", 1)),
         lambda offset: rewrite_addresses_parts(api_key, version, split, offset, lambda n, h, p: ("kqp", 1)),
-        lambda offset: patch_throttle_ms(api_key, version, frame, offset, 10),
+        lambda offset: throttle_patch_parts(api_key, version, (frame,), offset, 10),
+        lambda offset: throttle_patch_parts(api_key, version, split, offset, 10),
     ):
         try:
             call(response_body_offset(api_key, version, frame))
