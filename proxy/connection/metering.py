@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import struct
 
-from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts
-from kqp.protocol.produce import produce_request_counts
+from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts_parts
+from kqp.protocol.parts import Parts
+from kqp.protocol.produce import produce_request_counts_parts
 from kqp.protocol.records import RecordCounts
 from kqp.proxy.runtime.context import ProxyContext
 from kqp.quotas.manager import Violation
@@ -31,12 +32,13 @@ def produce_needs_counts(ctx: ProxyContext, principal: Principal) -> bool:
     return ctx.observer.wants_records or ctx.quotas.counts_produce_records(principal)
 
 
-def charge_produce(ctx: ProxyContext, principal: Principal, size: int, body: memoryview, version: int,
-                   now: float) -> list[Violation]:
-    """Charge a Produce request of `size` bytes; `body` is read for record counts only when needed."""
+def charge_produce(ctx: ProxyContext, principal: Principal, size: int, parts: Parts, body_offset: int,
+                   version: int, now: float) -> list[Violation]:
+    """Charge a Produce request of `size` bytes, the frame `parts` as it arrived; its body is read for
+    record counts only when needed."""
     records = batches = 0
     if produce_needs_counts(ctx, principal):
-        counts = produce_request_counts(version, body)
+        counts = produce_request_counts_parts(version, parts, body_offset)
         records, batches = counts.records, counts.batches
     ctx.observer.produced(principal, size, records)
     return ctx.quotas.record_produce(principal, size, records, batches, now)
@@ -57,15 +59,17 @@ def fetch_needs_counts(ctx: ProxyContext, principal: Principal) -> bool:
     return ctx.observer.wants_records or ctx.quotas.counts_fetch_records(principal)
 
 
-def charge_fetch(ctx: ProxyContext, entry: InFlight, frame: memoryview, body_offset: int, now: float,
+def charge_fetch(ctx: ProxyContext, entry: InFlight, parts: Parts, body_offset: int, now: float,
                  counts: RecordCounts | None = None) -> list[Violation]:
-    """Charge a Fetch response; `counts` are its records when the address walk already counted them."""
+    """Charge a Fetch response, the frame `parts` as it arrived; `counts` are its records when the
+    address walk already counted them."""
     principal = entry.principal
     records = batches = 0
     if fetch_needs_counts(ctx, principal):
         if counts is None:
-            counts = fetch_response_counts(entry.api_version, frame[body_offset:])
+            counts = fetch_response_counts_parts(entry.api_version, parts, body_offset)
         records, batches = counts.records, counts.batches
-    ctx.observer.fetched(principal, len(frame), records)
-    entry.fetched = (len(frame), records, batches)
-    return ctx.quotas.record_fetch(principal, len(frame), records, batches, now)
+    size = sum(map(len, parts))
+    ctx.observer.fetched(principal, size, records)
+    entry.fetched = (size, records, batches)
+    return ctx.quotas.record_fetch(principal, size, records, batches, now)

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
-from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses
+from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses_parts
 from kqp.protocol.api_versions import encode_api_versions_response
 from kqp.protocol.apis import API_NAMES, should_client_throttle
 from kqp.protocol.errors import ProtocolError
@@ -40,7 +40,7 @@ from kqp.quotas.model import ANONYMOUS, Principal
 from kqp.quotas.throttle import combine
 
 from .in_flight import InFlight
-from .metering import capped_fetch, charge_fetch, charge_produce, fetch_needs_counts, produce_needs_counts
+from .metering import capped_fetch, charge_fetch, charge_produce, fetch_needs_counts
 from .mutation_gate import GATED_APIS, Rewrite, gate_for
 from .mute import MuteReason, MuteState
 from .outbox import Outbox, Parts
@@ -52,6 +52,9 @@ WRITE_HIGH_WATER = 1024 * 1024
 # A request split over several reads is read through its first bytes only, when that is enough:
 # Produce's header, transactional id and acks fit (a transactional id is at most 32 KiB).
 SPLIT_HEAD_BYTES = 40 * 1024
+# A response is read through its header only (correlation id, then tagged fields nobody sends today);
+# its body is read as the parts it arrived in.
+RESPONSE_HEAD_BYTES = 4096
 # Reasons that stop kqp forwarding requests it has already read (backpressure only stops reading).
 _BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.CONNECTING, MuteReason.CLOSING, MuteReason.LOOKUP})
 
@@ -201,15 +204,15 @@ class ClientSession(asyncio.Protocol):
     def _on_request(self, frame: memoryview, looked_up: bool = False,
                     parts: tuple[memoryview, ...] | None = None) -> None:
         """One request. `parts` is set when the frame spanned several reads: `frame` is then only
-        its head, enough for the header, and the parts are forwarded as they are (no join) when
-        kqp needs nothing past the head: a Produce request no record count is wanted for."""
+        its head, enough for the header, and a Produce request's parts are forwarded as they are
+        (no join; its records are counted across them). Other split requests are joined."""
         t0 = time.perf_counter()
         ctx = self.ctx
         now = ctx.now()
         hdr = parse_request_header(frame)
         api, version = hdr.api_key, hdr.api_version
         principal = self._principal(hdr.client_id)
-        if parts is not None and (api != PRODUCE or produce_needs_counts(ctx, principal)):
+        if parts is not None and api != PRODUCE:
             frame, parts = memoryview(b"".join(parts)), None
         size = len(frame) if parts is None else sum(map(len, parts))
         ctx.observer.request(principal, api, size)
@@ -226,7 +229,7 @@ class ClientSession(asyncio.Protocol):
         if api == PRODUCE:
             body = frame[hdr.body_offset:]
             expects_response = produce_acks(version, body) != 0
-            violations = charge_produce(ctx, principal, size, body, version, now)
+            violations = charge_produce(ctx, principal, size, parts or (frame,), hdr.body_offset, version, now)
         elif api == FETCH:
             frame = capped_fetch(ctx, principal, frame, hdr.body_offset, version)
         elif api in GATED_APIS:
@@ -281,21 +284,23 @@ class ClientSession(asyncio.Protocol):
         try:
             self.responses.feed(data)
             while not self.closed:
-                frame = self.responses.next_frame()
-                if frame is None:
+                got = self.responses.next_frame_parts(RESPONSE_HEAD_BYTES)
+                if got is None:
                     break
-                self._on_response(frame)
+                self._on_response(*got)
         except (ProtocolError, BodyError) as exc:
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
         except Exception:
             log.exception("client %s: unexpected error handling an upstream response; closing", self.peer)
             self.close("internal_error", None)
 
-    def _on_response(self, frame: memoryview) -> None:
+    def _on_response(self, head: memoryview, parts: Parts) -> None:
+        """One response: `parts` is the frame as it arrived, `head` its start, enough for the header.
+        Produce and Fetch responses are read across the parts; others are joined if split."""
         t0 = time.perf_counter()
         ctx = self.ctx
         now = ctx.now()
-        correlation_id = response_correlation_id(frame)
+        correlation_id = response_correlation_id(head)
         if correlation_id in self._unanswered and (
                 not self.in_flight or self.in_flight[0].correlation_id != correlation_id):
             self._unanswered.remove(correlation_id)
@@ -306,28 +311,30 @@ class ClientSession(asyncio.Protocol):
         if entry.correlation_id != correlation_id:
             raise ProtocolError(f"response {correlation_id} where {entry.correlation_id} was due")
         api, version, principal = entry.api_key, entry.api_version, entry.principal
-        ctx.observer.response(principal, api, len(frame), now - entry.sent_at)
-        body_offset = response_body_offset(api, version, frame)
+        ctx.observer.response(principal, api, sum(map(len, parts)), now - entry.sent_at)
+        body_offset = response_body_offset(api, version, head)
+        if len(parts) > 1 and api != PRODUCE and api != FETCH:
+            parts = (memoryview(b"".join(parts)),)
         if entry.rewrite is not None:
-            frame = memoryview(entry.rewrite(frame, body_offset))
+            parts = (memoryview(entry.rewrite(parts[0], body_offset)),)
         counts: RecordCounts | None = None
         if may_carry_addresses(api, version):
             # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; count them on the way.
             if api == FETCH and fetch_needs_counts(ctx, principal):
                 counts = RecordCounts()
-            rewritten, seen = rewrite_addresses(api, version, frame, body_offset, ctx.listeners.map_address,
-                                                counts.add_from if counts is not None else None)
+            rewritten, seen = rewrite_addresses_parts(api, version, parts, body_offset, ctx.listeners.map_address,
+                                                      counts)
             ctx.cluster.learn(seen)
             if rewritten is not None:
-                frame = memoryview(rewritten)
+                parts = rewritten
         violations = entry.violations
         if api == FETCH:
-            violations = violations + charge_fetch(ctx, entry, frame, body_offset, now, counts)
+            violations = violations + charge_fetch(ctx, entry, parts, body_offset, now, counts)
         handler = entry.handler_seconds + (time.perf_counter() - t0)
         violations = violations + ctx.quotas.record_request(principal, handler, now)
         ctx.observer.handler_time(principal, handler)
         throttle = self._throttle_of(principal, violations)
-        self._deliver(entry, frame, body_offset, throttle, now)
+        self._deliver(entry, parts, body_offset, throttle, now)
         self._flush_local()
 
     def _throttle_of(self, principal: Principal, violations: list[Violation]) -> float:
@@ -340,31 +347,29 @@ class ClientSession(asyncio.Protocol):
             self.ctx.observer.throttled(principal, quota_type, throttle)
         return throttle
 
-    def _deliver(self, entry: InFlight, frame: memoryview | bytes, body_offset: int, throttle: float,
-                 now: float) -> None:
+    def _deliver(self, entry: InFlight, parts: Parts, body_offset: int, throttle: float, now: float) -> None:
         if throttle <= 0:
-            self._send((frame,))
+            self._send(parts)
             return
         api, version = entry.api_key, entry.api_version
         throttle_ms = max(1, round(throttle * 1000))
-        view = memoryview(frame)
         if should_client_throttle(api, version):
             if api == FETCH and self.ctx.config.fetch_throttle == "empty" and entry.fetched is not None:
                 # As the broker does: the data is not delivered, so it is not charged either.
                 self.ctx.quotas.unrecord_fetch(entry.principal, *entry.fetched, now)
-                view = memoryview(empty_fetch_response(version, (view,), body_offset, throttle_ms))
+                parts = (empty_fetch_response(version, parts, body_offset, throttle_ms),)
             # Views of the response around a new throttle field: a throttled Fetch response is not copied.
-            parts = throttle_patch_parts(api, version, (view,), body_offset, throttle_ms)
-            self._send(parts if parts is not None else (view,))
+            patched = throttle_patch_parts(api, version, parts, body_offset, throttle_ms)
+            self._send(patched if patched is not None else parts)
         else:
             # The client would not back off by itself: hold the response back for the throttle time.
             # Like the broker, still report the delay in throttle_time_ms where the version has
             # the field; the field is informational here, so an upstream response kqp cannot walk
             # (librdkafka's mock omits a Produce v5 field) goes out as the upstream sent it.
-            parts = None
+            patched = None
             with contextlib.suppress(ProtocolError, BodyError):
-                parts = throttle_patch_parts(api, version, (view,), body_offset, throttle_ms)
-            self.outbox.hold(parts if parts is not None else (view,), now + throttle)
+                patched = throttle_patch_parts(api, version, parts, body_offset, throttle_ms)
+            self.outbox.hold(patched if patched is not None else parts, now + throttle)
             self.ctx.delay.schedule(self, now + throttle)
         self._mute_until(now + throttle)
 
@@ -379,7 +384,7 @@ class ClientSession(asyncio.Protocol):
             frame = entry.local_response
             if throttle > 0:
                 offset = response_body_offset(entry.api_key, entry.api_version, memoryview(frame))
-                self._deliver(entry, frame, offset, throttle, now)
+                self._deliver(entry, (frame,), offset, throttle, now)
             else:
                 self._send((frame,))
 
