@@ -26,11 +26,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 ROUNDS = 9
+PRODUCE, FETCH = ApiKey.Produce, ApiKey.Fetch
 
 
 def batch(n: int, size: int, offset: int = 0) -> bytes:
@@ -56,7 +58,7 @@ def produce_request(version: int) -> bytes:
     part = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch(16, 1000))
     topic = ProduceRequest.TopicProduceData(name="bench-topic", partition_data=[part])
     body = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[topic]).encode(version=version)
-    return request_frame(0, version, 2 if version >= 9 else 1, bytes(body))
+    return request_frame(PRODUCE, version, 2 if version >= 9 else 1, bytes(body))
 
 
 def produce_response(version: int) -> bytes:
@@ -103,8 +105,8 @@ def cases(pkg: str) -> dict[str, Callable[[], Any]]:
     hdr = headers.parse_request_header(p9v)
     off9 = hdr.body_offset
     off10 = headers.parse_request_header(memoryview(p10)).body_offset
-    f_off = headers.response_body_offset(1, 16, f16)
-    r10_off = headers.response_body_offset(0, 10, r10)
+    f_off = headers.response_body_offset(FETCH, 16, f16)
+    r10_off = headers.response_body_offset(PRODUCE, 10, r10)
 
     def mapper(node: int, host: str, port: int) -> tuple[str, int]:
         return "127.0.0.1", 19092 + node
@@ -131,22 +133,22 @@ def cases(pkg: str) -> dict[str, Callable[[], Any]]:
         "produce_request_counts_parts v9 (1 part)": lambda: produce.produce_request_counts_parts(9, (p9v,), off9),
         "produce_request_counts_parts v9 (split)": lambda: produce.produce_request_counts_parts(9, p9_split, off9),
         "response_correlation_id": lambda: headers.response_correlation_id(r9),
-        "response_body_offset (Produce v9)": lambda: headers.response_body_offset(0, 9, r9),
-        "response_body_offset (Fetch v16)": lambda: headers.response_body_offset(1, 16, f16),
-        "may_carry_addresses (Fetch v16)": lambda: addresses.may_carry_addresses(1, 16),
-        "rewrite_addresses Produce v10 resp": lambda: addresses.rewrite_addresses(0, 10, r10, r10_off, mapper),
-        "rewrite_addresses Fetch v16 1MB/50p": lambda: addresses.rewrite_addresses(1, 16, f16, f_off, mapper),
+        "response_body_offset (Produce v9)": lambda: headers.response_body_offset(PRODUCE, 9, r9),
+        "response_body_offset (Fetch v16)": lambda: headers.response_body_offset(FETCH, 16, f16),
+        "may_carry_addresses (Fetch v16)": lambda: addresses.may_carry_addresses(FETCH, 16),
+        "rewrite_addresses Produce v10 resp": lambda: addresses.rewrite_addresses(PRODUCE, 10, r10, r10_off, mapper),
+        "rewrite_addresses Fetch v16 1MB/50p": lambda: addresses.rewrite_addresses(FETCH, 16, f16, f_off, mapper),
         "rewrite_addresses_parts Fetch v16 (1 part)":
-            lambda: addresses.rewrite_addresses_parts(1, 16, (f16,), f_off, mapper, counts_type()),
+            lambda: addresses.rewrite_addresses_parts(FETCH, 16, (f16,), f_off, mapper, counts_type()),
         "rewrite_addresses_parts Fetch v16 (split)":
-            lambda: addresses.rewrite_addresses_parts(1, 16, f16_split, f_off, mapper, counts_type()),
+            lambda: addresses.rewrite_addresses_parts(FETCH, 16, f16_split, f_off, mapper, counts_type()),
         "join Fetch v16 (what split costs without)": lambda: b"".join(f16_split),
         "fetch_response_counts v16 1MB/50p": lambda: fetch.fetch_response_counts(16, f16[f_off:]),
         "fetch_response_counts_parts v16 (split)": lambda: fetch.fetch_response_counts_parts(16, f16_split, f_off),
-        "throttle_patch_parts Produce v9 (walk)": lambda: throttle.throttle_patch_parts(0, 9, (r9,), 9, 500),
-        "throttle_patch_parts Fetch v16 (first)": lambda: throttle.throttle_patch_parts(1, 16, (f16,), f_off, 500),
+        "throttle_patch_parts Produce v9 (walk)": lambda: throttle.throttle_patch_parts(PRODUCE, 9, (r9,), 9, 500),
+        "throttle_patch_parts Fetch v16 (first)": lambda: throttle.throttle_patch_parts(FETCH, 16, (f16,), f_off, 500),
         "throttle_patch_parts Fetch v16 (split)":
-            lambda: throttle.throttle_patch_parts(1, 16, f16_split, f_off, 500),
+            lambda: throttle.throttle_patch_parts(FETCH, 16, f16_split, f_off, 500),
     }
 
 

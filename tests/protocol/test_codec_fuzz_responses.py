@@ -8,12 +8,13 @@ from hypothesis import strategies as st
 
 from kqp.protocol.addresses import rewrite_addresses, rewrite_addresses_parts
 from kqp.protocol.api_versions import decode_api_versions_response, encode_api_versions_response
-from kqp.protocol.apis import message_classes
+from kqp.protocol.apis import ApiKey, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import response_body_offset
 from kqp.protocol.throttle import throttle_patch_parts
 
-CASES = [(3, 1), (3, 12), (10, 2), (10, 6), (60, 1), (55, 2), (0, 11), (1, 17)]  # (api key, version)
+CASES = [(ApiKey.Metadata, 1), (ApiKey.Metadata, 12), (ApiKey.FindCoordinator, 2), (ApiKey.FindCoordinator, 6),
+         (ApiKey.DescribeCluster, 1), (ApiKey.DescribeQuorum, 2), (ApiKey.Produce, 11), (ApiKey.Fetch, 17)]
 FRAMES = {c: bytes(response_frame(c[0], c[1], sample_message(message_classes(c[0])[1], c[1]))) for c in CASES}
 
 
