@@ -18,6 +18,8 @@ from kqp.proxy.runtime import loops
 from kqp.proxy.runtime.logs import setup_logging
 from kqp.proxy.runtime.workers import check_workers, run_workers
 
+from .allocator import tune_malloc
+
 EXIT_USAGE = 2
 
 
@@ -73,6 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
+    tune_malloc()  # before any worker is forked: they inherit it
     overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
     def run_one(cfg: ProxyConfig) -> int:
