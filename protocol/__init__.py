@@ -12,6 +12,7 @@ Modules:
 
 * ``errors``: ProtocolError and subclasses (a peer's bytes kqp cannot accept);
 * ``frames``: FrameDecoder, splitting a byte stream into size-prefixed frames, zero-copy;
+* ``parts``: SplitFrame, a frame read as the parts it arrived in, copying only what a cut splits;
 * ``apis``: per-API tables (decodable versions, header versions, KIP-219 client throttling);
 * ``headers``: request/response header parsing and encoding;
 * ``walker``: the skip walker, compiled per message and version from kafka-python's schemas;

@@ -30,6 +30,12 @@ Produce v10+ and Fetch v16+ responses are on the hot path: every one must be che
 top-level tag section (records skipped by their length, never read: a few hundred ns per partition)
 and one byte read: a section that starts with 0 has no tags, and nothing is decoded or copied.
 FindCoordinator v0-v3, whose endpoint *is* the top-level struct, is small and decoded whole.
+
+Such a response usually spans several reads. ``rewrite_addresses_parts`` takes it as the parts it
+arrived in: the walk to the tag section runs across them (record data skipped by length, never
+joined), and when the section holds NodeEndpoints, only the section is copied and decoded; the
+rewritten frame is the original parts up to it, then the new section. The other responses that
+carry addresses hold no record data, and a split one is joined first.
 """
 
 from __future__ import annotations
@@ -45,9 +51,19 @@ from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
 from .apis import kqp_ranges, message_classes
 from .errors import ProtocolError
-from .walker import MessageWalker, OnRecords, Walk, read_tagged_fields, walker_for, write_uvarint
+from .parts import Parts, SplitFrame
+from .walker import (
+    MessageWalker,
+    OnRecords,
+    PartsWalk,
+    RecordSink,
+    Walk,
+    read_tagged_fields,
+    walker_for,
+    write_uvarint,
+)
 
-__all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "rewrite_addresses"]
+__all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "rewrite_addresses", "rewrite_addresses_parts"]
 
 _I32 = struct.Struct(">i")
 
@@ -93,6 +109,7 @@ class _Plan:
     untagged: tuple[int, ...]  # indexes of top-level untagged fields holding endpoints
     tagged: dict[int, Any]  # tag -> kafka-python field, for top-level tagged fields holding endpoints
     to_tags: Walk | None  # compiled walk to the top-level tag section, when ``tagged``
+    to_tags_parts: PartsWalk | None  # the same over a split frame
 
 
 def _build() -> dict[tuple[int, int], _Plan]:
@@ -111,7 +128,8 @@ def _build() -> dict[tuple[int, int], _Plan]:
                 tagged = {f.tag: f for f in top.tagged_fields(version)._fields if _holds_endpoint(f, version)}
             if whole or untagged or tagged:
                 to_tags = walker.prefix(len(walker.names)) if tagged else None
-                plans[api_key, version] = _Plan(walker, fields, whole, untagged, tagged, to_tags)
+                to_tags_parts = walker.prefix_parts(len(walker.names)) if tagged else None
+                plans[api_key, version] = _Plan(walker, fields, whole, untagged, tagged, to_tags, to_tags_parts)
     return plans
 
 
@@ -229,6 +247,16 @@ def _tags_start(plan: _Plan, frame: memoryview, body_offset: int, on_records: On
 
 
 def _rewrite_tagged(plan: _Plan, frame: memoryview, start: int, rw: _Rewriter) -> bytes | None:
+    found = _tag_section(plan, frame, start, rw)
+    if found is None:
+        return None
+    section, end = found
+    return _reframe([frame[4:start], *section, frame[end:]])
+
+
+def _tag_section(plan: _Plan, frame: memoryview, start: int,
+                 rw: _Rewriter) -> tuple[list[bytes | memoryview], int] | None:
+    """The tag section at ``start`` rewritten, as parts, and where the original ended; None if unchanged."""
     walker = plan.walker
     entries, end = read_tagged_fields(frame, start)
     if not any(tag in plan.tagged for tag, _, _ in entries):
@@ -249,7 +277,7 @@ def _rewrite_tagged(plan: _Plan, frame: memoryview, start: int, rw: _Rewriter) -
         section += [write_uvarint(tag), write_uvarint(len(value_bytes)), value_bytes]
     if not rw.changed:
         return None
-    return _reframe([frame[4:start], *section, frame[end:]])
+    return section, end
 
 
 def rewrite_addresses(
@@ -282,3 +310,46 @@ def rewrite_addresses(
         view = memoryview(new) if new is not None else frame
         new = _rewrite_tagged(plan, view, _tags_start(plan, view, body_offset), rw) or new
     return new, rw.seen
+
+
+def rewrite_addresses_parts(
+    api_key: int, api_version: int, parts: Parts, body_offset: int, mapper: AddressMapper,
+    counts: RecordSink | None = None,
+) -> tuple[Parts | None, list[BrokerAddress]]:
+    """:func:`rewrite_addresses` for a response frame given as the parts it arrived in (size prefix
+    included, the body at ``body_offset``).
+
+    Returns ``(new_parts, seen)``: ``new_parts`` is the rewritten frame as parts to write in order,
+    or None when nothing changed (forward ``parts`` as they are). For Produce v10+ and Fetch v16+
+    no record data is copied, whether or not the NodeEndpoints tag is there: the walk to the tag
+    section skips it across the parts, and ``counts`` (a ``RecordCounts``) receives every records
+    field it passes, so a caller that also counts records walks the response once. A frame in one
+    part is handled exactly as ``rewrite_addresses`` handles it.
+    """
+    if len(parts) == 1:
+        frame = memoryview(parts[0])
+        new, seen = rewrite_addresses(api_key, api_version, frame, body_offset, mapper,
+                                      None if counts is None else counts.add_from)
+        return (None if new is None else (new,)), seen
+    plan = _PLANS.get((api_key, api_version))
+    if plan is None:
+        return None, []
+    if plan.to_tags_parts is None or plan.untagged:
+        # Metadata, FindCoordinator, DescribeCluster, DescribeQuorum: no record data to spare.
+        new, seen = rewrite_addresses(api_key, api_version, memoryview(b"".join(parts)), body_offset, mapper)
+        return (None if new is None else (new,)), seen
+    split = SplitFrame(parts)
+    start = plan.to_tags_parts(split, body_offset, counts)
+    if start >= split.total:
+        raise ProtocolError("response ends before its tagged fields")
+    buf, base = split.window(start, 1)
+    if buf[start - base] == 0:
+        return None, []  # no tagged fields at all: the usual case, nothing decoded or copied
+    tail = memoryview(split.copy(start, split.total))  # the tag section, which ends the frame
+    rw = _Rewriter(mapper, api_version)
+    found = _tag_section(plan, tail, 0, rw)
+    if found is None:
+        return None, rw.seen
+    section, end = found
+    size = start - 4 + sum(map(len, section)) + len(tail) - end
+    return (_I32.pack(size), *split.views(4, start), *section, tail[end:]), rw.seen

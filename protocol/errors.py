@@ -33,3 +33,7 @@ class UnsupportedApi(ProtocolError):
     kqp only advertises (through its own ApiVersions answer) what it can decode, so a
     well-behaved client never triggers this.
     """
+
+
+class BodyError(ProtocolError, ValueError):
+    """A request or response body that does not parse as its API and version say it should."""

@@ -12,9 +12,11 @@ Three broker behaviours are reproduced here, each from Apache Kafka's handling o
   skipping aborted transactions, tagged fields and the rest by length, each records field handed
   to :meth:`RecordCounts.add_from`.
 * A throttled fetch answered empty (KIP-219, FetchContext.getThrottledResponse): throttle set,
-  no partition data. See ``empty_fetch_response_body`` for what is kept and why.
+  no partition data. See ``empty_fetch_response`` for what is kept and why.
 
 All of it runs per Fetch, so it reads the body in place and only builds bytes when it rewrites.
+Responses are read as the parts they arrived in (a Fetch response of a few MB spans many reads):
+record data is skipped across parts and never joined.
 """
 
 from __future__ import annotations
@@ -23,16 +25,18 @@ import struct
 
 from kafka.protocol.consumer.fetch import FetchResponse
 
-from .records import BodyError, RecordCounts, count_body_records
+from .parts import Parts, SplitFrame
+from .records import BodyError, RecordCounts, count_body_records, count_body_records_parts
 from .walker import Buffer, MessageWalker, schema_versions, walker_for
 
 __all__ = [
     "FETCH_REQUEST_VERSIONS",
     "FETCH_RESPONSE_VERSIONS",
     "cap_fetch_max_bytes",
-    "empty_fetch_response_body",
+    "empty_fetch_response",
     "fetch_max_bytes",
     "fetch_response_counts",
+    "fetch_response_counts_parts",
 ]
 
 _REQUEST = "FetchRequest"
@@ -107,8 +111,29 @@ def fetch_response_counts(api_version: int, body: Buffer) -> RecordCounts:
     return count_body_records(_RESPONSE_WALKERS, _RESPONSE, api_version, body)
 
 
-def empty_fetch_response_body(api_version: int, body: Buffer, throttle_ms: int) -> bytes:
-    """The KIP-219 throttled answer to a Fetch whose upstream response is ``body``.
+def fetch_response_counts_parts(api_version: int, parts: Parts, body_offset: int) -> RecordCounts:
+    """:func:`fetch_response_counts` of a whole response frame given as the parts it arrived in (size
+    prefix included; the body starts at ``body_offset``). No record data is copied; a frame in one
+    part is walked in place exactly as ``fetch_response_counts`` walks it."""
+    if len(parts) == 1:
+        return count_body_records(_RESPONSE_WALKERS, _RESPONSE, api_version, memoryview(parts[0])[body_offset:])
+    return count_body_records_parts(_RESPONSE_WALKERS, _RESPONSE, api_version, SplitFrame(parts), body_offset)
+
+
+def _read_parts(frame: SplitFrame, version: int, field: str, body_offset: int, unpack: struct.Struct) -> int:
+    """A top-level fixed-size field of a Fetch response that has it, read across parts if need be."""
+    walker = _RESPONSE_WALKERS[version]
+    pos = walker.prefix_parts(walker.index(field))(frame, body_offset)
+    if pos + unpack.size > frame.total:
+        raise BodyError(f"{_RESPONSE} body truncated before {field}")
+    buf, start = frame.window(pos, unpack.size)
+    return unpack.unpack_from(buf, pos - start)[0]
+
+
+def empty_fetch_response(api_version: int, parts: Parts, body_offset: int, throttle_ms: int) -> bytes:
+    """The KIP-219 throttled answer to a Fetch whose upstream response frame is ``parts`` (the frame
+    as it arrived, size prefix included, its body at ``body_offset``): a whole frame with the
+    upstream's response header and an empty body.
 
     The broker's throttled response (FetchContext.getThrottledResponse) carries the throttle
     time, no partitions, error NONE and the fetch session id: INVALID_SESSION_ID (0) for full and
@@ -118,16 +143,21 @@ def empty_fetch_response_body(api_version: int, body: Buffer, throttle_ms: int) 
     session, so it keeps the upstream's error_code and session_id: a full fetch that created
     session N on the upstream must tell the client N, or the client would keep opening sessions
     the upstream then holds for nothing. With no partition data, NodeEndpoints (v16+) is empty.
+    Only the header and the few bytes before ``responses`` are read: nothing of the records.
     """
+    if api_version not in _RESPONSE_WALKERS:
+        raise BodyError(f"{_RESPONSE} has no version {api_version}")
+    frame = SplitFrame(parts)
+    if body_offset > frame.total:
+        raise BodyError(f"{_RESPONSE} frame ends inside its header")
     error_code = 0
     session_id = 0
-    found = _read_i32(_RESPONSE, api_version, "SessionId", body)
-    if found is not None:
-        session_id = found[0]
-        pos = _field_start(_RESPONSE, api_version, "ErrorCode", body)
-        assert pos is not None  # ErrorCode and SessionId arrive together (v7+)
-        error_code = _I16.unpack_from(body, pos)[0]
+    if "SessionId" in _RESPONSE_WALKERS[api_version].names:  # ErrorCode and SessionId arrive together (v7+)
+        session_id = _read_parts(frame, api_version, "SessionId", body_offset, _I32)
+        error_code = _read_parts(frame, api_version, "ErrorCode", body_offset, _I16)
     response = FetchResponse(
         throttle_time_ms=throttle_ms, error_code=error_code, session_id=session_id, responses=[]
     )
-    return bytes(response.encode(version=api_version))
+    body = response.encode(version=api_version)
+    header = frame.copy(4, body_offset)
+    return b"".join((_I32.pack(len(header) + len(body)), header, body))

@@ -27,6 +27,7 @@ from collections import deque
 from struct import Struct
 
 from .errors import FrameTooLarge, ProtocolError
+from .parts import SplitFrame
 
 __all__ = ["SIZE_PREFIX", "FrameDecoder"]
 
@@ -112,8 +113,9 @@ class FrameDecoder:
         ``parts`` are views whose concatenation is the frame (for ``transport.writelines``); ``head``
         is a contiguous start of the frame of at least ``head_bytes`` bytes (or all of it), for
         reading its header.
-        A frame inside one chunk comes back as ``(frame, (frame,))``; a split frame costs a copy of
-        its head only, so a large Produce request can be forwarded without the full copy.
+        A frame inside one chunk comes back as ``(frame, (frame,))``; a split frame costs at most a
+        copy of its first ``head_bytes``, so a large frame can be forwarded without the full copy
+        (readers of its body take the parts: :mod:`kqp.protocol.parts`).
         """
         need = self._need
         if need < 0:
@@ -131,7 +133,8 @@ class FrameDecoder:
         self._size -= need
         self._need = -1
         head_len = min(head_bytes, need)
-        head = parts[0] if len(parts[0]) >= head_len else memoryview(b"".join(parts))[:head_len]
+        # The first part is often a read's last few bytes: copy the head only, never the frame.
+        head = parts[0] if len(parts[0]) >= head_len else memoryview(SplitFrame(parts).copy(0, head_len))
         return head, parts
 
     def _take_parts(self, need: int) -> list[memoryview]:

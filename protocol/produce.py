@@ -9,16 +9,20 @@ come from one walk over topic_data -> partition_data -> records that hands each 
 
 ``produce_acks`` runs for every Produce request, so the walk to acks is compiled per version at
 import and looked up in a dict: one generated function call and one ``unpack_from`` per request.
+
+A request that spans several reads is counted as the parts it arrived in
+(``produce_request_counts_parts``): its record data is skipped across them, never joined.
 """
 
 from __future__ import annotations
 
 import struct
 
-from .records import BodyError, RecordCounts, count_body_records
+from .parts import Parts, SplitFrame
+from .records import BodyError, RecordCounts, count_body_records, count_body_records_parts
 from .walker import Buffer, MessageWalker, Walk, schema_versions, walker_for
 
-__all__ = ["PRODUCE_VERSIONS", "produce_acks", "produce_request_counts"]
+__all__ = ["PRODUCE_VERSIONS", "produce_acks", "produce_request_counts", "produce_request_counts_parts"]
 
 _MESSAGE = "ProduceRequest"
 _I16 = struct.Struct(">h").unpack_from
@@ -45,3 +49,12 @@ def produce_acks(api_version: int, body: Buffer) -> int:
 def produce_request_counts(api_version: int, body: Buffer) -> RecordCounts:
     """Records and record batches across every partition of the request."""
     return count_body_records(_WALKERS, _MESSAGE, api_version, body)
+
+
+def produce_request_counts_parts(api_version: int, parts: Parts, body_offset: int) -> RecordCounts:
+    """:func:`produce_request_counts` of a whole request frame given as the parts it arrived in
+    (size prefix included; the body starts at ``body_offset``). No record data is copied; a frame
+    in one part is walked in place exactly as ``produce_request_counts`` walks it."""
+    if len(parts) == 1:
+        return count_body_records(_WALKERS, _MESSAGE, api_version, memoryview(parts[0])[body_offset:])
+    return count_body_records_parts(_WALKERS, _MESSAGE, api_version, SplitFrame(parts), body_offset)

@@ -26,6 +26,15 @@ Why it is shaped so:
 * Record data is skipped by its length prefix, unless the caller passes ``on_records``: then every
   non-null ``records`` field is handed to it as ``(buf, start, end)`` during the same walk, which
   is how ``records.py`` counts batches without a second walk.
+* A frame that spans several reads is walked as its parts (:class:`~kqp.protocol.parts.SplitFrame`),
+  never joined. Each walk has a second generated flavour for that: the same straight-line code over
+  a *window* (a part, or a copy of the few bytes a part boundary cuts), where every read of a
+  count, length or marker is preceded by one comparison, ``pos + size > lim``, and only when it
+  fails is the window moved (``_refill``). Positions stay window-relative, so the reads themselves
+  are the contiguous walk's; skips by length simply run past the window. A ``records`` field goes
+  to a :class:`RecordSink`: ``add_from(buf, start, end)`` when it lies in the window, else
+  ``add_from_parts(frame, start, end)`` with offsets in the frame. Walks of a frame that arrived
+  in one piece keep the contiguous flavour: that is the common case, and it pays nothing for this.
 
 Buffers are anything ``struct.unpack_from`` and indexing accept (memoryview, bytes, bytearray).
 Malformed or truncated input raises :class:`BodyError`, which is a :class:`ProtocolError`.
@@ -36,17 +45,30 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Protocol
 
-from kafka.protocol.schemas import BaseField, load_json
-
-from .errors import ProtocolError
+from .errors import BodyError
+from .parts import SplitFrame
+from .schemas import FIXED_SIZES, LENGTH_PREFIXED, fixed_size, in_versions, schema_versions, untagged
+from .schemas import schema as message_schema
+from .varints import (
+    Buffer,
+    read_tagged_fields,
+    read_uvarint,
+    refill,
+    skip_tagged_fields,
+    skip_tags_in,
+    tags_end,
+    write_uvarint,
+)
 
 __all__ = [
     "BodyError",
     "Buffer",
     "MessageWalker",
     "OnRecords",
+    "PartsWalk",
+    "RecordSink",
     "Walk",
     "read_tagged_fields",
     "read_uvarint",
@@ -56,129 +78,43 @@ __all__ = [
     "write_uvarint",
 ]
 
-Buffer = Any  # memoryview | bytes | bytearray: whatever unpack_from and indexing accept
 OnRecords = Callable[[Buffer, int, int], None]
 #: A compiled walk: ``(buf, pos, on_records=None)`` to the offset after the fields it covers.
 Walk = Callable[..., int]
+#: Its split-frame flavour: ``(frame: SplitFrame, pos, sink: RecordSink | None = None)``, offsets in the frame.
+PartsWalk = Callable[..., int]
 
 
-class BodyError(ProtocolError, ValueError):
-    """A request or response body that does not parse as its API and version say it should."""
+class RecordSink(Protocol):
+    """What a walk over a split frame hands ``records`` fields to (``RecordCounts`` is one)."""
 
+    def add_from(self, buf: Buffer, pos: int, end: int) -> object:
+        """A records field lying in one buffer: ``buf[pos:end]``."""
 
-def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """An unsigned varint (at most 5 bytes, as Kafka's ``ByteUtils.readUnsignedVarint``) and the next offset."""
-    b = buf[pos]
-    if b < 0x80:  # the overwhelmingly common case: one byte
-        return b, pos + 1
-    value = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = buf[pos]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos + 1
-        shift += 7
-        if shift > 28:
-            raise BodyError("unsigned varint longer than 5 bytes")
-
-
-def write_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def skip_tagged_fields(buf: Buffer, pos: int) -> int:
-    """Offset after a tagged-fields section (count, then tag/size/bytes per field)."""
-    if buf[pos] == 0:
-        return pos + 1
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise BodyError("tagged field runs past the end of the frame")
-    return pos
-
-
-def read_tagged_fields(buf: Buffer, pos: int) -> tuple[list[tuple[int, int, int]], int]:
-    """The entries of a tagged-fields section as ``(tag, value_start, value_end)``, and the end offset."""
-    entries = []
-    try:
-        count, pos = read_uvarint(buf, pos)
-        for _ in range(count):
-            tag, pos = read_uvarint(buf, pos)
-            size, pos = read_uvarint(buf, pos)
-            if pos + size > len(buf):
-                raise BodyError("tagged field runs past the end of the frame")
-            entries.append((tag, pos, pos + size))
-            pos += size
-    except IndexError:
-        raise BodyError("tagged fields truncated") from None
-    return entries, pos
-
-
-# --- schema access ------------------------------------------------------------------------------
-
-_FIXED = {
-    "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
-    "int64": 8, "float64": 8, "uuid": 16,
-}  # fmt: skip
-_LENGTH_PREFIXED = {"string": 2, "bytes": 4, "records": 4}  # classic length width
-
-
-def _in(spec: str | None, version: int) -> bool:
-    bounds = BaseField.parse_versions(spec)
-    return bounds is not None and bounds[0] <= version <= bounds[1]
-
-
-@cache
-def _schema(message: str) -> dict:
-    return load_json(message)
-
-
-def schema_versions(message: str) -> range:
-    """Versions kqp can walk for a message: 0 up to the schema's newest, as kafka-python's classes."""
-    return range(BaseField.parse_versions(_schema(message)["validVersions"])[1] + 1)
-
-
-def _untagged(fields: list[dict], version: int, flexible: bool) -> list[dict]:
-    """The fields of a struct on the wire at ``version``, in order; tagged ones live in its tag section."""
-    return [
-        f for f in fields
-        if _in(f.get("versions"), version) and not (flexible and _in(f.get("taggedVersions"), version))
-    ]  # fmt: skip
-
-
-def _fixed_size(field: dict, version: int, flexible: bool) -> int | None:
-    """A field's constant wire size at ``version``, or None when it varies."""
-    kind = field["type"]
-    if kind in _FIXED:
-        return _FIXED[kind]
-    if kind.startswith("[]") or kind in _LENGTH_PREFIXED or "fields" not in field:
-        return None
-    if flexible or _in(field.get("nullableVersions"), version):
-        return None  # a tag section or a null marker
-    sizes = [_fixed_size(f, version, flexible) for f in _untagged(field["fields"], version, flexible)]
-    return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+    def add_from_parts(self, frame: SplitFrame, start: int, end: int) -> None:
+        """A records field that crosses parts: bytes ``start`` up to ``end`` of ``frame``."""
 
 
 # --- code generation -------------------------------------------------------------------------
 
 
 class _Emitter:
-    """Writes the body of one walk function; ``run`` holds fixed bytes not yet added to ``pos``."""
+    """Writes the body of one walk function; ``run`` holds fixed bytes not yet added to ``pos``.
 
-    def __init__(self, version: int, flexible: bool) -> None:
-        self.version, self.flexible = version, flexible
+    With ``parts`` it writes the split-frame flavour: ``need`` guards each read with a refill of
+    the window, tag sections and records fields that leave the window go to the frame-level helpers.
+    """
+
+    def __init__(self, version: int, flexible: bool, parts: bool = False) -> None:
+        self.version, self.flexible, self.parts = version, flexible, parts
         self.lines: list[str] = []
         self.run = 0
+
+    def need(self, depth: int, size: int) -> None:
+        """Make the next ``size`` bytes readable at ``pos`` (split-frame flavour only)."""
+        if self.parts:
+            self.emit(depth, f"if pos + {size} > lim:",
+                      f"    buf, base, pos, lim, end = _refill(frame, base + pos, {size})")
 
     def emit(self, depth: int, *lines: str) -> None:
         if self.run:
@@ -195,24 +131,28 @@ class _Emitter:
             self.lines.append("    " * depth + "pass")
 
     def struct(self, fields: list[dict], depth: int) -> None:
-        for field in _untagged(fields, self.version, self.flexible):
+        for field in untagged(fields, self.version, self.flexible):
             self.field(field, depth)
         if self.flexible:
-            self.emit(depth, "if buf[pos]:", "    pos = _skip_tags(buf, pos)", "else:", "    pos += 1")
+            self.need(depth, 1)
+            skip = "buf, base, pos, lim, end = _skip_tags_in(frame, base + pos)" if self.parts else \
+                "pos = _skip_tags(buf, pos)"
+            self.emit(depth, "if buf[pos]:", f"    {skip}", "else:", "    pos += 1")
 
     def field(self, field: dict, depth: int) -> None:
         kind = field["type"]
-        size = _fixed_size(field, self.version, self.flexible)
+        size = fixed_size(field, self.version, self.flexible)
         if size is not None:
             self.run += size
         elif kind.startswith("[]"):
             self.array(field, kind[2:], depth)
-        elif kind in _LENGTH_PREFIXED:
+        elif kind in LENGTH_PREFIXED:
             self.length_prefixed(kind, depth)
         elif "fields" not in field:
             raise ValueError(f"schema type {kind!r} has no fields and is not a known primitive")
-        elif _in(field.get("nullableVersions"), self.version):
+        elif in_versions(field.get("nullableVersions"), self.version):
             # KIP-893 nullable struct: an int8 marker, negative for null (Kafka reads `< 0`).
+            self.need(depth, 1)
             self.emit(depth, "m = buf[pos]", "pos += 1", "if m < 128:")
             self.block(depth + 1, lambda: self.struct(field["fields"], depth + 1))
         else:
@@ -223,19 +163,28 @@ class _Emitter:
         if self.flexible:
             # An unsigned varint holding N + 1 (0 for null). Up to three bytes inline: counts and
             # names take one, a partition's records (up to 2 MB) two or three; longer ones call.
+            self.need(depth, 5)
             self.emit(depth, "n = buf[pos]", "if n < 128:", "    pos += 1",
                       "elif buf[pos + 1] < 128:", "    n = (n & 127) | buf[pos + 1] << 7", "    pos += 2",
                       "elif buf[pos + 2] < 128:",
                       "    n = (n & 127) | (buf[pos + 1] & 127) << 7 | buf[pos + 2] << 14", "    pos += 3",
                       "else:", "    n, pos = _uvarint(buf, pos)", "n -= 1")  # fmt: skip
         elif what == "string":
+            self.need(depth, 2)
             self.emit(depth, "(n,) = _I16(buf, pos)", "pos += 2")
         else:
+            self.need(depth, 4)
             self.emit(depth, "(n,) = _I32(buf, pos)", "pos += 4")
 
     def length_prefixed(self, kind: str, depth: int) -> None:
         self.read_count(depth, kind)
-        if kind == "records":
+        if kind == "records" and self.parts:
+            self.emit(depth, "if n > 0:", "    if sink is not None:",
+                      "        if pos + n > end:", "            raise _truncated(base + pos + n, base + end)",
+                      "        if pos + n <= lim:", "            add(buf, pos, pos + n)",
+                      "        else:", "            add_parts(frame, base + pos, base + pos + n)",
+                      "    pos += n")  # fmt: skip
+        elif kind == "records":
             self.emit(depth, "if n > 0:", "    if on_records is not None:",
                       "        if pos + n > end:", "            raise _truncated(pos + n, end)",
                       "        on_records(buf, pos, pos + n)", "    pos += n")  # fmt: skip
@@ -250,11 +199,11 @@ class _Emitter:
         # count beyond the bytes left is corrupt; the check also bounds the loop below. Empty and
         # null arrays (aborted transactions, most tag-like lists) skip the loop set-up entirely.
         self.emit(depth, "if n > 0:", "    if n > end - pos:", "        raise _bad_count(n, end - pos)")
-        if element in _FIXED or element in _LENGTH_PREFIXED:
+        if element in FIXED_SIZES or element in LENGTH_PREFIXED:
             item: dict = {"type": element}
         else:
             item = {"type": element, "fields": field.get("fields", []), "versions": "0+"}
-        size = _fixed_size(item, self.version, self.flexible)
+        size = fixed_size(item, self.version, self.flexible)
         if size is not None:
             self.emit(depth + 1, f"pos += n * {size}")
         else:
@@ -278,7 +227,9 @@ _NAMESPACE = {
     "_I16": struct.Struct(">h").unpack_from,
     "_I32": struct.Struct(">i").unpack_from,
     "_bad_count": _bad_count,
+    "_refill": refill,
     "_skip_tags": skip_tagged_fields,
+    "_skip_tags_in": skip_tags_in,
     "_truncated": _truncated,
     "_uvarint": read_uvarint,
 }
@@ -294,25 +245,44 @@ class MessageWalker:
     __slots__ = ("_fields", "_walks", "flexible", "message", "names", "version")
 
     def __init__(self, message: str, version: int) -> None:
-        schema = _schema(message)
+        schema = message_schema(message)
         if version not in schema_versions(message):
             raise BodyError(f"{message} has no version {version}")
         self.message, self.version = message, version
-        self.flexible = _in(schema.get("flexibleVersions"), version)
-        self._fields = tuple(_untagged(schema["fields"], version, self.flexible))
+        self.flexible = in_versions(schema.get("flexibleVersions"), version)
+        self._fields = tuple(untagged(schema["fields"], version, self.flexible))
         self.names: tuple[str, ...] = tuple(f["name"] for f in self._fields)
-        self._walks: dict[tuple[int, int], Walk] = {}
+        self._walks: dict[tuple[int, int, bool], Walk] = {}
 
     def index(self, name: str) -> int:
         return self.names.index(name)
 
-    def source(self, first: int, stop: int) -> str:
-        """The generated Python source walking top-level fields ``first`` up to ``stop`` (exclusive)."""
-        out = _Emitter(self.version, self.flexible)
+    def source(self, first: int, stop: int, parts: bool = False) -> str:
+        """The generated Python source walking top-level fields ``first`` up to ``stop`` (exclusive);
+        with ``parts``, the flavour over a :class:`SplitFrame`."""
+        out = _Emitter(self.version, self.flexible, parts)
         for field in self._fields[first:stop]:
             out.field(field, 2)
         out.emit(2)
         body = "\n".join(out.lines) or "        pass"
+        if parts:
+            return (
+                "def walk(frame, pos, sink=None):\n"
+                "    buf, base = frame.at(pos)\n"
+                "    pos -= base\n"
+                "    lim = len(buf)\n"
+                "    end = frame.total - base\n"
+                "    if sink is not None:\n"
+                "        add = sink.add_from\n"
+                "        add_parts = sink.add_from_parts\n"
+                "    try:\n"
+                f"{body}\n"
+                "    except _SHORT:\n"
+                "        raise BodyError(_WHAT + ' body truncated') from None\n"
+                "    if pos > end:\n"
+                "        raise _truncated(base + pos, base + end)\n"
+                "    return base + pos\n"
+            )
         return (
             "def walk(buf, pos, on_records=None):\n"
             "    end = len(buf)\n"
@@ -325,13 +295,14 @@ class MessageWalker:
             "    return pos\n"
         )
 
-    def _walk(self, first: int, stop: int) -> Walk:
-        walk = self._walks.get((first, stop))
+    def _walk(self, first: int, stop: int, parts: bool = False) -> Walk:
+        walk = self._walks.get((first, stop, parts))
         if walk is None:
             namespace = dict(_NAMESPACE, _WHAT=f"{self.message} v{self.version}")
-            code = compile(self.source(first, stop), f"<walk {self.message} v{self.version} [{first}:{stop}]>", "exec")
+            name = f"<walk {self.message} v{self.version} [{first}:{stop}]{' parts' if parts else ''}>"
+            code = compile(self.source(first, stop, parts), name, "exec")
             exec(code, namespace)  # our own generated source: integers and the helpers above only
-            walk = self._walks[first, stop] = namespace["walk"]
+            walk = self._walks[first, stop, parts] = namespace["walk"]
         return walk
 
     def field_start(self, buf: Buffer, pos: int, index: int, on_records: OnRecords | None = None) -> int:
@@ -341,6 +312,10 @@ class MessageWalker:
     def prefix(self, index: int) -> Walk:
         """The compiled ``(buf, pos, on_records=None) -> offset of field index``, for per-frame callers."""
         return self._walk(0, index)
+
+    def prefix_parts(self, index: int) -> PartsWalk:
+        """The split-frame flavour of :meth:`prefix`: ``(frame, pos, sink=None) -> offset of field index``."""
+        return self._walk(0, index, parts=True)
 
     def boundaries(self, buf: Buffer, pos: int, upto: int | None = None) -> list[int]:
         """Start offsets of the untagged top-level fields, then the offset where they end.
@@ -367,6 +342,20 @@ class MessageWalker:
             return skip_tagged_fields(buf, pos)
         except IndexError:
             raise _truncated(pos + 1, len(buf)) from None
+
+    def tagged_start_parts(self, frame: SplitFrame, pos: int, sink: RecordSink | None = None) -> int:
+        """:meth:`tagged_start` over a split frame: ``pos`` and the result are offsets in the frame."""
+        return self._walk(0, len(self._fields), parts=True)(frame, pos, sink)
+
+    def body_end_parts(self, frame: SplitFrame, pos: int, sink: RecordSink | None = None) -> int:
+        """:meth:`body_end` over a split frame: ``pos`` and the result are offsets in the frame."""
+        pos = self._walk(0, len(self._fields), parts=True)(frame, pos, sink)
+        if not self.flexible:
+            return pos
+        try:
+            return tags_end(frame, pos)
+        except IndexError:
+            raise _truncated(pos + 1, frame.total) from None
 
 
 def walker_for(message: type | str, version: int) -> MessageWalker:

@@ -50,6 +50,8 @@ REFERENCES: tuple[Reference, ...] = (
     Reference("kqp", "kqp", "kqp, no quotas configured"),
     Reference("kqp-quotas", "kqp", "kqp, every quota type at every entity level, none exceeded",
               kqp_variant="every-entity"),
+    Reference("kqp-metrics-quotas", "kqp", "kqp, metrics endpoint on and every quota as kqp-quotas, none exceeded",
+              kqp_variant="metrics-quotas"),
     Reference("kqp-throttled", "kqp", "kqp, byte-rate quota below the path's speed for every client id",
               kqp_variant="throttle"),
     Reference("kqp-tls", "kqp", "kqp, mutual TLS from the clients, plaintext to the broker", tls="client"),

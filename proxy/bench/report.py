@@ -32,13 +32,15 @@ _MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kq
 RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     *((f"{workload} {num}/{den}", workload, "mb_s", num, den)
       for workload in ("produce", "consume") for num, den in _MB_S_PAIRS),
-    ("produce cpu_s_per_gb kqp/relay", "produce", "cpu_s_per_gb", "kqp", "relay"),
     ("produce cpu_s_per_gb kqp/tansu-proxy", "produce", "cpu_s_per_gb", "kqp", "tansu-proxy"),
-    ("consume cpu_s_per_gb kqp/relay", "consume", "cpu_s_per_gb", "kqp", "relay"),
     *((f"{workload} cpu_s_per_gb {tls}/kqp", workload, "cpu_s_per_gb", tls, "kqp")
       for workload in ("produce", "consume") for tls in ("kqp-tls", "kqp-tls-both")),
     ("connections rss_mb kqp/relay", "connections", "rss_mb", "kqp", "relay"),
 )
+# CPU per GB is compared with the relay for every proxy measured (each kqp setup, tansu proxy):
+# the relay is what moving the bytes through one more Python process costs at the least.
+CPU_WORKLOADS = ("produce", "consume")
+CPU_BASELINE = "relay"
 
 
 Series = dict[tuple[str, str, str], dict[int, float]]  # (reference, workload, metric) -> round -> value
@@ -102,6 +104,9 @@ def ratios(measurements: list[dict[str, Any]], summary: dict[str, dict[str, dict
         pairs += [(f"produce-parallel {workers_ref}/kqp", (workers_ref, *parallel), ("kqp", *parallel)),
                   ("produce-parallel kqp/direct", ("kqp", *parallel), ("direct", *parallel)),
                   (f"produce-parallel {workers_ref}/direct", (workers_ref, *parallel), ("direct", *parallel))]
+    for ref in _cpu_compared(values):
+        pairs += [(f"{workload} cpu_s_per_gb {ref}/{CPU_BASELINE}", (ref, workload, "cpu_s_per_gb"),
+                   (CPU_BASELINE, workload, "cpu_s_per_gb")) for workload in CPU_WORKLOADS]
     found: dict[str, float] = {}
     for label, num, den in pairs:
         ratio = _paired(values, num, den, "/")
@@ -113,6 +118,33 @@ def ratios(measurements: list[dict[str, Any]], summary: dict[str, dict[str, dict
             # How closely the quota holds over the run: 1.0 is exactly the quota.
             found[f"{workload} kqp-throttled/quota"] = throttled / (throttle_bytes_s / 1e6)
     return found
+
+
+def _cpu_compared(values: Series) -> list[str]:
+    """References with a CPU figure to set beside the baseline's, in the order they were measured."""
+    refs = dict.fromkeys(ref for ref, workload, metric in values
+                         if metric == "cpu_s_per_gb" and workload in CPU_WORKLOADS)
+    return [ref for ref in refs if ref != CPU_BASELINE]
+
+
+def cpu_table(results: dict[str, Any]) -> list[str]:
+    """CPU s/GB of every reference side by side, each with its paired ratio to the relay's."""
+    summary, found = results["summary"], results["ratios"]
+    names = [name for name in results["references"]
+             if any("cpu_s_per_gb" in summary.get(name, {}).get(w, {}) for w in CPU_WORKLOADS)]
+    if not names:
+        return []
+    rows = [["CPU s/GB", *CPU_WORKLOADS]]
+    for name in names:
+        row = [name]
+        for workload in CPU_WORKLOADS:
+            text = _cell(summary[name].get(workload, {}).get("cpu_s_per_gb"))
+            ratio = found.get(f"{workload} cpu_s_per_gb {name}/{CPU_BASELINE}")
+            row.append(text if ratio is None else f"{text} ({ratio:.2f}x {CPU_BASELINE})")
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(text.rjust(widths[i]) if i else text.ljust(widths[i]) for i, text in enumerate(row))
+            for row in rows]
 
 
 def _cell(value: float | None, digits: int = 3) -> str:
@@ -161,9 +193,16 @@ def table(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"medians of {results['settings']['rounds']} round(s); "
                  "+p50/+p99: added over direct; CPU and RSS are the proxy process tree's")
+    cpu = cpu_table(results)
+    if cpu:
+        lines.append("")
+        lines.extend(cpu)
+        lines.append(f"(the proxy's CPU per GB moved, median; in brackets its ratio to the {CPU_BASELINE}'s, "
+                     "paired by round)")
     if results["ratios"]:
         lines.append("ratios:")
-        lines.extend(f"  {label:40} {value:.3f}" for label, value in results["ratios"].items())
+        width = max(map(len, results["ratios"]))
+        lines.extend(f"  {label:{width}} {value:.3f}" for label, value in results["ratios"].items())
     for name, info in results["references"].items():
         if info["status"] != "ok":
             reason = info["reason"] or ""

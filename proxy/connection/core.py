@@ -11,17 +11,13 @@ goes is `requests.py`, what a response becomes before delivery is `responses.py`
 
 What the core does with the bytes:
 
-* Requests are split into frames (`FrameDecoder`) and forwarded as the slices they arrived in;
-  only the request header is always decoded, bodies only for the APIs kqp reads or rewrites
-  (Produce acks and record counts, Fetch max_bytes, the KIP-599 mutations, ApiVersions, which kqp
-  answers itself). Responses come back in request order (Kafka guarantees it), so the requests
-  awaiting one are a FIFO of `InFlight` records; kqp's own answers wait their turn in it.
-* KIP-219, for every version: a response goes out at once, with `throttle_time_ms` raised to the
-  request's throttle where the version has the field, and the client side is muted until the
-  throttle has passed (`SetTimer`). A client that does not back off by itself simply waits in the
-  muted socket: what it pipelined stays in the decoder, unforwarded. A Produce request whose bytes
-  are over quota mutes at once (the broker reads one request at a time, so a pipelined burst must
-  not reach the upstream behind it); an acks=0 Produce has no response and is muted only.
+* Frames go through as the slices they arrived in; only headers are always decoded. Responses come
+  back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
+  `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it.
+* KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
+  version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
+  pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
+  request at a time); an acks=0 Produce has no response and is muted only.
 * Misbehaving upstreams: a response to no request in flight is dropped and counted
   (`in_flight.unawaited`); one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
@@ -55,26 +51,23 @@ from .in_flight import InFlight, unawaited
 from .metering import joined
 from .mute import MuteState
 from .parts import CoreParts
-from .requests import plan_request
+from .requests import SASL_APIS, plan_request
 from .responses import net_of_elapsed, settle_response, throttled_parts
 
 __all__ = ["Connection"]
 
 log = logging.getLogger("kqp.connection")
 
-# A request split over reads is read through its first bytes only: Produce's header, transactional
-# id (at most 32 KiB) and acks fit.
-SPLIT_HEAD_BYTES = 40 * 1024
+# How much of a split frame is read contiguously: a request's header, transactional id (at most
+# 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
+SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
 
 
 class Connection:
     """The client side and the upstream side of one proxied connection."""
 
     def __init__(self, parts: CoreParts, listener: str, node_id: int | None, peer: str = "?") -> None:
-        self.parts = parts
-        self.listener = listener
-        self.node_id = node_id
-        self.peer = peer
+        self.parts, self.listener, self.node_id, self.peer = parts, listener, node_id, peer
         self.requests = FrameDecoder(parts.settings.max_frame_bytes)
         self.responses = FrameDecoder(parts.settings.max_frame_bytes)
         self.in_flight: deque[InFlight] = deque()
@@ -84,8 +77,7 @@ class Connection:
         self.closed = False
         self.user = ANONYMOUS
         self.auth = Authentication(parts.sasl)
-        self._upstream_up = False
-        self._client_eof = False
+        self._upstream_up = self._client_eof = False
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
         self._principals: dict[str | None, Principal] = {}
         self._mute_cause: tuple[Principal, str] | None = None   # whose throttle muted the connection
@@ -203,9 +195,10 @@ class Connection:
     def _blocked(self) -> bool:
         return not self._upstream_up or self.mutes.blocks_requests
 
-    def _mute_until(self, until: float) -> None:
-        """KIP-219: read nothing more from the client before `until`."""
-        if until <= self.muted_until:
+    def _mute_for(self, ms: int, now: float) -> None:
+        """KIP-219: read nothing more from the client for `ms` milliseconds (0: no throttle)."""
+        until = now + ms / 1000
+        if not ms or until <= self.muted_until:
             return
         self.muted_until = until
         if not self.throttled:
@@ -273,18 +266,14 @@ class Connection:
             # acks=0: no response will come. Kafka exempts it from request quotas; byte-rate
             # quotas still mute.
             self.parts.metering.observer.handler_time(principal, handler)
-            ms = self._throttle_ms(principal, plan.violations)
-            if ms:
-                self._mute_until(now + ms / 1000)
+            self._mute_for(self._throttle_ms(principal, plan.violations), now)
             return
         entry = plan.entry
         entry.handler_seconds, entry.violations = handler, plan.violations
         if plan.violations:
             # Over quota already (produce bytes are known now): read nothing more until the
             # throttle has passed, as the broker, which reads one request at a time, would.
-            ms = throttle_ms(combine(plan.violations)[0])
-            if ms:
-                self._mute_until(now + ms / 1000)
+            self._mute_for(throttle_ms(combine(plan.violations)[0]), now)
         if plan.forward is not None and self.parts.metering.quotas.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.
             self._mute(MuteReason.RESPONSE_PENDING)
@@ -334,29 +323,31 @@ class Connection:
         try:
             self.responses.feed(e.data)
             while not self.closed:
-                frame = self.responses.next_frame()
-                if frame is None:
+                got = self.responses.next_frame_parts(RESPONSE_HEAD_BYTES)
+                if got is None:
                     break
-                self._on_response(frame, e.now)
+                self._on_response(*got, e.now)
         except (ProtocolError, BodyError) as exc:
             self._close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
         self._close_if_done()
 
-    def _on_response(self, frame: memoryview, now: float) -> None:
+    def _on_response(self, head: memoryview, frame: Parts, now: float) -> None:
+        """One response: `frame` is the slices it arrived in, `head` a contiguous start of it."""
         p = self.parts
         t0 = p.perf()
-        correlation_id = response_correlation_id(frame)
+        correlation_id = response_correlation_id(head)
         if not self.in_flight or self.in_flight[0].correlation_id != correlation_id:
             unawaited(self.in_flight, correlation_id, self.peer)
-            self.parts.metering.observer.upstream_anomaly("unawaited")
+            p.metering.observer.upstream_anomaly("unawaited")
             return
         entry = self.in_flight.popleft()
-        p.metering.observer.response(entry.principal, entry.api_key, len(frame), now - entry.sent_at)
-        body_offset = response_body_offset(entry.api_key, entry.api_version, frame)
+        p.metering.observer.response(entry.principal, entry.api_key, sum(map(len, frame)), now - entry.sent_at)
+        body_offset = response_body_offset(entry.api_key, entry.api_version, head)
         frame, violations = settle_response(p, entry, frame, body_offset, now)
-        if (user := self.auth.on_response(entry.api_key, entry.api_version, frame)) is not None:
-            self._adopt(user)
+        if entry.api_key in SASL_APIS and (user := self.auth.on_response(entry.api_key, entry.api_version,
+                                                                          joined(frame))) is not None:
+            self._adopt(user)   # passthrough: the upstream accepted the name the client claimed
         entry.handler_seconds += p.perf() - t0
         self._deliver(entry, frame, body_offset, violations, now)
         self._flush_local(now)
@@ -376,7 +367,7 @@ class Connection:
             self.parts.metering.observer.throttled(principal, quota_type, ms / 1000)
         return ms
 
-    def _deliver(self, entry: InFlight, frame: memoryview, body_offset: int, violations: list[Violation],
+    def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, violations: list[Violation],
                  now: float) -> None:
         """Charge the request's handler time, then KIP-219 for every version: the response goes
         now, carrying the throttle where the version has the field, and the connection is muted
@@ -388,17 +379,17 @@ class Connection:
         observer.handler_time(entry.principal, entry.handler_seconds)
         ms = self._throttle_ms(entry.principal, violations)
         if not ms:
-            self._send_client((frame,), now)
+            self._send_client(frame, now)
             return
         self._send_client(throttled_parts(self.parts, entry, frame, body_offset, ms, now), now)
-        self._mute_until(now + ms / 1000)
+        self._mute_for(ms, now)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
         while self.in_flight and self.in_flight[0].local_response is not None:
             entry = self.in_flight.popleft()
             frame = memoryview(entry.local_response)
-            self._deliver(entry, frame, response_body_offset(entry.api_key, entry.api_version, frame),
+            self._deliver(entry, (frame,), response_body_offset(entry.api_key, entry.api_version, frame),
                           entry.violations, now)
             if entry.close_after is not None:
                 self._close("authentication_failed", entry.close_after)

@@ -1,16 +1,21 @@
 """What a request or response costs its entity: the few body reads quotas need, and the charges.
 
 Record counts are read only when a record or batch quota (or the metrics observer) wants them, so
-byte-rate-only deployments never walk a Produce request's partitions. Everything here is charged
-with the loop time the core was handed (`now`): no clock is read.
+byte-rate-only deployments never walk a Produce request's partitions, and they are read across the
+slices a frame arrived in, never from a joined copy. Everything here is charged with the loop time
+the core was handed (`now`): no clock is read.
+
+Sizes are charged as Kafka counts them: a Produce request is its header and body without the
+4-byte size prefix (RequestChannel.Request.sizeInBytes), a Fetch response its body plus 4
+(FetchResponse.sizeOf); the metrics count whole frames, size prefix included.
 """
 
 from __future__ import annotations
 
 import struct
 
-from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts
-from kqp.protocol.produce import produce_request_counts
+from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts_parts
+from kqp.protocol.produce import produce_request_counts_parts
 from kqp.protocol.records import RecordCounts
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal
@@ -20,6 +25,7 @@ from .hooks import ProxyObserver
 from .in_flight import InFlight
 
 _SIZE = struct.Struct(">i")
+SIZE_PREFIX = 4
 
 
 def frame_of(head: bytes | memoryview, body: bytes | memoryview) -> bytes:
@@ -54,13 +60,14 @@ class Metering:
 
     def charge_produce(self, principal: Principal, size: int, parts: Parts, body_offset: int, version: int,
                        now: float) -> list[Violation]:
-        """Charge a Produce request of `size` bytes; its batches are read only when counts are wanted."""
+        """Charge a Produce request, `size` bytes on the wire as `parts`; its batches are read only when
+        counts are wanted."""
         records = batches = 0
         if self.produce_needs_counts(principal):
-            counts = produce_request_counts(version, joined(parts)[body_offset:])
+            counts = produce_request_counts_parts(version, parts, body_offset)
             records, batches = counts.records, counts.batches
         self.observer.produced(principal, size, records)
-        return self.quotas.record_produce(principal, size, records, batches, now)
+        return self.quotas.record_produce(principal, size - SIZE_PREFIX, records, batches, now)
 
     def capped_fetch(self, principal: Principal, frame: memoryview, body_offset: int, version: int) -> memoryview:
         """Kafka's getMaxValueInQuotaWindow: a Fetch may not ask for more than the quota's whole span."""
@@ -70,18 +77,21 @@ class Metering:
         body = cap_fetch_max_bytes(version, frame[body_offset:], cap)
         return frame if body is None else memoryview(with_body(frame, body_offset, body))
 
-    def charge_fetch(self, entry: InFlight, frame: memoryview, body_offset: int, now: float,
+    def charge_fetch(self, entry: InFlight, parts: Parts, body_offset: int, now: float,
                      counts: RecordCounts | None = None) -> list[Violation]:
-        """Charge a Fetch response; `counts` are its records when the address walk already counted them."""
+        """Charge a Fetch response, the frame as the `parts` it arrived in; `counts` are its records
+        when the address walk already counted them."""
         principal = entry.principal
         records = batches = 0
         if self.fetch_needs_counts(principal):
             if counts is None:
-                counts = fetch_response_counts(entry.api_version, frame[body_offset:])
+                counts = fetch_response_counts_parts(entry.api_version, parts, body_offset)
             records, batches = counts.records, counts.batches
-        self.observer.fetched(principal, len(frame), records)
-        entry.fetched = (len(frame), records, batches)
-        return self.quotas.record_fetch(principal, len(frame), records, batches, now)
+        size = sum(map(len, parts))
+        self.observer.fetched(principal, size, records)
+        charged = size - body_offset + 4
+        entry.fetched = (charged, records, batches)
+        return self.quotas.record_fetch(principal, charged, records, batches, now)
 
     def refund_fetch(self, entry: InFlight, now: float) -> None:
         """Take a throttled Fetch's charge back: answered empty, the client got none of it."""

@@ -1,50 +1,53 @@
 """What an upstream response becomes before the client sees it, and what it costs.
 
 `settle_response` applies the request's rewrite (KIP-599's merge, the topic cache), rewrites broker
-addresses to kqp's listeners, charges Fetch bytes and the request quotas, and returns the frame with
-the violations it earned. `throttled_parts` is KIP-219's answer for any version: the frame with
-`throttle_time_ms` raised where the version has the field (or, for `fetch_throttle: empty`, the
-broker's empty throttled Fetch), as a small patched head and the untouched rest, never a copy of
-the records.
+addresses to kqp's listeners, charges the Fetch bytes, and returns the frame with the violations it
+earned. A response travels as the slices it arrived in (`Parts`): records are counted and
+NodeEndpoints found across them, never from a joined copy. `throttled_parts` is KIP-219's answer
+for any version: the frame with `throttle_time_ms` raised where the version has the field (or, for
+`fetch_throttle: empty`, the broker's empty throttled Fetch), as views of the frame around a fresh
+4-byte field, never a copy of the records.
 """
 
 from __future__ import annotations
 
-from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses
+from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses_parts
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.fetch import empty_fetch_response_body
+from kqp.protocol.fetch import empty_fetch_response
 from kqp.protocol.records import BodyError, RecordCounts
 from kqp.protocol.throttle import throttle_patch_parts
 from kqp.quotas.manager import Violation
 
 from .events import Parts
 from .in_flight import InFlight
-from .metering import with_body
+from .metering import joined
 from .parts import CoreParts
 
 FETCH = ApiKey.Fetch
 MUTATION = "controller_mutation_rate"
 
 
-def settle_response(parts: CoreParts, entry: InFlight, frame: memoryview, body_offset: int,
-                    now: float) -> tuple[memoryview, list[Violation]]:
-    """The frame to deliver and the violations of every quota the request and its response crossed.
-    Handler time is charged by the caller, once the whole request's time is known."""
+def settle_response(parts: CoreParts, entry: InFlight, frame: Parts, body_offset: int,
+                    now: float) -> tuple[Parts, list[Violation]]:
+    """The response to deliver, as parts, and the violations of every quota the request and its
+    response crossed. `frame` is the response as the slices it arrived in: a Fetch response's records
+    are counted and its NodeEndpoints checked across them, never joined. Handler time is charged by
+    the caller, once the whole request's time is known."""
     metering = parts.metering
     if entry.rewrite is not None:
-        frame = memoryview(entry.rewrite(frame, body_offset, now))
+        # The KIP-599 gate reads (and may rewrite) small admin answers whole.
+        frame = (entry.rewrite(joined(frame), body_offset, now),)
     counts: RecordCounts | None = None
     api, version = entry.api_key, entry.api_version
     if may_carry_addresses(api, version):
         # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; count them on the way.
         if api == FETCH and metering.fetch_needs_counts(entry.principal):
             counts = RecordCounts()
-        rewritten, seen = rewrite_addresses(api, version, frame, body_offset, parts.map_address,
-                                            counts.add_from if counts is not None else None)
+        rewritten, seen = rewrite_addresses_parts(api, version, frame, body_offset, parts.map_address, counts)
         parts.learn_brokers(seen)
         if rewritten is not None:
-            frame = memoryview(rewritten)
+            frame = rewritten
     violations = entry.violations
     if api == FETCH:
         violations = violations + metering.charge_fetch(entry, frame, body_offset, now, counts)
@@ -60,14 +63,13 @@ def net_of_elapsed(violations: list[Violation], elapsed: float) -> list[Violatio
             else v for v in violations]
 
 
-def throttled_parts(parts: CoreParts, entry: InFlight, frame: memoryview, body_offset: int, throttle_ms: int,
+def throttled_parts(parts: CoreParts, entry: InFlight, frame: Parts, body_offset: int, throttle_ms: int,
                     now: float) -> Parts:
     """The response as it goes out with a throttle (KIP-219)."""
     if entry.api_key == FETCH and parts.settings.fetch_throttle == "empty" and entry.fetched is not None:
         # As the broker does: the data is not delivered, so it is not charged either.
         parts.metering.refund_fetch(entry, now)
-        body = empty_fetch_response_body(entry.api_version, frame[body_offset:], throttle_ms)
-        frame = memoryview(with_body(frame, body_offset, body))
+        frame = (empty_fetch_response(entry.api_version, frame, body_offset, throttle_ms),)
     try:
         patched = throttle_patch_parts(entry.api_key, entry.api_version, frame, body_offset, throttle_ms)
     except (ProtocolError, BodyError):
@@ -75,4 +77,4 @@ def throttled_parts(parts: CoreParts, entry: InFlight, frame: memoryview, body_o
         # kqp cannot walk goes out as the upstream sent it, and is counted.
         parts.metering.observer.upstream_anomaly("unreadable")
         patched = None
-    return patched if patched is not None else (frame,)
+    return patched if patched is not None else frame

@@ -21,6 +21,7 @@ from kqp.proxy.runtime.workers import check_workers, run_workers
 from kqp.proxy.tls.contexts import check_tls
 
 from . import sasl_credential
+from .allocator import tune_malloc
 
 EXIT_USAGE = 2
 
@@ -85,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
+    tune_malloc()  # before any worker is forked: they inherit it
     overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
     def run_one(cfg: ProxyConfig) -> int:

@@ -71,6 +71,38 @@ def test_table_lists_every_reference_and_says_why_one_is_missing() -> None:
     assert "produce kqp/direct" in text and "0.733" in text
 
 
+CPU_MEASUREMENTS = [
+    _m(0, "relay", "produce", cpu_s_per_gb=1.0), _m(0, "relay", "consume", cpu_s_per_gb=0.5),
+    _m(1, "relay", "produce", cpu_s_per_gb=2.0), _m(1, "relay", "consume", cpu_s_per_gb=1.0),
+    _m(0, "kqp", "produce", cpu_s_per_gb=1.2), _m(0, "kqp", "consume", cpu_s_per_gb=0.6),
+    _m(1, "kqp", "produce", cpu_s_per_gb=2.6), _m(1, "kqp", "consume", cpu_s_per_gb=1.1),
+    _m(0, "kqp-metrics-quotas", "produce", cpu_s_per_gb=1.5),
+    _m(1, "kqp-metrics-quotas", "produce", cpu_s_per_gb=2.8),
+    _m(1, "kqp-metrics-quotas", "consume", cpu_s_per_gb=1.3),
+    _m(0, "direct", "produce", mb_s=100.0),
+]
+
+
+def test_cpu_per_gb_of_every_proxy_is_set_beside_the_relays() -> None:
+    summary = report.summarize(CPU_MEASUREMENTS)
+    found = report.ratios(CPU_MEASUREMENTS, summary, 10e6, None)
+    # Paired by round: kqp produce 1.2/1.0 = 1.2 and 2.6/2.0 = 1.3, median 1.25.
+    assert found["produce cpu_s_per_gb kqp/relay"] == pytest.approx(1.25)
+    assert found["consume cpu_s_per_gb kqp/relay"] == pytest.approx((1.2 + 1.1) / 2)
+    # 1.5/1.0 and 2.8/2.0 = 1.4; consume only measured in round 1: 1.3/1.0.
+    assert found["produce cpu_s_per_gb kqp-metrics-quotas/relay"] == pytest.approx(1.45)
+    assert found["consume cpu_s_per_gb kqp-metrics-quotas/relay"] == pytest.approx(1.3)
+    assert not any("direct/relay" in label or "relay/relay" in label for label in found)
+    results = {"summary": summary, "ratios": found, "settings": {"rounds": 2},
+               "references": {name: {"status": "ok"} for name in ("direct", "relay", "kqp", "kqp-metrics-quotas")}}
+    lines = report.cpu_table(results)
+    assert lines[0].split() == ["CPU", "s/GB", "produce", "consume"]
+    assert [line.split()[0] for line in lines[1:]] == ["relay", "kqp", "kqp-metrics-quotas"]  # direct has none
+    assert lines[1].split() == ["relay", "1.5", "0.75"]
+    assert lines[3].split() == ["kqp-metrics-quotas", "2.15", "(1.45x", "relay)", "1.3", "(1.30x", "relay)"]
+    assert "\n".join(lines) in report.table(results)
+
+
 def test_percentile_is_nearest_rank() -> None:
     ordered = [float(v) for v in range(1, 101)]  # 1..100
     assert percentile(ordered, 50) == 50.0

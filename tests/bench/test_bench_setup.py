@@ -91,7 +91,7 @@ def test_proc_stats_sees_this_process_burn_cpu() -> None:
 
 def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
     loader = pytest.importorskip("kqp.config.loader")
-    for variant in ("none", "every-entity", "throttle"):
+    for variant in ("none", "every-entity", "metrics-quotas", "throttle"):
         config = loader.parse_config(kqp_target.config_for(variant, 19092, "127.0.0.1:9092", 10e6),
                                      source=f"bench-{variant}")
         assert config.listen.port == 19092
@@ -100,6 +100,8 @@ def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
     # 3 client ids x 3 user levels + (user, <default>) x 2 + user alone x 2 + <default> client = 14
     assert len(quotas.entities) == 14
     assert all(len(limits) == len(kqp_target._quota_types()) for limits in quotas.entities.values())
+    metered = loader.parse_config(kqp_target.config_for("metrics-quotas", 19092, "127.0.0.1:9092", 10e6))
+    assert metered.quotas == quotas and metered.metrics.listen is not None  # every-entity, endpoint on
     throttle = loader.parse_config(kqp_target.config_for("throttle", 19092, "127.0.0.1:9092", 10e6)).quotas
     assert throttle.window_size_seconds == kqp_target.THROTTLE_WINDOW_SECONDS
     (limits,) = throttle.entities.values()

@@ -37,7 +37,7 @@ def test_the_user_from_the_edge_is_the_connection_s_user() -> None:
 def test_a_user_quota_throttles_that_user() -> None:
     core = connected("alice")
     frame = produce_frame("t", 7, 1, "any-client")
-    x = len(frame) / 1000 - 10    # seconds: (S / 10 - 1000) / 1000 x 10
+    x = (len(frame) - 4) / 1000 - 10    # seconds: (S / 10 - 1000) / 1000 x 10, S without the size prefix
     play(core, [(ev.ClientData(NOW, frame),
                  [to_upstream(frame), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))])])
     assert core.in_flight[0].principal == Principal("alice", "any-client")

@@ -17,15 +17,22 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kqp.protocol.apis import ApiKey
-from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response_body, fetch_max_bytes, fetch_response_counts
+from kqp.protocol.fetch import (
+    cap_fetch_max_bytes,
+    empty_fetch_response,
+    fetch_max_bytes,
+    fetch_response_counts,
+    fetch_response_counts_parts,
+)
 from kqp.protocol.mutations import (
     TopicMutation,
     merge_mutation_response,
     mutation_request,
     split_mutation_request,
 )
-from kqp.protocol.produce import produce_acks, produce_request_counts
-from kqp.protocol.records import BodyError, RecordCounts, count_records
+from kqp.protocol.parts import SplitFrame
+from kqp.protocol.produce import produce_acks, produce_request_counts, produce_request_counts_parts
+from kqp.protocol.records import BodyError, RecordCounts
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -85,6 +92,26 @@ def _split_every_other(api_key: int, version: int, body: memoryview) -> bytes:
 
 
 TOPICS = [TopicMutation(name, 1) for name in ("a", "b", "c")]
+_HEAD = b"\x00\x00\x00\x00\x00\x00\x00\x07\x00"  # a size prefix (not checked) and a response header v1
+
+
+def _in_parts(body: memoryview) -> tuple[tuple[memoryview, ...], int]:
+    """A frame around ``body`` cut into parts of 7 bytes, as many reads would deliver it."""
+    frame = memoryview(_HEAD + bytes(body))
+    return tuple(frame[i : i + 7] for i in range(0, len(frame), 7)), len(_HEAD)
+
+
+def _count_records(body: memoryview) -> RecordCounts:
+    counts = RecordCounts()
+    counts.add_from(body, 0, len(body))
+    return counts
+
+
+def _records_split(body: memoryview) -> RecordCounts:
+    counts = RecordCounts()
+    parts, offset = _in_parts(body)
+    counts.add_from_parts(SplitFrame(parts), offset, offset + len(body))
+    return counts
 
 
 def _create_topics_response(version: int) -> bytes:
@@ -98,10 +125,14 @@ def _create_topics_response(version: int) -> bytes:
 READERS: list[tuple[str, Callable[[int, memoryview], object], int, bytes]] = []
 for v in (2, 3, 8, 9, 13):
     READERS.append(("produce_counts", produce_request_counts, v, _produce(v)))
+    READERS.append(("produce_counts_parts", lambda ver, b: produce_request_counts_parts(ver, *_in_parts(b)), v,
+                    _produce(v)))  # fmt: skip
     READERS.append(("produce_acks", produce_acks, v, _produce(v)))
 for v in (3, 4, 11, 12, 16):
     READERS.append(("fetch_counts", fetch_response_counts, v, _fetch_response(v)))
-    READERS.append(("empty_fetch", lambda ver, b: empty_fetch_response_body(ver, b, 5), v, _fetch_response(v)))
+    READERS.append(("fetch_counts_parts", lambda ver, b: fetch_response_counts_parts(ver, *_in_parts(b)), v,
+                    _fetch_response(v)))  # fmt: skip
+    READERS.append(("empty_fetch", lambda ver, b: empty_fetch_response(ver, *_in_parts(b), 5), v, _fetch_response(v)))
 for v in (2, 3, 12, 15, 17):
     READERS.append(("fetch_max_bytes", fetch_max_bytes, v, _fetch_request(v)))
     READERS.append(("cap_fetch", lambda ver, b: cap_fetch_max_bytes(ver, b, 1000), v, _fetch_request(v)))
@@ -118,7 +149,8 @@ for v in (3, 4, 6):
 for v in (0, 2, 7):
     READERS.append(("merge_create", lambda ver, b: merge_mutation_response(ApiKey.CreateTopics, ver, b, TOPICS, [0, 2]),
                     v, _create_topics_response(v)))  # fmt: skip
-READERS.append(("count_records", lambda ver, b: count_records(b), 0, _records(3) + _records(2)))
+READERS.append(("count_records", lambda ver, b: _count_records(b), 0, _records(3) + _records(2)))
+READERS.append(("count_records_parts", lambda ver, b: _records_split(b), 0, _records(3) + _records(2)))
 
 IDS = [f"{name}-v{version}" for name, _, version, _ in READERS]
 
@@ -137,7 +169,7 @@ def _counts(records: int, batches: int) -> Callable[[int, object], None]:
 
 
 def _empty_fetch(version: int, result: object) -> None:
-    empty = FetchResponse.decode(result, version=version)
+    empty = FetchResponse.decode(bytes(result)[len(_HEAD):], version=version)   # a whole frame, header kept
     assert (empty.throttle_time_ms, empty.error_code, empty.responses) == (5, 0, [])
     assert empty.session_id == (3 if version >= 7 else 0)  # the session survives, its data does not
 
@@ -185,17 +217,20 @@ def _merge_create(version: int, result: object) -> None:
 # Produce: 2 topics x 2 partitions, batches of 3 and 1 records; Fetch: 2 partitions of 2 records.
 READS: dict[str, Callable[[int, object], None]] = {
     "produce_counts": _counts(8, 4),
+    "produce_counts_parts": _counts(8, 4),
     "produce_acks": _is(1),
     "fetch_counts": _counts(4, 2),
+    "fetch_counts_parts": _counts(4, 2),
     "empty_fetch": _empty_fetch,
     "fetch_max_bytes": _fetch_max_bytes,
     "cap_fetch": _cap_fetch,
-    "create_topics": _is(([TopicMutation("t", 2), TopicMutation("t", 2)], False)),
+    "create_topics": _is(([TopicMutation("t", 2, num_partitions=2, replication_factor=1)] * 2, False)),
     "split_create": _split(CreateTopicsRequest, ["t"]),
     "delete_topics": _deleted,
     "split_delete": _split(DeleteTopicsRequest, ["a"]),
     "merge_create": _merge_create,
     "count_records": _counts(5, 2),
+    "count_records_parts": _counts(5, 2),
 }
 
 

@@ -8,6 +8,7 @@ transactions, tagged fields, node endpoints. The readers must agree with kafka-p
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 import pytest
@@ -19,7 +20,7 @@ from kqp.protocol.fetch import (
     FETCH_REQUEST_VERSIONS,
     FETCH_RESPONSE_VERSIONS,
     cap_fetch_max_bytes,
-    empty_fetch_response_body,
+    empty_fetch_response,
     fetch_max_bytes,
     fetch_response_counts,
 )
@@ -221,11 +222,15 @@ def test_fetch_response_truncated_anywhere_is_a_body_error(version: int) -> None
 @pytest.mark.parametrize("version", FETCH_RESPONSE_VERSIONS)
 def test_empty_fetch_response_every_version(version: int) -> None:
     response, _ = fetch_response(version, session_id=4242, error_code=71)
+    header = struct.pack(">i", 7) + (b"\x00" if version >= 12 else b"")  # correlation id (+ tags from v12)
     body = bytes(response.encode(version=version))
-    empty = empty_fetch_response_body(version, memoryview(body), throttle_ms=1500)
-    decoded = FetchResponse.decode(empty, version=version)
+    frame = memoryview(struct.pack(">i", len(header) + len(body)) + header + body)
+    empty = empty_fetch_response(version, (frame,), 4 + len(header), throttle_ms=1500)
+    # A whole frame: a new size prefix, the upstream's header, the empty body.
+    assert struct.unpack_from(">i", empty)[0] == len(empty) - 4 and empty[4 : 4 + len(header)] == header
+    decoded = FetchResponse.decode(empty[4 + len(header) :], version=version)
     assert decoded.responses == []
-    assert fetch_response_counts(version, memoryview(empty)) == RecordCounts(0, 0)
+    assert fetch_response_counts(version, memoryview(empty)[4 + len(header) :]) == RecordCounts(0, 0)
     if version >= 1:
         assert decoded.throttle_time_ms == 1500
     if version >= 7:
@@ -237,6 +242,8 @@ def test_empty_fetch_response_every_version(version: int) -> None:
 
 def test_empty_fetch_response_of_truncated_body_is_a_body_error() -> None:
     response, _ = fetch_response(12)
-    body = bytes(response.encode(version=12))
+    frame = memoryview(b"\x00\x00\x00\x00\x00\x00\x00\x07\x00" + bytes(response.encode(version=12)))
     with pytest.raises(BodyError):
-        empty_fetch_response_body(12, memoryview(body)[:8], throttle_ms=10)
+        empty_fetch_response(12, (frame[: 9 + 8],), 9, throttle_ms=10)
+    with pytest.raises(BodyError):
+        empty_fetch_response(12, (frame[:7],), 9, throttle_ms=10)  # the frame ends inside its header

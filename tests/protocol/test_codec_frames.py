@@ -191,6 +191,23 @@ def test_next_frame_parts_forwards_a_split_frame_without_joining_it() -> None:
             assert bytes(head) == frame[: len(head)] and len(head) >= 64   # the head is its start
 
 
+def test_next_frame_parts_copies_the_head_only_when_the_first_part_is_short() -> None:
+    import struct
+
+    from kqp.protocol.frames import FrameDecoder
+
+    body = bytes(range(256)) * 400  # 100 KB
+    frame = struct.pack(">i", len(body)) + body
+    decoder = FrameDecoder(1 << 20)
+    decoder.feed(b"\x00\x00\x00\x02ab" + frame[:10])  # a small frame, then a read's last 10 bytes
+    decoder.feed(frame[10:60_000])
+    decoder.feed(frame[60_000:])
+    assert decoder.next_frame_parts(64) is not None
+    head, parts = decoder.next_frame_parts(1024)
+    assert bytes(head) == frame[:1024] and len(head.obj) == 1024  # a copy of the head, not of the frame
+    assert [len(p) for p in parts] == [10, 59_990, len(frame) - 60_000]
+
+
 def test_next_frame_parts_waits_for_the_whole_frame() -> None:
     import struct
 

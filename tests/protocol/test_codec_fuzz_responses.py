@@ -6,14 +6,15 @@ from codec_support import response_frame, sample_message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kqp.protocol.addresses import rewrite_addresses
+from kqp.protocol.addresses import rewrite_addresses, rewrite_addresses_parts
 from kqp.protocol.api_versions import ApiVersionsProbe, encode_api_versions_response
 from kqp.protocol.apis import ApiKey, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import response_body_offset
-from kqp.protocol.throttle import patch_throttle_ms
+from kqp.protocol.throttle import throttle_patch_parts
 
-CASES = [(3, 1), (3, 12), (10, 2), (10, 6), (60, 1), (55, 2), (0, 11), (1, 17)]
+CASES = [(ApiKey.Metadata, 1), (ApiKey.Metadata, 12), (ApiKey.FindCoordinator, 2), (ApiKey.FindCoordinator, 6),
+         (ApiKey.DescribeCluster, 1), (ApiKey.DescribeQuorum, 2), (ApiKey.Produce, 11), (ApiKey.Fetch, 17)]
 FRAMES = {c: bytes(response_frame(c[0], c[1], sample_message(message_classes(c[0])[1], c[1]))) for c in CASES}
 
 
@@ -27,21 +28,27 @@ def corrupt(data: bytes, cut: int, flips: list[tuple[int, int]]) -> memoryview:
 MUTATIONS = dict(
     case=st.sampled_from(CASES),
     cut=st.integers(min_value=0, max_value=40),
+    part=st.integers(min_value=1, max_value=64),
     flips=st.lists(st.tuples(st.integers(min_value=0, max_value=10_000), st.integers(0, 255)), max_size=4),
 )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**MUTATIONS)
-def test_rewrite_and_patch_raise_only_protocol_errors(case, cut, flips) -> None:
+def test_rewrite_and_patch_raise_only_protocol_errors(case, cut, part, flips) -> None:
     api_key, version = case
     frame = corrupt(FRAMES[case], cut, flips)
-    try:
-        offset = response_body_offset(api_key, version, frame)
-        rewrite_addresses(api_key, version, frame, offset, lambda n, h, p: ("kqp", 1))
-        patch_throttle_ms(api_key, version, frame, offset, 10)
-    except ProtocolError:
-        pass
+    split = tuple(frame[i : i + part] for i in range(0, len(frame), part))  # as reads of `part` bytes
+    for call in (
+        lambda offset: rewrite_addresses(api_key, version, frame, offset, lambda n, h, p: ("kqp", 1)),
+        lambda offset: rewrite_addresses_parts(api_key, version, split, offset, lambda n, h, p: ("kqp", 1)),
+        lambda offset: throttle_patch_parts(api_key, version, (frame,), offset, 10),
+        lambda offset: throttle_patch_parts(api_key, version, split, offset, 10),
+    ):
+        try:
+            call(response_body_offset(api_key, version, frame))
+        except ProtocolError:
+            pass
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,19 +1,14 @@
-"""throttle_time_ms read and raised for every (api, version) kqp decodes, checked with kafka-python."""
+"""throttle_time_ms raised for every (api, version) kqp decodes, checked with kafka-python."""
 
 from __future__ import annotations
 
 import pytest
 from codec_support import decode_body, recorded_frames, response_frame, sample_message
 
-from kqp.protocol.apis import kqp_ranges, message_classes
+from kqp.protocol.apis import ApiKey, kqp_ranges, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import response_body_offset
-from kqp.protocol.throttle import (
-    patch_throttle_ms,
-    read_throttle_ms,
-    throttle_field_kind,
-    throttle_patch_parts,
-)
+from kqp.protocol.throttle import throttle_field_kind, throttle_patch_parts
 
 ALL = [(k, v) for k, (lo, hi) in kqp_ranges().items() for v in range(lo, hi + 1)]
 WITH_FIELD = [(k, v) for k, v in ALL if throttle_field_kind(k, v) != "none"]
@@ -26,15 +21,20 @@ def build(api_key: int, version: int, populated: bool) -> tuple[object, memoryvi
     return message, frame, response_body_offset(api_key, version, frame)
 
 
+def patched(api_key: int, version: int, frame: memoryview, offset: int, throttle_ms: int) -> bytes | None:
+    parts = throttle_patch_parts(api_key, version, (frame,), offset, throttle_ms)
+    return None if parts is None else b"".join(parts)
+
+
 def test_kinds_are_derived_from_field_order() -> None:
-    assert throttle_field_kind(1, 12) == "first"  # Fetch: throttle_time_ms leads
-    assert throttle_field_kind(0, 9) == "walk"  # Produce: after the responses array
-    assert throttle_field_kind(18, 3) == "walk"  # ApiVersions: after the api keys
-    assert throttle_field_kind(47, 0) == "walk"  # OffsetDelete: after error_code
-    assert throttle_field_kind(18, 0) == "none"
-    assert [throttle_field_kind(3, v) for v in (2, 3)] == ["none", "first"]  # Metadata from v3
-    assert throttle_field_kind(17, 1) == "none"  # SaslHandshake never had one
-    assert throttle_field_kind(4, 0) == "none"  # unknown api: nothing to patch
+    assert throttle_field_kind(ApiKey.Fetch, 12) == "first"  # throttle_time_ms leads
+    assert throttle_field_kind(ApiKey.Produce, 9) == "walk"  # after the responses array
+    assert throttle_field_kind(ApiKey.ApiVersions, 3) == "walk"  # after the api keys
+    assert throttle_field_kind(ApiKey.OffsetDelete, 0) == "walk"  # after error_code
+    assert throttle_field_kind(ApiKey.ApiVersions, 0) == "none"
+    assert [throttle_field_kind(ApiKey.Metadata, v) for v in (2, 3)] == ["none", "first"]  # Metadata from v3
+    assert throttle_field_kind(ApiKey.SaslHandshake, 1) == "none"  # never had one
+    assert throttle_field_kind(ApiKey.LeaderAndIsr, 0) == "none"  # an api kqp does not decode: nothing to patch
     assert len(WITH_FIELD) > 200
 
 
@@ -42,45 +42,45 @@ def test_kinds_are_derived_from_field_order() -> None:
 @pytest.mark.parametrize("populated", [False, True], ids=["defaults", "populated"])
 def test_patch_raises_throttle_and_keeps_everything_else(api_key: int, version: int, populated: bool) -> None:
     message, frame, offset = build(api_key, version, populated)
-    assert read_throttle_ms(api_key, version, frame, offset) == 100
-    patched = patch_throttle_ms(api_key, version, frame, offset, 2500)
-    assert len(patched) == len(frame) and bytes(patched[:offset]) == bytes(frame[:offset])
-    decoded = decode_body(api_key, version, patched, offset)
+    parts = throttle_patch_parts(api_key, version, (frame,), offset, 2500)
+    assert parts is not None
+    new = b"".join(parts)
+    assert len(new) == len(frame) and new[:offset] == bytes(frame[:offset])
+    decoded = decode_body(api_key, version, new, offset)
     assert decoded.throttle_time_ms == 2500
     decoded.throttle_time_ms = 100
     assert decoded == message  # every other field intact
-    head, tail = throttle_patch_parts(api_key, version, frame, offset, 2500)
-    assert head + tail == bytes(patched) and tail.obj is frame.obj  # the tail is not copied
+    # Nothing of the frame is copied: views of it around the new 4-byte field.
+    assert [len(p) for p in parts if not isinstance(p, memoryview)] == [4]
+    assert all(p.obj is frame.obj for p in parts if isinstance(p, memoryview))
 
 
 @pytest.mark.parametrize(("api_key", "version"), WITH_FIELD)
 def test_lower_or_equal_throttle_changes_nothing(api_key: int, version: int) -> None:
     _, frame, offset = build(api_key, version, populated=False)
     for lower in (100, 5, 0):
-        assert patch_throttle_ms(api_key, version, frame, offset, lower) is frame
-        assert throttle_patch_parts(api_key, version, frame, offset, lower) is None
+        assert throttle_patch_parts(api_key, version, (frame,), offset, lower) is None
 
 
 @pytest.mark.parametrize(("api_key", "version"), [(k, v) for k, v in ALL if throttle_field_kind(k, v) == "none"])
 def test_versions_without_a_field_pass_through(api_key: int, version: int) -> None:
     _, frame, offset = build(api_key, version, populated=True)
-    assert read_throttle_ms(api_key, version, frame, offset) is None
-    assert patch_throttle_ms(api_key, version, frame, offset, 1000) is frame
+    assert throttle_patch_parts(api_key, version, (frame,), offset, 1000) is None
 
 
 def test_throttle_is_capped_at_int32() -> None:
-    _, frame, offset = build(1, 12, populated=False)
-    patched = patch_throttle_ms(1, 12, frame, offset, 2**40)
-    assert decode_body(1, 12, patched, offset).throttle_time_ms == 2**31 - 1
+    _, frame, offset = build(ApiKey.Fetch, 12, populated=False)
+    new = patched(ApiKey.Fetch, 12, frame, offset, 2**40)
+    assert new is not None and decode_body(ApiKey.Fetch, 12, new, offset).throttle_time_ms == 2**31 - 1
 
 
 def test_truncated_response_is_a_protocol_error() -> None:
-    _, frame, offset = build(0, 9, populated=True)  # Produce: walked
+    _, frame, offset = build(ApiKey.Produce, 9, populated=True)  # walked
     with pytest.raises(ProtocolError):
-        read_throttle_ms(0, 9, frame[: len(frame) - 3], offset)
-    _, frame, offset = build(1, 12, populated=False)
+        throttle_patch_parts(ApiKey.Produce, 9, (frame[: len(frame) - 3],), offset, 1000)
+    _, frame, offset = build(ApiKey.Fetch, 12, populated=False)  # first
     with pytest.raises(ProtocolError):
-        read_throttle_ms(1, 12, frame[: offset + 2], offset)
+        throttle_patch_parts(ApiKey.Fetch, 12, (frame[: offset + 2],), offset, 1000)
 
 
 # An ApiVersions error answer is in v0 layout (no throttle field) whatever version was asked.
@@ -91,7 +91,8 @@ RECORDED = [r for r in recorded_frames() if throttle_field_kind(r[1], r[2]) != "
 def test_recorded_upstream_frames(name: str) -> None:
     ((_, api_key, version, frame),) = [r for r in RECORDED if r[0] == name]
     offset = response_body_offset(api_key, version, frame)
-    assert read_throttle_ms(api_key, version, frame, offset) == 0
-    patched = patch_throttle_ms(api_key, version, frame, offset, 1234)
-    assert read_throttle_ms(api_key, version, memoryview(patched), offset) == 1234
-    assert len(patched) == len(frame)
+    assert patched(api_key, version, frame, offset, 0) is None  # the upstream sent 0
+    new = patched(api_key, version, frame, offset, 1234)
+    assert new is not None and len(new) == len(frame)
+    assert decode_body(api_key, version, new, offset).throttle_time_ms == 1234
+    assert patched(api_key, version, memoryview(new), offset, 1234) is None

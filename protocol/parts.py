@@ -1,0 +1,98 @@
+"""A frame as the parts it arrived in, addressed by its own offsets, with copies only of what a cut splits.
+
+The transport hands kqp immutable ``bytes`` chunks, and a large frame (a Produce request of some
+hundred KB, a Fetch response of a few MB) usually spans several of them. The frame decoder
+(:meth:`~kqp.protocol.frames.FrameDecoder.next_frame_parts`) returns such a frame as ``parts``,
+views whose concatenation is the frame, size prefix included, so that it is forwarded with
+``transport.writelines`` and never joined. The readers that must look into it (record counts, the
+``NodeEndpoints`` tag, ``throttle_time_ms``) address it through :class:`SplitFrame` by offsets in
+the whole frame:
+
+* ``at(pos)``: the part holding byte ``pos`` and the offset that part starts at, so a reader that
+  stays inside one part reads it in place;
+* ``window(pos, size)``: a buffer holding the ``size`` bytes from ``pos`` (fewer at the frame's
+  end) contiguously: the part itself when they lie in one part, else a copy of those few bytes.
+  This is the only copy a split frame costs a reader: the bytes of a length, a count or a batch
+  header that a part boundary happens to cut;
+* ``views(start, stop)``: the bytes between two offsets as views of the parts, to forward a
+  rewritten frame around an unchanged middle without copying it;
+* ``copy(start, stop)``: those bytes joined, for the small regions kqp decodes (a tag section).
+
+The schema walker (:mod:`kqp.protocol.walker`) compiles a second flavour of each walk that reads
+through ``window`` and skips record data by length across parts; a frame that arrived in one part
+is read by the ordinary walk on that part, as before.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["Parts", "SplitFrame"]
+
+#: A frame as ``transport.writelines`` takes it: buffers whose concatenation is the frame.
+Parts = tuple[Any, ...]  # memoryview | bytes each
+
+_EMPTY = memoryview(b"")
+
+
+class SplitFrame:
+    """Offsets across the parts of one frame. ``total`` is the frame's length, size prefix included."""
+
+    __slots__ = ("parts", "starts", "total")
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        views = []
+        starts = []
+        total = 0
+        for part in parts:
+            views.append(part if isinstance(part, memoryview) else memoryview(part))
+            starts.append(total)
+            total += len(part)
+        self.parts: tuple[memoryview, ...] = tuple(views)
+        self.starts: list[int] = starts
+        self.total = total
+
+    def __len__(self) -> int:
+        return self.total
+
+    def at(self, pos: int) -> tuple[memoryview, int]:
+        """``(part, start)``: the part holding byte ``pos`` and its offset; an empty view from the end on."""
+        if pos >= self.total:
+            return _EMPTY, pos
+        i = bisect_right(self.starts, pos) - 1  # the last part starting at or before pos: never an empty one
+        return self.parts[i], self.starts[i]
+
+    def window(self, pos: int, size: int) -> tuple[Any, int]:
+        """``(buf, start)`` with bytes ``pos`` up to ``pos + size`` (or the frame's end) contiguous in ``buf``
+        at ``pos - start``: a part, or a fresh copy of just those bytes when a boundary cuts them."""
+        total = self.total
+        if pos >= total:
+            return _EMPTY, pos
+        i = bisect_right(self.starts, pos) - 1  # as at(), inline: walks call this at every part boundary
+        part, start = self.parts[i], self.starts[i]
+        stop = pos + size if pos + size < total else total
+        if stop <= start + len(part):
+            return part, start
+        return self.copy(pos, stop), pos
+
+    def views(self, start: int, stop: int) -> list[memoryview]:
+        """Bytes ``start`` up to ``stop`` as views of the parts, in order; nothing is copied."""
+        stop = min(stop, self.total)
+        out: list[memoryview] = []
+        if start >= stop:
+            return out
+        i = bisect_right(self.starts, start) - 1
+        while start < stop:
+            part, base = self.parts[i], self.starts[i]
+            end = min(base + len(part), stop)
+            if end > start:
+                out.append(part[start - base : end - base])
+                start = end
+            i += 1
+        return out
+
+    def copy(self, start: int, stop: int) -> bytes:
+        """Bytes ``start`` up to ``stop``, joined: only for small regions."""
+        return b"".join(self.views(start, stop))
