@@ -18,8 +18,9 @@ from helpers.observability import sample, scrape, start_with_metrics
 from helpers.quota_analysis import cumulative_slope, request_events
 from helpers.quota_clients import confluent_flood, kafka_python_flood
 from helpers.quota_path import open_quota_path, quota_upstream
-from helpers.quota_wire import PRODUCE
 from helpers.sasl_clients import CLIENTS_MECHANISMS, LoginRefused, kcat_scram_broken, produce, sasl_settings
+
+from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
 
@@ -94,9 +95,9 @@ def test_a_users_quota_holds_across_its_clients_and_mechanisms(kqp: Any, tmp_pat
             thread.join(OFFER_SECONDS + 60)
         assert set(runs) == set(floods), "a producer thread did not finish"
         events = sorted(event for client_id in floods for event in request_events(
-            path.upstream_tap.requests(client_id=client_id, api_key=PRODUCE)))
+            path.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Produce)))
         for client_id in floods:
-            assert any(r.client_id == client_id for r in path.upstream_tap.requests(api_key=PRODUCE)), \
+            assert any(r.client_id == client_id for r in path.upstream_tap.requests(api_key=ApiKey.Produce)), \
                 f"{client_id}: nothing reached the upstream"
         span = FAST_WINDOWS["window_size_seconds"] * FAST_WINDOWS["window_count"]
         start, end = events[0][0] + span, min(run.offered_until for run in runs.values())

