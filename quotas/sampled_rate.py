@@ -108,6 +108,16 @@ class SampledRate:
             elapsed += (self._min_full - full) * self._window
         return max(elapsed, MIN_WINDOW_SECONDS)
 
+    def sums(self, now: float) -> tuple[float, float]:
+        """(sum of the monitored samples, start of the oldest) after purging: `observe`'s two parts,
+        for a caller that adds samples kept elsewhere (a fleet's, `QuotaSensor`) before dividing."""
+        self._first(now)
+        return self._scan(now)
+
+    def span(self, now: float, oldest: float) -> float:
+        """Kafka's `Rate.windowSize` for a set of samples whose oldest started at `oldest`."""
+        return self._span(now, oldest)
+
     def window_size(self, now: float) -> float:
         """Seconds the rate is computed over (Kafka's `Rate.windowSize`)."""
         self._first(now)  # Kafka's SampledStat.oldest creates the first sample when none exists
