@@ -70,7 +70,7 @@ class SyncRequest:
     """What one process sends per sync interval (one round trip, whatever the number of sensors)."""
 
     instance: str
-    epoch: str            # proposed store epoch, kept by the store only if it has none yet
+    epoch: str            # a new epoch, unique to this request, kept by the store only if it has none
     window_ms: int        # window width; part of every key, so differently configured fleets never mix
     keep_windows: int     # windows the store keeps per sensor, counted back from its current one
     live_ms: int          # an instance counts as present this long after its last exchange
@@ -168,6 +168,7 @@ class FleetLedger:
                  expected_instances: int, sync_interval: float, clock_offset: float = 0.0) -> None:
         self.instance = instance
         self._epoch_proposal = epoch
+        self._exchanges = 0
         self.epoch: str | None = None        # the store's epoch as last seen
         self.expected_instances = max(1, expected_instances)
         self.sync_interval = sync_interval
@@ -238,8 +239,10 @@ class FleetLedger:
         # Present: heard from within 10 sync intervals (at least 1 s). Kept: twice the span, so a
         # sensor outlives a few failed exchanges of its writers.
         live = max(10 * self.sync_interval, 1.0)
+        # Every proposal is new: a store that lost its epoch must never take one seen before.
+        self._exchanges += 1
         return SyncRequest(
-            instance=self.instance, epoch=self.epoch or self._epoch_proposal, window_ms=self.window_ms,
+            instance=self.instance, epoch=f"{self._epoch_proposal}.{self._exchanges}", window_ms=self.window_ms,
             keep_windows=self.window_count + 2, live_ms=round(live * 1000), active_ms=round(self.span * 1000),
             ttl_ms=round(max(2 * self.span, live) * 1000), sensors=tuple(sensors),
         )

@@ -259,7 +259,7 @@ def test_store_counts_present_instances_and_drops_old_windows() -> None:
     fleet = ledger("a")
     fleet.usage_for("s", 0.0).record(1, 0.0)
     reply = store.exchange(fleet.collect(0.0), 0.0)
-    assert (reply.instances, [t.windows for t in reply.sensors], reply.epoch) == (1, [{0: 1.0}], "epoch-a")
+    assert (reply.instances, [t.windows for t in reply.sensors], reply.epoch) == (1, [{0: 1.0}], "epoch-a.1")
     other = ledger("b")
     other.usage_for("s", 0.0).record(2, 0.5)
     assert store.exchange(other.collect(0.5), 0.5).sensors[0] == SensorTotals({0: 3.0}, 1)
