@@ -47,7 +47,6 @@ seconds); the clock offset and the store's answers are plain numbers handed in b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -123,7 +122,8 @@ class SharedUsage:
 
     def record(self, value: float, now: float) -> None:
         """Usage recorded by this process: counted at once locally, sent with the next exchange."""
-        window = self.ledger.window_index(now)
+        ledger = self.ledger
+        window = int((now + ledger.offset) * ledger.windows_per_second)   # ledger.window_index, inlined
         self.pending[window] = self.pending.get(window, 0.0) + value
         self.since += value
         if now > self.busy_until:
@@ -147,7 +147,7 @@ class SharedUsage:
         ledger = self.ledger
         if not ledger.shared:
             return 0.0
-        current = ledger.window_index(now)
+        current = int((now + ledger.offset) * ledger.windows_per_second)   # ledger.window_index, inlined
         generation, at, total = self._cache
         if generation != ledger.generation or at != current:
             first = current - ledger.window_count
@@ -178,6 +178,8 @@ class FleetLedger:
         self.generation = 0                  # bumped whenever `others` or `shared` change
         self.last_success: float | None = None
         self.usages: dict[str, SharedUsage] = {}
+        self.scale = 1.0                     # fraction of each limit enforced alone: 1 when shared, 1/divisor
+        self._set_scale()
         self.configure(window_size, window_count)
 
     # -- settings ----------------------------------------------------------------------------------
@@ -186,6 +188,7 @@ class FleetLedger:
         self.window_size = float(window_size)
         self.window_count = int(window_count)
         self.window_ms = max(1, round(self.window_size * 1000))
+        self.windows_per_second = 1000 / self.window_ms
         self.span = self.window_size * self.window_count
         self.usages = {}
         self.generation += 1
@@ -195,13 +198,13 @@ class FleetLedger:
         """How many ways each quota is split while alone: the instances last seen, else expected."""
         return self.instances if self.instances > 0 else self.expected_instances
 
-    @property
-    def scale(self) -> float:
-        """The fraction of each limit this process enforces on its own usage: 1 when shared."""
-        return 1.0 if self.shared else 1.0 / self.divisor
+    def _set_scale(self) -> None:
+        # A plain attribute, not a property: every shared quota check reads it.
+        self.scale = 1.0 if self.shared else 1.0 / self.divisor
 
     def window_index(self, now: float) -> int:
-        return math.floor((now + self.offset) * 1000 / self.window_ms)
+        # Fleet time is a wall clock reading, never negative: int() is floor() here, and cheaper.
+        return int((now + self.offset) * self.windows_per_second)
 
     # -- sensors -----------------------------------------------------------------------------------
     def usage_for(self, name: str, now: float) -> SharedUsage:
@@ -275,6 +278,7 @@ class FleetLedger:
                     usage.on_others(increase, received_at)
         self.instances = max(1, reply.instances)
         self.shared = True
+        self._set_scale()
         self.last_success = received_at
         self.generation += 1
 
@@ -288,4 +292,5 @@ class FleetLedger:
                 usage.pending[window] = usage.pending.get(window, 0.0) + delta
         if self.shared:
             self.shared = False
+            self._set_scale()
             self.generation += 1

@@ -108,16 +108,6 @@ class SampledRate:
             elapsed += (self._min_full - full) * self._window
         return max(elapsed, MIN_WINDOW_SECONDS)
 
-    def sums(self, now: float) -> tuple[float, float]:
-        """(sum of the monitored samples, start of the oldest) after purging: `observe`'s two parts,
-        for a caller that adds samples kept elsewhere (a fleet's, `QuotaSensor`) before dividing."""
-        self._first(now)
-        return self._scan(now)
-
-    def span(self, now: float, oldest: float) -> float:
-        """Kafka's `Rate.windowSize` for a set of samples whose oldest started at `oldest`."""
-        return self._span(now, oldest)
-
     def window_size(self, now: float) -> float:
         """Seconds the rate is computed over (Kafka's `Rate.windowSize`)."""
         self._first(now)  # Kafka's SampledStat.oldest creates the first sample when none exists
@@ -127,12 +117,16 @@ class SampledRate:
         """The sum of the monitored samples after purging (Kafka's `WindowedSum.measure`)."""
         return self._scan(now)[0]
 
-    def observe(self, now: float) -> tuple[float, float]:
-        """`(measure(now), window_size(now))` in one pass: what a quota check needs."""
+    def observe(self, now: float, elsewhere: float = 0.0) -> tuple[float, float]:
+        """`(measure(now), window_size(now))` in one pass: what a quota check needs.
+
+        `elsewhere` is usage measured outside these samples (the rest of a fleet's, fleet.py) over
+        the same span: it is added to the samples' sum, and the window stays these samples' own.
+        """
         self._first(now)
         total, oldest = self._scan(now)
         window = self._span(now, oldest)
-        return total / window, window
+        return (total + elsewhere) / window, window
 
     def measure(self, now: float) -> float:
         """Units per second (Kafka's `Rate.measure`)."""

@@ -66,15 +66,12 @@ class QuotaSensor:
             quota = limit * self._scale
             self.bucket.update_rate(quota, quota * self.span)
 
-    def _rescale(self, shared: SharedUsage) -> float:
-        """The share of the limit in force now (1 while the fleet is reachable); a token bucket
+    def _rescale(self, scale: float) -> None:
+        """A new share of the limit (1 while the fleet is reachable, 1/n alone); a token bucket
         replica follows it as a live quota change (`TokenBucket.update_rate`)."""
-        scale = shared.ledger.scale
-        if scale != self._scale:
-            self._scale = scale
-            if self.bucket is not None:
-                self.bucket.update_rate(self.limit * scale, self.limit * scale * self.span)
-        return scale
+        self._scale = scale
+        if self.bucket is not None:
+            self.bucket.update_rate(self.limit * scale, self.limit * scale * self.span)
 
     def add(self, value: float, now: float) -> None:
         """Record `value` without checking the quota (Kafka's `record(value, time, false)`)."""
@@ -86,27 +83,31 @@ class QuotaSensor:
         self.last_record = now
 
     def observe(self, now: float) -> tuple[float, float]:
-        """(rate, window) as the quota sees it: this process's samples plus, shared, the fleet's."""
+        """(rate, window) as the quota sees it: this process's samples plus, shared, the fleet's
+        (over this process's window: fleet.py says why)."""
         if self.shared is None:
             return self.rate.observe(now)
-        total, oldest = self.rate.sums(now)
-        window = self.rate.span(now, oldest)   # this process's samples set the window (fleet.py says why)
-        return (total + self.shared.remote(now)) / window, window
+        return self.rate.observe(now, self.shared.remote(now))
 
     def measure(self, now: float) -> float:
         return self.observe(now)[0]
 
     def throttle(self, now: float) -> float:
         """Seconds of throttle the quota asks for at `now`; 0 within quota."""
+        shared = self.shared
+        if shared is not None and shared.ledger.scale != self._scale:
+            self._rescale(shared.ledger.scale)
         if self.bucket is not None:
-            if self.shared is not None:
-                self._rescale(self.shared)
             t = self.bucket.throttle_seconds(now)
             if t == math.inf:
                 t = self.span
         else:
-            observed, window = self.observe(now)
-            limit = self.limit if self.shared is None else self.limit * self._rescale(self.shared)
+            if shared is None:
+                observed, window = self.rate.observe(now)
+                limit = self.limit
+            else:
+                observed, window = self.rate.observe(now, shared.remote(now))
+                limit = self.limit * self._scale
             if observed <= limit:
                 return 0.0
             t = self.span if limit <= 0 else throttle_seconds(observed, limit, window)
@@ -127,6 +128,6 @@ class QuotaSensor:
         """Tokens left in the bucket, or None for a rate sensor."""
         if self.bucket is None:
             return None
-        if self.shared is not None:
-            self._rescale(self.shared)
+        if self.shared is not None and self.shared.ledger.scale != self._scale:
+            self._rescale(self.shared.ledger.scale)
         return self.bucket.tokens(now)
