@@ -14,6 +14,7 @@ and the broker advertises its own.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,7 +45,10 @@ REFERENCES: tuple[Reference, ...] = (
               kqp_variant="every-entity"),
     Reference("kqp-throttled", "kqp", "kqp, byte-rate quota below the path's speed for every client id",
               kqp_variant="throttle"),
+    Reference("kqp-cluster", "kqp", "kqp-quotas in cluster scope: usage shared through a redis-server every 100 ms",
+              kqp_variant="every-entity-cluster"),
 )
+REDIS = "redis-server"
 
 
 def workers_reference(workers: int) -> Reference:
@@ -83,7 +87,19 @@ def _broker(settings: CellSettings, tag: str, advertised_port: int | None = None
     return Server(BROKER, argv, settings.workdir / f"{tag}-broker.log", host=HOST, port=port)
 
 
-def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int, port: int) -> Server:
+def redis_unavailable() -> str | None:
+    """Why the cluster reference cannot run here, or None."""
+    return None if shutil.which(REDIS) else "redis-server is not installed (apt-get install redis-server)"
+
+
+def _redis(settings: CellSettings, tag: str) -> Server:
+    port = free_port()
+    argv = [shutil.which(REDIS) or REDIS, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"]
+    return Server(REDIS, argv, settings.workdir / f"{tag}-redis.log", host=HOST, port=port)
+
+
+def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int, port: int,
+           redis_url: str | None = None) -> Server:
     log = settings.workdir / f"{tag}-proxy.log"
     upstream = f"{HOST}:{upstream_port}"
     if ref.kind == "relay":
@@ -95,7 +111,7 @@ def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int,
         return Server("tansu proxy", argv, log, host=HOST, port=port)
     if ref.kind == "kqp":
         pinned = _broker_listener_port() if ref.workers > 1 else None
-        config = kqp_target.config_for(ref.kqp_variant, port, upstream, settings.throttle_bytes_s, pinned)
+        config = kqp_target.config_for(ref.kqp_variant, port, upstream, settings.throttle_bytes_s, pinned, redis_url)
         path = kqp_target.write_config(settings.workdir / f"{tag}.yaml", config)
         argv = [*kqp_target.kqp_command(), "run", "--config", str(path)]
         if ref.workers > 1:
@@ -115,7 +131,11 @@ def open_cell(ref: Reference, settings: CellSettings, tag: str) -> Iterator[Cell
         proxy_port = free_port()
         advertised = proxy_port if ref.kind == "relay" else None
         broker = stack.enter_context(_broker(settings, tag, advertised))
-        proxy = stack.enter_context(_proxy(ref, settings, tag, broker.port, proxy_port))
+        redis_url = None
+        if ref.kqp_variant.endswith("-cluster"):   # a Redis of its own per cell, as the broker
+            redis = stack.enter_context(_redis(settings, tag))
+            redis_url = f"redis://{HOST}:{redis.port}/0"
+        proxy = stack.enter_context(_proxy(ref, settings, tag, broker.port, proxy_port, redis_url))
         yield Cell(ref, HOST, proxy_port, broker_address(broker), broker, proxy)
 
 

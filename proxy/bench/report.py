@@ -28,13 +28,15 @@ METRICS: dict[str, tuple[str, ...]] = {
 
 # Ratios the goals are stated in: (label, workload, metric, numerator, denominator).
 _MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kqp-quotas", "kqp"),
-               ("relay", "direct"), ("tansu-proxy", "direct"))
+               ("kqp-cluster", "kqp-quotas"), ("relay", "direct"), ("tansu-proxy", "direct"))
 RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     *((f"{workload} {num}/{den}", workload, "mb_s", num, den)
       for workload in ("produce", "consume") for num, den in _MB_S_PAIRS),
     ("produce cpu_s_per_gb kqp/relay", "produce", "cpu_s_per_gb", "kqp", "relay"),
     ("produce cpu_s_per_gb kqp/tansu-proxy", "produce", "cpu_s_per_gb", "kqp", "tansu-proxy"),
     ("consume cpu_s_per_gb kqp/relay", "consume", "cpu_s_per_gb", "kqp", "relay"),
+    ("produce cpu_s_per_gb kqp-cluster/kqp-quotas", "produce", "cpu_s_per_gb", "kqp-cluster", "kqp-quotas"),
+    ("latency p99_ms kqp-cluster/kqp-quotas", "latency", "p99_ms", "kqp-cluster", "kqp-quotas"),
     ("connections rss_mb kqp/relay", "connections", "rss_mb", "kqp", "relay"),
 )
 
