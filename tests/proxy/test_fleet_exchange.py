@@ -23,7 +23,7 @@ from helpers.redis_server import RedisServer, needs_redis, redis_server
 
 from kqp.config.fleet_section import redis_target
 from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
-from kqp.proxy.runtime.fleet_redis import RedisExchange
+from kqp.proxy.runtime.fleet_redis import CHUNK, RedisExchange
 from kqp.proxy.runtime.fleet_sync import FleetSync
 from kqp.quotas.fleet import FleetLedger
 from kqp.quotas.fleet_store import FleetStore
@@ -61,6 +61,26 @@ async def test_the_script_answers_as_the_store_does(tmp_path: Path) -> None:
                 await asyncio.sleep(0.03)
             assert ledgers[0].instances == 3
             assert ledgers[0].usages["producer_byte_rate::job"].others_active == 2
+        finally:
+            await backend.close()
+
+
+async def test_many_sensors_go_in_chunks_and_answer_alike(tmp_path: Path) -> None:
+    # More sensors than one script run takes (CHUNK): several runs in one pipeline, one answer.
+    with redis_server(tmp_path / "redis.log") as server:
+        backend = redis_exchange(server.url)
+        store = FleetStore()
+        try:
+            for name in "ab":
+                fleet = ledger(name)
+                now = time.monotonic()
+                for i in range(2 * CHUNK + 7):
+                    fleet.usage_for(f"request_rate::c{i}", now).record(i + 0.25, now)
+                request = fleet.collect(now)
+                reply = await backend.exchange(request)
+                assert reply == store.exchange(request, reply.now)
+                assert len(reply.sensors) == 2 * CHUNK + 7
+            assert reply.sensors[-1].windows and reply.sensors[-1].others_active == 1
         finally:
             await backend.close()
 
