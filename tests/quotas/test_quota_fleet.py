@@ -307,3 +307,30 @@ def test_scale_is_one_while_shared() -> None:
     request = fleet.collect(0.0)
     fleet.merge(request, store.exchange(request, 0.0), 0.0, 0.0)
     assert fleet.scale == 1.0 and fleet.instances == 1
+
+
+CHARGES = {
+    "producer_byte_rate": lambda m, now: m.record_produce(P, 5000, 50, 5, now),
+    "producer_record_rate": lambda m, now: m.record_produce(P, 5000, 50, 5, now),
+    "producer_batch_rate": lambda m, now: m.record_produce(P, 5000, 50, 5, now),
+    "consumer_byte_rate": lambda m, now: m.record_fetch(P, 5000, 50, 5, now),
+    "consumer_record_rate": lambda m, now: m.record_fetch(P, 5000, 50, 5, now),
+    "consumer_batch_rate": lambda m, now: m.record_fetch(P, 5000, 50, 5, now),
+    "request_rate": lambda m, now: m.record_request(P, 0.05, now),
+    "request_percentage": lambda m, now: m.record_request(P, 0.05, now),
+    "controller_mutation_rate": lambda m, now: m.record_mutations(P, 5, now),
+}
+
+
+@pytest.mark.parametrize("quota_type", sorted(CHARGES))
+def test_every_quota_type_is_shared(quota_type: str) -> None:
+    # What a charges reaches b through one exchange, for every quota type: b's rate doubles.
+    store = FleetStore()
+    a, b = manager("a", quota_type, limit=1e9), manager("b", quota_type, limit=1e9)
+    for m in (a, b):
+        CHARGES[quota_type](m, 0.0)
+    alone = b.snapshot(0.0)[0].rate
+    assert alone > 0
+    for m in (a, b):
+        sync(store, m, 0.0)
+    assert b.snapshot(0.0)[0].rate == pytest.approx(2 * alone)
