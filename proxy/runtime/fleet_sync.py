@@ -64,7 +64,8 @@ class FleetSync:
         self.syncs += 1
         sent = self._clock()
         try:
-            reply = await asyncio.wait_for(self.backend.exchange(request), self.timeout)
+            async with asyncio.timeout(self.timeout):   # no extra task per exchange, as wait_for makes
+                reply = await self.backend.exchange(request)
         except asyncio.CancelledError:
             ledger.failed(request)
             raise
@@ -100,15 +101,15 @@ class FleetSync:
         self._announced = True
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Exchange at most once per interval until `stop` is set; then close the backend."""
+        """Exchange at most once per interval until `stop` is set or the task is cancelled (the
+        server cancels it at shutdown); then close the backend."""
         try:
             while not stop.is_set():
                 started = self._clock()
                 await self.sync_once()
                 left = self.interval - (self._clock() - started)
                 if left > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), left)
+                    await asyncio.sleep(left)
         finally:
             with contextlib.suppress(Exception):
                 await self.backend.close()
