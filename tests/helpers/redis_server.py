@@ -28,16 +28,20 @@ needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is n
 
 class RedisServer:
     def __init__(self, log_path: Path, *, password: str | None = None, port: int | None = None,
-                 sentinel_config: Path | None = None) -> None:
+                 sentinel_config: Path | None = None, tls_cert: Path | None = None) -> None:
         self.port = port or free_port()
         self.password = password
         self.log_path = log_path
         self.sentinel_config = sentinel_config   # run as a Redis Sentinel with this (writable) config file
+        # TLS only, with this self-signed certificate (key beside it, "<name>.key"); see `self_signed`.
+        self.tls_cert = tls_cert
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls_cert is not None:   # redis-py reads ssl_ca_certs from the URL's query
+            return f"rediss://{auth}{LOOPBACK}:{self.port}/0?ssl_ca_certs={self.tls_cert}"
         return f"redis://{auth}{LOOPBACK}:{self.port}/0"
 
     @property
@@ -50,6 +54,10 @@ class RedisServer:
                 "--daemonize", "no", "--protected-mode", "no"]
         if self.sentinel_config is not None:
             argv = [REDIS_SERVER, str(self.sentinel_config), "--sentinel", "--port", str(self.port)]
+        if self.tls_cert is not None:
+            argv[1:3] = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls_cert),
+                         "--tls-key-file", str(self.tls_cert.with_suffix(".key")),
+                         "--tls-ca-cert-file", str(self.tls_cert), "--tls-auth-clients", "no"]
         if self.password:
             argv += ["--requirepass", self.password]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +85,18 @@ class RedisServer:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def self_signed(directory: Path) -> Path:
+    """A self-signed certificate for 127.0.0.1 (and its key, `.key` beside it), made with openssl."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    cert = directory / "redis.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    f"/CN={LOOPBACK}", "-addext", f"subjectAltName=IP:{LOOPBACK}", "-keyout",
+                    str(cert.with_suffix(".key")), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    return cert
 
 
 @contextlib.contextmanager

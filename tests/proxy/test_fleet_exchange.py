@@ -2,6 +2,7 @@
 
 - the Lua script does what `FleetStore` does, answer for answer, on the same requests;
 - a password works (in the URL, or handed over from `password_env`), a wrong one fails cleanly;
+- TLS (`rediss://`, with a password) works, and plain text to a TLS port fails cleanly;
 - Redis unreachable, or accepting and never answering: the exchange gives up within its timeout,
   the ledger goes alone at once, the outage is logged once, and it comes back when Redis does;
 - a Redis that restarts empty is noticed (a new epoch) and the usage of the span is sent again;
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from helpers.net import LOOPBACK, free_port
-from helpers.redis_server import RedisServer, needs_redis, redis_server
+from helpers.redis_server import RedisServer, needs_redis, redis_server, self_signed
 
 from kqp.config.fleet_section import redis_target
 from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
@@ -97,6 +98,23 @@ async def test_a_password_in_the_url_or_from_the_environment(tmp_path: Path) -> 
         assert not await sync.sync_once()
         assert sync.last_error is not None and "Authentication" in sync.last_error
         await wrong.close()
+
+
+async def test_tls_with_a_password(tmp_path: Path) -> None:
+    # rediss:// with the server's CA given in the URL's query, as redis-py reads it.
+    cert = self_signed(tmp_path)
+    with redis_server(tmp_path / "redis.log", password="pw", tls_cert=cert) as server:
+        assert server.url.startswith("rediss://:pw@")
+        backend = redis_exchange(server.url)
+        sync = FleetSync(ledger("a"), backend, 0.1, 2.0, time.monotonic)
+        try:
+            assert await sync.sync_once(), sync.last_error
+        finally:
+            await backend.close()
+        plain = redis_exchange(f"redis://:pw@{LOOPBACK}:{server.port}/0")   # no TLS: refused
+        sync = FleetSync(ledger("a"), plain, 0.1, TIMEOUT, time.monotonic)
+        assert not await sync.sync_once()
+        await plain.close()
 
 
 async def test_unreachable_redis_goes_alone_at_once_logs_once_and_rejoins(tmp_path: Path,
