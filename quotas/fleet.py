@@ -17,9 +17,8 @@ inside the span, as of the last exchange. The window length stays Kafka's `Rate.
 process's own samples: taking the others' oldest window instead stretched it by up to one window
 beyond the samples this process had already purged, and the fleet ran 5-10% over T in simulation;
 a process that has just joined measures the fleet's span over (window_count - 1) windows, which errs
-on the strict side. Every process
-therefore sees (nearly) the same fleet rate, and throttles its own clients with Kafka's
-``X = (O - T) / T * W``: the fleet, not each process, is held to T.
+on the strict side. Every process therefore sees (nearly) the same fleet rate, and throttles its own
+clients with Kafka's ``X = (O - T) / T * W``: the fleet, not each process, is held to T.
 
 What a process cannot know is what the others used since the last exchange. Counting it as zero
 goes badly exactly when it matters: whenever the fleet's rate falls below T (a sample holding a burst
@@ -29,7 +28,7 @@ syncing every 100 ms delivered 1.25 T, one span carrying 3.2 T). So the others' 
 estimated by symmetry: each other process the store saw adding to the sensor within the last span
 is assumed to have used, since this process's last exchange, what this process used. N active
 processes then each fill 1/N of a headroom; a process using a quota alone counts nobody else. The
-residual error is bounded in the README ("Fleet quotas: the error bound").
+residual error is bounded in the README ("How far above its quota a fleet can go").
 
 KIP-599's token bucket is shared as its spending, not as its tokens: each process keeps a replica of
 the entity's bucket, spends its own mutations at once and the others' as each exchange reports them
