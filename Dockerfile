@@ -4,7 +4,7 @@
 #   docker run -v "$PWD/deploy/compose/kqp:/etc/kqp:ro" -p 19092:19092 -p 9404:9404 kqp:0.1.0
 #
 # Two stages: the first builds a virtualenv with kqp and its dependencies (wheels only: uvloop,
-# PyYAML and prometheus-client ship manylinux wheels, kafka-python is pure Python), the second
+# PyYAML, hiredis and prometheus-client ship manylinux wheels, kafka-python and redis are pure Python), the second
 # copies only that virtualenv onto the same slim base, so no pip, build tool or cache reaches the
 # final image. Mount the config's directory rather than the file itself when it will be edited
 # live: kqp polls the path, and a directory mount follows a ConfigMap's or an editor's file swap.
@@ -14,7 +14,7 @@ ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_ONLY_BINARY=uvloop,PyYAML
+    PIP_ONLY_BINARY=uvloop,PyYAML,hiredis
 WORKDIR /src
 RUN python -m venv /opt/kqp
 COPY pyproject.toml README.md ./

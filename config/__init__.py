@@ -7,11 +7,13 @@ the modules behind it are split by job (schema machinery, sections, loading, dum
 from kqp.config.dump import config_document
 from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config, parse_config, read_file, with_overrides
-from kqp.config.model import HostPort, MetricsConfig, ProxyConfig, UpstreamConfig
+from kqp.config.model import ClusterConfig, FleetConfig, HostPort, MetricsConfig, ProxyConfig, UpstreamConfig
 from kqp.config.quota_section import quota_settings_from
 
 __all__ = [
+    "ClusterConfig",
     "ConfigError",
+    "FleetConfig",
     "HostPort",
     "MetricsConfig",
     "ProxyConfig",

@@ -77,7 +77,7 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
         "connections_max_idle_ms": cfg.connections_max_idle_ms,
         "shutdown_grace_ms": cfg.shutdown_grace_ms,
         "fetch_throttle": cfg.fetch_throttle,
-        "quotas": quota_document(cfg.quotas),
+        "quotas": quota_document(cfg.quotas, cfg.fleet),
         "metrics": {
             "listen": _address(cfg.metrics.listen),
             "entity_expiry_seconds": cfg.metrics.entity_expiry_seconds,

@@ -22,7 +22,7 @@ import yaml
 
 from kqp.config.errors import ConfigError, shown
 from kqp.config.model import FETCH_THROTTLE_MODES, MAX_PORT, MetricsConfig, ProxyConfig, UpstreamConfig
-from kqp.config.quota_section import quota_settings_from
+from kqp.config.quota_section import quota_section
 from kqp.config.sasl_section import sasl_config, upstream_sasl
 from kqp.config.schema import (
     Field,
@@ -67,7 +67,7 @@ TOP_FIELDS = {
     "connections_max_idle_ms": Field(integer(minimum=1), 600000),
     "shutdown_grace_ms": Field(integer(minimum=0), 10000),
     "fetch_throttle": Field(choice(*FETCH_THROTTLE_MODES), "deliver"),
-    "quotas": Field(lambda value, path: quota_settings_from(value, path=path), {}),
+    "quotas": Field(lambda value, path: quota_section(value, path=path), {}),  # (QuotaSettings, FleetConfig)
     "metrics": Field(section(METRICS_FIELDS, MetricsConfig), {}),
     "tls": Field(tls_section, None),
     "sasl": Field(sasl_config, {}),
@@ -173,6 +173,7 @@ def _parse(data: object, source: str | None) -> ProxyConfig:
     if not isinstance(data, Mapping):
         raise ConfigError("", f"the top level must be a mapping of keys (listen:, upstream:, ...), got {shown(data)}")
     values = read_section(data, "", TOP_FIELDS)
+    values["quotas"], values["fleet"] = values["quotas"]
     listen = values["listen"]
     values["advertised_host"] = _advertised_host(values["advertised_host"], listen.host)
     if values["broker_port_base"] is None:

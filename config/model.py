@@ -21,6 +21,10 @@ from kqp.quotas.principal_mapping import PrincipalMapper
 
 MAX_PORT = 65535
 
+# quotas.scope: `instance` keeps Kafka's semantics (a quota per kqp instance, its workers sharing it);
+# `cluster` shares each quota across every kqp instance that uses the same Redis.
+QUOTA_SCOPES = ("instance", "cluster")
+
 # The two fetch_throttle modes (DESIGN.md): deliver the bytes already paid for upstream, or answer
 # with the broker's empty KIP-219 response.
 FETCH_THROTTLE_MODES = ("deliver", "empty")
@@ -194,6 +198,26 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    """``quotas.cluster``: where and how often a fleet of kqp instances exchanges quota usage."""
+
+    redis_url: str | None             # redis://, rediss:// (TLS), unix://, redis+sentinel://, rediss+sentinel://
+    password_env: str | None          # an environment variable holding the Redis password, if not in the URL
+    sync_interval_ms: int             # each instance exchanges usage at most this often (also paces --workers)
+    timeout_ms: int                   # one exchange taking longer than this counts as a failure
+    expected_instances: int           # the fleet size assumed before the first exchange succeeds
+    key_prefix: str                   # Redis keys start with this, so fleets can share one Redis
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """``quotas.scope`` and ``quotas.cluster``: whether and how quotas are shared between processes."""
+
+    scope: str
+    cluster: ClusterConfig
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     """Everything one kqp process runs with."""
 
@@ -207,6 +231,7 @@ class ProxyConfig:
     shutdown_grace_ms: int
     fetch_throttle: str
     quotas: QuotaSettings
+    fleet: FleetConfig
     metrics: MetricsConfig
     tls: TlsConfig | None
     sasl: SaslConfig

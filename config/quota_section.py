@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from kqp.config.errors import ConfigError, shown
+from kqp.config.fleet_section import FLEET_FIELDS, fleet_config, fleet_document
+from kqp.config.model import FleetConfig
 from kqp.config.schema import Field, child, did_you_mean, integer, name, number, read_section
 from kqp.quotas.model import QUOTA_TYPES, EntitySpec, QuotaSettings
 
@@ -79,6 +81,7 @@ QUOTA_FIELDS = {
     "window_size_seconds": Field(number(above=0), 1),  # quota.window.size.seconds
     "window_count": Field(integer(minimum=2), 11),  # quota.window.num
     "entities": Field(_entities, []),
+    **FLEET_FIELDS,  # scope and cluster: where usage is shared (fleet_section.py)
 }
 
 
@@ -88,19 +91,27 @@ def quota_settings_from(data: object, *, path: str = "quotas", source: str | Non
     Errors name keys under ``path``, so a reload that re-reads the same file reports the same
     ``quotas.entities[1]...`` paths as the first load.
     """
+    return quota_section(data, path=path, source=source)[0]
+
+
+def quota_section(data: object, *, path: str = "quotas",
+                  source: str | None = None) -> tuple[QuotaSettings, FleetConfig]:
+    """The whole ``quotas:`` section: the quota values, and where their usage is shared."""
     try:
         values = read_section(data, path, QUOTA_FIELDS)
+        fleet = fleet_config(values["scope"], values["cluster"], path)
     except ConfigError as exc:
         raise exc.with_source(source) from None
-    return QuotaSettings(
+    settings = QuotaSettings(
         window_size_seconds=values["window_size_seconds"],
         window_count=values["window_count"],
         entities=values["entities"],
     )
+    return settings, fleet
 
 
-def quota_document(settings: QuotaSettings) -> dict[str, object]:
-    """The ``quotas:`` section that :func:`quota_settings_from` reads back as ``settings``."""
+def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) -> dict[str, object]:
+    """The ``quotas:`` section that :func:`quota_section` reads back as ``settings`` (and ``fleet``)."""
     entries: list[dict[str, object]] = []
     for entity, values in settings.entities.items():
         entry: dict[str, object] = {
@@ -108,8 +119,11 @@ def quota_document(settings: QuotaSettings) -> dict[str, object]:
         }
         entry.update(values)
         entries.append(entry)
-    return {
+    document: dict[str, object] = {
         "window_size_seconds": settings.window_size_seconds,
         "window_count": settings.window_count,
         "entities": entries,
     }
+    if fleet is not None:
+        document.update(fleet_document(fleet))
+    return document

@@ -10,6 +10,11 @@ Fast path: the manager knows which quota types any entity configures at all. A `
 types are all unconfigured returns at once, without resolving the principal; otherwise the cost is
 one cached resolution and O(window_count) per configured type.
 
+Shared quotas (cluster scope, `--workers`): given a `FleetLedger`, every sensor is created with its
+`SharedUsage`, so recording also notes the usage for the next exchange and throttles are computed on
+the fleet's rate (fleet.py). The manager keeps the ledger's sensors in step with its own: a sensor
+released here is forgotten there, and new windows restart both.
+
 Time is an argument everywhere (`now`, seconds on a monotonic clock): this module never reads a
 clock, so tests drive it with plain numbers.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kqp.quotas.entities import Resolution, resolutions, resolve_key
+from kqp.quotas.fleet import FleetLedger, sensor_name
 from kqp.quotas.model import QUOTA_TYPES, EntitySpec, Principal, QuotaKey, QuotaSettings
 from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
@@ -54,10 +60,13 @@ class SensorState:
 class QuotaManager:
     """Sensors per (quota type, QuotaKey), created on first use, updated live, expired when idle."""
 
-    def __init__(self, settings: QuotaSettings, now: float) -> None:
+    def __init__(self, settings: QuotaSettings, now: float, fleet: FleetLedger | None = None) -> None:
         # `now` is accepted for symmetry with every other call; sensors are created lazily, each
         # with the time of its first use, so nothing needs the start time yet.
         self._sensors: dict[str, dict[QuotaKey, QuotaSensor]] = {t: {} for t in QUOTA_TYPES}
+        self.fleet = fleet
+        if fleet is not None:
+            fleet.configure(settings.window_size_seconds, settings.window_count)
         self._apply(settings)
 
     def _apply(self, settings: QuotaSettings) -> None:
@@ -96,12 +105,15 @@ class QuotaManager:
         if (old.window_size_seconds, old.window_count) != (settings.window_size_seconds, settings.window_count):
             released = self.sensor_count
             self._sensors = {t: {} for t in QUOTA_TYPES}
+            if self.fleet is not None:
+                self.fleet.configure(settings.window_size_seconds, settings.window_count)
         else:
             for quota_type, sensors in self._sensors.items():
                 for key, sensor in list(sensors.items()):
                     found = resolve_key(settings, quota_type, key)
                     if found is None:
                         del sensors[key]
+                        self._forget(quota_type, key)
                         released += 1
                         continue
                     sensor.entity = found.entity
@@ -119,9 +131,11 @@ class QuotaManager:
         if sensor is None:
             s = self._settings
             cap = s.window_size_seconds if quota_type in CAPPED_TYPES else None
+            fleet = self.fleet
+            shared = None if fleet is None else fleet.usage_for(sensor_name(quota_type, found.key), now)
             sensor = sensors[found.key] = QuotaSensor(
                 found.limit, s.window_size_seconds, s.window_count, now,
-                cap=cap, token_bucket=quota_type == MUTATION, entity=found.entity,
+                cap=cap, token_bucket=quota_type == MUTATION, entity=found.entity, shared=shared,
             )
         elif sensor.limit != found.limit:
             # update_settings re-checks every key, so this is only a safety net: the latest
@@ -297,7 +311,7 @@ class QuotaManager:
         for quota_type, sensors in self._sensors.items():
             for key, sensor in sensors.items():
                 out.append(SensorState(
-                    quota_type, key, sensor.entity, sensor.rate.measure(now), sensor.limit, sensor.last_throttle,
+                    quota_type, key, sensor.entity, sensor.measure(now), sensor.limit, sensor.last_throttle,
                     sensor.tokens(now), now - sensor.last_record,
                 ))
         return out
@@ -309,12 +323,17 @@ class QuotaManager:
         which is what an idle entity's purged samples would read as anyway.
         """
         dropped = 0
-        for sensors in self._sensors.values():
+        for quota_type, sensors in self._sensors.items():
             stale = [key for key, sensor in sensors.items() if now - sensor.last_record >= idle_seconds]
             for key in stale:
                 del sensors[key]
+                self._forget(quota_type, key)
             dropped += len(stale)
         return dropped
+
+    def _forget(self, quota_type: str, key: QuotaKey) -> None:
+        if self.fleet is not None:
+            self.fleet.forget(sensor_name(quota_type, key))
 
 
 def _number(value: float) -> str:

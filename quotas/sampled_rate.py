@@ -117,12 +117,16 @@ class SampledRate:
         """The sum of the monitored samples after purging (Kafka's `WindowedSum.measure`)."""
         return self._scan(now)[0]
 
-    def observe(self, now: float) -> tuple[float, float]:
-        """`(measure(now), window_size(now))` in one pass: what a quota check needs."""
+    def observe(self, now: float, elsewhere: float = 0.0) -> tuple[float, float]:
+        """`(measure(now), window_size(now))` in one pass: what a quota check needs.
+
+        `elsewhere` is usage measured outside these samples (the rest of a fleet's, fleet.py) over
+        the same span: it is added to the samples' sum, and the window stays these samples' own.
+        """
         self._first(now)
         total, oldest = self._scan(now)
         window = self._span(now, oldest)
-        return total / window, window
+        return (total + elsewhere) / window, window
 
     def measure(self, now: float) -> float:
         """Units per second (Kafka's `Rate.measure`)."""

@@ -12,12 +12,18 @@ A quota of 0 means "block": the arithmetic has no finite answer (no delay brings
 down to zero), so any use throttles for the whole measured span, `window_count * window_size`,
 after which the use has aged out of the samples and the entity gets one more request through.
 Kafka itself refuses a zero quota (ClientQuotaControlManager: "must be greater than 0").
+
+A shared sensor (cluster scope, `--workers`) also hands every recording to its `SharedUsage` and
+measures against the fleet: its own samples plus the others' (fleet.py), at the full limit while the
+fleet is reachable and at its share (`FleetLedger.scale`) while it is not. Its token bucket is a
+replica that the exchange also debits with the others' mutations.
 """
 
 from __future__ import annotations
 
 import math
 
+from kqp.quotas.fleet import SharedUsage
 from kqp.quotas.model import EntitySpec
 from kqp.quotas.sampled_rate import SampledRate
 from kqp.quotas.throttle import throttle_seconds
@@ -27,17 +33,24 @@ from kqp.quotas.token_bucket import TokenBucket
 class QuotaSensor:
     """Measurement, limit and last throttle of one `(quota type, QuotaKey)`."""
 
-    __slots__ = ("bucket", "cap", "entity", "last_record", "last_throttle", "limit", "rate", "span")
+    __slots__ = ("_scale", "bucket", "cap", "entity", "last_record", "last_throttle", "limit", "rate", "shared",
+                 "span")
 
     def __init__(self, limit: float, window_size: float, window_count: int, now: float, *,
-                 cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None) -> None:
+                 cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None,
+                 shared: SharedUsage | None = None) -> None:
         self.limit = limit
         self.entity = entity  # the configured entity whose quota this is (for logs and metrics)
         self.span = window_size * window_count
         self.cap = cap
         self.rate = SampledRate(window_size, window_count)
+        self.shared = shared
+        self._scale = 1.0 if shared is None else shared.ledger.scale
         # KIP-599: refill rate Q, burst Q * S * W.
-        self.bucket = TokenBucket(limit, limit * self.span, now) if token_bucket else None
+        quota = limit * self._scale
+        self.bucket = TokenBucket(quota, quota * self.span, now) if token_bucket else None
+        if shared is not None and self.bucket is not None:
+            shared.on_others = self.bucket.record   # the others' mutations debit this replica
         self.last_record = now
         self.last_throttle = 0.0
 
@@ -50,30 +63,60 @@ class QuotaSensor:
         """
         self.limit = limit
         if self.bucket is not None:
-            self.bucket.update_rate(limit, limit * self.span)
+            quota = limit * self._scale
+            self.bucket.update_rate(quota, quota * self.span)
+
+    def _rescale(self, scale: float) -> None:
+        """A new share of the limit (1 while the fleet is reachable, 1/n alone); a token bucket
+        replica follows it as a live quota change (`TokenBucket.update_rate`)."""
+        self._scale = scale
+        if self.bucket is not None:
+            self.bucket.update_rate(self.limit * scale, self.limit * scale * self.span)
 
     def add(self, value: float, now: float) -> None:
         """Record `value` without checking the quota (Kafka's `record(value, time, false)`)."""
         self.rate.record(value, now)
         if self.bucket is not None:
             self.bucket.record(value, now)
+        if self.shared is not None:
+            self.shared.record(value, now)
         self.last_record = now
+
+    def observe(self, now: float) -> tuple[float, float]:
+        """(rate, window) as the quota sees it: this process's samples plus, shared, the fleet's
+        (over this process's window: fleet.py says why)."""
+        if self.shared is None:
+            return self.rate.observe(now)
+        return self.rate.observe(now, self.shared.remote(now))
+
+    def measure(self, now: float) -> float:
+        return self.observe(now)[0]
 
     def throttle(self, now: float) -> float:
         """Seconds of throttle the quota asks for at `now`; 0 within quota."""
+        shared = self.shared
+        if shared is not None and shared.ledger.scale != self._scale:
+            self._rescale(shared.ledger.scale)
         if self.bucket is not None:
             t = self.bucket.throttle_seconds(now)
             if t == math.inf:
                 t = self.span
         else:
-            observed, window = self.rate.observe(now)
-            if observed <= self.limit:
+            if shared is None:
+                observed, window = self.rate.observe(now)
+                limit = self.limit
+            else:
+                observed, window = self.rate.observe(now, shared.remote(now))
+                limit = self.limit * self._scale
+            if observed <= limit:
                 return 0.0
-            t = self.span if self.limit <= 0 else throttle_seconds(observed, self.limit, window)
+            t = self.span if limit <= 0 else throttle_seconds(observed, limit, window)
         if self.cap is not None and t > self.cap:
             t = self.cap
         if t > 0:
             self.last_throttle = t
+            if self.shared is not None:
+                self.shared.throttled(now + t)
         return t
 
     def charge(self, value: float, now: float) -> float:
@@ -83,4 +126,8 @@ class QuotaSensor:
 
     def tokens(self, now: float) -> float | None:
         """Tokens left in the bucket, or None for a rate sensor."""
-        return None if self.bucket is None else self.bucket.tokens(now)
+        if self.bucket is None:
+            return None
+        if self.shared is not None and self.shared.ledger.scale != self._scale:
+            self._rescale(self.shared.ledger.scale)
+        return self.bucket.tokens(now)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import chart, kqp_target, profile_summary, report
-from .references import REFERENCES, TLS_WORKLOADS, CellSettings, Reference, workers_reference
+from .references import REFERENCES, TLS_WORKLOADS, CellSettings, Reference, redis_unavailable, workers_reference
 from .runner import WORKLOADS, Plan, Runner, run_rounds, workdir_for
 
 SHORT = Plan(rounds=1, produce_seconds=1.2, consume_megabytes=24, latency_seconds=0.8, latency_rate=1000,
@@ -146,6 +146,11 @@ def _run(args: argparse.Namespace) -> int:
         for ref in references:
             if ref.kind == "kqp":
                 runner.unavailable[ref.name] = support.reason
+    no_redis = redis_unavailable()
+    if no_redis is not None:
+        for ref in references:
+            if ref.kqp_variant.endswith("-cluster"):
+                runner.unavailable.setdefault(ref.name, no_redis)
     started = time.monotonic()
     profiled: dict[str, Any] | None = None
     profile = out / "profile-kqp-produce.txt"

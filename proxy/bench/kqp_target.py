@@ -10,7 +10,9 @@ kqp is measured in four configurations against the same upstream:
   to its record batches (the record and batch quotas, and kqp_records_total, need the counts);
 - `throttle`: a byte-rate quota for every client id below what the path can carry, so the
   produce and consume figures show the quota being enforced rather than the proxy's speed
-  (with 0.2 s quota windows, so that the rate settles within a run of a few seconds).
+  (with 0.2 s quota windows, so that the rate settles within a run of a few seconds);
+- `every-entity-cluster`: `every-entity` in cluster scope, its usage exchanged with a redis-server
+  every 100 ms: what sharing quotas across a fleet costs, against `every-entity`.
 
 kqp is driven through its command line, as a user would start it, run by this very interpreter
 (`python -m kqp.proxy.tools.cli`): the kqp measured is the one the harness itself is imported from.
@@ -77,7 +79,7 @@ def _every_entity() -> list[dict[str, Any]]:
 
 def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: float,
                broker_port: int | None = None, tls: dict[str, Any] | None = None,
-               upstream_tls: dict[str, Any] | None = None) -> dict[str, Any]:
+               upstream_tls: dict[str, Any] | None = None, redis_url: str | None = None) -> dict[str, Any]:
     """The YAML document (as a dict) for one kqp variant.
 
     Broker listeners get ephemeral ports unless `broker_port` pins the one upstream broker's
@@ -99,6 +101,11 @@ def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: 
         config["quotas"] = {"entities": _every_entity()}
         if variant == "metrics-quotas":
             config["metrics"] = {"listen": "127.0.0.1:0"}  # an ephemeral port: nobody scrapes it
+    elif variant == "every-entity-cluster":
+        if redis_url is None:
+            raise ValueError("the cluster variant needs a Redis")
+        config["quotas"] = {"entities": _every_entity(), "scope": "cluster",
+                            "cluster": {"redis_url": redis_url, "sync_interval_ms": 100}}
     elif variant == "throttle":
         # Short windows so the measured rate settles on the quota within a benchmark run: Kafka's
         # rate counts a fresh sensor's window as (window_count - 1) x window_size long, which lets

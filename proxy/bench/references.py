@@ -20,6 +20,7 @@ path of the MB/s figures of `kqp-tls-both`, not in kqp's CPU per GB, which count
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -57,8 +58,11 @@ REFERENCES: tuple[Reference, ...] = (
     Reference("kqp-tls", "kqp", "kqp, mutual TLS from the clients, plaintext to the broker", tls="client"),
     Reference("kqp-tls-both", "kqp", "kqp, mutual TLS from the clients and TLS to the broker (behind a "
               "TLS-terminating relay)", tls="both"),
+    Reference("kqp-cluster", "kqp", "kqp-quotas in cluster scope: usage shared through a redis-server every 100 ms",
+              kqp_variant="every-entity-cluster"),
 )
 TLS_WORKLOADS = ["produce", "consume"]   # what the TLS references measure: bytes through TLS
+REDIS = "redis-server"
 
 
 def workers_reference(workers: int) -> Reference:
@@ -124,7 +128,19 @@ def _kqp_tls(ref: Reference, settings: CellSettings) -> dict[str, object]:
     return sections
 
 
-def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int, port: int) -> Server:
+def redis_unavailable() -> str | None:
+    """Why the cluster reference cannot run here, or None."""
+    return None if shutil.which(REDIS) else "redis-server is not installed (apt-get install redis-server)"
+
+
+def _redis(settings: CellSettings, tag: str) -> Server:
+    port = free_port()
+    argv = [shutil.which(REDIS) or REDIS, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"]
+    return Server(REDIS, argv, settings.workdir / f"{tag}-redis.log", host=HOST, port=port)
+
+
+def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int, port: int,
+           redis_url: str | None = None) -> Server:
     log = settings.workdir / f"{tag}-proxy.log"
     upstream = f"{HOST}:{upstream_port}"
     if ref.kind == "relay":
@@ -137,7 +153,7 @@ def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int,
     if ref.kind == "kqp":
         pinned = _broker_listener_port() if ref.workers > 1 else None
         config = kqp_target.config_for(ref.kqp_variant, port, upstream, settings.throttle_bytes_s, pinned,
-                                       **_kqp_tls(ref, settings))  # type: ignore[arg-type]
+                                       redis_url=redis_url, **_kqp_tls(ref, settings))  # type: ignore[arg-type]
         path = kqp_target.write_config(settings.workdir / f"{tag}.yaml", config)
         argv = [*kqp_target.kqp_command(), "run", "--config", str(path)]
         if ref.workers > 1:
@@ -158,10 +174,14 @@ def open_cell(ref: Reference, settings: CellSettings, tag: str) -> Iterator[Cell
         relay_port = free_port() if ref.tls == "both" else None
         advertised = proxy_port if ref.kind == "relay" else relay_port
         broker = stack.enter_context(_broker(settings, tag, advertised))
+        redis_url = None
+        if ref.kqp_variant.endswith("-cluster"):   # a Redis of its own per cell, as the broker
+            redis = stack.enter_context(_redis(settings, tag))
+            redis_url = f"redis://{HOST}:{redis.port}/0"
         upstream_port = broker.port
         if relay_port is not None:
             upstream_port = stack.enter_context(_tls_relay(settings, tag, relay_port, broker.port)).port
-        proxy = stack.enter_context(_proxy(ref, settings, tag, upstream_port, proxy_port))
+        proxy = stack.enter_context(_proxy(ref, settings, tag, upstream_port, proxy_port, redis_url))
         client_conf = _certs(settings).librdkafka() if ref.tls else {}
         if relay_port is None:
             yield Cell(ref, HOST, proxy_port, broker_address(broker), broker, proxy, client_conf)

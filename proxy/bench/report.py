@@ -28,13 +28,16 @@ METRICS: dict[str, tuple[str, ...]] = {
 
 # Ratios the goals are stated in: (label, workload, metric, numerator, denominator).
 _MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kqp-quotas", "kqp"),
-               ("relay", "direct"), ("tansu-proxy", "direct"), ("kqp-tls", "kqp"), ("kqp-tls-both", "kqp"))
+               ("relay", "direct"), ("tansu-proxy", "direct"), ("kqp-tls", "kqp"), ("kqp-tls-both", "kqp"),
+               ("kqp-cluster", "kqp-quotas"))
 RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     *((f"{workload} {num}/{den}", workload, "mb_s", num, den)
       for workload in ("produce", "consume") for num, den in _MB_S_PAIRS),
     ("produce cpu_s_per_gb kqp/tansu-proxy", "produce", "cpu_s_per_gb", "kqp", "tansu-proxy"),
     *((f"{workload} cpu_s_per_gb {tls}/kqp", workload, "cpu_s_per_gb", tls, "kqp")
       for workload in ("produce", "consume") for tls in ("kqp-tls", "kqp-tls-both")),
+    ("produce cpu_s_per_gb kqp-cluster/kqp-quotas", "produce", "cpu_s_per_gb", "kqp-cluster", "kqp-quotas"),
+    ("latency p99_ms kqp-cluster/kqp-quotas", "latency", "p99_ms", "kqp-cluster", "kqp-quotas"),
     ("connections rss_mb kqp/relay", "connections", "rss_mb", "kqp", "relay"),
 )
 # CPU per GB is compared with the relay for every proxy measured (each kqp setup, tansu proxy):

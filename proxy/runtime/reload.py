@@ -27,7 +27,8 @@ log = logging.getLogger("kqp.reload")
 POLL_SECONDS = 0.25
 # Keys whose change needs a restart: kqp says so instead of half-applying them.
 _RESTART_KEYS = ("listen", "advertised_host", "broker_port_base", "broker_ports", "upstream",
-                 "max_frame_bytes", "metrics", "tls", "sasl")
+                 "max_frame_bytes", "metrics", "tls", "sasl", "fleet")
+_SHOWN = {"fleet": "quotas.scope/quotas.cluster"}  # ProxyConfig attributes not named as in the file
 
 
 def file_stamp(path: str) -> tuple[int, int, int, float] | None:
@@ -65,7 +66,7 @@ class ConfigReloader:
             return False
         for key in _RESTART_KEYS:
             if getattr(new, key) != getattr(self.current, key):
-                log.warning("config reload: a change of %r needs a restart; it is not applied", key)
+                log.warning("config reload: a change of %r needs a restart; it is not applied", _SHOWN.get(key, key))
         changes = self._apply_quotas(new.quotas)
         if self._apply_runtime is not None:
             self._apply_runtime(new)

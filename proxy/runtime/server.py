@@ -1,9 +1,10 @@
 """The proxy process: where its parts are built and wired, and its life (start, reload, drain, stop).
 
-`ProxyServer._assemble` is the one place that builds the quota manager, the topic cache and the
-mutation gate, the observer's bindings, the delay driver, the listeners and the upstream cluster,
-and hands each part only what it uses: the connection core gets `CoreParts`, each connection's
-asyncio edge gets `EdgeWiring`, the HTTP endpoint gets a registry and `readiness`.
+`ProxyServer._assemble` is the one place that builds the quota manager (and, when quotas are shared,
+the fleet exchange it reports to), the topic cache and the mutation gate, the observer's bindings,
+the delay driver, the listeners and the upstream cluster, and hands each part only what it uses:
+the connection core gets `CoreParts`, each connection's asyncio edge gets `EdgeWiring`, the HTTP
+endpoint gets a registry and `readiness`.
 
 Start-up order matters for clients: kqp learns the upstream's brokers and API versions first, binds
 one listener per broker, and only then opens the bootstrap listener, so the first Metadata a client
@@ -30,6 +31,7 @@ from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
 from kqp.proxy.tls.contexts import client_context, server_context, watched_files
@@ -41,10 +43,12 @@ from .cert_reload import ReloadingContext, UpstreamTls, no_tls
 from .cluster import UpstreamCluster
 from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
+from .fleet_sync import FleetSync, open_fleet
 from .listeners import ListenerSet, ListenerTls
 from .refusals import RefusalLog
 from .reload import ConfigReloader
 from .topic_lookup import TopicLookup
+from .workers import WorkerSeat
 
 log = logging.getLogger("kqp")
 
@@ -63,9 +67,12 @@ def core_settings(config: ProxyConfig) -> CoreSettings:
 
 class ProxyServer:
     def __init__(self, config: ProxyConfig, observer: ProxyObserver | None = None,
-                 overrides: dict[str, str | None] | None = None, reuse_port: bool = False) -> None:
+                 overrides: dict[str, str | None] | None = None, reuse_port: bool = False,
+                 seat: WorkerSeat | None = None) -> None:
         self.config = config
         self.reuse_port = reuse_port
+        self.seat = seat   # this worker's place under `kqp run --workers N`, if any
+        self.fleet: FleetSync | None = None
         self.overrides = overrides or {}
         self.observer = observer or PrometheusObserver.for_proxy(config.metrics)
         self.stopping = asyncio.Event()
@@ -81,7 +88,9 @@ class ProxyServer:
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
         cfg = self.config
         self.loop = loop
-        self.quotas = QuotaManager(cfg.quotas, loop.time())
+        workers, parent = (self.seat.workers, self.seat.exchange_path) if self.seat else (1, None)
+        self.fleet = open_fleet(cfg.fleet, cfg.quotas, workers, parent, loop.time, time.time)
+        self.quotas = QuotaManager(cfg.quotas, loop.time(), self.fleet.ledger if self.fleet else None)
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)
@@ -136,6 +145,8 @@ class ProxyServer:
             assert self.loop is not None
             observer.bind(self.loop.time, self.quotas, self.upstream_health, self.readiness)
             registry = observer.registry
+            if self.fleet is not None:
+                registry.register(FleetCollector(self.fleet.status))
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
@@ -151,7 +162,14 @@ class ProxyServer:
         return UpstreamHealth(age, 3 * self.config.upstream.metadata_refresh_ms / 1000)
 
     def readiness(self) -> tuple[bool, str]:
-        """/readyz: listeners bound, upstream Metadata fresh, not shutting down; with the reason."""
+        """/readyz: listeners bound, upstream Metadata fresh, not shutting down; with the reason, and
+        whether quotas are shared (a process enforcing its share alone still serves: still ready)."""
+        ready, detail = self._readiness()
+        if self.fleet is not None:
+            detail = f"{detail}; {self.fleet.describe()}"
+        return ready, detail
+
+    def _readiness(self) -> tuple[bool, str]:
         if self.stopping.is_set():
             return False, "shutting down"
         if self.loop is None or not self.ready.is_set():
@@ -168,6 +186,8 @@ class ProxyServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._assemble(loop)
+        if self.fleet is not None:   # quotas are shared from the start, even before the upstream answers
+            self._tasks.append(loop.create_task(self.fleet.run(self.stopping)))
         await self._start_metrics()   # first, so /healthz answers while kqp waits for the upstream
         delay = 0.2
         while True:

@@ -2,12 +2,16 @@
 
 One event loop saturates one core; past that, the kernel spreads new client connections over N
 processes that each bind the same ports with SO_REUSEPORT. A connection stays in the process that
-accepted it, so per-connection ordering and muting are unchanged. Quotas are per worker, as Kafka's
-are per broker: an entity spread over W workers can use up to W times its quota (shared state across
-workers is the Redis issue on the roadmap). Each worker serves its own metrics on
-`metrics.listen` port + worker index, so every worker can be scraped.
+accepted it, so per-connection ordering and muting are unchanged. Each worker serves its own metrics
+on `metrics.listen` port + worker index, so every worker can be scraped.
 
-The parent only supervises: it forwards SIGTERM/SIGINT/SIGHUP, and exits with the worst exit code.
+The workers hold one quota, not N: each measures locally and exchanges its usage per entity every
+sync interval. In cluster scope they exchange with Redis, each worker an instance of the fleet;
+otherwise the parent serves the exchange itself (fleet_local.py), so `--workers` needs nothing
+installed to keep Kafka's per-instance semantics.
+
+The parent supervises: it forwards SIGTERM/SIGINT/SIGHUP, serves the workers' exchange, and exits with
+the worst exit code.
 """
 
 from __future__ import annotations
@@ -20,11 +24,23 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kqp.config.errors import ConfigError
 from kqp.config.model import HostPort, ProxyConfig
 
+from .fleet_local import WorkersExchangeServer
+
 log = logging.getLogger("kqp.workers")
+
+
+@dataclass(frozen=True)
+class WorkerSeat:
+    """One worker's place: its index, how many there are, and the parent's exchange (if it serves one)."""
+
+    index: int
+    workers: int
+    exchange_path: str | None
 
 
 def check_workers(config: ProxyConfig, workers: int) -> None:
@@ -46,8 +62,20 @@ def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
     return dataclasses.replace(config, metrics=metrics)
 
 
-def run_workers(config: ProxyConfig, workers: int, run_one: Callable[[ProxyConfig], int]) -> int:
+def run_workers(config: ProxyConfig, workers: int, run_one: Callable[[ProxyConfig, WorkerSeat], int]) -> int:
     """Fork `workers` children running `run_one`; supervise them until they all exit."""
+    # Bound before forking, served after (no thread may exist at fork time). In cluster scope the
+    # workers share through Redis and the parent serves nothing.
+    exchange = WorkersExchangeServer() if config.fleet.scope == "instance" else None
+    try:
+        return _supervise(config, workers, run_one, exchange)
+    finally:
+        if exchange is not None:
+            exchange.close()
+
+
+def _supervise(config: ProxyConfig, workers: int, run_one: Callable[[ProxyConfig, WorkerSeat], int],
+               exchange: WorkersExchangeServer | None) -> int:
     children: dict[int, int] = {}
     for index in range(workers):
         pid = os.fork()
@@ -55,10 +83,15 @@ def run_workers(config: ProxyConfig, workers: int, run_one: Callable[[ProxyConfi
             os.environ["KQP_WORKER"] = str(index)
             code = 1
             try:
-                code = run_one(worker_config(config, index))
+                if exchange is not None:
+                    exchange.close_in_worker()
+                code = run_one(worker_config(config, index),
+                               WorkerSeat(index, workers, exchange.path if exchange is not None else None))
             finally:
                 os._exit(code)
         children[pid] = index
+    if exchange is not None:
+        exchange.serve()
     log.info("kqp started %d workers: %s", workers, ", ".join(str(p) for p in children))
 
     def forward(signum: int, _frame: object) -> None:

@@ -16,8 +16,9 @@ from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config, with_overrides
 from kqp.config.model import ProxyConfig
 from kqp.proxy.runtime import loops
+from kqp.proxy.runtime.fleet_sync import cluster_password
 from kqp.proxy.runtime.logs import setup_logging
-from kqp.proxy.runtime.workers import check_workers, run_workers
+from kqp.proxy.runtime.workers import WorkerSeat, check_workers, run_workers
 from kqp.proxy.tls.contexts import check_tls
 
 from . import sasl_credential
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="HOST:PORT of the bootstrap listener (overrides the file)")
     run.add_argument("--advertised-host", help="host written into rewritten broker addresses")
     run.add_argument("--workers", type=int, default=1,
-                     help="processes sharing the ports with SO_REUSEPORT (quotas are per worker)")
+                     help="processes sharing the ports with SO_REUSEPORT; they hold one quota between them")
     _add_common(run)
 
     check = sub.add_parser("check-config", help="validate a config file without starting")
@@ -82,6 +83,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _load(args)
         check_workers(config, args.workers)
         check_tls(config)   # a certificate that does not load stops kqp here, as one line naming the key
+        if config.fleet.scope == "cluster":
+            cluster_password(config.fleet.cluster)   # a password variable that is not set stops kqp here
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
@@ -89,11 +92,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     tune_malloc()  # before any worker is forked: they inherit it
     overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
-    def run_one(cfg: ProxyConfig) -> int:
+    def run_one(cfg: ProxyConfig, seat: WorkerSeat | None = None) -> int:
         from kqp.proxy.runtime.server import ProxyServer
 
         async def main() -> int:
-            server = ProxyServer(cfg, overrides=overrides, reuse_port=args.workers > 1)
+            server = ProxyServer(cfg, overrides=overrides, reuse_port=args.workers > 1, seat=seat)
             return await server.run()
 
         try:

@@ -36,7 +36,7 @@ def test_compose_schema_check_rejects_a_broken_file(tmp_path) -> None:
 
 def test_stack_has_every_service() -> None:
     services = compose()["services"]
-    assert set(services) == {"kafka", "kqp", "prometheus", "grafana", "spark-job"}
+    assert set(services) == {"kafka", "redis", "kqp", "prometheus", "grafana", "spark-job"}
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft
 
@@ -57,6 +57,15 @@ def test_kqp_service_wiring() -> None:
     prometheus = yaml.safe_load((DEPLOY / "compose" / "prometheus.yml").read_text(encoding="utf-8"))
     targets = [t for job in prometheus["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
     assert targets == [f"kqp:{config.metrics.listen.port}"]
+
+
+def test_kqp_shares_its_quotas_through_the_redis_service() -> None:
+    services = compose()["services"]
+    assert services["redis"]["image"].startswith("redis:")
+    assert "redis" in services["kqp"]["depends_on"]
+    config = load_config(DEPLOY / "compose" / "kqp" / "kqp.yaml")
+    assert config.fleet.scope == "cluster"
+    assert config.fleet.cluster.redis_url == "redis://redis:6379/0"
 
 
 def test_grafana_is_provisioned_with_the_kqp_dashboard() -> None:

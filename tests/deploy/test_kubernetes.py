@@ -169,3 +169,28 @@ def test_sasl_service_reads_its_secrets_from_the_mounted_secret(tmp_path: Path) 
     meta = service["metadata"]
     assert config.advertised_host == f"{meta['name']}.{meta['namespace']}.svc.cluster.local"
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize("variant", ["sidecar", "shared"])
+def test_fleet_quotas_reach_the_fleet_redis(variant: str) -> None:
+    """Both variants share quotas through deploy/k8s/fleet's Redis: its Service's address, its Secret."""
+    [redis] = by_kind("Deployment", K8S / "fleet")
+    [service] = by_kind("Service", K8S / "fleet")
+    assert service["spec"]["selector"].items() <= redis["spec"]["template"]["metadata"]["labels"].items()
+    [redis_container] = redis["spec"]["template"]["spec"]["containers"]
+    [secret_env] = [e for e in redis_container["env"] if e["name"] == "REDIS_PASSWORD"]
+    secret = secret_env["valueFrom"]["secretKeyRef"]
+    assert "$(REDIS_PASSWORD)" in redis_container["args"]
+    config = kqp_config(variant)
+    assert config.fleet.scope == "cluster"
+    meta = service["metadata"]
+    [port] = service["spec"]["ports"]
+    assert config.fleet.cluster.redis_url == f"redis://{meta['name']}.{meta['namespace']}.svc.cluster.local:" \
+                                             f"{port['port']}/0"
+    pods = ([d["spec"] for p, d in manifests(K8S / "sidecar") if p.name.endswith("-pod-template.yaml")]
+            if variant == "sidecar" else [by_kind("Deployment", K8S / "shared")[0]["spec"]["template"]["spec"]])
+    assert pods
+    for pod in pods:
+        env = {e["name"]: e for e in kqp_container(pod).get("env", [])}
+        assert config.fleet.cluster.password_env in env, "kqp reads the Redis password from this variable"
+        assert env[config.fleet.cluster.password_env]["valueFrom"]["secretKeyRef"] == secret

@@ -32,7 +32,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", "kqp-alerts.yml")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 4 rules found" in result.stdout
+    assert "SUCCESS: 5 rules found" in result.stdout
 
 
 @needs_promtool
@@ -64,7 +64,9 @@ def test_promtool_rule_unit_tests_can_fail(tmp_path: Path) -> None:
 def test_alert_rules_cover_the_issue() -> None:
     rules = yaml.safe_load((PROM_DIR / "kqp-alerts.yml").read_text())["groups"][0]["rules"]
     by_name = {r["alert"]: r for r in rules}
-    assert set(by_name) == {"KqpEntityThrottled", "KqpUpstreamDown", "KqpUpstreamErrors", "KqpConfigReloadFailed"}
+    assert set(by_name) == {"KqpEntityThrottled", "KqpUpstreamDown", "KqpUpstreamErrors", "KqpConfigReloadFailed",
+                            "KqpFleetQuotasNotShared"}
+    assert by_name["KqpFleetQuotasNotShared"]["expr"] == "kqp_fleet_sync_up == 0"
     assert "kqp_throttle_seconds_total" in by_name["KqpEntityThrottled"]["expr"]
     assert by_name["KqpEntityThrottled"]["for"] == "10m"
     assert 'result="failure"' in by_name["KqpConfigReloadFailed"]["expr"]

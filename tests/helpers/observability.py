@@ -42,10 +42,15 @@ def start_with_metrics(kqp: Callable[..., KqpProcess], upstream: str, /, **confi
     config.setdefault("quotas", QUOTAS)
     quotas = config.pop("quotas")
     proxy = kqp(upstream, quotas, metrics={"listen": "127.0.0.1:0"}, **config)
+    return proxy, metrics_url(proxy)
+
+
+def metrics_url(proxy: KqpProcess) -> str:
+    """The base URL of a running kqp's metrics endpoint, from the line it logs at start."""
     line = proxy.wait_for_log("metrics endpoint", timeout=10)
     found = _URL.search(line)
     assert found, f"no URL in {line!r}"
-    return proxy, found.group(1)
+    return found.group(1)
 
 
 def scrape(base_url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

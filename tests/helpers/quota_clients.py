@@ -69,10 +69,29 @@ def librdkafka_throttle(stats: list[dict[str, Any]]) -> tuple[float, int]:
     return worst, timeouts
 
 
-def confluent_flood(bootstrap: str, topic: str, client_id: str, seconds: float, *,
-                    acks: int = -1, **conf: Any) -> ProduceRun:
-    run = ProduceRun("confluent-kafka", client_id)
+@dataclass
+class FloodProducer:
+    """A confluent-kafka producer configured for a flood, with the statistics it has reported."""
+
+    producer: Producer
+    stats: list[dict[str, Any]]
+
+
+def confluent_producer(bootstrap: str, client_id: str, *, acks: int = -1, **conf: Any) -> FloodProducer:
     stats: list[dict[str, Any]] = []
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "client.id": client_id, "acks": acks,
+        "linger.ms": 5, "batch.size": BATCH_BYTES, "queue.buffering.max.kbytes": LOCAL_BUFFER_KB,
+        "request.timeout.ms": REQUEST_TIMEOUT_MS, "message.send.max.retries": 0,
+        "statistics.interval.ms": 200, "stats_cb": lambda s: stats.append(json.loads(s)), **conf,
+    })
+    return FloodProducer(producer, stats)
+
+
+def confluent_flood(bootstrap: str, topic: str, client_id: str, seconds: float, *,
+                    acks: int = -1, made: FloodProducer | None = None, **conf: Any) -> ProduceRun:
+    """Flood `topic` for `seconds`; `made`: a producer already connected (e.g. placed on one worker)."""
+    run = ProduceRun("confluent-kafka", client_id)
 
     def delivered(err: Any, msg: Any) -> None:
         if err is not None:
@@ -80,12 +99,8 @@ def confluent_flood(bootstrap: str, topic: str, client_id: str, seconds: float, 
         else:
             run.acked.append(value_id(msg.value()))
 
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "client.id": client_id, "acks": acks,
-        "linger.ms": 5, "batch.size": BATCH_BYTES, "queue.buffering.max.kbytes": LOCAL_BUFFER_KB,
-        "request.timeout.ms": REQUEST_TIMEOUT_MS, "message.send.max.retries": 0,
-        "statistics.interval.ms": 200, "stats_cb": lambda s: stats.append(json.loads(s)), **conf,
-    })
+    made = made or confluent_producer(bootstrap, client_id, acks=acks, **conf)
+    producer, stats = made.producer, made.stats
     run.started = time.monotonic()
     deadline = run.started + seconds
     while time.monotonic() < deadline:

@@ -1,0 +1,295 @@
+"""One quota for a fleet: what a kqp process tells the others about its usage, and how it merges theirs.
+
+Kafka's quotas are per broker and kqp's per process. In cluster scope (and across `--workers`) every
+process keeps measuring locally, on the fast path, exactly as before; in addition each sensor's usage
+is cut into windows aligned on a clock the fleet shares ("fleet time": the store's clock, which every
+process tracks as an offset from its own monotonic clock), and once per sync interval the
+`FleetLedger` sends each active sensor's new usage per window to the store and gets back the fleet's
+total per window. The store is Redis (a Lua script) or, for `--workers` without Redis, the parent
+process (`fleet_store.FleetStore`, the same rules in Python). Nothing here ever waits for it: a
+request only adds to a dict; the exchange runs off the request path and this module only says what
+to send (`collect`) and what to make of the answer (`merge`, `failed`).
+
+How the fleet's usage enters Kafka's arithmetic. A sensor's rate is the sum of its samples over the
+measured span divided by Kafka's `Rate.windowSize`. Shared, the sum is this process's own samples,
+always fresh, plus the others' usage (fleet total minus what this process sent) in the windows still
+inside the span, as of the last exchange. The window length stays Kafka's `Rate.windowSize` over this
+process's own samples: taking the others' oldest window instead stretched it by up to one window
+beyond the samples this process had already purged, and the fleet ran 5-10% over T in simulation;
+a process that has just joined measures the fleet's span over (window_count - 1) windows, which errs
+on the strict side. Every process therefore sees (nearly) the same fleet rate, and throttles its own
+clients with Kafka's ``X = (O - T) / T * W``: the fleet, not each process, is held to T.
+
+What a process cannot know is what the others used since the last exchange. Counting it as zero
+goes badly exactly when it matters: whenever the fleet's rate falls below T (a sample holding a burst
+ages out, Kafka's sawtooth), every process sees the same headroom and fills all of it before the next
+exchange tells it about the others, so the fleet overshoots N-fold (a simulation with 3 processes
+syncing every 100 ms delivered 1.25 T, one span carrying 3.2 T). So the others' unseen usage is
+estimated by symmetry: each other process the store saw adding to the sensor within the last span
+is assumed to have used, since this process's last exchange, what this process used. N active
+processes then each fill 1/N of a headroom; a process using a quota alone counts nobody else. The
+residual error is bounded in the README ("How far above its quota a fleet can go").
+
+KIP-599's token bucket is shared as its spending, not as its tokens: each process keeps a replica of
+the entity's bucket, spends its own mutations at once and the others' as each exchange reports them
+(the increase of their per-window totals). Refill is the same function of time everywhere, so the
+replicas agree up to the others' spending of the last sync interval. A central bucket (tokens taken
+in Redis) would be exact but cost a Redis round trip per request, which the fast path must never wait
+for; the replica errs only late, and a late debit only makes a replica stricter afterwards.
+
+When the store cannot be reached the ledger is "alone": the others' numbers are dropped and each
+quota is enforced at its share, limit / n, n being the instances the last exchange counted (before
+any exchange: `expected_instances`). Usage keeps accumulating per window and is sent when the store
+answers again, so the fleet's totals catch up. Time is always an argument (`now`, local monotonic
+seconds); the clock offset and the store's answers are plain numbers handed in by the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from kqp.quotas.model import QuotaKey
+
+__all__ = ["FleetLedger", "SensorTotals", "SensorUsage", "SharedUsage", "SyncReply", "SyncRequest", "sensor_name"]
+
+
+@dataclass(frozen=True, slots=True)
+class SensorUsage:
+    """One sensor in an exchange: its fleet-wide name and the usage to add per window index."""
+
+    name: str
+    deltas: tuple[tuple[int, float], ...]   # may be empty: the sensor is only read
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    """What one process sends per sync interval (one round trip, whatever the number of sensors)."""
+
+    instance: str
+    epoch: str            # a new epoch, unique to this request, kept by the store only if it has none
+    window_ms: int        # window width; part of every key, so differently configured fleets never mix
+    keep_windows: int     # windows the store keeps per sensor, counted back from its current one
+    live_ms: int          # an instance counts as present this long after its last exchange
+    active_ms: int        # an instance counts as using a sensor this long after it last added to it
+    ttl_ms: int           # a sensor nobody touched for this long is deleted
+    sensors: tuple[SensorUsage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SensorTotals:
+    """One sensor in the store's answer: the fleet's usage per window, and who else is using it."""
+
+    windows: dict[int, float]    # window -> the fleet's total usage in it
+    others_active: int           # other instances that added usage to the sensor within the last span
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReply:
+    """The store's answer: its epoch and clock, the instances present, each sensor's totals."""
+
+    epoch: str                                  # changes when the store lost its data (a restarted Redis)
+    now: float                                  # the store's clock (fleet time), seconds
+    instances: int
+    sensors: tuple[SensorTotals, ...]           # per request sensor, in request order
+
+
+def sensor_name(quota_type: str, key: QuotaKey) -> str:
+    """A sensor's name in the store: unambiguous for any user or client id (they are percent-quoted)."""
+    return f"{quota_type}:{quote(key.user, safe='')}:{quote(key.client_id, safe='')}"
+
+
+class SharedUsage:
+    """One sensor's share of the exchange: usage not yet sent, usage sent, and the others' usage."""
+
+    __slots__ = ("_cache", "busy_until", "ledger", "name", "on_others", "others", "others_active", "pending",
+                 "seen", "sent", "since")
+
+    def __init__(self, ledger: FleetLedger, name: str, now: float) -> None:
+        self.ledger = ledger
+        self.name = name
+        self.pending: dict[int, float] = {}   # window -> usage recorded here, not sent yet
+        self.since = 0.0                      # usage recorded here since the last exchange was collected
+        self.sent: dict[int, float] = {}      # window -> usage this process has added to the store
+        self.others: dict[int, float] = {}    # window -> the other processes' usage, as of the last exchange
+        self.others_active = 0                # other processes adding to this sensor, as of the last exchange
+        self.seen: dict[int, float] = {}      # window -> others' usage already handed to `on_others`
+        self.on_others: Callable[[float, float], None] | None = None   # token bucket replica: (usage, now)
+        self.busy_until = now                 # until when this process's clients may still use the sensor
+        self._cache: tuple[int, int, float] = (-1, 0, 0.0)   # (generation, window, others' total)
+
+    def record(self, value: float, now: float) -> None:
+        """Usage recorded by this process: counted at once locally, sent with the next exchange."""
+        ledger = self.ledger
+        window = int((now + ledger.offset) * ledger.windows_per_second)   # ledger.window_index, inlined
+        self.pending[window] = self.pending.get(window, 0.0) + value
+        self.since += value
+        if now > self.busy_until:
+            self.busy_until = now
+
+    def throttled(self, until: float) -> None:
+        """A client of this process is muted until `until`: it will be back, so keep the sensor in
+        the exchange meanwhile (a client returning from a long throttle to a sensor that had dropped
+        out would see none of the fleet's usage and burst until the next exchange)."""
+        if until > self.busy_until:
+            self.busy_until = until
+
+    def remote(self, now: float) -> float:
+        """The others' usage inside the measured span: as of the last exchange, plus the estimate of
+        what they used since (each other active process as much as this one since its last exchange).
+
+        A window w is inside the span while it may still hold an event less than
+        window_count x window_size old: w >= current - window_count, the window_count + 1 windows
+        Kafka's SampledStat keeps. 0 while the ledger is alone.
+        """
+        ledger = self.ledger
+        if not ledger.shared:
+            return 0.0
+        current = int((now + ledger.offset) * ledger.windows_per_second)   # ledger.window_index, inlined
+        generation, at, total = self._cache
+        if generation != ledger.generation or at != current:
+            first = current - ledger.window_count
+            total = sum(used for window, used in self.others.items() if window >= first)
+            self._cache = (ledger.generation, current, total)
+        return total + self.others_active * self.since
+
+    def _prune(self, first: int) -> None:
+        for table in (self.pending, self.sent, self.others, self.seen):
+            for window in [w for w in table if w < first]:
+                del table[window]
+
+
+class FleetLedger:
+    """Every shared sensor of one process, the fleet clock offset, and whether the fleet is reachable."""
+
+    def __init__(self, instance: str, epoch: str, window_size: float, window_count: int,
+                 expected_instances: int, sync_interval: float, clock_offset: float = 0.0) -> None:
+        self.instance = instance
+        self._epoch_proposal = epoch
+        self._exchanges = 0
+        self.epoch: str | None = None        # the store's epoch as last seen
+        self.expected_instances = max(1, expected_instances)
+        self.sync_interval = sync_interval
+        self.offset = clock_offset           # fleet time - local time, refined at every exchange
+        self.shared = False                  # True while the last exchange succeeded
+        self.instances = 0                   # instances the last successful exchange counted
+        self.generation = 0                  # bumped whenever `others` or `shared` change
+        self.last_success: float | None = None
+        self.usages: dict[str, SharedUsage] = {}
+        self.scale = 1.0                     # fraction of each limit enforced alone: 1 when shared, 1/divisor
+        self._set_scale()
+        self.configure(window_size, window_count)
+
+    # -- settings ----------------------------------------------------------------------------------
+    def configure(self, window_size: float, window_count: int) -> None:
+        """New quota windows: every window index changes meaning, so all sharing restarts empty."""
+        self.window_size = float(window_size)
+        self.window_count = int(window_count)
+        self.window_ms = max(1, round(self.window_size * 1000))
+        self.windows_per_second = 1000 / self.window_ms
+        self.span = self.window_size * self.window_count
+        self.usages = {}
+        self.generation += 1
+
+    @property
+    def divisor(self) -> int:
+        """How many ways each quota is split while alone: the instances last seen, else expected."""
+        return self.instances if self.instances > 0 else self.expected_instances
+
+    def _set_scale(self) -> None:
+        # A plain attribute, not a property: every shared quota check reads it.
+        self.scale = 1.0 if self.shared else 1.0 / self.divisor
+
+    def window_index(self, now: float) -> int:
+        # Fleet time is a wall clock reading, never negative: int() is floor() here, and cheaper.
+        return int((now + self.offset) * self.windows_per_second)
+
+    # -- sensors -----------------------------------------------------------------------------------
+    def usage_for(self, name: str, now: float) -> SharedUsage:
+        """The shared part of a sensor; a sensor created again (after expiry) takes up its old one."""
+        usage = self.usages.get(name)
+        if usage is None:
+            usage = self.usages[name] = SharedUsage(self, name, now)
+        return usage
+
+    def forget(self, name: str) -> None:
+        """The sensor was released (idle expiry, quota removed): nothing more of it is exchanged."""
+        self.usages.pop(name, None)
+
+    # -- the exchange --------------------------------------------------------------------------------
+    def collect(self, now: float) -> SyncRequest:
+        """The next exchange: each active sensor's pending usage, moved to "in flight".
+
+        A sensor is active while it recorded here, or muted a client here, within the last span, or
+        still has usage to send; an inactive one is neither sent nor read, and its view of the others
+        is dropped (a client that comes back is measured afresh from the next exchange on).
+        """
+        first = self.window_index(now) - self.window_count - 1
+        sensors: list[SensorUsage] = []
+        for usage in self.usages.values():
+            usage._prune(first)
+            if now - usage.busy_until >= self.span and not usage.pending:
+                if usage.others or usage.others_active:
+                    usage.others = {}
+                    usage.others_active = 0
+                    self.generation += 1
+                continue
+            sensors.append(SensorUsage(usage.name, tuple(sorted(usage.pending.items()))))
+            usage.pending = {}
+            usage.since = 0.0
+        # Present: heard from within 10 sync intervals (at least 1 s). Kept: twice the span, so a
+        # sensor outlives a few failed exchanges of its writers.
+        live = max(10 * self.sync_interval, 1.0)
+        # Every proposal is new: a store that lost its epoch must never take one seen before.
+        self._exchanges += 1
+        return SyncRequest(
+            instance=self.instance, epoch=f"{self._epoch_proposal}.{self._exchanges}", window_ms=self.window_ms,
+            keep_windows=self.window_count + 2, live_ms=round(live * 1000), active_ms=round(self.span * 1000),
+            ttl_ms=round(max(2 * self.span, live) * 1000), sensors=tuple(sensors),
+        )
+
+    def merge(self, request: SyncRequest, reply: SyncReply, sent_at: float, received_at: float) -> None:
+        """Take in a successful exchange: clock offset, store epoch, the others' usage per sensor."""
+        self.offset = reply.now - (sent_at + received_at) / 2
+        reset = self.epoch is not None and reply.epoch != self.epoch
+        self.epoch = reply.epoch
+        for item, totals in zip(request.sensors, reply.sensors, strict=True):
+            usage = self.usages.get(item.name)
+            if usage is None:
+                continue   # released while the exchange was under way
+            if reset:
+                # The store lost everything sent before this exchange: send it again next time.
+                for window, used in usage.sent.items():
+                    usage.pending[window] = usage.pending.get(window, 0.0) + used
+                usage.sent = {}
+            for window, delta in item.deltas:
+                usage.sent[window] = usage.sent.get(window, 0.0) + delta
+            others = {w: total - usage.sent.get(w, 0.0) for w, total in totals.windows.items()}
+            usage.others = {w: used for w, used in others.items() if used > 1e-9}
+            usage.others_active = totals.others_active
+            if usage.on_others is not None:
+                increase = 0.0
+                for window, used in usage.others.items():
+                    increase += used - usage.seen.get(window, 0.0)
+                    usage.seen[window] = used
+                if increase:
+                    usage.on_others(increase, received_at)
+        self.instances = max(1, reply.instances)
+        self.shared = True
+        self._set_scale()
+        self.last_success = received_at
+        self.generation += 1
+
+    def failed(self, request: SyncRequest) -> None:
+        """The exchange failed or timed out: keep its usage for the next one, and go alone."""
+        for item in request.sensors:
+            usage = self.usages.get(item.name)
+            if usage is None:
+                continue
+            for window, delta in item.deltas:
+                usage.pending[window] = usage.pending.get(window, 0.0) + delta
+        if self.shared:
+            self.shared = False
+            self._set_scale()
+            self.generation += 1

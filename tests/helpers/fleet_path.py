@@ -1,0 +1,80 @@
+"""A fleet on the wire: several `kqp run` processes in front of one upstream, behind one upstream tap.
+
+    producer 0 -> kqp 0 \\
+    producer 1 -> kqp 1  > upstream tap -> one-broker mock cluster (or KQP_TEST_BOOTSTRAP)
+    producer 2 -> kqp 2 /
+
+Every kqp is its own process with its own config file, as sidecars are; the tap relays the
+upstream's brokers, so what the fleet as a whole let through is read in one place, per client id.
+In cluster scope every kqp gets the same `quotas.cluster` section pointing at one redis-server.
+Clients run in threads (librdkafka releases the GIL), all at once, with the offer and the judging
+of helpers.quota_clients and helpers.quota_analysis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from upstreams.launch import Upstream
+
+from kqp.protocol.apis import ApiKey
+
+from .kqp_process import KqpProcess
+from .quota_analysis import Event, cumulative_slope, fetch_response_events, request_events
+from .quota_path import MOCK_MAX_API_VERSIONS, broker_addresses
+from .wire_tap import WireTap
+
+WINDOWS = {"window_size_seconds": 0.2, "window_count": 11}
+SPAN = WINDOWS["window_size_seconds"] * WINDOWS["window_count"]
+SYNC = {"sync_interval_ms": 100, "timeout_ms": 250}
+T = TypeVar("T")
+
+
+@dataclass
+class Fleet:
+    kqps: list[KqpProcess]
+    upstream_tap: WireTap
+    upstream: Upstream
+
+    def produce_events(self, client_ids: Sequence[str]) -> list[Event]:
+        return sorted(e for cid in client_ids
+                      for e in request_events(self.upstream_tap.requests(client_id=cid, api_key=ApiKey.Produce)))
+
+    def fetch_events(self, client_ids: Sequence[str], min_bytes: int = 1000) -> list[Event]:
+        return sorted(e for cid in client_ids for e in fetch_response_events(self.upstream_tap, cid)
+                      if e[1] >= min_bytes)
+
+
+def fleet_quotas(entity: dict[str, Any], *, redis_url: str | None, instances: int) -> dict[str, Any]:
+    """The quotas section every member gets: `entity` with short windows, cluster scope given a Redis."""
+    quotas: dict[str, Any] = {**WINDOWS, "entities": [entity]}
+    if redis_url is not None:
+        quotas["scope"] = "cluster"
+        quotas["cluster"] = {"redis_url": redis_url, "expected_instances": instances, **SYNC}
+    return quotas
+
+
+def open_fleet(stack: contextlib.ExitStack, start_kqp: Callable[..., KqpProcess], upstream: Upstream,
+               members: int, quotas: dict[str, Any], **config: Any) -> Fleet:
+    upstream_tap = stack.enter_context(WireTap("upstream"))
+    relayed = ",".join(upstream_tap.relay(address) for address in broker_addresses(upstream))
+    if upstream.kind == "mock":
+        config = {**config, "upstream": {"max_api_versions": MOCK_MAX_API_VERSIONS, **config.get("upstream", {})}}
+    kqps = [start_kqp(relayed, quotas, **config) for _ in range(members)]
+    return Fleet(kqps, upstream_tap, upstream)
+
+
+def run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
+    """Run the client jobs at once, one thread each; their results in order (the first error raised)."""
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        return [f.result() for f in futures]
+
+
+def fleet_rate(events: list[Event], start: float, end: float) -> float:
+    """What the upstream received per second between `start` and `end` (least-squares slope)."""
+    return cumulative_slope(events, start, end)

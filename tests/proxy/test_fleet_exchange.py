@@ -1,0 +1,232 @@
+"""The fleet exchange's backends and driver against a real redis-server (never a fake) and real sockets.
+
+- the Lua script does what `FleetStore` does, answer for answer, on the same requests;
+- a password works (in the URL, or handed over from `password_env`), a wrong one fails cleanly;
+- TLS (`rediss://`, with a password) works, and plain text to a TLS port fails cleanly;
+- Redis unreachable, or accepting and never answering: the exchange gives up within its timeout,
+  the ledger goes alone at once, the outage is logged once, and it comes back when Redis does;
+- a Redis that restarts empty is noticed (a new epoch) and the usage of the span is sent again;
+- Sentinel: the master is found through a sentinel (redis-py's `Sentinel.master_for`);
+- the `--workers` parent's Unix-socket exchange serves several workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from helpers.net import LOOPBACK, free_port
+from helpers.redis_server import RedisServer, needs_redis, redis_server, self_signed
+
+from kqp.config.fleet_section import redis_target
+from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
+from kqp.proxy.runtime.fleet_redis import CHUNK, RedisExchange
+from kqp.proxy.runtime.fleet_sync import FleetSync
+from kqp.quotas.fleet import FleetLedger
+from kqp.quotas.fleet_store import FleetStore
+
+pytestmark = needs_redis
+TIMEOUT = 0.25
+
+
+def ledger(name: str, expected: int = 1) -> FleetLedger:
+    # Windows of 0.2 s x 11 around the wall clock, as a live kqp's would be.
+    return FleetLedger(name, f"epoch-{name}", 0.2, 11, expected, 0.1, clock_offset=time.time() - time.monotonic())
+
+
+def redis_exchange(url: str, password: str | None = None, prefix: str = "t") -> RedisExchange:
+    return RedisExchange(redis_target(url), password, prefix, TIMEOUT)
+
+
+async def test_the_script_answers_as_the_store_does(tmp_path: Path) -> None:
+    with redis_server(tmp_path / "redis.log") as server:
+        backend = redis_exchange(server.url)
+        store = FleetStore()
+        ledgers = [ledger(n) for n in "abc"]
+        try:
+            for step in range(12):
+                for i, fleet in enumerate(ledgers):
+                    now = time.monotonic()
+                    for sensor in ("producer_byte_rate::job", f"request_rate::job-{i}", "request_rate:u%3Ax:"):
+                        if (step + i) % 3:
+                            fleet.usage_for(sensor, now).record(1000.5 * (i + 1) + step, now)
+                    request = fleet.collect(now)
+                    reply = await backend.exchange(request)
+                    expected = store.exchange(request, reply.now)
+                    assert reply == expected, f"step {step}, instance {i}"
+                    fleet.merge(request, reply, now, time.monotonic())
+                await asyncio.sleep(0.03)
+            assert ledgers[0].instances == 3
+            assert ledgers[0].usages["producer_byte_rate::job"].others_active == 2
+        finally:
+            await backend.close()
+
+
+async def test_many_sensors_go_in_chunks_and_answer_alike(tmp_path: Path) -> None:
+    # More sensors than one script run takes (CHUNK): several runs in one pipeline, one answer.
+    with redis_server(tmp_path / "redis.log") as server:
+        backend = redis_exchange(server.url)
+        store = FleetStore()
+        try:
+            for name in "ab":
+                fleet = ledger(name)
+                now = time.monotonic()
+                for i in range(2 * CHUNK + 7):
+                    fleet.usage_for(f"request_rate::c{i}", now).record(i + 0.25, now)
+                request = fleet.collect(now)
+                reply = await backend.exchange(request)
+                assert reply == store.exchange(request, reply.now)
+                assert len(reply.sensors) == 2 * CHUNK + 7
+            assert reply.sensors[-1].windows and reply.sensors[-1].others_active == 1
+        finally:
+            await backend.close()
+
+
+async def test_a_password_in_the_url_or_from_the_environment(tmp_path: Path) -> None:
+    with redis_server(tmp_path / "redis.log", password="s3cret") as server:
+        for backend in (redis_exchange(server.url),
+                        redis_exchange(f"redis://{LOOPBACK}:{server.port}/0", password="s3cret")):
+            sync = FleetSync(ledger("a"), backend, 0.1, TIMEOUT, time.monotonic)
+            assert await sync.sync_once(), sync.last_error
+            await backend.close()
+        wrong = redis_exchange(f"redis://:nope@{LOOPBACK}:{server.port}/0")
+        sync = FleetSync(ledger("a"), wrong, 0.1, TIMEOUT, time.monotonic)
+        assert not await sync.sync_once()
+        assert sync.last_error is not None and "Authentication" in sync.last_error
+        await wrong.close()
+
+
+async def test_tls_with_a_password(tmp_path: Path) -> None:
+    # rediss:// with the server's CA given in the URL's query, as redis-py reads it.
+    cert = self_signed(tmp_path)
+    with redis_server(tmp_path / "redis.log", password="pw", tls_cert=cert) as server:
+        assert server.url.startswith("rediss://:pw@")
+        backend = redis_exchange(server.url)
+        sync = FleetSync(ledger("a"), backend, 0.1, 2.0, time.monotonic)
+        try:
+            assert await sync.sync_once(), sync.last_error
+        finally:
+            await backend.close()
+        plain = redis_exchange(f"redis://:pw@{LOOPBACK}:{server.port}/0")   # no TLS: refused
+        sync = FleetSync(ledger("a"), plain, 0.1, TIMEOUT, time.monotonic)
+        assert not await sync.sync_once()
+        await plain.close()
+
+
+async def test_unreachable_redis_goes_alone_at_once_logs_once_and_rejoins(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    server = RedisServer(tmp_path / "redis.log")   # not started yet: nothing listens on its port
+    fleet = ledger("a", expected=3)
+    backend = redis_exchange(server.url)
+    sync = FleetSync(fleet, backend, 0.1, TIMEOUT, time.monotonic)
+    caplog.set_level(logging.INFO, logger="kqp.fleet")
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            assert not await sync.sync_once()
+            assert time.monotonic() - started < TIMEOUT + 0.2
+        assert not fleet.shared and fleet.scale == pytest.approx(1 / 3)
+        assert sync.status().errors == 3 and not sync.status().up
+        assert "unreachable" in sync.describe() and "1/3" in sync.describe()
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        server.start()
+        assert await sync.sync_once(), sync.last_error
+        assert fleet.shared and fleet.scale == 1.0
+        assert "answers again" in caplog.records[-1].getMessage()
+        assert sync.describe().startswith("quotas shared by 1 instance(s) through redis://")
+    finally:
+        await backend.close()
+        server.stop()
+
+
+async def test_a_redis_that_never_answers_costs_one_timeout(tmp_path: Path) -> None:
+    # A listener that accepts and then says nothing: a hung Redis, or a black-holed network path.
+    silent = socket.socket()
+    silent.bind((LOOPBACK, 0))
+    silent.listen(8)
+    backend = redis_exchange(f"redis://{LOOPBACK}:{silent.getsockname()[1]}/0")
+    fleet = ledger("a")
+    fleet.usage_for("s", time.monotonic()).record(5, time.monotonic())
+    sync = FleetSync(fleet, backend, 0.1, TIMEOUT, time.monotonic)
+    try:
+        started = time.monotonic()
+        assert not await sync.sync_once()
+        assert TIMEOUT - 0.05 <= time.monotonic() - started < TIMEOUT + 0.2
+        assert "timed out" in (sync.last_error or "") or "Timeout" in (sync.last_error or "")
+        assert fleet.usages["s"].pending, "the usage of a failed exchange is kept for the next one"
+    finally:
+        await backend.close()
+        silent.close()
+
+
+async def test_a_redis_restarted_empty_gets_the_usage_again(tmp_path: Path) -> None:
+    port = free_port()
+    a, b = ledger("a"), ledger("b")
+    name = "producer_byte_rate::job"
+    first = RedisServer(tmp_path / "redis.log", port=port).start()
+    second = RedisServer(tmp_path / "redis.log", port=port)
+    backend = redis_exchange(first.url)
+    try:
+        now = time.monotonic()
+        a.usage_for(name, now).record(700, now)
+        request = a.collect(now)
+        a.merge(request, await backend.exchange(request), now, time.monotonic())
+        first.kill()
+        second.start()   # the same port, nothing kept
+        for fleet in (a, a, b):   # a sees a new epoch, then sends its 700 again; b reads them
+            now = time.monotonic()
+            fleet.usage_for(name, now)
+            sync = FleetSync(fleet, backend, 0.1, TIMEOUT, time.monotonic)
+            if not await sync.sync_once():   # the first call after the restart may meet the dead connection
+                assert await sync.sync_once(), sync.last_error
+        assert sum(b.usages[name].others.values()) == pytest.approx(700)
+    finally:
+        await backend.close()
+        second.stop()
+
+
+async def test_sentinel_finds_the_master(tmp_path: Path) -> None:
+    with redis_server(tmp_path / "master.log") as master:
+        port = free_port()
+        conf = tmp_path / "sentinel.conf"   # the sentinel rewrites its config file: a fresh one per test
+        conf.write_text(f"port {port}\nbind {LOOPBACK}\nsentinel monitor fleet {LOOPBACK} {master.port} 1\n")
+        sentinel = RedisServer(tmp_path / "sentinel.log", port=port, sentinel_config=conf).start()
+        backend = redis_exchange(f"redis+sentinel://{LOOPBACK}:{port}/fleet")
+        try:
+            sync = FleetSync(ledger("a"), backend, 0.1, 2.0, time.monotonic)
+            deadline = time.monotonic() + 10
+            while not await sync.sync_once():   # until the sentinel has checked its master
+                assert time.monotonic() < deadline, sync.last_error
+                await asyncio.sleep(0.2)
+            assert sync.ledger.instances == 1
+        finally:
+            await backend.close()
+            sentinel.stop()
+
+
+async def test_the_workers_parent_serves_the_exchange() -> None:
+    server = WorkersExchangeServer()
+    server.serve()
+    workers = [WorkersExchange(server.path) for _ in range(2)]
+    ledgers = [ledger("w0", expected=2), ledger("w1", expected=2)]
+    try:
+        for fleet in ledgers:
+            fleet.usage_for("request_rate::x", time.monotonic()).record(3, time.monotonic())
+        for _ in range(2):
+            for fleet, backend in zip(ledgers, workers, strict=True):
+                sync = FleetSync(fleet, backend, 0.1, TIMEOUT, time.monotonic)
+                assert await sync.sync_once(), sync.last_error
+        assert [f.instances for f in ledgers] == [2, 2]
+        assert sum(ledgers[0].usages["request_rate::x"].others.values()) == 3
+    finally:
+        for backend in workers:
+            await backend.close()
+        server.close()
+    # The parent gone: the next exchange fails, it does not hang.
+    sync = FleetSync(ledgers[0], WorkersExchange(server.path), 0.1, TIMEOUT, time.monotonic)
+    assert not await sync.sync_once()

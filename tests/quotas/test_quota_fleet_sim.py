@@ -1,0 +1,48 @@
+"""A simulated fleet (helpers.fleet_sim): many processes, one quota, the exchange every sync interval.
+
+Pure and fast (no sockets, an injected clock), so it can afford what the end-to-end tests cannot:
+ten processes, a minute of quota windows, an outage of the store in the middle. Each producer
+offers without limit, in 16 KB requests, and is muted for the throttle it earns (KIP-219). Rates
+are judged after three spans, once the first bursts have passed, as the end-to-end tests judge them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers.fleet_sim import rate, simulate, worst_span
+
+Q = 150_000.0
+
+
+def steady(run, end: float) -> float:  # type: ignore[no-untyped-def]
+    return rate(run.events, 3 * run.span, end) / Q
+
+
+def test_instance_scope_gives_each_process_the_quota() -> None:
+    run = simulate(3, Q, 40, sync_interval=None)
+    assert steady(run, 40) == pytest.approx(3.0, rel=0.05)
+
+
+@pytest.mark.parametrize(("processes", "window_size"), [(3, 0.2), (3, 1.0), (10, 1.0)])
+def test_cluster_scope_holds_the_fleet_to_one_quota(processes: int, window_size: float) -> None:
+    seconds = 150 * window_size   # the sawtooth swings a span's rate by 10-15%: judge many spans
+    run = simulate(processes, Q, seconds, sync_interval=0.1, window_size=window_size)
+    assert steady(run, seconds) == pytest.approx(1.0, abs=0.1)
+    # No span carries much more than the quota: Kafka's own sawtooth, plus what the fleet did not
+    # know yet (a single process here reaches 1.14).
+    assert worst_span(run.events, run.span, 3 * run.span, seconds) / Q < 1.5
+
+
+def test_a_lone_user_of_a_shared_quota_gets_all_of_it() -> None:
+    # One active process in a fleet of three that saw each other: the others use nothing, so none of
+    # them is counted as using the quota, and the one client gets the whole quota.
+    run = simulate(1, Q, 40, sync_interval=0.1)
+    assert steady(run, 40) == pytest.approx(1.0, abs=0.05)
+
+
+def test_during_an_outage_each_process_takes_its_share() -> None:
+    run = simulate(3, Q, 40, sync_interval=0.1, down=(15, 25))
+    assert rate(run.events, 5, 15) / Q == pytest.approx(1.0, abs=0.1)
+    # Alone, each of the three processes it last counted enforces Q / 3: together, Q.
+    assert rate(run.events, 15.5, 25) / Q == pytest.approx(1.0, abs=0.15)
+    assert rate(run.events, 28, 40) / Q == pytest.approx(1.0, abs=0.1)
