@@ -108,6 +108,8 @@ class ListenerSet:
             try:
                 conn, address = await self._loop.sock_accept(sock)
             except OSError as exc:
+                # Out of file descriptors (EMFILE) and the like: back off before accepting again, as
+                # asyncio's own servers do. Not a throttle: throttling mutes through the delay queue.
                 log.warning("%s listener: accept failed: %s", name, exc)
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue

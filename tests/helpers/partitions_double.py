@@ -14,9 +14,7 @@ context manager. Everything is on 127.0.0.1 with a kernel-chosen port.
 
 from __future__ import annotations
 
-import itertools
 import socket
-import socketserver
 import struct
 import threading
 import uuid
@@ -27,6 +25,8 @@ from kafka.protocol.admin.topics import CreatePartitionsRequest, CreatePartition
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
 from kqp.protocol.apis import ApiKey
+
+from .upstream_double import UpstreamDouble, read_exact
 
 NODE_ID = 1
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, UNSUPPORTED_VERSION = 3, 37, 35
@@ -63,62 +63,30 @@ def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        chunk = sock.recv(n)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
 
+class PartitionsDouble(UpstreamDouble):
+    name = "partitions-double"
 
-class PartitionsDouble:
     def __init__(self, topics: dict[str, int] | None = None) -> None:
         self.topics: dict[str, int] = dict(topics or {})
         self.topic_ids: dict[str, uuid.UUID] = {name: uuid.uuid4() for name in self.topics}
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        double = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                double._serve(self.request, next(double._ids))
-
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="partitions-double", daemon=True)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> PartitionsDouble:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        super().__init__()
 
     def requests(self, api_key: int) -> list[Seen]:
         with self._lock:
             return [s for s in self.seen if s.api_key == api_key]
 
     # -- one connection ------------------------------------------------------------------------
-    def _serve(self, sock: socket.socket, connection: int) -> None:
+    def serve(self, sock: socket.socket, connection: int) -> None:
         sock.settimeout(30)
         while True:
             try:
-                head = _read_exact(sock, 4)
+                head = read_exact(sock, 4)
                 if head is None:
                     return
-                frame = _read_exact(sock, struct.unpack(">i", head)[0])
+                frame = read_exact(sock, struct.unpack(">i", head)[0])
             except OSError:
                 return
             if frame is None:

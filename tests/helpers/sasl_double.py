@@ -17,9 +17,7 @@ upstream decided. Threads, one pair per connection; everything on 127.0.0.1.
 
 from __future__ import annotations
 
-import itertools
 import socket
-import socketserver
 import struct
 import threading
 from dataclasses import dataclass
@@ -37,6 +35,8 @@ from kqp.protocol.sasl import (
     parse_plain,
 )
 
+from .upstream_double import UpstreamDouble, read_frame
+
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_RANGES = {ApiKey.SaslHandshake: (0, 1), ApiKey.SaslAuthenticate: (0, 2)}
 
@@ -49,66 +49,24 @@ class Login:
     ok: bool
 
 
-def _read_frame(sock: socket.socket) -> bytes | None:
-    head = _read_exact(sock, 4)
-    if head is None:
-        return None
-    body = _read_exact(sock, struct.unpack(">i", head)[0])
-    return None if body is None else head + body
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        try:
-            chunk = sock.recv(n)
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+class SaslDouble(UpstreamDouble):
+    name = "sasl-double"
 
-
-class SaslDouble:
     def __init__(self, backend: tuple[str, int], users: dict[str, str]) -> None:
         self.backend = backend
         self.users = users
         self.logins: list[Login] = []
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        double = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                double._serve(self.request, next(double._ids))
-
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sasl-double", daemon=True)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> SaslDouble:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        super().__init__()
 
     def logins_of(self, user: str) -> list[Login]:
         with self._lock:
             return [login for login in self.logins if login.user == user]
 
     # -- one connection ------------------------------------------------------------------------
-    def _serve(self, client: socket.socket, connection: int) -> None:
+    def serve(self, client: socket.socket, connection: int) -> None:
         client.settimeout(30)
         backend = socket.create_connection(self.backend, timeout=30)
         versions: dict[int, int] = {}   # correlation id -> ApiVersions version, for answers to patch
@@ -117,7 +75,7 @@ class SaslDouble:
         mechanism: str | None = None
         scram = None
         try:
-            while (frame := _read_frame(client)) is not None:
+            while (frame := read_frame(client)) is not None:
                 hdr = parse_request_header(memoryview(frame))
                 body = memoryview(frame)[hdr.body_offset:]
                 if hdr.api_key == ApiKey.SaslHandshake:
@@ -160,7 +118,7 @@ class SaslDouble:
 
     def _pump(self, backend: socket.socket, client: socket.socket, versions: dict[int, int]) -> None:
         """Broker -> client, whole frames; ApiVersions answers get the SASL ranges."""
-        while (frame := _read_frame(backend)) is not None:
+        while (frame := read_frame(backend)) is not None:
             (correlation_id,) = struct.unpack_from(">i", frame, 4)
             version = versions.pop(correlation_id, None)
             if version is not None:
