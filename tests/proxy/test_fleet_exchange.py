@@ -38,8 +38,8 @@ def ledger(name: str, expected: int = 1) -> FleetLedger:
     return FleetLedger(name, f"epoch-{name}", 0.2, 11, expected, 0.1, clock_offset=time.time() - time.monotonic())
 
 
-def redis_exchange(url: str, password: str | None = None, prefix: str = "t") -> RedisExchange:
-    return RedisExchange(redis_target(url), password, prefix, TIMEOUT)
+def redis_exchange(url: str, password: str | None = None, prefix: str = "t", timeout: float = TIMEOUT) -> RedisExchange:
+    return RedisExchange(redis_target(url), password, prefix, timeout)
 
 
 async def test_the_script_answers_as_the_store_does(tmp_path: Path) -> None:
@@ -105,7 +105,8 @@ async def test_tls_with_a_password(tmp_path: Path) -> None:
     cert = self_signed(tmp_path)
     with redis_server(tmp_path / "redis.log", password="pw", tls_cert=cert) as server:
         assert server.url.startswith("rediss://:pw@")
-        backend = redis_exchange(server.url)
+        # A TLS handshake on a loaded 2-core machine can take longer than TIMEOUT's 0.25 s.
+        backend = redis_exchange(server.url, timeout=2.0)
         sync = FleetSync(ledger("a"), backend, 0.1, 2.0, time.monotonic)
         try:
             assert await sync.sync_once(), sync.last_error
