@@ -1,4 +1,4 @@
-"""The `kqp` command: run, check-config, demo, top, bench, sasl-credential.
+"""The `kqp` command: run, check-config, demo, top, bench, sasl-credential, quotas.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
 a clean SIGTERM.
@@ -21,7 +21,7 @@ from kqp.proxy.runtime.logs import setup_logging
 from kqp.proxy.runtime.workers import WorkerSeat, check_workers, run_workers
 from kqp.proxy.tls.contexts import check_tls
 
-from . import sasl_credential
+from . import quotas_cli, sasl_credential
 from .allocator import tune_malloc
 
 EXIT_USAGE = 2
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="print one plain-text frame and exit")
 
     sasl_credential.add_parser(sub)
+    quotas_cli.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmark kqp side by side with direct, relay and tansu proxy",
                            add_help=False)
@@ -148,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top,
-                "sasl-credential": sasl_credential.run}
+                "sasl-credential": sasl_credential.run, "quotas": quotas_cli.run}
     return handlers[args.command](args)
 
 
