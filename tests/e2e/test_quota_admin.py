@@ -58,7 +58,8 @@ def test_describe_alter_validate_remove_enforce_and_restart(kqp: Any, mock_clust
     with RawConnection(process.bootstrap, "ops-cli", Tally()) as conn:
         assert describe(conn, version=0) == {"user=alice": {"producer_byte_rate": 1000.0, "consumer_byte_rate": 5000.0}}
         # validate_only: answered as the real thing, nothing changes.
-        assert alter(conn, [("user", "ANONYMOUS")], [("producer_byte_rate", 1024, False)], validate_only=True) == (0, None)
+        anonymous = [("user", "ANONYMOUS")]
+        assert alter(conn, anonymous, [("producer_byte_rate", 1024, False)], validate_only=True) == (0, None)
         assert set(describe(conn)) == {"user=alice"}
         assert alter(conn, [("user", "alice")], [("producer_byte_rate", 1.5, False)]) == (
             42, "producer_byte_rate cannot be a fractional value.")
