@@ -85,6 +85,7 @@ class ProxyServer:
         self._progress: asyncio.Event | None = None   # set while draining: a connection moved on
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
+        self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
 
     # -- assembly --------------------------------------------------------------------------------
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -93,7 +94,8 @@ class ProxyServer:
         workers, parent = (self.seat.workers, self.seat.exchange_path) if self.seat else (1, None)
         self.fleet = open_fleet(cfg.fleet, cfg.quotas, workers, parent, loop.time, time.time)
         self.quotas = QuotaManager(cfg.quotas, loop.time(), self.fleet.ledger if self.fleet else None)
-        self.store = self._quota_store()
+        if self.store is not None:
+            self.store.rebase(cfg.quotas)   # the state file's changes, in force from the first request
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)
@@ -128,7 +130,6 @@ class ProxyServer:
         if not admin.manage_quotas or admin.state_file is None:
             return None
         store = QuotaStore(admin.state_file, self.config.quotas, self.update_settings)
-        store.rebase(self.config.quotas)
         log.info("kqp answers the quota admin API (alter: %s); state file %s holds %d entities",
                  ", ".join(admin.principals), admin.state_file, len(store.layer))
         return store

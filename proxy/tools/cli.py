@@ -18,6 +18,7 @@ from kqp.config.model import ProxyConfig
 from kqp.proxy.runtime import loops
 from kqp.proxy.runtime.fleet_sync import cluster_password
 from kqp.proxy.runtime.logs import setup_logging
+from kqp.proxy.runtime.quota_store import read_state
 from kqp.proxy.runtime.workers import WorkerSeat, check_workers, run_workers
 from kqp.proxy.tls.contexts import check_tls
 
@@ -115,6 +116,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         check_tls(config)
+        if config.admin.manage_quotas and config.admin.state_file:
+            read_state(config.admin.state_file)   # a state file kqp would refuse at start
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE

@@ -139,3 +139,35 @@ def test_kqp_quotas_over_sasl_and_an_unauthorised_user(kqp: Any, mock_cluster: s
     assert rows[0] == ["ENTITY", "QUOTA", "VALUE", "SOURCE"]
     assert ["/users/alice", "producer_byte_rate", "1000", "config", "file"] in rows
     assert ["/users/bob/clients/<default>", "request_rate", "5", "state", "file"] in rows
+
+
+def test_a_corrupt_state_file_stops_kqp_at_start_and_check_config_says_so(tmp_path: Path) -> None:
+    state = tmp_path / "quota-state.yaml"
+    state.write_text("entities:\n- {user: alice, producer_byte_rate: lots}\n")
+    config = tmp_path / "kqp.yaml"
+    config.write_text(yaml.safe_dump({"listen": "127.0.0.1:0", "upstream": {"bootstrap_servers": "127.0.0.1:9"},
+                                      "admin": admin(tmp_path, "User:ops")}))
+    line = (f"config error in {state}: entities[0].producer_byte_rate: admin state file: must be a number > 0, "
+            f"or null (removed), got 'lots'")
+    checked = run_kqp_cli("check-config", str(config))
+    assert (checked.returncode, checked.stderr.strip()) == (2, line)
+    ran = run_kqp_cli("run", "--config", str(config))
+    assert ran.returncode == 2 and f"cannot start: {line}" in ran.stdout + ran.stderr
+    assert state.read_text() == "entities:\n- {user: alice, producer_byte_rate: lots}\n"   # left as it was
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (("alter", "--bootstrap", "127.0.0.1:9", "--add-config", "producer_byte_rate=1"), 2,
+     "kqp quotas: name the entity: --user and/or --client-id"),
+    (("alter", "--bootstrap", "127.0.0.1:9", "--user", "a"), 2,
+     "kqp quotas: nothing to alter: give --add-config and/or --delete-config"),
+    (("alter", "--bootstrap", "127.0.0.1:9", "--user", "a", "--add-config", "producer_byte_rate"), 2,
+     "kqp quotas: --add-config: 'producer_byte_rate' is not KEY=VALUE"),
+    (("describe", "--bootstrap", "127.0.0.1:9", "--sasl-mechanism", "PLAIN"), 2,
+     "kqp quotas: SASL needs a mechanism of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, a user and a password"),
+    (("describe", "--bootstrap", "127.0.0.1:9"), 1, "kqp quotas: 127.0.0.1:9: "),
+])
+def test_kqp_quotas_refuses_wrong_input_with_one_line(args: tuple[str, ...], code: int, message: str) -> None:
+    done = run_kqp_cli("quotas", *args)
+    assert done.returncode == code and done.stderr.startswith(message), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
