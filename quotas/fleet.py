@@ -96,7 +96,13 @@ class SyncReply:
 
 
 def sensor_name(quota_type: str, key: QuotaKey) -> str:
-    """A sensor's name in the store: unambiguous for any user or client id (they are percent-quoted)."""
+    """A sensor's name in the store: unambiguous for any user or client id (they are percent-quoted).
+
+    A prefix group's is ``type:user:prefix=<quoted prefix>``: quoting turns a client id's own "="
+    into %3D, so no client id's name can read as a group's.
+    """
+    if key.client_id_prefix is not None:
+        return f"{quota_type}:{quote(key.user, safe='')}:prefix={quote(key.client_id_prefix, safe='')}"
     return f"{quota_type}:{quote(key.user, safe='')}:{quote(key.client_id, safe='')}"
 
 
