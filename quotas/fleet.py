@@ -260,6 +260,10 @@ class FleetLedger:
         self.offset = reply.now - (sent_at + received_at) / 2
         reset = self.epoch is not None and reply.epoch != self.epoch
         self.epoch = reply.epoch
+        # The store keeps one window more than `collect` kept of `sent` and `seen`: in that window
+        # this process's own usage would read as the others', and a token bucket replica would be
+        # debited with it again at every exchange. Only the windows still tracked here count.
+        first = self.window_index(sent_at) - self.window_count - 1
         for item, totals in zip(request.sensors, reply.sensors, strict=True):
             usage = self.usages.get(item.name)
             if usage is None:
@@ -271,7 +275,7 @@ class FleetLedger:
                 usage.sent = {}
             for window, delta in item.deltas:
                 usage.sent[window] = usage.sent.get(window, 0.0) + delta
-            others = {w: total - usage.sent.get(w, 0.0) for w, total in totals.windows.items()}
+            others = {w: total - usage.sent.get(w, 0.0) for w, total in totals.windows.items() if w >= first}
             usage.others = {w: used for w, used in others.items() if used > 1e-9}
             usage.others_active = totals.others_active
             if usage.on_others is not None:
