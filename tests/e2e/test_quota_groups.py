@@ -12,61 +12,27 @@ cluster; rates measured on the upstream tap), with 0.2 s x 11 quota windows:
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 from helpers.net import free_port
 from helpers.observability import sample, scrape
 from helpers.quota_analysis import cumulative_slope, max_trailing_rate, request_events
-from helpers.quota_clients import ProduceRun, confluent_flood
-from helpers.quota_path import QuotaPath, open_quota_path, quota_upstream
+from helpers.quota_clients import confluent_floods
+from helpers.quota_path import QuotaPath
 from upstreams.launch import Upstream
 
+from e2e import test_quota_producers as producers
 from e2e.test_quota_producers import FAST_WINDOWS, OpenPath, assert_delivered_exactly_once, fresh_topic
 from kqp.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.e2e
+# The producers' path: the same fixtures (a mock cluster per module, taps around a fresh kqp), not copies.
+upstream = producers.upstream
+quota_path = producers.quota_path
 
 QUOTA = 100_000        # bytes/s, against the several MB/s each producer offers on loopback
 OFFER_SECONDS = 8.0
 SPAN = FAST_WINDOWS["window_size_seconds"] * FAST_WINDOWS["window_count"]
 PREFIX = "spark-job-42-"
-
-
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
-    with quota_upstream(tmp_path_factory.mktemp("quota-groups")) as bootstrap:
-        yield bootstrap
-
-
-@pytest.fixture
-def quota_path(kqp: Any, upstream: Upstream) -> Iterator[OpenPath]:
-    with contextlib.ExitStack() as stack:
-        yield lambda quotas, **config: open_quota_path(stack, kqp, upstream, quotas, **config)
-
-
-def flood_together(path: QuotaPath, topic: str, client_ids: list[str]) -> dict[str, ProduceRun]:
-    """One confluent-kafka flood per client id, all at once, each on its own thread."""
-    runs: dict[str, ProduceRun] = {}
-    failures: list[BaseException] = []
-
-    def offer(client_id: str) -> None:
-        try:
-            runs[client_id] = confluent_flood(path.bootstrap, topic, client_id, OFFER_SECONDS)
-        except BaseException as exc:  # reported by the main thread
-            failures.append(exc)
-
-    threads = [threading.Thread(target=offer, args=(cid,)) for cid in client_ids]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(OFFER_SECONDS + 60)
-    assert not failures, failures
-    assert set(runs) == set(client_ids), "a producer thread did not finish"
-    return runs
 
 
 def produce_events(path: QuotaPath, *client_ids: str) -> list[tuple[float, int]]:
@@ -82,7 +48,7 @@ def test_executors_under_one_prefix_share_its_quota(quota_path: OpenPath, upstre
         {"client_id": named, "producer_byte_rate": QUOTA},     # exact beats prefix: a quota of its own
     ]}, metrics={"listen": metrics})
     topic = fresh_topic(upstream, "quota-prefix")
-    runs = flood_together(path, topic, [*members, named])
+    runs = confluent_floods(path.bootstrap, topic, [*members, named], OFFER_SECONDS)
     end = min(run.offered_until for run in runs.values())
 
     def rate(*client_ids: str) -> float:
@@ -111,7 +77,7 @@ def test_token_bucket_holds_the_rate_after_its_first_burst(quota_path: OpenPath,
     path = quota_path({**FAST_WINDOWS, "algorithm": "token_bucket", "entities": [
         {"client_id": client_id, "producer_byte_rate": QUOTA}]})
     topic = fresh_topic(upstream, "quota-bucket")
-    [run] = flood_together(path, topic, [client_id]).values()
+    [run] = confluent_floods(path.bootstrap, topic, [client_id], OFFER_SECONDS).values()
     events = produce_events(path, client_id)
     assert events, "no Produce request reached the upstream"
     # The first burst: the full bucket, B = Q x 11 x 0.2 s = 220 kB, passes at once.
