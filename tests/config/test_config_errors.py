@@ -111,7 +111,7 @@ CASES = [
     # --- quota entries
     (
         "quotas:\n  entities:\n    - request_rate: 1\n",
-        "quotas.entities[0]: needs a user, a client_id or both (a name or '<default>')",
+        "quotas.entities[0]: needs a user, a client_id or both (a name or '<default>'), or a client_id_prefix",
     ),
     (
         "quotas:\n  entities:\n    - user: alice\n",
