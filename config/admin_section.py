@@ -29,7 +29,7 @@ from kqp.config.schema import Field, boolean, child, did_you_mean, name, optiona
 from kqp.quotas.admin_layer import AdminLayer
 from kqp.quotas.model import QUOTA_TYPES, EntitySpec
 
-_ENTITY_KEYS = ("user", "client_id")
+_ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 STATE_HEADER = "# written by kqp: quota changes made through Kafka's admin API (see README,\n" \
                "# \"Managing quotas with Kafka's admin API\"); null removes the config file's value\n"
 
@@ -86,9 +86,10 @@ def _entry(entry: object, path: str) -> tuple[EntitySpec, dict[str, float | None
             values[key] = None if value is None else float(value)
         else:
             raise ConfigError(where, f"unknown key; {did_you_mean(key, (*_ENTITY_KEYS, *QUOTA_TYPES))}")
-    if ids["user"] is None and ids["client_id"] is None:
-        raise ConfigError(path, "needs a user, a client_id or both")
-    return EntitySpec(user=ids["user"], client_id=ids["client_id"]), values
+    try:
+        return EntitySpec(ids["user"], ids["client_id"], ids["client_id_prefix"]), values
+    except ValueError as exc:
+        raise ConfigError(path, str(exc)) from None
 
 
 def parse_state(data: object, source: str) -> AdminLayer:

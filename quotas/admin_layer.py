@@ -17,6 +17,7 @@ swapped in whole through `QuotaManager.update_settings`, exactly as a config rel
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
@@ -34,7 +35,7 @@ EMPTY: AdminLayer = MappingProxyType({})
 
 
 def overlay(base: QuotaSettings, layer: AdminLayer) -> QuotaSettings:
-    """The settings in force: `base`'s entities and windows with `layer` laid over them."""
+    """The settings in force: `base` with `layer` laid over its entities."""
     if not layer:
         return base
     merged: dict[EntitySpec, dict[str, float]] = {spec: dict(values) for spec, values in base.entities.items()}
@@ -45,8 +46,11 @@ def overlay(base: QuotaSettings, layer: AdminLayer) -> QuotaSettings:
                 entity.pop(quota_type, None)
             else:
                 entity[quota_type] = value
-    return QuotaSettings(window_size_seconds=base.window_size_seconds, window_count=base.window_count,
-                         entities={spec: values for spec, values in merged.items() if values})
+    kept = {spec: values for spec, values in merged.items() if values}
+    # Windows and algorithms stay the config file's (an entity the API adds measures with
+    # quotas.algorithm); an algorithm for an entity left with no quota goes with it.
+    return dataclasses.replace(base, entities=kept,
+                               algorithms={spec: a for spec, a in base.algorithms.items() if spec in kept})
 
 
 def apply_changes(layer: AdminLayer, base: QuotaSettings, changes: Iterable[Change]) -> AdminLayer:

@@ -18,8 +18,10 @@ The semantics are the KRaft controller's (ClientQuotaControlManager, ClientQuota
   key. `validate_only` answers the same and changes nothing. Only `admin.principals` may alter;
   everyone else gets CLUSTER_AUTHORIZATION_FAILED on every entry. Describe is open, as kqp has no
   ACLs.
-* Entity types: `user` and `client-id`. Kafka's `ip` quotas (connection rates) are not something
-  kqp enforces: Alter refuses them with INVALID_REQUEST saying so, Describe finds no `ip` entity.
+* Entity types: `user` and `client-id`, and kqp's own `client-id-prefix` (YAML's
+  `client_id_prefix`: every client id starting with the name, one quota; not with `client-id`, never
+  the default). Kafka's `ip` quotas (connection rates) are not something kqp enforces: Alter
+  refuses them with INVALID_REQUEST saying so, Describe finds no `ip` entity.
 
 Quota keys are Kafka's (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`,
 `controller_mutation_rate`) and kqp's own under the names its YAML uses (`request_rate`,
@@ -50,10 +52,10 @@ __all__ = ["ADMIN_APIS", "CommitFailed", "QuotaAdmin"]
 ADMIN_APIS = frozenset({ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas})
 UNKNOWN_SERVER_ERROR, CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, INVALID_REQUEST = -1, 31, 35, 42
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
-USER, CLIENT_ID, IP = "user", "client-id", "ip"
-# Kafka's entity type -> the EntitySpec field it names, in the order entities are listed.
-# (The client-id prefix entity of the prefixbucket branch joins here as one more row.)
-ENTITY_FIELDS: Mapping[str, str] = {USER: "user", CLIENT_ID: "client_id"}
+USER, CLIENT_ID, CLIENT_ID_PREFIX, IP = "user", "client-id", "client-id-prefix", "ip"
+# Entity type -> the EntitySpec field it names, in the order entities are listed. client-id-prefix
+# is kqp's own (a group of client ids sharing one quota), exclusive with client-id.
+ENTITY_FIELDS: Mapping[str, str] = {USER: "user", CLIENT_ID: "client_id", CLIENT_ID_PREFIX: "client_id_prefix"}
 # Kafka's LONG quota configs: a fractional value is refused.
 INTEGRAL = frozenset({"producer_byte_rate", "consumer_byte_rate"})
 _RANGES = kqp_ranges()
@@ -179,7 +181,10 @@ def _entity(components: tuple[tuple[str, str | None], ...]) -> EntitySpec:
         if name == "":
             raise Refused(INVALID_REQUEST, f"Empty {entity_type} not supported")
         names[ENTITY_FIELDS[entity_type]] = DEFAULT if name is None else name
-    return EntitySpec(**{attr: names.get(attr) for attr in ENTITY_FIELDS.values()})   # type: ignore[arg-type]
+    try:
+        return EntitySpec(**{attr: names.get(attr) for attr in ENTITY_FIELDS.values()})   # type: ignore[arg-type]
+    except ValueError as exc:   # a prefix with a client-id, or a default prefix
+        raise Refused(INVALID_REQUEST, f"Invalid client quota entity: {exc}") from None
 
 
 def _ops(entry: AlterEntry) -> dict[str, float | None]:

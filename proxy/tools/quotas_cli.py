@@ -3,8 +3,8 @@
 It speaks DescribeClientQuotas and AlterClientQuotas to any Kafka listener, kqp's (with
 `admin.manage_quotas`) or a broker's, over kqp's own small client (`UpstreamClient`): plaintext or
 TLS, SASL PLAIN or SCRAM, flags or a Kafka-style `--command-config` properties file. Entities are
-named as kqp's YAML names them: `--user alice`, `--client-id '<default>'`; in describe, `'*'` matches
-any name (Kafka's match type 2).
+named as kqp's YAML names them: `--user alice`, `--client-id '<default>'`, `--client-id-prefix
+spark-`; in describe, `'*'` matches any name (Kafka's match type 2).
 
 `describe --config kqp.yaml` reads no socket: it lays the state file over the config file's quotas
 as kqp does and shows where each value comes from, the one thing the Describe response has no field
@@ -60,6 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:   # type: ignore[type-a
     for q in (describe, alter):
         q.add_argument("--user", help="user name, or '<default>'" + (", or '*' for any" if q is describe else ""))
         q.add_argument("--client-id", help="client id, or '<default>'" + (", or '*' for any" if q is describe else ""))
+        q.add_argument("--client-id-prefix", help="kqp's client id prefix entity (YAML's client_id_prefix)"
+                                                  + (", or '*' for any" if q is describe else ""))
         q.add_argument("--json", action="store_true", help="print JSON instead of a table")
         q.add_argument("--command-config", help="Kafka client properties: security.protocol, sasl.mechanism, "
                                                 "sasl.jaas.config, ssl.ca.location")
@@ -121,8 +123,8 @@ async def _call(args: argparse.Namespace, api: int, **fields: Any) -> Any:
 
 # -- describe and alter ----------------------------------------------------------------------------
 def _components(args: argparse.Namespace) -> list[tuple[str, str | None]]:
-    return [(t, None if v == DEFAULT else v) for t, v in (("user", args.user), ("client-id", args.client_id))
-            if v is not None]
+    given = (("user", args.user), ("client-id", args.client_id), ("client-id-prefix", args.client_id_prefix))
+    return [(t, None if v == DEFAULT else v) for t, v in given if v is not None]
 
 
 def _entity(entity: list[tuple[str, str | None]]) -> str:
@@ -161,7 +163,7 @@ def _ops(args: argparse.Namespace) -> list[Any]:
 def _alter(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
     components = _components(args)
     if not components:
-        raise ValueError("name the entity: --user and/or --client-id")
+        raise ValueError("name the entity: --user and/or --client-id (or --client-id-prefix)")
     entry = Alter.EntryData(entity=[Alter.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in components],
                             ops=_ops(args))
     response = asyncio.run(_call(args, ApiKey.AlterClientQuotas, entries=[entry], validate_only=args.validate_only))

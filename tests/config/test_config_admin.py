@@ -62,7 +62,8 @@ def test_the_example_documents_every_admin_key_and_runs_as_is() -> None:
 
 def test_the_state_document_reads_back_as_the_layer() -> None:
     layer = {EntitySpec("alice", None): {"producer_byte_rate": 2048.0, "consumer_byte_rate": None},
-             EntitySpec(None, "<default>"): {"request_rate": 5.0}}
+             EntitySpec(None, "<default>"): {"request_rate": 5.0},
+             EntitySpec("bob", None, client_id_prefix="spark-"): {"producer_byte_rate": 9.0}}
     text = yaml.safe_dump(state_document(layer))
     assert parse_state(read_yaml(text), "s.yaml") == layer
     assert parse_state(None, "s.yaml") == {}   # an empty file: an empty layer
@@ -74,7 +75,10 @@ def test_the_state_document_reads_back_as_the_layer() -> None:
      "entities[0].producer_byte_rate: admin state file: must be a number > 0, or null (removed), got -1"),
     ("entities:\n- {user: a, producer_byte_rate: fast}",
      "entities[0].producer_byte_rate: admin state file: must be a number > 0, or null (removed), got 'fast'"),
-    ("entities:\n- {producer_byte_rate: 1}", "entities[0]: admin state file: needs a user, a client_id or both"),
+    ("entities:\n- {producer_byte_rate: 1}",
+     "entities[0]: admin state file: a quota entity needs a user, a client id (or prefix) or both"),
+    ("entities:\n- {client_id: a, client_id_prefix: b, request_rate: 1}",
+     "entities[0]: admin state file: a quota entity has a client id or a client id prefix, not both"),
     ("entities:\n- {user: a, producr_byte_rate: 1}",
      "entities[0].producr_byte_rate: admin state file: unknown key; did you mean 'producer_byte_rate'?"),
     ("entities:\n- {user: a, request_rate: 1}\n- {user: a, request_rate: 2}",

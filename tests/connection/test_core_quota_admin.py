@@ -31,6 +31,7 @@ ENTITIES = [
     {"user": "<default>", "request_percentage": 50},
     {"client_id": "app", "producer_byte_rate": 3000},
     {"client_id": "<default>", "request_rate": 100},
+    {"user": "alice", "client_id_prefix": "spark-", "producer_byte_rate": 4000, "algorithm": "token_bucket"},
 ]
 
 
@@ -112,12 +113,15 @@ def test_describe_everything_at_every_version(version: int) -> None:
         "user=None": {"request_percentage": 50.0},
         "user=alice": {"producer_byte_rate": 1000.0},
         "user=alice client-id=app": {"consumer_byte_rate": 2000.0},
+        "user=alice client-id-prefix=spark-": {"producer_byte_rate": 4000.0},
     }
 
 
 @pytest.mark.parametrize(("components", "strict", "expected"), [
     ((), True, set()),   # strict with no component: only an entity of no type, and there is none
-    ((("user", 0, "alice"),), False, {"user=alice", "user=alice client-id=app"}),
+    ((("user", 0, "alice"),), False, {"user=alice", "user=alice client-id=app", "user=alice client-id-prefix=spark-"}),
+    ((("client-id-prefix", 2, None),), False, {"user=alice client-id-prefix=spark-"}),
+    ((("client-id-prefix", 0, "spark-"), ("user", 0, "alice")), True, {"user=alice client-id-prefix=spark-"}),
     ((("user", 0, "alice"),), True, {"user=alice"}),
     ((("user", 1, None),), False, {"user=None"}),
     ((("user", 2, None),), True, {"user=alice", "user=None"}),
@@ -197,6 +201,10 @@ def test_an_unauthorised_principal_gets_31_on_every_entry_and_changes_nothing() 
      "kqp does not enforce ip (connection rate) quotas; use user and client-id"),
     ([("group", "g")], [("request_rate", 1, False)], "Unhandled client quota entity type: group"),
     ([("client-id", "")], [("request_rate", 1, False)], "Empty client-id not supported"),
+    ([("client-id", "a"), ("client-id-prefix", "b")], [("request_rate", 1, False)],
+     "Invalid client quota entity: a quota entity has a client id or a client id prefix, not both"),
+    ([("client-id-prefix", None)], [("request_rate", 1, False)],
+     "Invalid client quota entity: a client id prefix must be a non-empty literal prefix, not '' or <default>"),
 ])
 def test_a_bad_entry_is_refused_alone_while_the_good_one_applies(entity: list, ops: list, message: str) -> None:
     core, _ = admin_core()
@@ -238,3 +246,18 @@ def test_request_quotas_still_charge_the_answers_kqp_gives_itself() -> None:
     response = decode_response(ApiKey.DescribeClientQuotas, 1, memoryview(b"".join(actions[0].parts)))
     assert response.throttle_time_ms > 0
     assert ev.Mute(ev.MuteReason.THROTTLED) in actions
+
+
+def test_a_client_id_prefix_entity_is_altered_and_enforced_as_the_yaml_s_would_be() -> None:
+    core, store = admin_core()
+    entity = [("user", "alice"), ("client-id-prefix", "spark-")]
+    assert alter(core, (entity, [("producer_byte_rate", 8000, False)]),
+                 ([("client-id-prefix", "etl-")], [("request_rate", 2, False)])) == [(0, None), (0, None)]
+    assert described(core, ("client-id-prefix", 2, None)) == {
+        "user=alice client-id-prefix=spark-": {"producer_byte_rate": 8000.0},
+        "client-id-prefix=etl-": {"request_rate": 2.0}}
+    settings = store.manager.settings
+    spark = next(e for e in settings.entities if e.client_id_prefix == "spark-")
+    assert settings.algorithm_for(spark) == "token_bucket"   # the YAML entry's algorithm stays
+    assert alter(core, (entity, [("producer_byte_rate", 0, True)])) == [(0, None)]
+    assert spark not in store.manager.settings.entities and not store.manager.settings.algorithms

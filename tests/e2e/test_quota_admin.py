@@ -127,6 +127,9 @@ def test_kqp_quotas_over_sasl_and_an_unauthorised_user(kqp: Any, mock_cluster: s
                           "--delete-config", "producer_byte_rate", env={"MALLORY_PASSWORD": "mallory-secret"})
     assert refused.returncode == 1
     assert "user=bob client-id=<default>: error 31: Cluster authorization failed." in refused.stderr
+    grouped = run_kqp_cli("quotas", "alter", *common, "--command-config", str(props), "--client-id-prefix", "etl-",
+                          "--add-config", "consumer_byte_rate=4096")
+    assert grouped.returncode == 0, grouped.stderr
     shown = run_kqp_cli("quotas", "describe", *common, "--command-config", str(props), "--user", "bob", "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == [
@@ -139,6 +142,7 @@ def test_kqp_quotas_over_sasl_and_an_unauthorised_user(kqp: Any, mock_cluster: s
     assert rows[0] == ["ENTITY", "QUOTA", "VALUE", "SOURCE"]
     assert ["/users/alice", "producer_byte_rate", "1000", "config", "file"] in rows
     assert ["/users/bob/clients/<default>", "request_rate", "5", "state", "file"] in rows
+    assert ["/client-id-prefixes/etl-", "consumer_byte_rate", "4096", "state", "file"] in rows
 
 
 def test_a_corrupt_state_file_stops_kqp_at_start_and_check_config_says_so(tmp_path: Path) -> None:
@@ -158,7 +162,7 @@ def test_a_corrupt_state_file_stops_kqp_at_start_and_check_config_says_so(tmp_pa
 
 @pytest.mark.parametrize(("args", "code", "message"), [
     (("alter", "--bootstrap", "127.0.0.1:9", "--add-config", "producer_byte_rate=1"), 2,
-     "kqp quotas: name the entity: --user and/or --client-id"),
+     "kqp quotas: name the entity: --user and/or --client-id (or --client-id-prefix)"),
     (("alter", "--bootstrap", "127.0.0.1:9", "--user", "a"), 2,
      "kqp quotas: nothing to alter: give --add-config and/or --delete-config"),
     (("alter", "--bootstrap", "127.0.0.1:9", "--user", "a", "--add-config", "producer_byte_rate"), 2,
