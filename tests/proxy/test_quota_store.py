@@ -17,7 +17,7 @@ from kqp.config.errors import ConfigError
 from kqp.proxy.connection.quota_admin import CommitFailed
 from kqp.proxy.runtime.quota_store import QuotaStore, read_state
 from kqp.quotas.manager import QuotaManager
-from kqp.quotas.model import EntitySpec, QuotaSettings
+from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 
 ALICE, BOB = EntitySpec("alice", None), EntitySpec("bob", None)
 BASE = QuotaSettings(entities={ALICE: {"producer_byte_rate": 1000.0, "consumer_byte_rate": 5000.0}})
@@ -111,3 +111,15 @@ def test_the_write_is_a_rename_over_the_file(tmp_path: Path) -> None:
         store.commit([(BOB, {"request_rate": 4.0})], "User:ops")
         assert "request_rate: 3.0" in old.read()
     assert os.stat(path).st_ino != before
+
+
+def test_an_admin_change_keeps_what_was_measured_as_a_reload_does(tmp_path: Path) -> None:
+    # alice produced 5000 bytes at t=0 under her config-file quota of 1000 B/s; the API lowers it to
+    # 500 B/s. The sensor is the same one (a reload's path): its 5000 bytes still count, at the new limit.
+    store, manager = store_at(tmp_path / "state.yaml")
+    alice = Principal("alice", "app")
+    manager.record_produce(alice, 5000, 1, 1, 0.0)
+    store.commit([(ALICE, {"producer_byte_rate": 500.0})], "User:ops")
+    [state] = [s for s in manager.snapshot(0.5) if s.quota_type == "producer_byte_rate"]
+    # Kafka's Rate at t=0.5: 5000 bytes over (11 - 1) whole windows of 1 s plus the current 0.5 s.
+    assert (state.limit, state.rate) == (500.0, pytest.approx(5000 / 10.5))
