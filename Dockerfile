@@ -31,7 +31,9 @@ LABEL org.opencontainers.image.title="kqp" \
       org.opencontainers.image.description="A quota-enforcing Kafka proxy (KIP-13, KIP-124, KIP-219, KIP-599)" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --system --gid 10001 kqp \
-    && useradd --system --uid 10001 --gid kqp --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kqp
+    && useradd --system --uid 10001 --gid kqp --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kqp \
+    && install -d -o 10001 -g 10001 -m 0750 /var/lib/kqp
+# /var/lib/kqp: admin.state_file's usual home; a volume mounted there starts owned by kqp.
 COPY --from=build /opt/kqp /opt/kqp
 ENV PATH=/opt/kqp/bin:$PATH \
     PYTHONUNBUFFERED=1 \

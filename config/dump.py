@@ -84,6 +84,8 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
             "max_entities": cfg.metrics.max_entities,
         },
         "sasl": _sasl(cfg.sasl, reveal_secrets),
+        "admin": {"manage_quotas": cfg.admin.manage_quotas, "principals": list(cfg.admin.principals),
+                  "state_file": cfg.admin.state_file},
     }
     if cfg.tls is not None:
         document["tls"] = tls_document(cfg.tls, reveal_secrets=reveal_secrets)

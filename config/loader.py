@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from kqp.config.admin_section import admin_config
 from kqp.config.errors import ConfigError, shown
 from kqp.config.model import FETCH_THROTTLE_MODES, MAX_PORT, MetricsConfig, ProxyConfig, UpstreamConfig
 from kqp.config.quota_section import quota_section
@@ -71,6 +72,7 @@ TOP_FIELDS = {
     "metrics": Field(section(METRICS_FIELDS, MetricsConfig), {}),
     "tls": Field(tls_section, None),
     "sasl": Field(sasl_config, {}),
+    "admin": Field(admin_config, {}),
 }
 
 

@@ -218,6 +218,16 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class AdminConfig:
+    """``admin:``: whether kqp answers Kafka's quota admin API itself, who may alter quotas, and the
+    state file the changes are kept in (the config file's quotas stay the base layer under them)."""
+
+    manage_quotas: bool
+    principals: tuple[str, ...]        # Kafka's form, User:NAME
+    state_file: str | None
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     """Everything one kqp process runs with."""
 
@@ -235,6 +245,7 @@ class ProxyConfig:
     metrics: MetricsConfig
     tls: TlsConfig | None
     sasl: SaslConfig
+    admin: AdminConfig
     source: str | None
     # The validated input this config was built from. CLI overrides are applied to it and parsed
     # again, so a value the file left to its default (advertised_host follows listen, the broker

@@ -8,6 +8,9 @@ KIP-599 and KIP-731. An entry names its entity and carries its values side by si
     - user: alice
       client_id: spark-writer
       producer_byte_rate: 1048576
+    - client_id_prefix: spark-job-42-     # every client id starting so, as one group
+      algorithm: token_bucket             # this entry's quotas: KIP-599's bucket
+      producer_byte_rate: 1048576
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from types import MappingProxyType
 from kqp.config.errors import ConfigError, shown
 from kqp.config.fleet_section import FLEET_FIELDS, fleet_config, fleet_document
 from kqp.config.model import FleetConfig
-from kqp.config.schema import Field, child, did_you_mean, integer, name, number, read_section
-from kqp.quotas.model import QUOTA_TYPES, EntitySpec, QuotaSettings
+from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
+from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings
 
-_ENTITY_KEYS = ("user", "client_id")
+_ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
+_algorithm = choice(*ALGORITHMS)
 
 # KIP-124: request_percentage is a percent of one thread, so 0 would forbid all work and values
 # above 100 (more than one thread's worth) are meaningful. Every other quota is a rate where 0 is
@@ -34,11 +38,15 @@ _QUOTA_CHECKS = {
 }
 
 
-def _entity_entry(entry: object, path: str) -> tuple[EntitySpec, dict[str, float]]:
+Entry = tuple[EntitySpec, dict[str, float], str | None]
+
+
+def _entity_entry(entry: object, path: str) -> Entry:
     if not isinstance(entry, Mapping):
         raise ConfigError(path, f"must be a mapping with user and/or client_id and quota values, got {shown(entry)}")
     ids: dict[str, str | None] = {key: None for key in _ENTITY_KEYS}
     values: dict[str, float] = {}
+    algorithm: str | None = None
     for key, value in entry.items():
         key_path = child(path, key)
         if key in _ENTITY_KEYS:
@@ -47,25 +55,37 @@ def _entity_entry(entry: object, path: str) -> tuple[EntitySpec, dict[str, float
             ids[key] = name(value, key_path)
         elif key in _QUOTA_CHECKS:
             values[key] = _QUOTA_CHECKS[key](value, key_path)
+        elif key == "algorithm":
+            algorithm = _algorithm(value, key_path)
         else:
-            raise ConfigError(key_path, f"unknown key; {did_you_mean(key, (*_ENTITY_KEYS, *QUOTA_TYPES))}")
-    if ids["user"] is None and ids["client_id"] is None:
-        raise ConfigError(path, "needs a user, a client_id or both (a name or '<default>')")
+            known = (*_ENTITY_KEYS, "algorithm", *QUOTA_TYPES)
+            raise ConfigError(key_path, f"unknown key; {did_you_mean(key, known)}")
+    prefix = ids["client_id_prefix"]
+    if prefix is not None and ids["client_id"] is not None:
+        raise ConfigError(path, "has both client_id and client_id_prefix; an entry names one client id or one "
+                                "prefix group (write two entries for both)")
+    if prefix == DEFAULT:
+        raise ConfigError(child(path, "client_id_prefix"), "must be a literal prefix; for every client id "
+                                                           "write client_id: '<default>'")
+    if ids["user"] is None and ids["client_id"] is None and prefix is None:
+        raise ConfigError(path, "needs a user, a client_id or both (a name or '<default>'), or a client_id_prefix")
     if not values:
         raise ConfigError(path, "sets no quota; add one, e.g. producer_byte_rate: 1048576")
-    return EntitySpec(user=ids["user"], client_id=ids["client_id"]), values
+    return EntitySpec(ids["user"], ids["client_id"], prefix), values, algorithm
 
 
-def _entities(value: object, path: str) -> Mapping[EntitySpec, Mapping[str, float]]:
+def _entities(value: object, path: str) -> tuple[Mapping[EntitySpec, Mapping[str, float]], Mapping[EntitySpec, str]]:
+    """The entity entries: each entity's quota values, and the algorithm of those that name one."""
     if value is None:
         value = []
     if not isinstance(value, list | tuple):
         raise ConfigError(path, f"must be a list of entity entries, got {shown(value)}")
     entities: dict[EntitySpec, Mapping[str, float]] = {}
+    algorithms: dict[EntitySpec, str] = {}
     first_index: dict[EntitySpec, int] = {}
     for index, entry in enumerate(value):
         entry_path = f"{path}[{index}]"
-        entity, values = _entity_entry(entry, entry_path)
+        entity, values, algorithm = _entity_entry(entry, entry_path)
         if entity in first_index:
             # Merging two entries silently would hide a typo or a copy-paste; say where both are.
             raise ConfigError(
@@ -74,12 +94,15 @@ def _entities(value: object, path: str) -> Mapping[EntitySpec, Mapping[str, floa
             )
         first_index[entity] = index
         entities[entity] = MappingProxyType(values)
-    return MappingProxyType(entities)
+        if algorithm is not None:
+            algorithms[entity] = algorithm
+    return MappingProxyType(entities), MappingProxyType(algorithms)
 
 
 QUOTA_FIELDS = {
     "window_size_seconds": Field(number(above=0), 1),  # quota.window.size.seconds
     "window_count": Field(integer(minimum=2), 11),  # quota.window.num
+    "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
     "entities": Field(_entities, []),
     **FLEET_FIELDS,  # scope and cluster: where usage is shared (fleet_section.py)
 }
@@ -102,10 +125,13 @@ def quota_section(data: object, *, path: str = "quotas",
         fleet = fleet_config(values["scope"], values["cluster"], path)
     except ConfigError as exc:
         raise exc.with_source(source) from None
+    entities, algorithms = values["entities"]
     settings = QuotaSettings(
         window_size_seconds=values["window_size_seconds"],
         window_count=values["window_count"],
-        entities=values["entities"],
+        entities=entities,
+        algorithm=values["algorithm"],
+        algorithms=algorithms,
     )
     return settings, fleet
 
@@ -117,11 +143,14 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
         entry: dict[str, object] = {
             key: getattr(entity, key) for key in _ENTITY_KEYS if getattr(entity, key) is not None
         }
+        if entity in settings.algorithms:
+            entry["algorithm"] = settings.algorithms[entity]
         entry.update(values)
         entries.append(entry)
     document: dict[str, object] = {
         "window_size_seconds": settings.window_size_seconds,
         "window_count": settings.window_count,
+        "algorithm": settings.algorithm,
         "entities": entries,
     }
     if fleet is not None:

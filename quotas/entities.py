@@ -8,6 +8,23 @@ DefaultQuotaCallback):
     3 /users/<user>                         7 /clients/<client-id>
     4 /users/<default>/clients/<client-id>  8 /clients/<default>
 
+kqp adds client-id prefix entities (`/users/<user>/client-id-prefixes/<prefix>`): every client id
+that starts with the prefix is charged to one sensor, the group's. A prefix sits just below the exact
+client id at the same user level, the longest matching prefix first, and above that level's
+`<default>` client; without a user the same holds among the `/clients` levels:
+
+    1  /users/<user>/clients/<client-id>              5  /users/<default>/clients/<default>
+    1p /users/<user>/client-id-prefixes/<prefix>      6  /users/<default>
+    2  /users/<user>/clients/<default>                7  /clients/<client-id>
+    3  /users/<user>                                  7p /client-id-prefixes/<prefix>
+    4  /users/<default>/clients/<client-id>           8  /clients/<default>
+    4p /users/<default>/client-id-prefixes/<prefix>
+
+So a group never takes a client that an operator named exactly, and a named user's entities all
+come before any `<default>` user's, as in Kafka. The group's sensor is per user at 1p and 4p (each
+user's clients with the prefix share one quota, as `/users/<default>/clients/c` gives each user its
+own) and shared by every user at 7p, as `/clients/c` is. An empty client id matches no prefix.
+
 Each quota type resolves on its own: an entity that sets only `producer_byte_rate` does not match
 for `consumer_byte_rate`, which falls through to less specific levels (Kafka keeps one quota map
 per quota manager, i.e. per type).
@@ -50,34 +67,54 @@ class Resolution(NamedTuple):
     entity: EntitySpec
 
 
-def _levels(principal: Principal) -> tuple[tuple[tuple[str | None, str | None], QuotaKey], ...]:
-    """The levels that can apply to `principal`, most specific first: (entity user, entity client), key."""
+Level = tuple[EntitySpec, QuotaKey]
+
+
+def _groups(settings: QuotaSettings, user: str | None, client: str, key_user: str) -> list[Level]:
+    """Levels 1p, 4p or 7p: the configured prefixes of `client` under entity user `user`, longest
+    first, each with its group's key. One slice and set lookup per distinct prefix length."""
+    found = settings.prefixes.get(user)
+    if found is None:
+        return []
+    lengths, prefixes = found
+    return [(EntitySpec(user, None, client[:n]), QuotaKey(key_user, "", client[:n]))
+            for n in lengths if n <= len(client) and client[:n] in prefixes]
+
+
+def _levels(settings: QuotaSettings, principal: Principal, exact: bool = True) -> list[Level]:
+    """The levels that can apply to `principal`, most specific first: entity, key.
+
+    ``exact=False`` leaves out the levels naming the client id itself (1, 4, 7): what a prefix
+    group as a whole resolves to, for `resolve_key`.
+    """
     user, client = principal.user, principal.client_id
     per_user = QuotaKey(user, "")
     if client == "":
         # Kafka's quotaLimit for the tags (user, ""): only the user levels can give a limit.
-        return (((user, None), per_user), ((DEFAULT, None), per_user))
+        return [(EntitySpec(user, None), per_user), (EntitySpec(DEFAULT, None), per_user)]
     per_client = QuotaKey(user, client)
     per_client_id = QuotaKey("", client)
-    return (
-        ((user, client), per_client),
-        ((user, DEFAULT), per_client),
-        ((user, None), per_user),
-        ((DEFAULT, client), per_client),
-        ((DEFAULT, DEFAULT), per_client),
-        ((DEFAULT, None), per_user),
-        ((None, client), per_client_id),
-        ((None, DEFAULT), per_client_id),
-    )
+    out: list[Level] = []
+    # An empty user is not an entity name (EntitySpec refuses ""), so its levels are skipped.
+    if user != "":
+        if exact:
+            out.append((EntitySpec(user, client), per_client))
+        out += _groups(settings, user, client, user)
+        out += [(EntitySpec(user, DEFAULT), per_client), (EntitySpec(user, None), per_user)]
+        if exact:
+            out.append((EntitySpec(DEFAULT, client), per_client))
+        out += _groups(settings, DEFAULT, client, user)
+        out += [(EntitySpec(DEFAULT, DEFAULT), per_client), (EntitySpec(DEFAULT, None), per_user)]
+    if exact:
+        out.append((EntitySpec(None, client), per_client_id))
+    out += _groups(settings, None, client, "")
+    out.append((EntitySpec(None, DEFAULT), per_client_id))
+    return out
 
 
-def _resolve_uncached(settings: QuotaSettings, principal: Principal) -> dict[str, Resolution]:
+def _first(settings: QuotaSettings, specs: list[Level]) -> dict[str, Resolution]:
+    """Per quota type, the first of `specs` that sets it."""
     found: dict[str, Resolution] = {}
-    if not settings.by_type:
-        return found
-    # An empty user is not an entity name (EntitySpec refuses ""), so levels naming one cannot
-    # match and are skipped rather than built.
-    specs = [(EntitySpec(user, client), key) for (user, client), key in _levels(principal) if user != ""]
     for quota_type, limits in settings.by_type.items():
         for spec, key in specs:
             limit = limits.get(spec)
@@ -85,6 +122,12 @@ def _resolve_uncached(settings: QuotaSettings, principal: Principal) -> dict[str
                 found[quota_type] = Resolution(key, limit, spec)
                 break
     return found
+
+
+def _resolve_uncached(settings: QuotaSettings, principal: Principal) -> dict[str, Resolution]:
+    if not settings.by_type:
+        return {}
+    return _first(settings, _levels(settings, principal))
 
 
 def resolutions(settings: QuotaSettings, principal: Principal) -> dict[str, Resolution]:
@@ -109,7 +152,10 @@ def resolve(settings: QuotaSettings, quota_type: str, principal: Principal) -> t
 
 def sharing(entity: EntitySpec) -> str:
     """How a matched entity keys its sensor: "client" (one per <user, client-id>), "user" (one per
-    user, levels 3 and 6) or "client-id" (one per client id, levels 7 and 8)."""
+    user, levels 3 and 6), "client-id" (one per client id, levels 7 and 8) or "client-id-prefix"
+    (one per prefix group, per user at levels 1p and 4p, for all users at 7p)."""
+    if entity.client_id_prefix is not None:
+        return "client-id-prefix"
     if entity.client_id is None:
         return "user"
     if entity.user is None:
@@ -127,10 +173,22 @@ def resolve_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> Reso
     ever a per-user sensor, since an empty client id resolves through the user levels alone. A key
     without a user (levels 7 and 8) depends only on the client id, as in Kafka; ("", "") has no
     quota, as quotaLimit finds none for empty tags.
+
+    A prefix group's key survives while the group as a whole still resolves to it: the prefix
+    itself, taken as a client id, resolved without the levels that name one client id exactly (an
+    exact entry takes one member out of the group, not the group away). Without a user that is
+    `/client-id-prefixes/<prefix>` alone, as for level 7.
     """
     limits = settings.by_type.get(quota_type)
     if not limits:
         return None
+    prefix = key.client_id_prefix
+    if prefix is not None:
+        levels = _levels(settings, Principal(key.user, prefix), exact=False)
+        if key.user == "":
+            levels = [(spec, k) for spec, k in levels if spec.user is None]
+        found = _first(settings, levels).get(quota_type)
+        return found if found is not None and found.key == key else None
     if key.user == "":
         if key.client_id == "":
             return None

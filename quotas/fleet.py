@@ -96,7 +96,13 @@ class SyncReply:
 
 
 def sensor_name(quota_type: str, key: QuotaKey) -> str:
-    """A sensor's name in the store: unambiguous for any user or client id (they are percent-quoted)."""
+    """A sensor's name in the store: unambiguous for any user or client id (they are percent-quoted).
+
+    A prefix group's is ``type:user:prefix=<quoted prefix>``: quoting turns a client id's own "="
+    into %3D, so no client id's name can read as a group's.
+    """
+    if key.client_id_prefix is not None:
+        return f"{quota_type}:{quote(key.user, safe='')}:prefix={quote(key.client_id_prefix, safe='')}"
     return f"{quota_type}:{quote(key.user, safe='')}:{quote(key.client_id, safe='')}"
 
 
@@ -254,6 +260,10 @@ class FleetLedger:
         self.offset = reply.now - (sent_at + received_at) / 2
         reset = self.epoch is not None and reply.epoch != self.epoch
         self.epoch = reply.epoch
+        # The store keeps one window more than `collect` kept of `sent` and `seen`: in that window
+        # this process's own usage would read as the others', and a token bucket replica would be
+        # debited with it again at every exchange. Only the windows still tracked here count.
+        first = self.window_index(sent_at) - self.window_count - 1
         for item, totals in zip(request.sensors, reply.sensors, strict=True):
             usage = self.usages.get(item.name)
             if usage is None:
@@ -265,7 +275,7 @@ class FleetLedger:
                 usage.sent = {}
             for window, delta in item.deltas:
                 usage.sent[window] = usage.sent.get(window, 0.0) + delta
-            others = {w: total - usage.sent.get(w, 0.0) for w, total in totals.windows.items()}
+            others = {w: total - usage.sent.get(w, 0.0) for w, total in totals.windows.items() if w >= first}
             usage.others = {w: used for w, used in others.items() if used > 1e-9}
             usage.others_active = totals.others_active
             if usage.on_others is not None:

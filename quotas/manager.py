@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kqp.quotas.entities import Resolution, resolutions, resolve_key
 from kqp.quotas.fleet import FleetLedger, sensor_name
-from kqp.quotas.model import QUOTA_TYPES, EntitySpec, Principal, QuotaKey, QuotaSettings
+from kqp.quotas.model import QUOTA_TYPES, TOKEN_BUCKET, EntitySpec, Principal, QuotaKey, QuotaSettings
 from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
 
@@ -53,7 +53,7 @@ class SensorState:
     rate: float  # units per second over the sampled window (mutations/s for the token bucket)
     limit: float
     last_throttle_seconds: float
-    tokens: float | None  # token bucket credit (controller_mutation_rate only)
+    tokens: float | None  # token bucket credit (controller_mutation_rate, and algorithm: token_bucket)
     idle_seconds: float
 
 
@@ -97,11 +97,14 @@ class QuotaManager:
         updates a live metric's quota): a token bucket keeps its tokens, debt included, and refills
         at the new rate up to the new burst; sensors nothing charges any more are released at once.
         A new window size or count changes what every sample means, so then all measurements
-        restart. `now` is not needed: like Kafka's config swap, applying a limit reads no clock.
+        restart. A sensor whose algorithm changes (sampled <-> token_bucket) restarts too: samples
+        say nothing about tokens, and a bucket keeps no samples worth enforcing on; the next request
+        creates it afresh (a full bucket, or empty samples), as for a new entity.
+        `now` is not needed: like Kafka's config swap, applying a limit reads no clock.
         """
         old = self._settings
         lines = _describe_changes(old, settings)
-        released = 0
+        released = restarted = 0
         if (old.window_size_seconds, old.window_count) != (settings.window_size_seconds, settings.window_count):
             released = self.sensor_count
             self._sensors = {t: {} for t in QUOTA_TYPES}
@@ -111,10 +114,13 @@ class QuotaManager:
             for quota_type, sensors in self._sensors.items():
                 for key, sensor in list(sensors.items()):
                     found = resolve_key(settings, quota_type, key)
-                    if found is None:
+                    if found is None or _bucket(settings, quota_type, found) != (sensor.bucket is not None):
                         del sensors[key]
                         self._forget(quota_type, key)
-                        released += 1
+                        if found is None:
+                            released += 1
+                        else:
+                            restarted += 1
                         continue
                     sensor.entity = found.entity
                     if found.limit != sensor.limit:
@@ -122,6 +128,8 @@ class QuotaManager:
         self._apply(settings)
         if released:
             lines.append(f"released {released} sensor(s) whose quota no longer applies")
+        if restarted:
+            lines.append(f"restarted {restarted} sensor(s) whose algorithm changed")
         return lines
 
     # -- recording -----------------------------------------------------------------------------
@@ -135,7 +143,7 @@ class QuotaManager:
             shared = None if fleet is None else fleet.usage_for(sensor_name(quota_type, found.key), now)
             sensor = sensors[found.key] = QuotaSensor(
                 found.limit, s.window_size_seconds, s.window_count, now,
-                cap=cap, token_bucket=quota_type == MUTATION, entity=found.entity, shared=shared,
+                cap=cap, token_bucket=_bucket(s, quota_type, found), entity=found.entity, shared=shared,
             )
         elif sensor.limit != found.limit:
             # update_settings re-checks every key, so this is only a safety net: the latest
@@ -336,6 +344,12 @@ class QuotaManager:
             self.fleet.forget(sensor_name(quota_type, key))
 
 
+def _bucket(settings: QuotaSettings, quota_type: str, found: Resolution) -> bool:
+    """Whether the sensor measures with a token bucket: always for KIP-599's mutations, else as
+    the entity's (or the section's) `algorithm` says."""
+    return quota_type == MUTATION or settings.algorithm_for(found.entity) == TOKEN_BUCKET
+
+
 def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
@@ -352,7 +366,12 @@ def _describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
             f"quota window {old.window_count} x {_number(old.window_size_seconds)}s -> "
             f"{new.window_count} x {_number(new.window_size_seconds)}s: all measurements restart"
         )
+    if old.algorithm != new.algorithm:
+        lines.append(f"quotas.algorithm {old.algorithm} -> {new.algorithm}")
     for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
+        a, b = old.algorithms.get(spec), new.algorithms.get(spec)
+        if a != b and spec in old.entities and spec in new.entities:
+            lines.append(f"{spec.path}: algorithm {a or 'default'} -> {b or 'default'}")
         before = old.entities.get(spec, {})
         after = new.entities.get(spec, {})
         for quota_type in QUOTA_TYPES:

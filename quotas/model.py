@@ -7,7 +7,10 @@ and so the module stays import-light (config imports it without pulling in any q
 
 The vocabulary is Kafka's: an entity is a `<user, client-id>` pair where either component may be
 omitted (``None``) or be the ``<default>`` placeholder, exactly the config nodes
-``/users/<user>/clients/<client-id>`` that `kafka-configs.sh` writes.
+``/users/<user>/clients/<client-id>`` that `kafka-configs.sh` writes. kqp adds one kind Kafka does
+not have: a client-id prefix (``/users/<user>/client-id-prefixes/<prefix>``, or
+``/client-id-prefixes/<prefix>`` without a user) that every client id starting with the prefix shares
+as one group; entities.py says where it sits in Kafka's precedence.
 """
 
 from __future__ import annotations
@@ -33,25 +36,43 @@ QUOTA_TYPES: tuple[str, ...] = (
     "consumer_batch_rate",
 )
 
+# How a quota measures use (README "Quota algorithms"): Kafka's sampled rate, or KIP-599's token bucket.
+SAMPLED = "sampled"
+TOKEN_BUCKET = "token_bucket"
+ALGORITHMS: tuple[str, ...] = (SAMPLED, TOKEN_BUCKET)
+
 
 @dataclass(frozen=True, slots=True)
 class EntitySpec:
-    """One configured quota entity; ``None`` omits a component, ``"<default>"`` is the default."""
+    """One configured quota entity; ``None`` omits a component, ``"<default>"`` is the default.
+
+    ``client_id_prefix`` (exclusive with ``client_id``) names a group: every client id that starts
+    with it, sharing one quota. It is a literal prefix, never ``<default>`` (that is ``client_id``'s).
+    """
 
     user: str | None
     client_id: str | None
+    client_id_prefix: str | None = None
 
     def __post_init__(self) -> None:
-        if self.user is None and self.client_id is None:
-            raise ValueError("a quota entity needs a user, a client id or both")
+        if self.client_id_prefix is not None:
+            if self.client_id is not None:
+                raise ValueError("a quota entity has a client id or a client id prefix, not both")
+            if self.client_id_prefix in ("", DEFAULT):
+                raise ValueError("a client id prefix must be a non-empty literal prefix, not '' or <default>")
+        elif self.user is None and self.client_id is None:
+            raise ValueError("a quota entity needs a user, a client id (or prefix) or both")
         # An empty name would collide with the "" that QuotaKey uses for "shared by all clients".
         if self.user == "" or self.client_id == "":
             raise ValueError("entity names must not be empty; use None to omit a component")
 
     @property
     def path(self) -> str:
-        """Kafka's config node name, e.g. ``/users/alice/clients/<default>``."""
+        """Kafka's config node name, e.g. ``/users/alice/clients/<default>``; a prefix entity's is
+        ``/users/alice/client-id-prefixes/spark-job-42-`` (kqp's own node kind)."""
         user = "" if self.user is None else f"/users/{self.user}"
+        if self.client_id_prefix is not None:
+            return f"{user}/client-id-prefixes/{self.client_id_prefix}"
         client = "" if self.client_id is None else f"/clients/{self.client_id}"
         return user + client
 
@@ -71,10 +92,16 @@ class QuotaKey:
     ``client_id == ""`` means the sensor is shared by all of the user's clients (a match on
     ``/users/u`` or ``/users/<default>``); ``user == ""`` means it is shared by every user of the
     client id (a match on ``/clients/c`` or ``/clients/<default>``). See `entities.resolve`.
+
+    ``client_id_prefix`` set means a prefix group's sensor, shared by every client id with that
+    prefix (of the user, or of every user when ``user == ""``); ``client_id`` is then "". A separate
+    field, because a client id may contain any character: no spelling of the prefix inside
+    ``client_id`` could be told apart from a real client id.
     """
 
     user: str
     client_id: str
+    client_id_prefix: str | None = None
 
 
 def _freeze(entities: Mapping[EntitySpec, Mapping[str, float]]) -> Mapping[EntitySpec, Mapping[str, float]]:
@@ -101,15 +128,22 @@ class QuotaSettings:
     """Everything the quota layer needs from the config file, frozen.
 
     ``window_size_seconds`` and ``window_count`` are Kafka's ``quota.window.size.seconds`` and
-    ``quota.window.num``. A reload builds a new instance; the per-type index and the resolution
-    cache live on the instance, so replacing the settings is what invalidates the cache.
+    ``quota.window.num``. ``algorithm`` is how every quota measures use unless ``algorithms`` names
+    another for an entity (controller_mutation_rate is a token bucket whatever they say, KIP-599).
+    A reload builds a new instance; the per-type index, the prefix index and the resolution cache
+    live on the instance, so replacing the settings is what invalidates the cache.
     """
 
     window_size_seconds: float = 1.0
     window_count: int = 11
     entities: Mapping[EntitySpec, Mapping[str, float]] = field(default_factory=dict)
+    algorithm: str = SAMPLED
+    algorithms: Mapping[EntitySpec, str] = field(default_factory=dict)
     # quota type -> {entity: limit}; derived once so resolution does a handful of dict lookups.
     by_type: Mapping[str, Mapping[EntitySpec, float]] = field(init=False, repr=False, compare=False)
+    # entity user (a name, <default> or None) -> (prefix lengths, longest first; the prefixes).
+    prefixes: Mapping[str | None, tuple[tuple[int, ...], frozenset[str]]] = field(
+        init=False, repr=False, compare=False)
     # Principal -> {quota type: resolution}; filled and bounded by entities.py.
     resolution_cache: dict[Principal, dict[str, Any]] = field(
         init=False, repr=False, compare=False, default_factory=dict
@@ -121,11 +155,30 @@ class QuotaSettings:
         if int(self.window_count) != self.window_count or self.window_count < 1:
             raise ValueError(f"window_count must be an integer >= 1, got {self.window_count}")
         object.__setattr__(self, "entities", _freeze(self.entities))
+        for spec, algorithm in (("quotas", self.algorithm), *self.algorithms.items()):
+            if algorithm not in ALGORITHMS:
+                raise ValueError(f"{getattr(spec, 'path', spec)}: algorithm must be one of {ALGORITHMS}, "
+                                 f"got {algorithm!r}")
+            if isinstance(spec, EntitySpec) and spec not in self.entities:
+                raise ValueError(f"{spec.path}: an algorithm for an entity that sets no quota")
+        object.__setattr__(self, "algorithms", MappingProxyType(dict(self.algorithms)))
         index: dict[str, dict[EntitySpec, float]] = {}
+        grouped: dict[str | None, set[str]] = {}
         for spec, values in self.entities.items():
             for quota_type, value in values.items():
                 index.setdefault(quota_type, {})[spec] = value
+            if spec.client_id_prefix is not None:
+                grouped.setdefault(spec.user, set()).add(spec.client_id_prefix)
         object.__setattr__(self, "by_type", MappingProxyType(index))
+        # Longest-prefix match probes one slice per distinct length rather than scanning prefixes.
+        object.__setattr__(self, "prefixes", MappingProxyType({
+            user: (tuple(sorted({len(p) for p in found}, reverse=True)), frozenset(found))
+            for user, found in grouped.items()
+        }))
+
+    def algorithm_for(self, entity: EntitySpec) -> str:
+        """How `entity`'s quotas measure use: its own `algorithm`, else the section's."""
+        return self.algorithms.get(entity, self.algorithm)
 
     @property
     def enabled(self) -> bool:

@@ -5,8 +5,10 @@ while the entity is over quota; a throttled client's next request finds the rate
 `QuotaSensor.charge` does the same (`add` then `throttle`).
 
 Rate quotas measure with a `SampledRate` and throttle by ``(O - T) / T * W`` (capped at one window
-for request quotas). `controller_mutation_rate` also keeps a `SampledRate` (Kafka's
-`mutation-rate` metric, for observation only) but enforces with a `TokenBucket` (KIP-599).
+for request quotas). `controller_mutation_rate`, and any quota whose entity says `algorithm:
+token_bucket`, also keeps a `SampledRate` (Kafka's `mutation-rate` metric, for observation only)
+but enforces with a `TokenBucket` (KIP-599: rate Q, burst Q * window_count * window_size, throttle
+``-K / Q``, request quotas still capped at one window).
 
 A quota of 0 means "block": the arithmetic has no finite answer (no delay brings a positive rate
 down to zero), so any use throttles for the whole measured span, `window_count * window_size`,

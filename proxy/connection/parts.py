@@ -14,6 +14,7 @@ from kqp.protocol.addresses import AddressMapper, BrokerAddress
 
 from .metering import Metering
 from .mutation_gate import MutationGate
+from .quota_admin import QuotaAdmin
 from .sasl import SaslPolicy
 
 
@@ -35,3 +36,4 @@ class CoreParts:
     perf: Callable[[], float]   # handler-time clock (time.perf_counter), injected so the core reads none
     settings: CoreSettings      # a reload assigns a new one
     sasl: SaslPolicy = field(default_factory=SaslPolicy)   # who authenticates clients (`sasl.mode`) and against what
+    admin: QuotaAdmin | None = None   # kqp answers the quota admin API (`admin.manage_quotas`); None: forwarded

@@ -22,6 +22,7 @@ from .in_flight import InFlight
 from .metering import joined
 from .mutation_gate import GATED_APIS
 from .parts import CoreParts
+from .quota_admin import ADMIN_APIS
 
 PRODUCE, FETCH, API_VERSIONS = ApiKey.Produce, ApiKey.Fetch, ApiKey.ApiVersions
 # Kafka's exemptions from request quotas (KIP-124): the SASL exchange itself.
@@ -49,9 +50,16 @@ def plan_request(parts: CoreParts, hdr: RequestHeader, head: memoryview, frame: 
     if api == API_VERSIONS:
         # Answered by kqp: the intersection of the upstream's ranges and kqp's. Before
         # authentication it is exempt from request quotas, as the broker's authenticator answers it.
-        entry.local_response = encode_api_versions_response(version, hdr.correlation_id,
-                                                           parts.sasl.advertised(parts.api_ranges()))
+        ranges = parts.sasl.advertised(parts.api_ranges())
+        if parts.admin is not None:
+            ranges = parts.admin.advertised(ranges)
+        entry.local_response = encode_api_versions_response(version, hdr.correlation_id, ranges)
         entry.exempt = not authenticated
+        return RequestPlan(None, entry)
+    if api in ADMIN_APIS and parts.admin is not None:
+        # kqp manages quotas (admin.manage_quotas): its own answer, charged like any request.
+        entry.local_response = parts.admin.answer(principal, api, version, hdr.correlation_id,
+                                                  joined(frame)[hdr.body_offset:])
         return RequestPlan(None, entry)
     if api == PRODUCE:
         violations = metering.charge_produce(principal, size, frame, hdr.body_offset, version, now)

@@ -336,8 +336,22 @@ class PrometheusObserver(ProxyObserver):
         usage = GaugeMetricFamily("kqp_quota_usage", "The rate the quota is measured against now, in the "
                                   "quota's unit (shared quotas show the shared sensor's rate)",
                                   labels=("quota", *ENTITY))
+        # A prefix group's sensor also gets series of its own, labelled by its prefix: the group is
+        # one quota, which the per-principal series above only show member by member.
+        group_limit = GaugeMetricFamily("kqp_quota_group_limit", "The quota of a client-id prefix group "
+                                        "(client_id_prefix entity), shared by all its client ids",
+                                        labels=("quota", "user", "client_id_prefix"))
+        group_usage = GaugeMetricFamily("kqp_quota_group_usage", "The rate a client-id prefix group's "
+                                        "shared quota is measured against now", labels=("quota", "user",
+                                                                                        "client_id_prefix"))
         if quotas.enabled:
-            rates = {(s.quota_type, s.key): s.rate for s in quotas.snapshot(now)}
+            states = quotas.snapshot(now)
+            rates = {(s.quota_type, s.key): s.rate for s in states}
+            for s in states:
+                if s.key.client_id_prefix is not None:
+                    labels = (s.quota_type, s.key.user, s.key.client_id_prefix)
+                    group_limit.add_metric(labels, s.limit)
+                    group_usage.add_metric(labels, s.rate)
             for p in self._entities:
                 if p == _OTHER_PRINCIPAL:
                     continue  # many principals, many quotas: no single limit to show
@@ -345,8 +359,7 @@ class PrometheusObserver(ProxyObserver):
                     labels = (quota_type, p.user, p.client_id)
                     limit.add_metric(labels, value)
                     usage.add_metric(labels, rates.get((quota_type, key), 0.0))
-        yield limit
-        yield usage
+        yield from (limit, usage, group_limit, group_usage)
 
 
 class _ScrapeCollector:

@@ -29,6 +29,7 @@ from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
+from kqp.proxy.connection.quota_admin import QuotaAdmin
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.observability.fleet_metrics import FleetCollector
@@ -45,6 +46,7 @@ from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
 from .fleet_sync import FleetSync, open_fleet
 from .listeners import ListenerSet, ListenerTls
+from .quota_store import QuotaStore
 from .refusals import RefusalLog
 from .reload import ConfigReloader
 from .topic_lookup import TopicLookup
@@ -83,6 +85,7 @@ class ProxyServer:
         self._progress: asyncio.Event | None = None   # set while draining: a connection moved on
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
+        self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
 
     # -- assembly --------------------------------------------------------------------------------
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -91,6 +94,8 @@ class ProxyServer:
         workers, parent = (self.seat.workers, self.seat.exchange_path) if self.seat else (1, None)
         self.fleet = open_fleet(cfg.fleet, cfg.quotas, workers, parent, loop.time, time.time)
         self.quotas = QuotaManager(cfg.quotas, loop.time(), self.fleet.ledger if self.fleet else None)
+        if self.store is not None:
+            self.store.rebase(cfg.quotas)   # the state file's changes, in force from the first request
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)
@@ -107,6 +112,8 @@ class ProxyServer:
             api_ranges=lambda: cluster.api_ranges, learn_brokers=cluster.learn,
             map_address=self.listeners.map_address, perf=time.perf_counter, settings=core_settings(cfg),
             sasl=SaslPolicy.from_config(cfg.sasl),
+            admin=None if self.store is None else QuotaAdmin(frozenset(cfg.admin.principals),
+                                                             lambda: self.quotas.settings, self.store.commit),
         )
         lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
                              cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls,
@@ -116,6 +123,16 @@ class ProxyServer:
                             open_connections=self.connections, on_progress=self._on_progress,
                             identify=identify, refused=refused, upstream_tls=upstream_tls,
                             upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes)
+
+    def _quota_store(self) -> QuotaStore | None:
+        """`admin.manage_quotas`: the state file's changes over the config file's quotas, from the start."""
+        admin = self.config.admin
+        if not admin.manage_quotas or admin.state_file is None:
+            return None
+        store = QuotaStore(admin.state_file, self.config.quotas, self.update_settings)
+        log.info("kqp answers the quota admin API (alter: %s); state file %s holds %d entities",
+                 ", ".join(admin.principals), admin.state_file, len(store.layer))
+        return store
 
     def _listener_tls(self, refused: RefusalLog) -> tuple[ListenerTls | None, Callable[[bytes | None], str] | None]:
         """The listeners' TLS (a context that follows its files) and the certificate-to-user mapping."""
@@ -206,6 +223,8 @@ class ProxyServer:
         self._tasks.append(loop.create_task(self.cluster.refresh_forever(self.stopping)))
         self._tasks.append(loop.create_task(self._reap_idle()))
         self._tasks.extend(loop.create_task(context.watch(self.stopping)) for context in self.tls_contexts)
+        if self.store is not None:
+            self._tasks.append(loop.create_task(self.store.watch(self.stopping)))
         if self.config.source:
             reloader = ConfigReloader(self.config.source, self.config, self.update_quotas,
                                       on_result=self.observer.config_reload, apply_runtime=self._apply_runtime,
@@ -239,6 +258,10 @@ class ProxyServer:
         self.core.settings = core_settings(self.config)
 
     def update_quotas(self, settings: QuotaSettings) -> list[str]:
+        """A config reload's quotas: the base layer, under the admin API's changes when kqp manages quotas."""
+        return self.update_settings(settings) if self.store is None else self.store.rebase(settings)
+
+    def update_settings(self, settings: QuotaSettings) -> list[str]:
         assert self.loop is not None
         return self.quotas.update_settings(settings, self.loop.time())
 

@@ -1,4 +1,4 @@
-"""The `kqp` command: run, check-config, demo, top, bench, sasl-credential.
+"""The `kqp` command: run, check-config, demo, top, bench, sasl-credential, quotas.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
 a clean SIGTERM.
@@ -18,10 +18,11 @@ from kqp.config.model import ProxyConfig
 from kqp.proxy.runtime import loops
 from kqp.proxy.runtime.fleet_sync import cluster_password
 from kqp.proxy.runtime.logs import setup_logging
+from kqp.proxy.runtime.quota_store import read_state
 from kqp.proxy.runtime.workers import WorkerSeat, check_workers, run_workers
 from kqp.proxy.tls.contexts import check_tls
 
-from . import sasl_credential
+from . import quotas_cli, sasl_credential
 from .allocator import tune_malloc
 
 EXIT_USAGE = 2
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="print one plain-text frame and exit")
 
     sasl_credential.add_parser(sub)
+    quotas_cli.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmark kqp side by side with direct, relay and tansu proxy",
                            add_help=False)
@@ -114,6 +116,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         check_tls(config)
+        if config.admin.manage_quotas and config.admin.state_file:
+            read_state(config.admin.state_file)   # a state file kqp would refuse at start
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
@@ -148,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top,
-                "sasl-credential": sasl_credential.run}
+                "sasl-credential": sasl_credential.run, "quotas": quotas_cli.run}
     return handlers[args.command](args)
 
 

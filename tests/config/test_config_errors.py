@@ -36,7 +36,8 @@ CASES = [
     (
         "zzz: 1\n",
         "zzz: unknown key; expected one of listen, advertised_host, broker_port_base, broker_ports, upstream, "
-        "max_frame_bytes, connections_max_idle_ms, shutdown_grace_ms, fetch_throttle, quotas, metrics, tls, sasl",
+        "max_frame_bytes, connections_max_idle_ms, shutdown_grace_ms, fetch_throttle, quotas, metrics, tls, sasl, "
+        "admin",
     ),
     (
         "quotas:\n  entities:\n    - client-id: x\n      request_rate: 1\n",
@@ -110,7 +111,7 @@ CASES = [
     # --- quota entries
     (
         "quotas:\n  entities:\n    - request_rate: 1\n",
-        "quotas.entities[0]: needs a user, a client_id or both (a name or '<default>')",
+        "quotas.entities[0]: needs a user, a client_id or both (a name or '<default>'), or a client_id_prefix",
     ),
     (
         "quotas:\n  entities:\n    - user: alice\n",

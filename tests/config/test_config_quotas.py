@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from kqp.config import ConfigError, quota_settings_from
 from kqp.config.quota_section import quota_document
-from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, QuotaSettings
+from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, TOKEN_BUCKET, EntitySpec, QuotaSettings
 
 
 def test_empty_section_is_the_kafka_defaults() -> None:
@@ -68,6 +68,8 @@ entries = st.fixed_dictionaries(
     optional={
         "user": names,
         "client_id": names,
+        "client_id_prefix": st.sampled_from(["spark-", "spark-job-42-"]),
+        "algorithm": st.sampled_from(ALGORITHMS),
     },
 ).flatmap(
     lambda ids: st.dictionaries(st.sampled_from(QUOTA_TYPES), st.floats(min_value=0.5, max_value=1e12), min_size=1).map(
@@ -80,14 +82,51 @@ entries = st.fixed_dictionaries(
     st.lists(entries, max_size=6),
     st.floats(min_value=0.01, max_value=60),
     st.integers(min_value=2, max_value=100),
+    st.sampled_from(ALGORITHMS),
 )
-def test_valid_sections_round_trip(entities: list[dict], window: float, count: int) -> None:
-    data = {"window_size_seconds": window, "window_count": count, "entities": entities}
+def test_valid_sections_round_trip(entities: list[dict], window: float, count: int, algorithm: str) -> None:
+    data = {"window_size_seconds": window, "window_count": count, "entities": entities, "algorithm": algorithm}
     try:
         settings = quota_settings_from(data)
     except ConfigError as exc:
         # Only the refusals these generated entries can earn.
-        assert "needs a user, a client_id or both" in exc.message or "same entity" in exc.message
+        assert any(m in exc.message for m in ("needs a user, a client_id or both", "same entity",
+                                              "has both client_id and client_id_prefix"))
         return
     assert quota_settings_from(quota_document(settings)) == settings
     assert len(settings.entities) == len(entities)
+
+
+def test_prefix_entries_and_algorithms() -> None:
+    settings = quota_settings_from({"algorithm": "token_bucket", "entities": [
+        {"client_id_prefix": "spark-job-42-", "producer_byte_rate": 100},
+        {"user": "alice", "client_id_prefix": "spark-job-42-", "algorithm": "sampled", "producer_byte_rate": 50},
+        {"client_id": "spark-job-42-", "producer_byte_rate": 10},   # the exact client id: another entity
+    ]})
+    group, alice_group, exact = list(settings.entities)
+    assert (group.path, alice_group.path, exact.path) == (
+        "/client-id-prefixes/spark-job-42-", "/users/alice/client-id-prefixes/spark-job-42-",
+        "/clients/spark-job-42-")
+    assert settings.algorithm == TOKEN_BUCKET
+    assert [settings.algorithm_for(e) for e in (group, alice_group, exact)] == [TOKEN_BUCKET, "sampled", TOKEN_BUCKET]
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"entities": [{"client_id": "c", "client_id_prefix": "c-", "request_rate": 1}]},
+     "quotas.entities[0]: has both client_id and client_id_prefix; an entry names one client id or one prefix "
+     "group (write two entries for both)"),
+    ({"entities": [{"client_id_prefix": "<default>", "request_rate": 1}]},
+     "quotas.entities[0].client_id_prefix: must be a literal prefix; for every client id write client_id: "
+     "'<default>'"),
+    ({"entities": [{"client_id_prefix": "", "request_rate": 1}]},
+     "quotas.entities[0].client_id_prefix: must not be empty"),
+    ({"entities": [{"client_id": "c", "algorithm": "leaky", "request_rate": 1}]},
+     "quotas.entities[0].algorithm: must be one of sampled, token_bucket, got 'leaky'"),
+    ({"algorithm": "token-bucket"}, "quotas.algorithm: must be one of sampled, token_bucket, got 'token-bucket'"),
+    ({"entities": [{"client_id_prefix": "p", "algoritm": "sampled", "request_rate": 1}]},
+     "quotas.entities[0].algoritm: unknown key; did you mean 'algorithm'?"),
+])
+def test_prefix_and_algorithm_refusals(section: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        quota_settings_from(section)
+    assert str(info.value) == f"config error: {message}"

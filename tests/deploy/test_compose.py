@@ -48,6 +48,10 @@ def test_kqp_service_wiring() -> None:
     # The config directory (not the file) is mounted, so live reload follows file swaps.
     assert "./compose/kqp:/etc/kqp:ro" in kqp["volumes"]
     config = load_config(DEPLOY / "compose" / "kqp" / "kqp.yaml")
+    # The admin state file lives on a named volume, writable although the container is read-only.
+    assert config.admin.manage_quotas and config.admin.state_file is not None
+    state_dir = config.admin.state_file.rsplit("/", 1)[0]
+    assert f"kqp-state:{state_dir}" in kqp["volumes"] and "kqp-state" in compose()["volumes"]
     assert config.upstream.bootstrap_servers[0].host == "kafka"
     assert config.advertised_host == "kqp"
     published = {p.split(":")[0] for p in kqp["ports"]}

@@ -114,8 +114,24 @@ def test_shared_service_exposes_every_port_kqp_advertises() -> None:
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     # SIGTERM drain fits inside Kubernetes' grace period.
     assert pod["spec"]["terminationGracePeriodSeconds"] * 1000 > config.shutdown_grace_ms
-    [volume] = pod["spec"]["volumes"]
-    assert volume["configMap"]["name"] == by_kind("ConfigMap", K8S / "shared")[0]["metadata"]["name"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == by_kind("ConfigMap", K8S / "shared")[0]["metadata"]["name"]
+
+
+def test_shared_service_keeps_the_admin_state_file_on_its_shared_claim() -> None:
+    config = kqp_config("shared")
+    [deployment] = by_kind("Deployment", K8S / "shared")
+    [claim] = by_kind("PersistentVolumeClaim", K8S / "shared")
+    pod = deployment["spec"]["template"]
+    assert config.admin.manage_quotas and config.admin.state_file is not None
+    mounts = {m["mountPath"]: m for m in kqp_container(pod["spec"])["volumeMounts"]}
+    mount = mounts[str(Path(config.admin.state_file).parent)]
+    assert not mount.get("readOnly", False)
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    # Several replicas share the file: the claim must be mountable by all of them.
+    assert deployment["spec"]["replicas"] == 1 or claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pod["spec"]["securityContext"]["fsGroup"] == pod["spec"]["securityContext"]["runAsUser"]
 
 
 def test_tls_variant_mounts_every_file_its_config_names(tmp_path: Path) -> None:

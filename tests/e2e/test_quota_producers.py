@@ -23,7 +23,6 @@ the 5 s request timeout.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -44,6 +43,7 @@ from helpers.quota_clients import (
     VALUE_BYTES,
     ProduceRun,
     confluent_flood,
+    confluent_floods,
     kafka_python_flood,
     read_partition,
 )
@@ -164,22 +164,7 @@ def test_two_clients_get_their_own_quota(quota_path: OpenPath, upstream: Upstrea
                                            {"client_id": "flood-fast", "producer_byte_rate": 250_000}]}
     path = quota_path(quotas)
     topic = fresh_topic(upstream, "quota-two")
-    runs: dict[str, ProduceRun] = {}
-    failures: list[BaseException] = []
-
-    def offer(client_id: str) -> None:
-        try:
-            runs[client_id] = confluent_flood(path.bootstrap, topic, client_id, OFFER_SECONDS)
-        except BaseException as exc:  # reported by the main thread
-            failures.append(exc)
-
-    threads = [threading.Thread(target=offer, args=(cid,)) for cid in ("flood-slow", "flood-fast")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(OFFER_SECONDS + 60)
-    assert not failures, failures
-    assert set(runs) == {"flood-slow", "flood-fast"}, "a producer thread did not finish"
+    runs = confluent_floods(path.bootstrap, topic, ["flood-slow", "flood-fast"], OFFER_SECONDS)
     slow = assert_rate_held(path, runs["flood-slow"], 100_000, FAST_WINDOWS)
     fast = assert_rate_held(path, runs["flood-fast"], 250_000, FAST_WINDOWS)
     assert fast > 2 * slow, f"fast {fast:.0f} B/s is not its own quota apart from slow {slow:.0f} B/s"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kqp.quotas.fleet import FleetLedger
 from kqp.quotas.fleet_store import FleetStore
 from kqp.quotas.manager import QuotaManager
-from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
+from kqp.quotas.model import SAMPLED, EntitySpec, Principal, QuotaSettings
 
 PRINCIPAL = Principal("ANONYMOUS", "fleet-job")
 
@@ -34,10 +34,11 @@ class FleetRun:
 def simulate(processes: int, quota: float, seconds: float, *, sync_interval: float | None,
              request_bytes: int = 16384, window_size: float = 0.2, window_count: int = 11,
              rtt: float = 0.002, exchange_seconds: float = 0.001, start_spread: float = 0.0,
-             down: tuple[float, float] | None = None) -> FleetRun:
+             down: tuple[float, float] | None = None, algorithm: str = SAMPLED) -> FleetRun:
     """Run the fleet for `seconds`; `down=(from, to)`: every exchange in that interval fails."""
     settings = QuotaSettings(window_size, window_count,
-                             {EntitySpec(None, PRINCIPAL.client_id): {"producer_byte_rate": quota}})
+                             {EntitySpec(None, PRINCIPAL.client_id): {"producer_byte_rate": quota}},
+                             algorithm=algorithm)
     store = FleetStore()
     managers: list[QuotaManager] = []
     for i in range(processes):

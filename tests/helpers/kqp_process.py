@@ -40,10 +40,12 @@ def kqp_env() -> dict[str, str]:
     return env
 
 
-def run_kqp_cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run a short-lived kqp command (`check-config F`, a `run` expected to fail) to completion."""
+def run_kqp_cli(*args: str, timeout: float = 30.0,
+                env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a short-lived kqp command (`check-config F`, a `run` expected to fail) to completion;
+    `env` adds variables (a password the command reads from one)."""
     return subprocess.run(kqp_command(*args), capture_output=True, text=True, timeout=timeout,
-                          env=kqp_env(), stdin=subprocess.DEVNULL, check=False)
+                          env={**kqp_env(), **(env or {})}, stdin=subprocess.DEVNULL, check=False)
 
 
 def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -227,6 +228,28 @@ def aiokafka_flood(bootstrap: str, topic: str, client_id: str, seconds: float, *
 
 
 FLOODS = {"confluent-kafka": confluent_flood, "kafka-python": kafka_python_flood, "aiokafka": aiokafka_flood}
+
+
+def confluent_floods(bootstrap: str, topic: str, client_ids: list[str], seconds: float) -> dict[str, ProduceRun]:
+    """One confluent-kafka flood per client id, all at once, each on its own thread; a failure in
+    any of them is raised here."""
+    runs: dict[str, ProduceRun] = {}
+    failures: list[BaseException] = []
+
+    def offer(client_id: str) -> None:
+        try:
+            runs[client_id] = confluent_flood(bootstrap, topic, client_id, seconds)
+        except BaseException as exc:  # reported by the calling thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=offer, args=(cid,)) for cid in client_ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 60)
+    assert not failures, failures
+    assert set(runs) == set(client_ids), "a producer thread did not finish"
+    return runs
 
 
 # ---- reading back -------------------------------------------------------------------------------

@@ -203,6 +203,24 @@ def test_quota_limit_and_usage_per_entity() -> None:
     assert value(obs, "kqp_quota_limit", quota="producer_byte_rate", user="ANONYMOUS", client_id="free") is None
 
 
+def test_a_prefix_group_has_series_of_its_own() -> None:
+    obs, clock = make()
+    group = {"quota": "producer_byte_rate", "user": "", "client_id_prefix": "spark-job-42-"}
+    settings = QuotaSettings(entities={EntitySpec(None, None, "spark-job-42-"): {"producer_byte_rate": 100.0}})
+    quotas = bound(clock, settings, obs)
+    for n, nbytes in ((1, 600), (2, 500)):
+        executor = Principal("ANONYMOUS", f"spark-job-42-{n}")
+        obs.request(executor, ApiKey.Produce, nbytes)
+        quotas.record_produce(executor, nbytes, 1, 1, 0.0)
+    # One group, one series: (600 + 500) B over (11 - 1) windows of 1 s = 110 B/s.
+    assert value(obs, "kqp_quota_group_limit", **group) == 100
+    assert value(obs, "kqp_quota_group_usage", **group) == pytest.approx(110)
+    # Each member's own series shows the group's shared rate, as for any shared quota.
+    assert value(obs, "kqp_quota_usage", quota="producer_byte_rate", user="ANONYMOUS",
+                 client_id="spark-job-42-2") == pytest.approx(110)
+    assert "kqp_quota_group_usage{" not in series_names(make()[0])
+
+
 def test_delay_queue_and_muted_gauges() -> None:
     obs, clock = make()
     bound(clock, SETTINGS, obs)

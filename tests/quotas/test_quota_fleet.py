@@ -245,6 +245,19 @@ def test_mutation_bucket_replicas_learn_the_others_spending() -> None:
     assert b.snapshot(0.0)[0].tokens == pytest.approx(-61)
 
 
+def test_a_replica_is_never_debited_with_its_own_usage_as_it_ages() -> None:
+    # A token-bucket byte rate (algorithm: token_bucket), one process alone in the fleet: the store
+    # keeps window_count + 2 windows, the ledger one fewer. Windows of 1 s x 11: B = 11000 B.
+    store = FleetStore()
+    s = QuotaSettings(1.0, 11, {EntitySpec(None, "job"): {"producer_byte_rate": T}}, algorithm="token_bucket")
+    m = QuotaManager(s, 0.0, FleetLedger("a", "epoch-a", 1.0, 11, 1, 0.1))
+    m.record_produce(P, 5000, 1, 1, 0.0)              # K = 11000 - 5000 = 6000
+    for tick in range(1, 200):                        # 20 s of exchanges every 0.1 s, window 0 ages out
+        sync(store, m, tick / 10)
+    # Refill at T for 19.9 s fills the bucket again: the 5000 B were spent once, never again.
+    assert m.snapshot(19.9)[0].tokens == pytest.approx(11000)
+
+
 def test_mutation_bucket_alone_refills_at_its_share() -> None:
     m = manager("a", "controller_mutation_rate", 6.0, expected=3, count=10)
     # Share: 6 / 3 = 2 per second, burst 2 x 10 s = 20. 26 spent: -6, repaid at 2/s in 3 s.

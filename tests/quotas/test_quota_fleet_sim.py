@@ -46,3 +46,14 @@ def test_during_an_outage_each_process_takes_its_share() -> None:
     # Alone, each of the three processes it last counted enforces Q / 3: together, Q.
     assert rate(run.events, 15.5, 25) / Q == pytest.approx(1.0, abs=0.15)
     assert rate(run.events, 28, 40) / Q == pytest.approx(1.0, abs=0.1)
+
+
+@pytest.mark.parametrize(("processes", "window_size"), [(1, 0.2), (3, 0.2), (10, 1.0)])
+def test_cluster_scope_token_bucket_holds_the_fleet_without_echo_bursts(processes: int, window_size: float) -> None:
+    # Each process keeps a replica of the bucket, debited with the others' usage per exchange
+    # (fleet.py): the fleet is held to Q, and no second carries more than ~1.3 Q (measured 1.09-1.31)
+    # where the sampled rate's seconds reach 2-9 Q in the same runs.
+    seconds = 150 * window_size
+    run = simulate(processes, Q, seconds, sync_interval=0.1, window_size=window_size, algorithm="token_bucket")
+    assert steady(run, seconds) == pytest.approx(1.0, abs=0.05)
+    assert worst_span(run.events, 1.0, 3 * run.span, seconds) / Q < 1.6

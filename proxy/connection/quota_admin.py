@@ -1,0 +1,205 @@
+"""Kafka's quota admin API answered by kqp: DescribeClientQuotas and AlterClientQuotas.
+
+With `admin.manage_quotas` the connection core hands these requests to `QuotaAdmin.answer`, which
+returns kqp's own whole response frame; it waits its turn in the in-flight FIFO like ApiVersions,
+and is charged to request quotas like any request a broker handles. Without it they go upstream.
+
+The semantics are the KRaft controller's (ClientQuotaControlManager, ClientQuotasImage):
+
+* Describe: a filter of components (entity type, match type 0 exact / 1 the default / 2 any
+  name); `strict` drops entities with other entity types. An empty or repeated entity type, or a
+  match string where the match type forbids one (or none where it needs one), is INVALID_REQUEST;
+  an unknown entity type UNSUPPORTED_VERSION. What is described is the quotas in force: the
+  config file's with the admin layer over them (`kqp.quotas.admin_layer`); the response has no
+  field for where a value comes from (`kqp quotas describe --config` shows it).
+* Alter: per entry, as the controller: an empty entity, a repeated entity type or quota key, an
+  empty name, an unknown key, a value that is not > 0 (or a fractional byte rate) is
+  INVALID_REQUEST for that entry alone; the valid entries are applied. `remove: true` removes the
+  key. `validate_only` answers the same and changes nothing. Only `admin.principals` may alter;
+  everyone else gets CLUSTER_AUTHORIZATION_FAILED on every entry. Describe is open, as kqp has no
+  ACLs.
+* Entity types: `user` and `client-id`, and kqp's own `client-id-prefix` (YAML's
+  `client_id_prefix`: every client id starting with the name, one quota; not with `client-id`, never
+  the default). Kafka's `ip` quotas (connection rates) are not something kqp enforces: Alter
+  refuses them with INVALID_REQUEST saying so, Describe finds no `ip` entity.
+
+Quota keys are Kafka's (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`,
+`controller_mutation_rate`) and kqp's own under the names its YAML uses (`request_rate`,
+`producer_record_rate`, ...). The core stays pure: the change is handed to the injected `commit`
+(the runtime writes the state file, then swaps the settings in as a reload does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kqp.protocol.apis import ApiKey, kqp_ranges
+from kqp.protocol.client_quotas import (
+    AlterEntry,
+    DescribeFilter,
+    decode_alter,
+    decode_describe,
+    encode_alter_response,
+    encode_describe_response,
+)
+from kqp.quotas.admin_layer import Change
+from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, Principal, QuotaSettings
+
+__all__ = ["ADMIN_APIS", "CommitFailed", "QuotaAdmin"]
+
+ADMIN_APIS = frozenset({ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas})
+UNKNOWN_SERVER_ERROR, CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, INVALID_REQUEST = -1, 31, 35, 42
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+USER, CLIENT_ID, CLIENT_ID_PREFIX, IP = "user", "client-id", "client-id-prefix", "ip"
+# Entity type -> the EntitySpec field it names, in the order entities are listed. client-id-prefix
+# is kqp's own (a group of client ids sharing one quota), exclusive with client-id.
+ENTITY_FIELDS: Mapping[str, str] = {USER: "user", CLIENT_ID: "client_id", CLIENT_ID_PREFIX: "client_id_prefix"}
+# Kafka's LONG quota configs: a fractional value is refused.
+INTEGRAL = frozenset({"producer_byte_rate", "consumer_byte_rate"})
+_RANGES = kqp_ranges()
+
+
+class CommitFailed(Exception):
+    """The state file could not be written: nothing changed (the message says why)."""
+
+
+class Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass(frozen=True)
+class QuotaAdmin:
+    principals: frozenset[str]                            # Kafka's form: User:ops
+    settings: Callable[[], QuotaSettings]                 # the quotas in force
+    commit: Callable[[list[Change], str], None]           # (changes, who) -> written and applied, or CommitFailed
+
+    def advertised(self, ranges: Mapping[int, tuple[int, int]]) -> Mapping[int, tuple[int, int]]:
+        """kqp answers both APIs at every version its codec knows, whatever the upstream speaks."""
+        return {**ranges, **{api: _RANGES[api] for api in ADMIN_APIS}}
+
+    def answer(self, principal: Principal, api_key: int, version: int, correlation_id: int,
+               body: memoryview) -> bytes:
+        if api_key == ApiKey.DescribeClientQuotas:
+            try:
+                entries = self._describe(decode_describe(version, body))
+            except Refused as refused:
+                return encode_describe_response(version, correlation_id, refused.code, refused.message, [])
+            return encode_describe_response(version, correlation_id, 0, None, entries)
+        entries, validate_only = decode_alter(version, body)
+        return encode_alter_response(version, correlation_id, self._alter(principal, entries, validate_only))
+
+    # -- describe ------------------------------------------------------------------------------
+    def _describe(self, flt: DescribeFilter) -> list:
+        exact: dict[str, str | None] = {}
+        any_name: set[str] = set()
+        for c in flt.components:
+            if not c.entity_type:
+                raise Refused(INVALID_REQUEST, "Invalid empty entity type.")
+            if c.entity_type in exact or c.entity_type in any_name:
+                raise Refused(INVALID_REQUEST,
+                              f"Entity type {c.entity_type} cannot appear more than once in the filter.")
+            if c.entity_type not in (*ENTITY_FIELDS, IP):
+                raise Refused(UNSUPPORTED_VERSION, f"Unsupported entity type {c.entity_type}")
+            if c.match_type == MATCH_EXACT and c.match is None:
+                raise Refused(INVALID_REQUEST, "Request specified MATCH_TYPE_EXACT, but set match string to null.")
+            if c.match_type in (MATCH_DEFAULT, MATCH_SPECIFIED) and c.match is not None:
+                raise Refused(INVALID_REQUEST, f"Request specified match type {c.match_type}, but also specified "
+                                               "a match string.")
+            if c.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
+                raise Refused(INVALID_REQUEST, f"Unknown match type {c.match_type}")
+            if c.match_type == MATCH_SPECIFIED:
+                any_name.add(c.entity_type)
+            else:
+                exact[c.entity_type] = c.match
+        if IP in exact or IP in any_name:
+            if len(exact) + len(any_name) > 1:
+                raise Refused(INVALID_REQUEST, "Invalid entity filter component combination. IP filter component "
+                                               "should not be used with user or clientId filter component.")
+            return []   # kqp enforces no ip quotas: there is no such entity
+        found = []
+        for spec, values in sorted(self.settings().entities.items(), key=lambda item: item[0].path):
+            entity = _components(spec)
+            if flt.strict and len(entity) != len(exact) + len(any_name):
+                continue
+            named = all(t in entity and entity[t] == name for t, name in exact.items())
+            if named and all(t in entity for t in any_name):
+                found.append((tuple(entity.items()), sorted(values.items())))
+        return found
+
+    # -- alter ---------------------------------------------------------------------------------
+    def _alter(self, principal: Principal, entries: list[AlterEntry], validate_only: bool) -> list:
+        if f"User:{principal.user}" not in self.principals:
+            return [(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.", e.entity) for e in entries]
+        results: list[tuple[int, str | None, tuple]] = []
+        changes: list[Change] = []
+        seen: set[EntitySpec] = set()
+        for entry in entries:
+            try:
+                spec, ops = _entity(entry.entity), _ops(entry)
+                if spec in seen:
+                    raise Refused(INVALID_REQUEST, f"Ignoring duplicate entity {spec.path}")
+                seen.add(spec)
+            except Refused as refused:
+                results.append((refused.code, refused.message, entry.entity))
+                continue
+            changes.append((spec, ops))
+            results.append((0, None, entry.entity))
+        if changes and not validate_only:
+            try:
+                self.commit(changes, f"User:{principal.user}")
+            except CommitFailed as failed:
+                return [(UNKNOWN_SERVER_ERROR, f"not changed: {failed}", entity) if code == 0 else (code, msg, entity)
+                        for code, msg, entity in results]
+        return results
+
+
+def _components(spec: EntitySpec) -> dict[str, str | None]:
+    """An entity as Kafka lists it: {entity type: name, None for the default}."""
+    out: dict[str, str | None] = {}
+    for entity_type, attr in ENTITY_FIELDS.items():
+        name = getattr(spec, attr)
+        if name is not None:
+            out[entity_type] = None if name == DEFAULT else name
+    return out
+
+
+def _entity(components: tuple[tuple[str, str | None], ...]) -> EntitySpec:
+    if not components:
+        raise Refused(INVALID_REQUEST, "Invalid empty client quota entity")
+    names: dict[str, str] = {}
+    for entity_type, name in components:
+        if entity_type in names:
+            raise Refused(INVALID_REQUEST, f"Invalid client quota entity, duplicate entity entry {entity_type}")
+        if entity_type == IP:
+            raise Refused(INVALID_REQUEST, "kqp does not enforce ip (connection rate) quotas; use user and client-id")
+        if entity_type not in ENTITY_FIELDS:
+            raise Refused(INVALID_REQUEST, f"Unhandled client quota entity type: {entity_type}")
+        if name == "":
+            raise Refused(INVALID_REQUEST, f"Empty {entity_type} not supported")
+        names[ENTITY_FIELDS[entity_type]] = DEFAULT if name is None else name
+    try:
+        return EntitySpec(**{attr: names.get(attr) for attr in ENTITY_FIELDS.values()})   # type: ignore[arg-type]
+    except ValueError as exc:   # a prefix with a client-id, or a default prefix
+        raise Refused(INVALID_REQUEST, f"Invalid client quota entity: {exc}") from None
+
+
+def _ops(entry: AlterEntry) -> dict[str, float | None]:
+    ops: dict[str, float | None] = {}
+    for key, value, remove in entry.ops:
+        if key in ops:
+            raise Refused(INVALID_REQUEST, f"Duplicate quota key {key}")
+        if remove:   # as the controller: removing a key nobody set changes nothing and is no error
+            ops[key] = None
+            continue
+        if key not in QUOTA_TYPES:
+            raise Refused(INVALID_REQUEST, f"Invalid configuration key {key}")
+        if not (math.isfinite(value) and value > 0):
+            raise Refused(INVALID_REQUEST, f"Quota {key} must be greater than 0")
+        if key in INTEGRAL and abs(value % 1.0) > 1e-6:
+            raise Refused(INVALID_REQUEST, f"{key} cannot be a fractional value.")
+        ops[key] = value
+    return ops
