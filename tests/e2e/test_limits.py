@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 import os
 import socket
+import ssl
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ import yaml
 from helpers.net import read_until_eof, split_host_port
 from helpers.observability import metrics_url, sample, scrape
 from helpers.steady_producer import SteadyProducer
+from helpers.tls import ENG_RULES, TlsFiles
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
@@ -188,3 +191,43 @@ def test_max_in_flight_pauses_reading_and_answers_every_request(tansu: Any, kqp:
             assert answered == list(range(1, 21))
         producer.progressed()
     assert closed_total(url, "protocol_error") == 0
+
+
+def tls_connect_from(ip: str, address: str, context: ssl.SSLContext) -> ssl.SSLSocket:
+    """A TLS connection from `ip`, retried briefly while kqp may still be giving a place back."""
+    deadline = time.monotonic() + CLOSE_WITHIN
+    while True:
+        try:
+            return context.wrap_socket(connect_from(ip, address), server_hostname="127.0.0.1")
+        except (ssl.SSLError, OSError):
+            assert time.monotonic() < deadline, f"no place for a TLS connection from {ip}"
+            time.sleep(0.05)
+
+
+def test_a_tls_listener_checks_limits_before_the_handshake(tansu: Any, kqp: Any, tmp_path: Path) -> None:
+    certs = TlsFiles(tmp_path / "tls")
+    client = certs.client("alice")
+    proxy = kqp(tansu, limits={"max_connections_per_ip": 3}, metrics={"listen": "127.0.0.1:0"},
+                tls=certs.listener(principal_mapping_rules=ENG_RULES))
+    url = metrics_url(proxy)
+    context = certs.context(client)
+    with SteadyProducer(proxy.bootstrap, tansu.kind, topic_via=str(tansu), **certs.librdkafka(client)) as producer:
+        # Plaintext clients fail their handshakes: refused as tls_plaintext, each giving its place back.
+        for _ in range(3):
+            with connect_from("127.0.0.2", proxy.bootstrap) as plain:
+                refused(plain)
+        held = [tls_connect_from("127.0.0.2", proxy.bootstrap, context) for _ in range(3)]
+        assert all(served(sock) for sock in held)
+        # Over the per-IP limit: closed before any TLS is spoken.
+        with connect_from("127.0.0.2", proxy.bootstrap) as fourth:
+            try:
+                context.wrap_socket(fourth, server_hostname="127.0.0.1").close()
+                handshake = "completed"
+            except (ssl.SSLError, OSError):
+                handshake = "refused"
+        assert handshake == "refused"
+        producer.progressed()
+        for sock in held:
+            sock.close()
+    assert closed_total(url, "max_connections_per_ip") == 1
+    assert closed_total(url, "tls_plaintext") == 3

@@ -20,9 +20,12 @@ from .topics import ensure_topic
 
 
 class SteadyProducer:
-    def __init__(self, bootstrap: str, upstream_kind: str, client_id: str = "steady", **conf: Any) -> None:
+    def __init__(self, bootstrap: str, upstream_kind: str, client_id: str = "steady", *,
+                 topic_via: str | None = None, **conf: Any) -> None:
+        """`conf` goes to the producer (TLS settings, say); the topic is made through kqp, or
+        through `topic_via` (the upstream itself) when kqp's listener needs what `conf` has."""
         self.topic = unique_topic("steady")
-        ensure_topic(bootstrap, self.topic, 1, upstream_kind=upstream_kind)
+        ensure_topic(topic_via or bootstrap, self.topic, 1, upstream_kind=upstream_kind)
         self._producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
                                    "message.timeout.ms": 30000, **conf})
         self.delivered = 0
