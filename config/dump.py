@@ -10,6 +10,7 @@ SASL secrets as the file gave them: never log it.
 from __future__ import annotations
 
 import base64
+import dataclasses
 
 from kqp.config.model import HostPort, ProxyConfig, SaslConfig, UserSecret
 from kqp.config.quota_section import quota_document
@@ -83,6 +84,7 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
             "entity_expiry_seconds": cfg.metrics.entity_expiry_seconds,
             "max_entities": cfg.metrics.max_entities,
         },
+        "limits": dataclasses.asdict(cfg.limits),
         "sasl": _sasl(cfg.sasl, reveal_secrets),
         "admin": {"manage_quotas": cfg.admin.manage_quotas, "principals": list(cfg.admin.principals),
                   "state_file": cfg.admin.state_file},

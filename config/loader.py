@@ -22,7 +22,14 @@ import yaml
 
 from kqp.config.admin_section import admin_config
 from kqp.config.errors import ConfigError, shown
-from kqp.config.model import FETCH_THROTTLE_MODES, MAX_PORT, MetricsConfig, ProxyConfig, UpstreamConfig
+from kqp.config.model import (
+    FETCH_THROTTLE_MODES,
+    MAX_PORT,
+    LimitsConfig,
+    MetricsConfig,
+    ProxyConfig,
+    UpstreamConfig,
+)
 from kqp.config.quota_section import quota_section
 from kqp.config.sasl_section import sasl_config, upstream_sasl
 from kqp.config.schema import (
@@ -51,10 +58,20 @@ UPSTREAM_FIELDS = {
 }
 
 METRICS_FIELDS = {
-    # Port 0 lets tests and sidecars take an ephemeral port.
-    "listen": Field(optional(host_port(allow_zero_port=True)), None),
+    # Port 0 lets tests and sidecars take an ephemeral port. A port alone binds loopback: the
+    # endpoint is exposed on other interfaces only when the file says so (0.0.0.0:9404).
+    "listen": Field(optional(host_port(allow_zero_port=True, bare_port_host="127.0.0.1")), None),
     "entity_expiry_seconds": Field(number(above=0), 3600),
     "max_entities": Field(integer(minimum=1), 10000),
+}
+
+# Kafka's connection limits default to Int.MaxValue, no limit; kqp's are absent (null) likewise. The
+# in-flight cap is on by default: it only pauses reading, and bounds what a pipelining client holds.
+LIMITS_FIELDS = {
+    "max_connections": Field(optional(integer(minimum=1)), None),
+    "max_connections_per_ip": Field(optional(integer(minimum=1)), None),
+    "connection_creation_rate_per_ip": Field(optional(number(above=0, note="connections per second")), None),
+    "max_in_flight_per_connection": Field(optional(integer(minimum=1)), 1000),
 }
 
 TOP_FIELDS = {
@@ -70,6 +87,7 @@ TOP_FIELDS = {
     "fetch_throttle": Field(choice(*FETCH_THROTTLE_MODES), "deliver"),
     "quotas": Field(lambda value, path: quota_section(value, path=path), {}),  # (QuotaSettings, FleetConfig)
     "metrics": Field(section(METRICS_FIELDS, MetricsConfig), {}),
+    "limits": Field(section(LIMITS_FIELDS, LimitsConfig), {}),
     "tls": Field(tls_section, None),
     "sasl": Field(sasl_config, {}),
     "admin": Field(admin_config, {}),

@@ -198,6 +198,16 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """``limits:``, Kafka's connection limits (KIP-612) and a cap on pipelined requests. None: no limit."""
+
+    max_connections: int | None                      # open client connections, this process
+    max_connections_per_ip: int | None               # open client connections from one IP
+    connection_creation_rate_per_ip: float | None    # new connections per second from one IP
+    max_in_flight_per_connection: int | None         # requests awaiting a response before kqp stops reading
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """``quotas.cluster``: where and how often a fleet of kqp instances exchanges quota usage."""
 
@@ -243,6 +253,7 @@ class ProxyConfig:
     quotas: QuotaSettings
     fleet: FleetConfig
     metrics: MetricsConfig
+    limits: LimitsConfig
     tls: TlsConfig | None
     sasl: SaslConfig
     admin: AdminConfig

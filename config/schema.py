@@ -184,10 +184,14 @@ def host(value: object, path: str) -> str:
     return text
 
 
-def host_port(*, allow_zero_port: bool = False) -> Check:
-    """A ``host:port`` string, parsed by :meth:`HostPort.parse`."""
+def host_port(*, allow_zero_port: bool = False, bare_port_host: str | None = None) -> Check:
+    """A ``host:port`` string, parsed by :meth:`HostPort.parse`. With ``bare_port_host``, a port
+    alone (``9404``, ``"9404"`` or ``":9404"``) means that host: an endpoint given without a host
+    binds there (loopback), never on every interface by accident."""
 
     def check(value: object, path: str) -> HostPort:
+        if bare_port_host is not None and _is_bare_port(value):
+            value = f"{bare_port_host}:{str(value).lstrip(':')}"
         if not isinstance(value, str):
             raise ConfigError(path, f"must be a host:port string, got {shown(value)}")
         try:
@@ -196,6 +200,13 @@ def host_port(*, allow_zero_port: bool = False) -> Check:
             raise ConfigError(path, str(exc)) from None
 
     return check
+
+
+def _is_bare_port(value: object) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value >= 0
+    return isinstance(value, str) and value.strip().lstrip(":").isdigit() and value.strip().count(":") <= 1 \
+        and value.isascii()
 
 
 def host_port_list(value: object, path: str) -> tuple[HostPort, ...]:

@@ -7,26 +7,23 @@ reason, set the connection's timer, look topics up, close. No asyncio, no socket
 event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected. The asyncio
 edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls. This
 module is the state machine (life, muting, the FIFO, delivery); what a request costs and where it
-goes is `requests.py`, what a response becomes before delivery is `responses.py`.
-
-What the core does with the bytes:
+goes is `requests.py`, what a response becomes before delivery is `responses.py`. What it does:
 
 * Frames go through as the slices they arrived in; only headers are always decoded. Responses come
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
-  `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it.
+  `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it. At
+  `max_in_flight` of them the client is read no more until one is answered (`mute.fit_in_flight`).
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
   version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
   pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
   request at a time); an acks=0 Produce has no response and is muted only.
-* Misbehaving upstreams: a response to no request in flight is dropped and counted
-  (`in_flight.unawaited`); one whose `throttle_time_ms` kqp cannot reach goes out as it came.
+* Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
+  one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
-Who the client is: `user` names the connection's principal, the user half of every quota entity.
-A TLS client's user arrives with `ClientConnected` (the edge reads the certificate after the
-handshake and maps its subject, as Kafka does). SASL (`authentication.py`): SASL frames, and every
-frame before the client has authenticated, are shown to the authenticator first, which may name a
-user. Without either the user is `ANONYMOUS`; `authenticated` gates Kafka's pre-authentication
-exemptions.
+Who the client is (`user`, the user half of every quota entity): a TLS client's mapped certificate
+subject, given with `ClientConnected`; or the name SASL establishes (`authentication.py`: SASL
+frames, and every frame before authentication, go to the authenticator first); else `ANONYMOUS`.
+`authenticated` gates Kafka's pre-authentication exemptions.
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ from .authentication import Authentication
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
 from .in_flight import InFlight, unawaited
 from .metering import joined
-from .mute import MuteState
+from .mute import MuteState, fit_in_flight
 from .parts import CoreParts
 from .requests import SASL_APIS, plan_request
 from .responses import net_of_elapsed, settle_response, throttled_parts
@@ -303,6 +300,10 @@ class Connection:
         self.in_flight.append(entry)
         if entry.local_response is not None:
             self._flush_local(now)
+        self._fit_in_flight()
+
+    def _fit_in_flight(self) -> None:   # limits.max_in_flight_per_connection, and one at a time
+        self._out += [] if self.closed else fit_in_flight(self.mutes, len(self.in_flight), self.parts.settings)
 
     def _hold(self, parts: Parts) -> None:
         """Look topics up before planning this request again, reading nothing more meanwhile: the
@@ -351,9 +352,8 @@ class Connection:
         entry.handler_seconds += p.perf() - t0
         self._deliver(entry, frame, body_offset, violations, now)
         self._flush_local(now)
-        if MuteReason.RESPONSE_PENDING in self.mutes and not self.in_flight:
-            self._unmute(MuteReason.RESPONSE_PENDING)
-            self._pump(now)
+        self._fit_in_flight()
+        self._pump(now)   # a mute lifted (one request at a time, or under the in-flight cap): read on
 
     def _throttle_ms(self, principal: Principal, violations: list[Violation]) -> int:
         """KIP-124 co-existence: one throttle, the largest of the request's quota throttles, in the

@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from kqp.quotas.connection_limits import LIMIT_REASONS
+
 Buffer = bytes | memoryview
 Parts = tuple[Buffer, ...]
 
@@ -38,6 +40,7 @@ class MuteReason(enum.Enum):
     LOOKUP = "lookup"                    # a mutation request waits for topic metadata (KIP-599 costs)
     CLOSING = "closing"                  # shutdown: read no new requests, let owed responses drain
     CLIENT_SLOW = "client_slow"          # the client's write buffer is full: stop reading the upstream
+    IN_FLIGHT = "in_flight"              # limits.max_in_flight_per_connection requests await responses
 
     @property
     def side(self) -> Side:
@@ -201,10 +204,10 @@ class Close:
 
 Action = ConnectUpstream | Send | Mute | Unmute | SetTimer | LookUpTopics | Close
 
-#: Why a TLS listener refused a client before its connection began (the edge's handshake and
-#: identity checks; the core never sees these connections).
+#: Why a listener refused a client before its connection began (a TLS listener's handshake and
+#: identity checks, and `limits:`; the core never sees these connections).
 REFUSAL_REASONS = ("tls_plaintext", "tls_certificate_expired", "tls_certificate_rejected", "tls_handshake_failed",
-                   "tls_principal_unmapped")
+                   "tls_principal_unmapped", *LIMIT_REASONS)
 
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",

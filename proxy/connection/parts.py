@@ -24,6 +24,7 @@ class CoreSettings:
 
     max_frame_bytes: int
     fetch_throttle: str = "deliver"   # "deliver" | "empty" (DESIGN.md: Fetch over quota)
+    max_in_flight: int | None = None  # limits.max_in_flight_per_connection: stop reading at this many
 
 
 @dataclass(slots=True)

@@ -14,6 +14,10 @@ reads the peer certificate and hands the user it maps to (`EdgeWiring.identify`)
 `ClientConnected`. A client whose certificate maps to no user is refused before the core hears of
 it, and counted and logged with the handshake refusals. The upstream socket gets TLS from
 `EdgeWiring.upstream_tls` when `upstream.tls` is on.
+
+`limits:` (`admission.py`): a plaintext client is admitted here, when its connection is made; a TLS
+listener admits before the handshake and hands the edge its `Slot`. Either way the edge releases
+the slot when the client's socket is lost, and a refused client never reaches the core.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from kqp.proxy.connection.events import Side
 from kqp.proxy.connection.parts import CoreParts
 from kqp.proxy.tls.peers import Refusal, Refused
 
+from .admission import Admission, Slot
 from .cert_reload import no_tls
 from .delay import DelayDriver
 from .upstream_client import CLIENT_ID
@@ -59,13 +64,15 @@ class EdgeWiring:
     upstream_tls: Callable[[str], dict[str, object]] = no_tls    # upstream host -> create_connection's TLS args
     upstream_sasl: UpstreamSasl | None = None   # kqp's own login on every upstream connection
     max_frame_bytes: int = 100 * 1024 * 1024    # for the login's frames
+    admission: Admission | None = None          # limits: connection counts and creation rates
 
 
 class ClientEdge(asyncio.Protocol):
     """One client connection: its socket, its upstream socket, its core."""
 
-    def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None) -> None:
+    def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None, slot: Slot | None = None) -> None:
         self.w = wiring
+        self.slot = slot   # admitted by a TLS listener already; else admitted in connection_made
         self.core = Connection(wiring.core, listener, node_id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -128,6 +135,13 @@ class ClientEdge(asyncio.Protocol):
         self.client = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio subclasses
         peer = transport.get_extra_info("peername")
         self.core.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.slot is None and self.w.admission is not None:
+            transport.pause_reading()  # type: ignore[attr-defined]  # refused or not, nothing is read yet
+            self.slot = self.w.admission.admit(self.core.listener, peer, transport.close)
+            if self.slot is None:
+                self._refused = True   # counted, logged and closed (or held for its throttle) by admission
+                return
+            transport.resume_reading()  # type: ignore[attr-defined]
         user = None
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and self.w.identify is not None:
@@ -156,6 +170,8 @@ class ClientEdge(asyncio.Protocol):
         return True   # keep the socket half-open: owed responses still go out
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.slot is not None:
+            self.slot.release()
         self.run(ev.ClientLost(self.now()))
 
     def pause_writing(self) -> None:

@@ -9,7 +9,10 @@ With `tls:` every listener accepts its sockets itself and hands each to the loop
 certificate serves the next client). The connection's protocol is made only once the handshake has
 succeeded, and a handshake that fails raises right here, so every refusal (a plaintext client, an
 expired or untrusted certificate, a timeout) is known with its peer, counted and logged, where
-`create_server(ssl=...)` would drop it silently.
+`create_server(ssl=...)` would drop it silently. `limits:` are checked before the handshake
+(`admission.py`), so a refused client costs no TLS work; the connection's `Slot` goes to its edge,
+or is released here if the handshake fails. Plaintext listeners leave admission to the edge, which
+learns the peer when its connection is made.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from dataclasses import dataclass
 from kqp.config.model import HostPort
 from kqp.proxy.tls.peers import Refusal, handshake_refusal
 
+from .admission import Admission, Slot
+
 log = logging.getLogger("kqp.listeners")
 
-ProtocolFactory = Callable[[str, "int | None"], asyncio.Protocol]
+ProtocolFactory = Callable[[str, "int | None", "Slot | None"], asyncio.Protocol]   # (listener, node id, slot)
 BACKLOG = 1024
 ACCEPT_RETRY_SECONDS = 0.1   # after an accept error (out of file descriptors): let closes catch up
 
@@ -38,6 +43,7 @@ class ListenerTls:
     context: Callable[[], ssl.SSLContext]
     handshake_timeout: float                         # seconds
     refused: Callable[[str, str, Refusal], None]     # (listener, peer, why)
+    admission: Admission | None = None               # limits:, checked before the handshake
 
 
 def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
@@ -99,7 +105,7 @@ class ListenerSet:
         if self._tls is not None:
             self._accepting.append((sock, self._loop.create_task(self._accept_tls(sock, name, node_id, self._tls))))
             return
-        server = await self._loop.create_server(lambda: self._factory(name, node_id), sock=sock,
+        server = await self._loop.create_server(lambda: self._factory(name, node_id, None), sock=sock,
                                                 backlog=BACKLOG)
         self._servers.append(server)
 
@@ -113,18 +119,29 @@ class ListenerSet:
                 log.warning("%s listener: accept failed: %s", name, exc)
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
-            task = self._loop.create_task(self._handshake(conn, _peer(address), name, node_id, tls))
+            slot = None
+            if tls.admission is not None:
+                slot = tls.admission.admit(name, address, conn.close)
+                if slot is None:
+                    continue
+            task = self._loop.create_task(self._handshake(conn, _peer(address), name, node_id, tls, slot))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
     async def _handshake(self, conn: socket.socket, peer: str, name: str, node_id: int | None,
-                         tls: ListenerTls) -> None:
+                         tls: ListenerTls, slot: Slot | None) -> None:
         try:
             # The protocol's connection_made runs only after the handshake has succeeded.
-            await self._loop.connect_accepted_socket(lambda: self._factory(name, node_id), conn, ssl=tls.context(),
-                                                     ssl_handshake_timeout=tls.handshake_timeout)
+            await self._loop.connect_accepted_socket(lambda: self._factory(name, node_id, slot), conn,
+                                                     ssl=tls.context(), ssl_handshake_timeout=tls.handshake_timeout)
         except (OSError, TimeoutError) as exc:   # ssl.SSLError is an OSError; the loop closes the socket
+            if slot is not None:
+                slot.release()
             tls.refused(name, peer, handshake_refusal(exc))
+        except BaseException:
+            if slot is not None:   # cancelled at shutdown mid-handshake: the edge never got it
+                slot.release()
+            raise
 
     def map_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """The AddressMapper for response rewriting: every broker becomes one of kqp's ports."""

@@ -1,7 +1,8 @@
-"""Clients a TLS listener refuses: each one counted, and logged at most once a second per cause.
+"""Clients a listener refuses: each one counted, and logged at most once a second per cause.
 
-A plaintext client retrying in a loop, or a fleet whose certificates expired overnight, would
-otherwise write a log line per attempt. Every refusal is counted
+A plaintext client retrying in a loop, a fleet whose certificates expired overnight, or a flood of
+connections over `limits:` would otherwise write a log line per attempt. TLS refusals log as
+`kqp.tls`, limit refusals as `kqp.limits`, each with its own once-a-second budget per cause. Every refusal is counted
 (`kqp_connections_closed_total{reason}`); the log says the first of a cause at once and then at
 most one line a second for it, with how many more there were in between.
 """
@@ -22,7 +23,8 @@ _MAX_CAUSES = 1000   # causes remembered (a subject no rule maps is a cause of i
 
 class RefusalLog:
     def __init__(self, observer: ProxyObserver, clock: Callable[[], float],
-                 interval: float = LOG_INTERVAL_SECONDS) -> None:
+                 interval: float = LOG_INTERVAL_SECONDS, logger: logging.Logger = log) -> None:
+        self._log = logger
         self._observer = observer
         self._clock = clock
         self._interval = interval
@@ -31,7 +33,7 @@ class RefusalLog:
     def __call__(self, listener: str, peer: str, refusal: Refusal) -> None:
         self._observer.connection_refused(listener, refusal.reason)
         if not refusal.warn:
-            log.debug("client %s on %s: %s", peer, listener, refusal.cause)
+            self._log.debug("client %s on %s: %s", peer, listener, refusal.cause)
             return
         now = self._clock()
         last = self._last.get(refusal.cause)
@@ -39,7 +41,7 @@ class RefusalLog:
             self._last[refusal.cause] = (last[0], last[1] + 1)
             return
         more = f" ({last[1]} more refused for this since the last report)" if last and last[1] else ""
-        log.warning("refused client %s on %s: %s%s", peer, listener, refusal.cause, more)
+        self._log.warning("refused client %s on %s: %s%s", peer, listener, refusal.cause, more)
         if last is None and len(self._last) >= _MAX_CAUSES:
             self._forget(now)
         self._last[refusal.cause] = (now, 0)

@@ -2,10 +2,11 @@
 
 Polling (a stat every 250 ms) rather than inotify: it needs no dependency, works on every file system
 a ConfigMap can be mounted from, and follows Kubernetes' symlink swap (`..data` -> new directory),
-which changes the inode the path resolves to. The `quotas` section, `fetch_throttle` and
-`connections_max_idle_ms` apply live (the measured rates are kept: the quota manager swaps settings,
-not sensors); a change of any key in `_RESTART_KEYS` is logged as needing a restart. A file that does not load keeps the
-running config, logs one line naming the key, and counts as a failed reload.
+which changes the inode the path resolves to. The `quotas` section, `fetch_throttle`,
+`connections_max_idle_ms` and `limits` apply live (the measured rates are kept: the quota manager
+swaps settings, not sensors; new limits apply to the next connection or request, open connections
+stay); a change of any key in `_RESTART_KEYS` is logged as needing a restart. A file that does not
+load keeps the running config, logs one line naming the key, and counts as a failed reload.
 """
 
 from __future__ import annotations

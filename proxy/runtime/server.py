@@ -37,9 +37,11 @@ from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
 from kqp.proxy.tls.contexts import client_context, server_context, watched_files
 from kqp.proxy.tls.peers import PeerIdentity
+from kqp.quotas.connection_limits import ConnectionLimits
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QuotaSettings
 
+from .admission import Admission, limit_settings
 from .cert_reload import ReloadingContext, UpstreamTls, no_tls
 from .cluster import UpstreamCluster
 from .delay import DelayDriver
@@ -64,7 +66,8 @@ def forwarding_login(config: ProxyConfig) -> UpstreamSasl | None:
 
 
 def core_settings(config: ProxyConfig) -> CoreSettings:
-    return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle)
+    return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle,
+                        max_in_flight=config.limits.max_in_flight_per_connection)
 
 
 class ProxyServer:
@@ -99,10 +102,12 @@ class ProxyServer:
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)
+        self.admission = Admission(loop, ConnectionLimits(limit_settings(cfg)),
+                                   RefusalLog(self.observer, loop.time, logger=logging.getLogger("kqp.limits")))
         listener_tls, identify = self._listener_tls(refused)
         upstream_tls = self._upstream_tls()
         self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
-                                     lambda name, node_id: ClientEdge(wiring, name, node_id),
+                                     lambda name, node_id, slot: ClientEdge(wiring, name, node_id, slot),
                                      reuse_port=self.reuse_port, tls=listener_tls)
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
                                                  on_broker=lambda b: self.listeners.ensure_broker(b.node_id),
@@ -122,7 +127,8 @@ class ProxyServer:
                             connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
                             open_connections=self.connections, on_progress=self._on_progress,
                             identify=identify, refused=refused, upstream_tls=upstream_tls,
-                            upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes)
+                            upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes,
+                            admission=self.admission)
 
     def _quota_store(self) -> QuotaStore | None:
         """`admin.manage_quotas`: the state file's changes over the config file's quotas, from the start."""
@@ -141,7 +147,7 @@ class ProxyServer:
             return None, None
         context = ReloadingContext("listener", lambda: server_context(tls), watched_files(tls))
         self.tls_contexts.append(context)
-        return (ListenerTls(lambda: context.context, tls.handshake_timeout_ms / 1000, refused),
+        return (ListenerTls(lambda: context.context, tls.handshake_timeout_ms / 1000, refused, self.admission),
                 PeerIdentity(tls.principal_mapping_rules).user)
 
     def _upstream_tls(self) -> Callable[[str], dict[str, object]]:
@@ -251,11 +257,13 @@ class ProxyServer:
                                                             f"{self.config.connections_max_idle_ms} ms"))
 
     def _apply_runtime(self, config: ProxyConfig) -> None:
-        """Settings that apply live besides quotas: fetch_throttle and connections_max_idle_ms."""
+        """Settings that apply live besides quotas: fetch_throttle, connections_max_idle_ms and limits
+        (to connections accepted, and requests read, from now on)."""
         self.config = dataclasses.replace(
             self.config, fetch_throttle=config.fetch_throttle, connections_max_idle_ms=config.connections_max_idle_ms,
-            quotas=config.quotas)
+            quotas=config.quotas, limits=config.limits)
         self.core.settings = core_settings(self.config)
+        self.admission.limits.update(limit_settings(self.config))
 
     def update_quotas(self, settings: QuotaSettings) -> list[str]:
         """A config reload's quotas: the base layer, under the admin API's changes when kqp manages quotas."""
@@ -276,6 +284,7 @@ class ProxyServer:
         if loop is None:
             return
         await self.listeners.close()
+        self.admission.close()   # sockets held for a creation-rate throttle
         for edge in list(self.connections):
             edge.run(ev.ShutdownBegun(loop.time()))
         deadline = loop.time() + self.config.shutdown_grace_ms / 1000

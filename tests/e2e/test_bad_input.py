@@ -7,14 +7,21 @@ word: a wrong diagnosis (a negative size reported as too large, say) is a bug to
 frame is refused from its length prefix alone (no body is ever sent), which shows kqp checks
 `max_frame_bytes` before buffering. When the upstream dies, or cannot be reached, clients must be
 closed promptly, not left hanging.
+
+Issue #15's list (random bytes, lying lengths, truncated frames, unknown API keys and versions,
+huge client ids and header fields, a flood of connections) is also sent all in one run while a
+real client (librdkafka) produces throughout: every garbage connection is closed, named in one log
+line and counted as `protocol_error`, and the producer keeps delivering.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import socket
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,6 +29,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from helpers.kqp_process import KqpProcess
 from helpers.names import unique_topic
 from helpers.net import free_port, read_until_eof, split_host_port
+from helpers.observability import metrics_url, sample, scrape
+from helpers.steady_producer import SteadyProducer
 from helpers.topics import ensure_topic
 from upstreams import launch
 
@@ -63,6 +72,37 @@ BAD_INPUT: dict[str, tuple[bytes, bool, str]] = {
     "undecodable-header": (framed(struct.pack(">hhih", ApiKey.Metadata, 1, 1, 500) + b"ab"), False,
                            "bad request from client: client id runs past the end of the frame"),
 }
+
+
+# More of issue #15's garbage: name -> (bytes, half-close after sending). Only a frame that is not
+# over is half-closed: any other must be closed by kqp from the bytes alone.
+_RNG = random.Random(15)
+MORE_GARBAGE: dict[str, tuple[bytes, bool]] = {
+    **{f"random-bytes-{i}": (_RNG.randbytes(_RNG.randrange(1, 300)), True) for i in range(4)},
+    "zero-length": (struct.pack(">i", 0), False),
+    "length-shorter-than-a-header": (struct.pack(">i", 3) + b"abc", False),
+    "length-longer-than-what-follows": (struct.pack(">i", 200) + request_header(ApiKey.Metadata, 1), True),
+    "huge-client-id-claimed": (framed(struct.pack(">hhih", ApiKey.Metadata, 1, 1, 32767) + b"x" * 100), False),
+    # ApiVersions v3 has header v2: one tagged field whose length claims 2^32 - 1 bytes.
+    "huge-header-tagged-field": (framed(request_header(ApiKey.ApiVersions, 3) + b"\x01\x00\xff\xff\xff\xff\x0f"),
+                                 False),
+    "huge-header-tagged-field-count": (framed(request_header(ApiKey.ApiVersions, 3) + b"\xff\xff\xff\xff\x07"),
+                                       False),
+    "unknown-api-key-negative": (framed(request_header(-3, 0)), False),
+    "unknown-version-negative": (framed(request_header(ApiKey.Produce, -1)), False),
+}
+FLOOD = 100   # connections at once, each sending random bytes, then half-closing
+
+
+def send_garbage(address: str, payload: bytes, half_close: bool = True) -> tuple[str, bool]:
+    """Send `payload` (then half-close) and wait for kqp to close: (this socket's peer name, closed)."""
+    with socket.create_connection(split_host_port(address), timeout=CLOSE_WITHIN) as sock:
+        peer = "{}:{}".format(*sock.getsockname())
+        sock.sendall(payload)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        _, closed = read_until_eof(sock, CLOSE_WITHIN)
+        return peer, closed
 
 
 def client_round_trip(bootstrap: str, upstream_kind: str) -> None:
@@ -190,3 +230,33 @@ def test_unreachable_upstream_is_reported_and_sigterm_still_exits_cleanly(kqp) -
     except ConnectionRefusedError:
         pass  # not listening before the upstream answers: equally prompt
     assert proxy.stop() == 0, proxy.logs()
+
+
+def test_every_kind_of_garbage_ends_only_its_connection_while_a_real_client_produces(tansu: str, kqp) -> None:
+    proxy = kqp(tansu, max_frame_bytes=MAX_FRAME, metrics={"listen": "127.0.0.1:0"})
+    url = metrics_url(proxy)
+    payloads = {**{name: (payload, half) for name, (payload, half, _) in BAD_INPUT.items()}, **MORE_GARBAGE}
+    with SteadyProducer(proxy.bootstrap, tansu.kind) as producer:
+        peers = {}
+        for name, (payload, half_close) in payloads.items():
+            peer, closed = send_garbage(proxy.bootstrap, payload, half_close)
+            assert closed, f"{name}: kqp kept the connection open for {CLOSE_WITHIN}s"
+            peers[name] = peer
+        producer.progressed()
+        flood_rng = random.Random(1515)
+        flood = [flood_rng.randbytes(flood_rng.randrange(1, 300)) for _ in range(FLOOD)]
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(lambda payload: send_garbage(proxy.bootstrap, payload), flood))
+        assert all(closed for _, closed in results), "a flooding connection was left open"
+        producer.progressed()
+        for name, peer in peers.items():
+            deadline = time.monotonic() + 5
+            while not lines_naming(proxy, peer) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            named = lines_naming(proxy, peer)
+            assert len(named) == 1 and re.search(r": (bad (frame|request) from client|truncated frame)", named[0]), \
+                f"{name}: expected one line naming {peer} with the reason, got {named}"
+        closed_as = sample(scrape(url), "kqp_connections_closed_total", reason="protocol_error")
+        assert closed_as == len(payloads) + FLOOD, f"protocol_error closes: {closed_as}"
+        assert not sample(scrape(url), "kqp_connections_closed_total", reason="internal_error")
+    assert proxy.running

@@ -78,7 +78,8 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
         metering=Metering(manager, observer or Recorder()), gate=MutationGate(manager, TopicMetadata()),
         api_ranges=kqp_ranges, learn_brokers=learned.extend,
         map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
-        perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle),
+        perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle,
+                                                  cfg.limits.max_in_flight_per_connection),
         sasl=SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE),
     )
     return Connection(parts, "bootstrap", None, "test-client")

@@ -1,0 +1,79 @@
+"""A real client producing through kqp the whole time a test misbehaves next to it.
+
+Limit and hostile-input tests must show that every other client keeps being served: a
+confluent-kafka producer (librdkafka) in a thread of its own sends a small message every few
+milliseconds and counts what was delivered and what failed. `progressed()` waits until more
+messages have been delivered than at the moment it is asked, so a test proves service after the
+misbehaviour, not just before it. Every wait is bounded and the thread stops on `stop()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+
+from .names import unique_topic
+from .topics import ensure_topic
+
+
+class SteadyProducer:
+    def __init__(self, bootstrap: str, upstream_kind: str, client_id: str = "steady", *,
+                 topic_via: str | None = None, **conf: Any) -> None:
+        """`conf` goes to the producer (TLS settings, say); the topic is made through kqp, or
+        through `topic_via` (the upstream itself) when kqp's listener needs what `conf` has."""
+        self.topic = unique_topic("steady")
+        ensure_topic(topic_via or bootstrap, self.topic, 1, upstream_kind=upstream_kind)
+        self._producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                                   "message.timeout.ms": 30000, **conf})
+        self.delivered = 0
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
+
+    def __enter__(self) -> SteadyProducer:
+        self._thread.start()
+        self.progressed()   # serving before the test starts misbehaving
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _delivered(self, err: Any, _msg: Any) -> None:
+        with self._lock:
+            if err is None:
+                self.delivered += 1
+            else:
+                self.errors.append(str(err))
+
+    def _run(self) -> None:
+        sequence = 0
+        while not self._stop.is_set():
+            self._producer.produce(self.topic, value=f"m{sequence}".encode(), on_delivery=self._delivered)
+            sequence += 1
+            self._producer.poll(0.01)
+        self._producer.flush(30)
+
+    def progressed(self, more: int = 20, timeout: float = 30.0) -> None:
+        """Wait until `more` messages beyond those delivered so far are delivered, with no error."""
+        with self._lock:
+            target = self.delivered + more
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                assert not self.errors, f"the real client failed: {self.errors[:3]}"
+                if self.delivered >= target:
+                    return
+            assert self._thread.is_alive(), "the producer thread ended"
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the real client delivered {self.delivered} of {target} within {timeout}s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(40)
+        assert not self._thread.is_alive(), "the producer thread did not stop"
+        assert not self.errors, f"the real client failed: {self.errors[:3]}"
