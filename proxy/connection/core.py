@@ -225,7 +225,6 @@ class Connection:
 
     # -- requests: client -> upstream ----------------------------------------------------------
     def _client_data(self, e: ev.ClientData) -> None:
-        self.last_activity = e.now
         try:
             self.requests.feed(e.data)
         except ProtocolError as exc:   # the framing itself: a lying or oversized length
@@ -251,6 +250,7 @@ class Connection:
     def _on_request(self, head: memoryview, parts: Parts, now: float, looked_up: bool = False) -> None:
         """One request: `parts` are the slices it arrived in, `head` a contiguous start of it."""
         t0 = self.parts.perf()
+        self.last_activity = now   # a whole request is activity, a trickled byte is not (slowloris)
         hdr = parse_request_header(head)
         if self.auth.concerns(hdr.api_key) and self._authenticate(hdr, parts, now):
             return

@@ -1,0 +1,32 @@
+"""What counts as activity for `connections_max_idle_ms`: a whole request read or a response sent,
+never a byte of a frame still incomplete, so a client trickling a frame a byte at a time (slowloris)
+is reaped like an idle one. Playbooks: the reaper compares `last_activity` with the loop time."""
+
+from __future__ import annotations
+
+from helpers.playbook import connected_core, play, produce_frame, produce_response, to_client, to_upstream
+
+from kqp.proxy.connection import events as ev
+
+NOW = 100.0
+
+
+def test_a_trickled_frame_is_not_activity_until_it_is_whole() -> None:
+    core = connected_core(now=NOW)
+    request = produce_frame("t", 7, 1, "c")
+    for i, byte in enumerate(request[:-1]):   # one byte every 10 s
+        play(core, [(ev.ClientData(NOW + 10 * (i + 1), byte.to_bytes(1, "big")), [])])
+    assert core.last_activity == NOW   # idle since it connected, however many bytes trickled in
+    done = NOW + 10 * len(request)
+    play(core, [(ev.ClientData(done, request[-1:]), [to_upstream(request)])])
+    assert core.last_activity == done
+
+
+def test_a_response_sent_is_activity() -> None:
+    core = connected_core(now=NOW)
+    request, response = produce_frame("t", 7, 1, "c"), produce_response(7, 1)
+    play(core, [
+        (ev.ClientData(NOW + 1, request), [to_upstream(request)]),
+        (ev.UpstreamData(NOW + 30, response), [to_client(response)]),
+    ])
+    assert core.last_activity == NOW + 30
