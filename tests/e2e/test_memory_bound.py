@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from kafka.protocol.consumer import FetchRequest
 from helpers.fault_tap import FaultTap
 from helpers.net import split_host_port
 from helpers.quota_frames import produce_frame
+from kafka.protocol.consumer import FetchRequest
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
