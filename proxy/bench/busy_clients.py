@@ -22,7 +22,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from .processes import raise_fd_limit
+from .idle_clients import run_many_clients
 
 _CONNECT_BATCH = 50       # connect in waves, as idle_clients does
 _PRODUCE_V, _FETCH_V = 7, 4
@@ -163,13 +163,5 @@ def busy_connections(host: str, port: int, topic: str, partitions: int = 3, coun
                      seconds: float = 60.0, interval: float = 1.0, records: int = 10, record_bytes: int = 100,
                      timeout: float = 30.0) -> dict[str, Any]:
     """`count` connections each producing and fetching once per `interval` s for `seconds` s."""
-    raise_fd_limit()
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_run(host, port, topic, partitions, count, seconds, interval, records, record_bytes,
-                               timeout))
+    return run_many_clients(_run(host, port, topic, partitions, count, seconds, interval, records, record_bytes,
+                                 timeout))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,15 +43,6 @@ MESSAGES_PER_PHASE = 400
 TANSU_NODE_ID = 111
 
 
-@pytest.fixture
-def tap(tansu) -> Iterator[FaultTap]:
-    if tansu.kind != "tansu":
-        pytest.skip("the fault tap needs Tansu's address and node id (KQP_TEST_BOOTSTRAP is set)")
-    with FaultTap("upstream") as tap:
-        tap.relay(tansu)
-        yield tap
-
-
 def _upstream_of(tap: FaultTap) -> str:
     return ",".join(tap.hops.values())
 
@@ -70,13 +60,13 @@ def _cut_produce_connections(tap: FaultTap) -> list[int]:
             if any(api_key == ApiKey.Produce for api_key, _ in c.unanswered_at_close)]
 
 
-def test_kqp_sigkilled_and_restarted_on_the_same_ports_loses_nothing(tansu, tap: FaultTap, kqp,
+def test_kqp_sigkilled_and_restarted_on_the_same_ports_loses_nothing(tansu, fault_tap: FaultTap, kqp,
                                                                       tmp_path: Path) -> None:
     # Fixed ports, as a sidecar's rolling update has them: clients keep the broker addresses they
     # learned, so the new process must serve the same listen port and broker ports (SO_REUSEADDR:
     # it binds at once, whatever the old sockets left in TIME_WAIT).
     ports = {"listen": f"{LOOPBACK}:{free_port()}", "broker_port_base": free_port_base([TANSU_NODE_ID])}
-    first = kqp(_upstream_of(tap), **ports)
+    first = kqp(_upstream_of(fault_tap), **ports)
     topic = unique_topic("restart")
     ensure_topic(first.bootstrap, topic, PARTITIONS, upstream_kind="tansu")
     producer = AckedProducer(first.bootstrap, topic)
@@ -86,7 +76,7 @@ def test_kqp_sigkilled_and_restarted_on_the_same_ports_loses_nothing(tansu, tap:
     first.send_signal(signal.SIGKILL)
     first.proc.wait(10)
     producer.produce(MESSAGES_PER_PHASE)   # kqp is down: these queue in the client
-    second = start_kqp(tmp_path / "restarted", _upstream_of(tap), **ports)
+    second = start_kqp(tmp_path / "restarted", _upstream_of(fault_tap), **ports)
     try:
         producer.produce(MESSAGES_PER_PHASE)
         producer.finish()
@@ -96,43 +86,43 @@ def test_kqp_sigkilled_and_restarted_on_the_same_ports_loses_nothing(tansu, tap:
     _check_upstream_holds_each_once(tansu, producer)
 
 
-def test_upstream_connections_cut_mid_request_under_load_lose_nothing(tansu, tap: FaultTap, kqp) -> None:
-    proxy = kqp(_upstream_of(tap))
+def test_upstream_connections_cut_mid_request_under_load_lose_nothing(tansu, fault_tap: FaultTap, kqp) -> None:
+    proxy = kqp(_upstream_of(fault_tap))
     topic = unique_topic("cut")
     ensure_topic(proxy.bootstrap, topic, PARTITIONS, upstream_kind="tansu")
     producer = AckedProducer(proxy.bootstrap, topic)
 
     def faults(i: int) -> None:
         if i % 300 == 100:
-            tap.cut_mid_request(ApiKey.Produce, 2)    # half a Produce reaches the broker, then RST
+            fault_tap.cut_mid_request(ApiKey.Produce, 2)    # half a Produce reaches the broker, then RST
         elif i % 300 == 200:
-            tap.cut_mid_response(ApiKey.Produce, 2)   # the broker wrote it; half its answer, then RST
+            fault_tap.cut_mid_response(ApiKey.Produce, 2)   # the broker wrote it; half its answer, then RST
         elif i % 300 == 0 and i:
-            tap.cut_all()                              # whatever is in flight either way
+            fault_tap.cut_all()                              # whatever is in flight either way
 
     producer.produce(3 * MESSAGES_PER_PHASE, between=faults)
     producer.finish()
-    assert tap.cut_count >= 8
-    assert _cut_produce_connections(tap), "no connection was cut with a Produce in flight"
+    assert fault_tap.cut_count >= 8
+    assert _cut_produce_connections(fault_tap), "no connection was cut with a Produce in flight"
     _check_upstream_holds_each_once(tansu, producer)
     assert "upstream connection closed" in proxy.logs()
 
 
-def test_upstream_refusing_for_a_while_then_back_loses_nothing(tansu, tap: FaultTap, kqp) -> None:
-    proxy = kqp(_upstream_of(tap))
+def test_upstream_refusing_for_a_while_then_back_loses_nothing(tansu, fault_tap: FaultTap, kqp) -> None:
+    proxy = kqp(_upstream_of(fault_tap))
     topic = unique_topic("down")
     ensure_topic(proxy.bootstrap, topic, PARTITIONS, upstream_kind="tansu")
     producer = AckedProducer(proxy.bootstrap, topic)
 
     producer.produce(MESSAGES_PER_PHASE)
-    tap.down()
+    fault_tap.down()
     acked_when_down = len(producer.acked)
     producer.produce(MESSAGES_PER_PHASE)          # refused for the ~0.5 s this takes, and then some
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         producer.producer.poll(0.1)
     assert producer.outstanding > 0 and len(producer.acked) <= acked_when_down + MESSAGES_PER_PHASE
-    tap.up()
+    fault_tap.up()
     producer.produce(MESSAGES_PER_PHASE)
     producer.finish()
     _check_upstream_holds_each_once(tansu, producer)

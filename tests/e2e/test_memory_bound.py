@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,15 +47,6 @@ def _status_kib(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
-@pytest.fixture
-def tap(tansu) -> Iterator[FaultTap]:
-    if tansu.kind != "tansu":
-        pytest.skip("needs the Tansu fixture's broker behind the tap (KQP_TEST_BOOTSTRAP is set)")
-    with FaultTap("upstream") as tap:
-        tap.relay(tansu)
-        yield tap
 
 
 def _settle(count: Callable[[], int], quiet: float = 1.5, limit: float = 60.0) -> int:
@@ -117,8 +108,8 @@ def _fill_topic(bootstrap: str, topic: str, megabytes: int) -> None:
     assert producer.flush(60) == 0
 
 
-def test_readers_that_never_read_their_fetch_responses_stay_within_the_bound(tap: FaultTap, kqp) -> None:
-    proxy = kqp(tap.relay(next(iter(tap.hops))), max_frame_bytes=MAX_FRAME)
+def test_readers_that_never_read_their_fetch_responses_stay_within_the_bound(fault_tap: FaultTap, kqp) -> None:
+    proxy = kqp(fault_tap.relay(next(iter(fault_tap.hops))), max_frame_bytes=MAX_FRAME)
     topic = "memory-fetch"
     _fill_topic(proxy.bootstrap, topic, PIPELINE * FETCH_BYTES // MiB + 2)
     socks = [_connect(proxy.bootstrap) for _ in range(CONNECTIONS)]
@@ -127,7 +118,7 @@ def test_readers_that_never_read_their_fetch_responses_stay_within_the_bound(tap
         for n, sock in enumerate(socks):
             for correlation_id in range(PIPELINE):
                 sock.sendall(_fetch(topic, correlation_id, f"reader-{n}"))
-        answered = _settle(lambda: len(tap.responses(api_key=ApiKey.Fetch)))
+        answered = _settle(lambda: len(fault_tap.responses(api_key=ApiKey.Fetch)))
 
         peak = _status_kib(proxy.pid, "VmHWM") * 1024
     finally:
@@ -140,18 +131,18 @@ def test_readers_that_never_read_their_fetch_responses_stay_within_the_bound(tap
     assert peak <= _bound(baseline), f"kqp's peak RSS {peak // MiB} MiB is over its bound {_bound(baseline) // MiB} MiB"
 
 
-def test_a_stalled_upstream_keeps_kqp_within_the_bound(tap: FaultTap, kqp) -> None:
-    proxy = kqp(tap.relay(next(iter(tap.hops))), max_frame_bytes=MAX_FRAME)
+def test_a_stalled_upstream_keeps_kqp_within_the_bound(fault_tap: FaultTap, kqp) -> None:
+    proxy = kqp(fault_tap.relay(next(iter(fault_tap.hops))), max_frame_bytes=MAX_FRAME)
     socks = [_connect(proxy.bootstrap) for _ in range(CONNECTIONS)]
     try:
         baseline = _status_kib(proxy.pid, "VmRSS")
-        tap.stall()
+        fault_tap.stall()
         frames = [produce_frame("memory-stall", 7, c, "stalled", records=PRODUCE_RECORDS) for c in range(PIPELINE)]
         assert len(frames[0]) < MAX_FRAME
         sent = sum(_send_what_fits(sock, frames) for sock in socks)
         _settle(lambda: _status_kib(proxy.pid, "VmRSS"))
         peak = _status_kib(proxy.pid, "VmHWM") * 1024
-        tap.unstall()
+        fault_tap.unstall()
     finally:
         for sock in socks:
             sock.close()

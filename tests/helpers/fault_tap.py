@@ -67,20 +67,18 @@ class FaultTap(WireTap):
         cuts[api_key] = cuts.get(api_key, 0) + count
 
     def stall(self) -> None:
-        async def pause() -> None:
-            self.stalled = True
-            for transport in self._client_sides():
-                transport.pause_reading()
-
-        self._on_loop(pause())
+        self._on_loop(self._stalled(True))
 
     def unstall(self) -> None:
-        async def resume() -> None:
-            self.stalled = False
-            for transport in self._client_sides():
-                transport.resume_reading()
+        self._on_loop(self._stalled(False))
 
-        self._on_loop(resume())
+    async def _stalled(self, stalled: bool) -> None:
+        self.stalled = stalled
+        for transport in self._client_sides():
+            if stalled:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
 
     def down(self) -> None:
         """Refuse connections and reset every open one, until `up()`."""
