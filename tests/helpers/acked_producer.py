@@ -53,5 +53,8 @@ class AckedProducer:
         return len(self.producer)
 
     def finish(self, timeout: float = 100.0) -> None:
+        """Wait for every report, then let the producer go: its threads would otherwise keep
+        reconnecting to a kqp the test has stopped until the garbage collector finds it."""
         left = self.producer.flush(timeout)
         assert left == 0, f"{left} messages neither acknowledged nor failed within {timeout}s"
+        del self.producer
