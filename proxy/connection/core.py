@@ -7,9 +7,7 @@ reason, set the connection's timer, look topics up, close. No asyncio, no socket
 event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected. The asyncio
 edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls. This
 module is the state machine (life, muting, the FIFO, delivery); what a request costs and where it
-goes is `requests.py`, what a response becomes before delivery is `responses.py`.
-
-What the core does with the bytes:
+goes is `requests.py`, what a response becomes before delivery is `responses.py`. With the bytes:
 
 * Frames go through as the slices they arrived in; only headers are always decoded. Responses come
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
@@ -18,8 +16,8 @@ What the core does with the bytes:
   version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
   pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
   request at a time); an acks=0 Produce has no response and is muted only.
-* Misbehaving upstreams: a response to no request in flight is dropped and counted
-  (`in_flight.unawaited`); one whose `throttle_time_ms` kqp cannot reach goes out as it came.
+* Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
+  one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
 Who the client is: `user` names the connection's principal, the user half of every quota entity.
 A TLS client's user arrives with `ClientConnected` (the edge reads the certificate after the
@@ -59,8 +57,8 @@ __all__ = ["Connection"]
 log = logging.getLogger("kqp.connection")
 
 # How much of a split frame is read contiguously: a request's header, transactional id (at most
-# 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
-SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
+# 32 KiB) and acks; a response's header (with tagged fields nobody sends today). Principals cached.
+SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES, MAX_CLIENT_IDS = 40 * 1024, 4096, 256
 
 
 class Connection:
@@ -244,6 +242,8 @@ class Connection:
     def _principal(self, client_id: str | None) -> Principal:
         p = self._principals.get(client_id)
         if p is None:
+            if len(self._principals) >= MAX_CLIENT_IDS:   # a client cycling client ids: bounded memory
+                self._principals.clear()
             p = self._principals[client_id] = Principal(self.user, client_id or "")
         return p
 
