@@ -11,6 +11,9 @@ hold each connection's whole pipeline (tens of MiB). The bound checked is
 
 Between the load and the reading, the test waits until the upstream tap has stopped moving frames
 (kqp has stopped reading): that wait is bounded and asserts nothing about time.
+
+Last, a client trickling a frame a byte at a time (slowloris) is closed as idle: a whole request,
+not a byte, is activity.
 """
 
 from __future__ import annotations
@@ -151,3 +154,25 @@ def test_a_stalled_upstream_keeps_kqp_within_the_bound(fault_tap: FaultTap, kqp)
           f"MiB, {sent // MiB} of {offered // MiB} MiB offered left the clients (kernel buffers included)")
     assert peak <= _bound(baseline), f"kqp's peak RSS {peak // MiB} MiB is over its bound {_bound(baseline) // MiB} MiB"
     assert sent < offered, "kqp read everything: the upstream never stalled it"
+
+
+def test_a_client_trickling_a_frame_is_closed_as_idle(tansu, kqp) -> None:
+    # Slowloris: a byte every 50 ms of a Produce frame that would take minutes to finish. Bytes
+    # keep coming, but no whole request does, so kqp closes it after connections_max_idle_ms.
+    proxy = kqp(tansu, connections_max_idle_ms=1000)
+    frame = produce_frame("memory-trickle", 7, 1, "trickler", records=100)
+    with _connect(proxy.bootstrap) as sock:
+        sock.settimeout(0.05)
+        closed = False
+        for byte in frame[:200]:   # 10 s at most: ten times the idle limit
+            try:
+                sock.send(bytes([byte]))
+                closed = sock.recv(1) == b""
+            except TimeoutError:
+                pass
+            except OSError:
+                closed = True
+            if closed:
+                break
+    assert closed, "a trickling client was never closed"
+    assert "idle for more than 1000 ms" in proxy.logs()
