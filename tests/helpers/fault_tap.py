@@ -29,7 +29,7 @@ from typing import Any
 from kqp.protocol.headers import response_correlation_id
 
 from .net import split_host_port
-from .wire_tap import WireTap, _Pair
+from .wire_tap import Pair, WireTap
 
 __all__ = ["FaultTap"]
 
@@ -37,6 +37,8 @@ STEP_TIMEOUT = 10.0
 
 
 class FaultTap(WireTap):
+    """A `WireTap` whose relayed connections fail on demand (the module docstring lists how)."""
+
     def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self.stalled = False
@@ -101,7 +103,7 @@ class FaultTap(WireTap):
         self._on_loop(reopen())
 
     # -- the tap's hook, on its loop ---------------------------------------------------------------
-    def on_request(self, pair: _Pair, frame: memoryview) -> memoryview:
+    def on_request(self, pair: Pair, frame: memoryview) -> memoryview:
         frame = super().on_request(pair, frame)
         client = pair.transports.get("client")
         if self.stalled and client is not None:
@@ -110,14 +112,14 @@ class FaultTap(WireTap):
             return frame
         return self._cut_if_armed(self.cuts, int.from_bytes(frame[4:6], "big", signed=True), pair, frame)
 
-    def on_response(self, pair: _Pair, frame: memoryview) -> bytes | memoryview:
+    def on_response(self, pair: Pair, frame: memoryview) -> bytes | memoryview:
         request = pair.pending.get(response_correlation_id(frame)) if len(frame) >= 8 else None
         out = super().on_response(pair, frame)
         if request is None:
             return out
         return self._cut_if_armed(self.response_cuts, request.api_key, pair, out)
 
-    def _cut_if_armed(self, cuts: dict[int, int], api_key: int, pair: _Pair, frame: Any) -> Any:
+    def _cut_if_armed(self, cuts: dict[int, int], api_key: int, pair: Pair, frame: Any) -> Any:
         """Half of `frame` goes, then the pair is reset, when a cut is armed for `api_key`."""
         if cuts.get(api_key, 0) <= 0:
             return frame
@@ -127,7 +129,7 @@ class FaultTap(WireTap):
         return frame[:len(frame) // 2]
 
     @staticmethod
-    def _reset(pair: _Pair) -> None:
+    def _reset(pair: Pair) -> None:
         for transport in pair.transports.values():
             transport.abort()
 

@@ -52,7 +52,7 @@ from .wire_labels import (
     response_throttle_ms,
 )
 
-__all__ = ["WireConnection", "WireRequest", "WireResponse", "WireTap", "address_substitutions", "request_labels"]
+__all__ = ["Pair", "WireConnection", "WireRequest", "WireResponse", "WireTap", "address_substitutions", "request_labels"]
 
 MAX_FRAME_BYTES = 1 << 28
 _I32 = struct.Struct(">i")
@@ -101,7 +101,7 @@ class WireConnection:
     unanswered_at_close: tuple[tuple[int, float], ...] = ()
 
 
-class _Pair:
+class Pair:
     """What the tap knows of one relayed connection: its record and the requests owed a response."""
 
     def __init__(self, tap: WireTap, conn: WireConnection) -> None:
@@ -129,7 +129,7 @@ class _FramedHalf(Half):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pair: _Pair | None = None
+        self.pair: Pair | None = None
         self._decoder = FrameDecoder(MAX_FRAME_BYTES)
 
     def on_frame(self, frame: memoryview) -> bytes | memoryview:
@@ -308,13 +308,13 @@ class WireTap:
                                    c.unanswered_at_close) for c in self._connections]
 
     # -- called by the relay halves, on the tap's loop -------------------------------------------
-    def open_pair(self, hop: str) -> _Pair:
+    def open_pair(self, hop: str) -> Pair:
         with self.lock:
             conn = WireConnection(len(self._connections) + 1, hop, self.clock())
             self._connections.append(conn)
-        return _Pair(self, conn)
+        return Pair(self, conn)
 
-    def on_request(self, pair: _Pair, frame: memoryview) -> memoryview:
+    def on_request(self, pair: Pair, frame: memoryview) -> memoryview:
         now = self.clock()
         if len(frame) < 12:
             return frame
@@ -329,7 +329,7 @@ class WireTap:
             pair.pending[correlation_id] = seen
         return frame
 
-    def on_response(self, pair: _Pair, frame: memoryview) -> bytes | memoryview:
+    def on_response(self, pair: Pair, frame: memoryview) -> bytes | memoryview:
         now = self.clock()
         if len(frame) < 8:
             return frame
