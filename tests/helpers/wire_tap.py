@@ -52,7 +52,8 @@ from .wire_labels import (
     response_throttle_ms,
 )
 
-__all__ = ["Pair", "WireConnection", "WireRequest", "WireResponse", "WireTap", "address_substitutions", "request_labels"]
+__all__ = ["Pair", "WireConnection", "WireRequest", "WireResponse", "WireTap", "address_substitutions",
+           "request_labels"]
 
 MAX_FRAME_BYTES = 1 << 28
 _I32 = struct.Struct(">i")
