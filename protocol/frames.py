@@ -17,6 +17,10 @@ Why it is shaped so:
   for the body. A peer cannot make kqp buffer more than one legal frame plus what TCP delivered.
 * O(1) per frame apart from the unavoidable join: chunks sit in a deque with a read offset into
   the first one, and the decoder keeps a running count of buffered bytes.
+* A frame trickled in tiny reads costs about its size, not a ``bytes`` object per read (33 bytes
+  of overhead for each byte a slowloris client sends): reads under ``COALESCE_BYTES`` that leave
+  the frame incomplete are appended to one ``bytearray``, sealed into a chunk when the frame (or a
+  large read) arrives. Nothing handed out ever views it, so it may grow.
 * Errors are sticky: once the stream is known to be broken, every later call raises the same
   error, so a caller that keeps going by mistake cannot resynchronise on garbage.
 """
@@ -29,9 +33,10 @@ from struct import Struct
 from .errors import FrameTooLarge, ProtocolError
 from .parts import SplitFrame
 
-__all__ = ["SIZE_PREFIX", "FrameDecoder"]
+__all__ = ["COALESCE_BYTES", "SIZE_PREFIX", "FrameDecoder"]
 
 SIZE_PREFIX = 4
+COALESCE_BYTES = 1024
 _SIZE = Struct(">i")
 _SIZE_AT = _SIZE.unpack_from
 
@@ -39,7 +44,7 @@ _SIZE_AT = _SIZE.unpack_from
 class FrameDecoder:
     """Incremental splitter of one direction of one connection into whole frames."""
 
-    __slots__ = ("_chunks", "_error", "_first", "_max", "_need", "_pos", "_size")
+    __slots__ = ("_chunks", "_error", "_first", "_max", "_need", "_pos", "_size", "_trickle")
 
     def __init__(self, max_frame_bytes: int) -> None:
         if max_frame_bytes < 0:
@@ -51,6 +56,7 @@ class FrameDecoder:
         self._size = 0  # bytes buffered and not yet returned
         self._need = -1  # length of the next frame including its prefix, -1 while unknown
         self._error: ProtocolError | None = None
+        self._trickle = bytearray()  # small reads of an incomplete frame, after every chunk
 
     @property
     def buffered(self) -> int:
@@ -71,8 +77,14 @@ class FrameDecoder:
             raise self._error
         if not data:
             return
+        size = self._size = self._size + len(data)
+        if len(data) < COALESCE_BYTES and 0 <= size < self._need:
+            self._trickle += data   # the frame is still incomplete: no chunk per tiny read
+            return
+        if self._trickle:
+            self._chunks.append(bytes(self._trickle))
+            self._trickle.clear()
         self._chunks.append(data)
-        self._size += len(data)
         if self._need < 0:
             self._read_size()
 

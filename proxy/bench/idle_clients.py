@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
@@ -103,6 +104,11 @@ async def _run(host: str, port: int, count: int, hold_seconds: float, interval: 
 def idle_connections(host: str, port: int, count: int = 1000, hold_seconds: float = 3.0,
                      interval: float = 1.0, timeout: float = 10.0) -> dict[str, Any]:
     """Hold `count` connections open for `hold_seconds` once connected; count errors."""
+    return run_many_clients(_run(host, port, count, hold_seconds, interval, reply_timeout=timeout))
+
+
+def run_many_clients(main: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Run a many-connections workload on uvloop (where installed), the open-file limit raised."""
     raise_fd_limit()
     try:
         import uvloop
@@ -111,7 +117,7 @@ def idle_connections(host: str, port: int, count: int = 1000, hold_seconds: floa
     except ImportError:
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_run(host, port, count, hold_seconds, interval, reply_timeout=timeout))
+        return runner.run(main)
 
 
 async def _entities(host: str, port: int, entities: int, connections: int,

@@ -24,6 +24,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "connections": ("connected", "errors", "requests", "rss_mb", "rss_per_connection_kb"),
     "produce-parallel": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
     "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
+    "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
 }
 
 # Ratios the goals are stated in: (label, workload, metric, numerator, denominator).
@@ -171,6 +172,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("RSS MB", "connections", "rss_mb"),
     ("par MB/s", "produce-parallel", "mb_s"),
     ("B/entity", "entities", "rss_bytes_per_entity"),
+    ("busy errs", "busy", "errors"),
+    ("busy req/s", "busy", "requests_s"),
 )
 
 

@@ -24,11 +24,11 @@ from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
 
-from . import idle_clients, proc_stats, workloads
+from . import busy_clients, idle_clients, proc_stats, workloads
 from .processes import StartError
 from .references import BROKER, Cell, CellSettings, Reference, open_cell
 
-TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1}
+TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-busy": 3}
 WORKLOADS = {
     "produce": "batched produce, 1 KB records, librdkafka producer (linger 5 ms, acks=1)",
     "consume": "librdkafka consumer reading seeded 1 KB records from the start of 3 partitions",
@@ -36,6 +36,7 @@ WORKLOADS = {
     "connections": "many concurrent raw connections: ApiVersions, then Metadata every second",
     "produce-parallel": "two batched producers in two client processes (workers scaling)",
     "entities": "one Metadata request from each of many distinct client ids: proxy memory per entity",
+    "busy": "many connections each producing (acks=1) and fetching it back once a second, every answer checked",
 }
 
 
@@ -52,6 +53,7 @@ class Plan:
     hold_seconds: float
     throttle_bytes_s: float
     entities: int = 10_000
+    busy_seconds: float = 0.0    # the busy workload's length (`kqp bench --busy SECONDS`; 0: not run)
 
 
 class Runner:
@@ -232,6 +234,17 @@ class Runner:
 
     def _connections(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan
+        return self._held(cell, idle_clients.idle_connections, cell.host, cell.port, plan.connections,
+                          plan.hold_seconds, timeout=plan.hold_seconds + 120)
+
+    def _busy(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        return self._held(cell, busy_clients.busy_connections, cell.host, cell.port, "bench-busy", TOPICS["bench-busy"],
+                          plan.connections, plan.busy_seconds, timeout=plan.busy_seconds + 180)
+
+    def _held(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any, timeout: float) -> dict[str, Any]:
+        """Run a many-connections workload; add the proxy's peak RSS (over its baseline) and CPU."""
+        plan = self.plan
         pid = cell.proxy.pid if cell.proxy is not None else None
         baseline = proc_stats.sample(pid) if pid is not None else None
         peak = {"rss": 0}
@@ -241,12 +254,14 @@ class Runner:
             if now is not None:
                 peak["rss"] = max(peak["rss"], now.rss_bytes)
 
-        (result,) = self._call(idle_clients.idle_connections, cell.host, cell.port, plan.connections,
-                               plan.hold_seconds, timeout=plan.hold_seconds + 120, watch=watch)
+        (result,) = self._call(func, *args, timeout=timeout, watch=watch)
+        after = proc_stats.sample(pid) if pid is not None else None
         if baseline is not None and peak["rss"]:
             result["rss_mb"] = peak["rss"] / 1e6
             result["rss_baseline_mb"] = baseline.rss_bytes / 1e6
             result["rss_per_connection_kb"] = (peak["rss"] - baseline.rss_bytes) / 1e3 / plan.connections
+        if baseline is not None and after is not None:
+            result["proxy_cpu_percent"] = 100 * (after.cpu_seconds - baseline.cpu_seconds) / result["seconds"]
         return result
 
 
@@ -262,8 +277,8 @@ def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _brief(metrics: dict[str, Any]) -> str:
-    keys = ("mb_s", "records_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "connected", "errors", "rss_mb",
-            "rss_bytes_per_entity")
+    keys = ("mb_s", "records_s", "requests_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "proxy_cpu_percent", "connected",
+            "errors", "rss_mb", "rss_bytes_per_entity")
     parts = []
     for key in keys:
         value = metrics.get(key)

@@ -20,10 +20,9 @@ goes is `requests.py`, what a response becomes before delivery is `responses.py`
 * Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
-Who the client is (`user`, the user half of every quota entity): a TLS client's mapped certificate
-subject, given with `ClientConnected`; or the name SASL establishes (`authentication.py`: SASL
-frames, and every frame before authentication, go to the authenticator first); else `ANONYMOUS`.
-`authenticated` gates Kafka's pre-authentication exemptions.
+Who the client is (the `user` of every quota entity): a TLS client's mapped certificate subject,
+given with `ClientConnected`, or the name SASL establishes (`authentication.py` sees SASL frames and
+every frame before authentication), else `ANONYMOUS`; `authenticated` gates Kafka's exemptions.
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ __all__ = ["Connection"]
 log = logging.getLogger("kqp.connection")
 
 # How much of a split frame is read contiguously: a request's header, transactional id (at most
-# 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
-SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
+# 32 KiB) and acks; a response's header (with tagged fields nobody sends today). Principals cached.
+SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES, MAX_CLIENT_IDS = 40 * 1024, 4096, 256
 
 
 class Connection:
@@ -175,10 +174,7 @@ class Connection:
         # The upstream reads slower than the client sends: stop reading the client, and the other
         # way round; each side's reason is its own, so neither can resume the other's mute.
         reason = MuteReason.BACKPRESSURE if e.side is Side.UPSTREAM else MuteReason.CLIENT_SLOW
-        if e.full:
-            self._mute(reason)
-        else:
-            self._unmute(reason)
+        (self._mute if e.full else self._unmute)(reason)
 
     # -- muting and the throttle timer ---------------------------------------------------------
     def _mute(self, reason: MuteReason) -> None:
@@ -222,7 +218,6 @@ class Connection:
 
     # -- requests: client -> upstream ----------------------------------------------------------
     def _client_data(self, e: ev.ClientData) -> None:
-        self.last_activity = e.now
         try:
             self.requests.feed(e.data)
         except ProtocolError as exc:   # the framing itself: a lying or oversized length
@@ -242,12 +237,15 @@ class Connection:
     def _principal(self, client_id: str | None) -> Principal:
         p = self._principals.get(client_id)
         if p is None:
+            if len(self._principals) >= MAX_CLIENT_IDS:   # a client cycling client ids: bounded memory
+                self._principals.clear()
             p = self._principals[client_id] = Principal(self.user, client_id or "")
         return p
 
     def _on_request(self, head: memoryview, parts: Parts, now: float, looked_up: bool = False) -> None:
         """One request: `parts` are the slices it arrived in, `head` a contiguous start of it."""
         t0 = self.parts.perf()
+        self.last_activity = now   # a whole request is activity, a trickled byte is not (slowloris)
         hdr = parse_request_header(head)
         if self.auth.concerns(hdr.api_key) and self._authenticate(hdr, parts, now):
             return

@@ -134,6 +134,19 @@ def test_upstream_loss_closes_and_says_what_was_awaited() -> None:
     ])
 
 
+def test_upstream_loss_mid_response_never_answers_the_produce() -> None:
+    # The upstream wrote the batch and half its answer arrived: kqp sends nothing of it and closes,
+    # so the client retries (idempotence makes the retry harmless), never believing a half answer.
+    core = connected_core()
+    request, response = produce_frame("t", 7, 1, "c"), produce_response(7, 1)
+    play(core, [
+        (ev.ClientData(NOW, request), [to_upstream(request)]),
+        (ev.UpstreamData(NOW, response[:len(response) // 2]), []),
+        (ev.UpstreamLost(NOW, None),
+         [ev.Close("upstream_closed", "upstream connection closed (awaiting the response to Produce v7)")]),
+    ])
+
+
 def test_an_unreachable_upstream_closes_with_its_reason() -> None:
     for unknown, reason in ((False, "upstream_unreachable"), (True, "upstream_unknown")):
         core = make_core()

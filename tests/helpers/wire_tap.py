@@ -10,11 +10,10 @@ Built from two parts that are tested on their own:
 
 * forwarding: the bench's bare relay (`kqp.proxy.bench.relay.Half`/`ClientHalf`), so the tap has
   the same backpressure both ways and the same close propagation as the benchmark's reference;
-* framing and labels: `kqp.protocol` (`FrameDecoder`, `parse_request_header`,
-  `response_correlation_id`, `response_body_offset`, `produce_acks`). The checks that must not
-  share a bug with kqp stay independent of it: `throttle_time_ms` is read by kafka-python's
-  response classes (Fetch, the big one, only has its leading field read), and addresses are
-  rewritten by byte substitution, not by kqp's rewriter.
+* framing and labels: `kqp.protocol` (`FrameDecoder`, `response_correlation_id`) and
+  `wire_labels.py`, which keeps the checks that must not share a bug with kqp independent of it:
+  `throttle_time_ms` is read by kafka-python's response classes (Fetch, the big one, only has its
+  leading field read), and addresses are rewritten by byte substitution, not by kqp's rewriter.
 
 Why addresses are rewritten: a Kafka client learns broker addresses from Metadata (and
 FindCoordinator, DescribeCluster) and connects to them directly, so a relay in front of the
@@ -38,22 +37,26 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from kafka.protocol.producer import ProduceRequest
-from kafka.record.memory_records import MemoryRecords
-
-from kqp.protocol.apis import ApiKey, message_classes
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
-from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
-from kqp.protocol.produce import produce_acks
-from kqp.protocol.records import BodyError
+from kqp.protocol.headers import response_correlation_id
 from kqp.proxy.bench.relay import ClientHalf, Half
 
 from .net import LOOPBACK, split_host_port
+from .wire_labels import (
+    address_substitutions,
+    expects_response,
+    produce_records,
+    request_labels,
+    response_throttle_ms,
+)
+
+__all__ = ["Pair", "WireConnection", "WireRequest", "WireResponse", "WireTap", "address_substitutions",
+           "request_labels"]
 
 MAX_FRAME_BYTES = 1 << 28
-_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
-_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+_I32 = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,78 +102,14 @@ class WireConnection:
     unanswered_at_close: tuple[tuple[int, float], ...] = ()
 
 
-def request_labels(frame: memoryview) -> tuple[int, int, int, str | None, int | None]:
-    """(api key, version, correlation id, client id, body offset) of a whole request frame.
-
-    Every header version starts with the first three; a header kqp.protocol cannot parse (an API
-    or version it does not know) keeps them, with no client id and no body offset.
-    """
-    try:
-        header = parse_request_header(frame)
-    except ProtocolError:
-        api_key, version, correlation_id = _KEY_VERSION_CORRELATION.unpack_from(frame, 4)
-        return api_key, version, correlation_id, None, None
-    return header.api_key, header.api_version, header.correlation_id, header.client_id, header.body_offset
-
-
-def expects_response(api_key: int, version: int, frame: memoryview, body_offset: int | None) -> bool:
-    """False for an acks=0 Produce request (the only request a broker does not answer)."""
-    if api_key != ApiKey.Produce or body_offset is None:
-        return True
-    try:
-        return produce_acks(version, frame[body_offset:]) != 0
-    except (BodyError, ProtocolError, IndexError, struct.error):
-        return True  # an undecodable request is the proxy's problem to report, not the tap's
-
-
-def produce_records(frame: memoryview, version: int) -> int:
-    """Records a Produce request carries, counted with kafka-python's record classes (batch headers;
-    legacy message sets walked), so a test can prove what reached the upstream, resends included,
-    without trusting kqp's own record counting."""
-    try:
-        request = ProduceRequest.decode(bytes(frame[4:]), version=version, header=True)
-    except Exception:  # an undecodable request is the proxy's problem to report, not the tap's
-        return 0
-    records = 0
-    for topic in request.topic_data:
-        for partition in topic.partition_data:
-            for batch in MemoryRecords(bytes(partition.records or b"")):
-                count = getattr(batch, "records_count", None)
-                records += count if count is not None else sum(1 for _ in batch)
-    return records
-
-
-def response_throttle_ms(frame: memoryview, api_key: int, version: int) -> int | None:
-    """`throttle_time_ms` of a whole response frame, None where the version has none, read with
-    kafka-python's classes so that a misplaced field in kqp's codec cannot confirm itself."""
-    try:
-        offset = response_body_offset(api_key, version, frame)
-        if api_key == ApiKey.Fetch:
-            return _I32.unpack_from(frame, offset)[0] if version >= 1 else None
-        decoded = message_classes(api_key)[1].decode(bytes(frame[offset:]), version=version)
-    except Exception:  # an undecodable response is reported as "no throttle", not as a tap crash
-        return None
-    value = getattr(decoded, "throttle_time_ms", None)
-    return value if isinstance(value, int) else None
-
-
-def address_substitutions(target: tuple[str, int], hop: tuple[str, int]) -> list[tuple[bytes, bytes]]:
-    """Byte patterns that turn `target` into `hop` wherever a response carries it."""
-    (th, tp), (hh, hp) = target, hop
-    tb, hb = th.encode(), hh.encode()
-    return [
-        (_I16.pack(len(tb)) + tb + _I32.pack(tp), _I16.pack(len(hb)) + hb + _I32.pack(hp)),   # classic
-        (bytes([len(tb) + 1]) + tb + _I32.pack(tp), bytes([len(hb) + 1]) + hb + _I32.pack(hp)),  # compact
-    ]
-
-
-class _Pair:
+class Pair:
     """What the tap knows of one relayed connection: its record and the requests owed a response."""
 
     def __init__(self, tap: WireTap, conn: WireConnection) -> None:
         self.tap = tap
         self.conn = conn
         self.pending: dict[int, WireRequest] = {}
+        self.transports: dict[str, asyncio.Transport] = {}   # "client" / "target" -> its socket
 
     def closed(self, side: str) -> None:
         """The first side to go names who closed the pair; the second finds it recorded."""
@@ -191,7 +130,7 @@ class _FramedHalf(Half):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pair: _Pair | None = None
+        self.pair: Pair | None = None
         self._decoder = FrameDecoder(MAX_FRAME_BYTES)
 
     def on_frame(self, frame: memoryview) -> bytes | memoryview:
@@ -201,6 +140,7 @@ class _FramedHalf(Half):
         super().connection_made(transport)
         if self.pair is not None:
             self.pair.tap.live.add(transport)
+            self.pair.transports[self.side] = self.transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -331,18 +271,25 @@ class WireTap:
         assert loop is not None, "start() the tap first"
 
         async def open_hop() -> str:
-            hop = ""
-            server = await loop.create_server(lambda: _TapClientHalf(loop, self, hop, key), LOOPBACK, 0, ssl=self.tls)
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
-            hop = f"{LOOPBACK}:{port}"
+            port = await self.serve(key, 0)
             with self.lock:
                 self._substitutions.extend(address_substitutions(key, (LOOPBACK, port)))
-            return hop
+            return f"{LOOPBACK}:{port}"
 
         address = asyncio.run_coroutine_threadsafe(open_hop(), loop).result(10)
         self.hops[key] = address
         return address
+
+    async def serve(self, target: tuple[str, int], port: int) -> int:
+        """Listen on `port` (0: any) for connections to relay to `target`, on the tap's loop; the port."""
+        loop = asyncio.get_running_loop()
+        hop = f"{LOOPBACK}:{port}"
+        server = await loop.create_server(lambda: _TapClientHalf(loop, self, hop, target), LOOPBACK, port,
+                                          ssl=self.tls)
+        self._servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        hop = f"{LOOPBACK}:{port}"
+        return port
 
     # -- what was seen ---------------------------------------------------------------------------
     def requests(self, *, client_id: str | None = None, api_key: int | None = None) -> list[WireRequest]:
@@ -362,13 +309,13 @@ class WireTap:
                                    c.unanswered_at_close) for c in self._connections]
 
     # -- called by the relay halves, on the tap's loop -------------------------------------------
-    def open_pair(self, hop: str) -> _Pair:
+    def open_pair(self, hop: str) -> Pair:
         with self.lock:
             conn = WireConnection(len(self._connections) + 1, hop, self.clock())
             self._connections.append(conn)
-        return _Pair(self, conn)
+        return Pair(self, conn)
 
-    def on_request(self, pair: _Pair, frame: memoryview) -> memoryview:
+    def on_request(self, pair: Pair, frame: memoryview) -> memoryview:
         now = self.clock()
         if len(frame) < 12:
             return frame
@@ -383,7 +330,7 @@ class WireTap:
             pair.pending[correlation_id] = seen
         return frame
 
-    def on_response(self, pair: _Pair, frame: memoryview) -> bytes | memoryview:
+    def on_response(self, pair: Pair, frame: memoryview) -> bytes | memoryview:
         now = self.clock()
         if len(frame) < 8:
             return frame

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -52,6 +53,27 @@ def test_byte_by_byte() -> None:
             assert got == [] and d.has_partial()
     assert got == [A, B]
     assert not d.has_partial()
+
+
+def test_a_frame_trickled_a_byte_at_a_time_costs_about_its_size() -> None:
+    # A slowloris client: 64 KiB of body, one byte per read. A bytes object per byte would hold
+    # 64 Ki x ~41 bytes (object header + deque slot) = ~2.6 MiB; coalesced, the decoder holds
+    # about the frame itself (bytearray growth adds at most an eighth).
+    body = bytes(range(256)) * 256
+    whole = frame(body)
+    d = FrameDecoder(1 << 20)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(len(whole) - 1):
+            d.feed(whole[i:i + 1])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 2 * len(whole), f"{held} bytes held for a {len(whole)}-byte partial frame"
+    assert d.next_frame() is None and d.has_partial()
+    d.feed(whole[-1:] + A)
+    assert drain(d) == [whole, A]
 
 
 def test_two_frames_in_one_chunk() -> None:

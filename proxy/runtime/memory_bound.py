@@ -1,0 +1,46 @@
+"""What kqp buffers per connection at most, as a function of the config: the bound the README states
+and the RSS tests measure against.
+
+A connection is two byte streams, requests (client to upstream) and responses (upstream to client),
+and each holds two buffers in kqp:
+
+* the frame decoder's: at most one frame still incomplete (the size prefix is checked against
+  `max_frame_bytes` before a byte of the body is kept, and a frame trickled in tiny reads costs its
+  size, `protocol/frames.py`) plus what the last read brought beyond it;
+* the write buffer towards the other side: the transport's high-water mark, plus what one event may
+  write past it (the frames that read completed), because reading stops after the event that
+  crossed the mark (`WriteBuffer` -> BACKPRESSURE / CLIENT_SLOW in the core).
+
+A read is at most `READ_CHUNK_BYTES` (uvloop's and asyncio's receive size), so each direction holds
+at most `WRITE_HIGH_WATER + 2 x (max_frame_bytes + READ_CHUNK_BYTES)`. The in-flight records
+(`InFlight`, one per forwarded request awaiting its response) and a mutation request held for a
+topic lookup are counted on top: the records by their number, the held request is a frame the
+decoder already counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .edge import WRITE_HIGH_WATER
+
+__all__ = ["IN_FLIGHT_RECORD_BYTES", "READ_CHUNK_BYTES", "ConnectionBound", "connection_bound"]
+
+READ_CHUNK_BYTES = 256 * 1024
+IN_FLIGHT_RECORD_BYTES = 512     # an InFlight record with its principal and violations list, generously
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionBound:
+    per_direction: int      # decoder + write buffer of one direction
+    in_flight: int          # the in-flight records, at the count given
+
+    @property
+    def total(self) -> int:
+        return 2 * self.per_direction + self.in_flight
+
+
+def connection_bound(max_frame_bytes: int, in_flight_requests: int = 0) -> ConnectionBound:
+    """Bytes one connection may buffer in kqp with `in_flight_requests` requests awaiting responses."""
+    per_direction = WRITE_HIGH_WATER + 2 * (max_frame_bytes + READ_CHUNK_BYTES)
+    return ConnectionBound(per_direction, in_flight_requests * IN_FLIGHT_RECORD_BYTES)
