@@ -30,6 +30,13 @@ def test_what_kqp_advertises_in_front_of_kafka_3_9() -> None:
     }
 
 
+def test_every_api_whose_response_names_brokers_is_kept_to_decodable_versions() -> None:
+    """Derived from the schemas (kafka-python's, Kafka 3.9's facts), not listed by hand."""
+    naming = {ApiKey.Metadata, ApiKey.FindCoordinator, ApiKey.DescribeCluster, ApiKey.DescribeQuorum,
+              ApiKey.Produce, ApiKey.Fetch, ApiKey.ShareFetch, ApiKey.ShareAcknowledge}
+    assert naming <= BODY_APIS
+
+
 def test_apis_whose_bodies_kqp_reads_are_advertised_only_where_decodable() -> None:
     for api in BODY_APIS:
         rng = decodable_range(api)
