@@ -14,6 +14,8 @@ Modules:
 * ``frames``: FrameDecoder, splitting a byte stream into size-prefixed frames, zero-copy;
 * ``parts``: SplitFrame, a frame read as the parts it arrived in, copying only what a cut splits;
 * ``apis``: per-API tables (decodable versions, header versions, KIP-219 client throttling);
+* ``kafka39``: the few facts Kafka 3.9's definitions hold that kafka-python's (Kafka 4's) no longer do;
+* ``advertised``: which versions kqp advertises, and which requests go through on their header alone;
 * ``headers``: request/response header parsing and encoding;
 * ``walker``: the skip walker, compiled per message and version from kafka-python's schemas;
 * ``throttle``: where ``throttle_time_ms`` sits, reading and raising it in place;

@@ -63,7 +63,8 @@ from .walker import (
     write_uvarint,
 )
 
-__all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "rewrite_addresses", "rewrite_addresses_parts"]
+__all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "names_brokers", "rewrite_addresses",
+           "rewrite_addresses_parts"]
 
 _I32 = struct.Struct(">i")
 
@@ -139,6 +140,17 @@ _PLANS = _build()
 def may_carry_addresses(api_key: int, api_version: int) -> bool:
     """Whether this response version can hold a broker endpoint (cheap table lookup)."""
     return (api_key, api_version) in _PLANS
+
+
+def names_brokers(api_key: int) -> bool:
+    """Whether any version of this API's response that kafka-python's schema describes (from v0,
+    decodable or not) can hold a broker endpoint: such an API is never passed on blindly."""
+    response_cls = message_classes(api_key)[1]
+    top = response_cls._struct
+    hi = response_cls.valid_versions[1]
+    return any(_is_endpoint(top, v) or any(_holds_endpoint(f, v) for f in top.untagged_fields(v))
+               or any(_holds_endpoint(f, v) for f in top.tagged_fields(v)._fields)
+               for v in range(hi + 1))
 
 
 class _Rewriter:

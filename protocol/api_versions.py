@@ -1,10 +1,11 @@
 """ApiVersions: answered by kqp itself, and asked of upstreams by one probe.
 
-kqp advertises to clients the intersection of what the upstream supports and what kqp can decode,
-so it encodes the ApiVersions response itself (:func:`encode_api_versions_response`). A client
-newer than kqp may ask with a version above kqp's maximum; kqp then answers as Kafka's broker
-does (``RequestContext`` serialises it at v0): a v0 body with UNSUPPORTED_VERSION and kqp's own
-ApiVersions range, so the client retries with a version both understand. The response header is
+kqp advertises to clients the intersection of what the upstream supports and what kqp can serve
+(:mod:`kqp.protocol.advertised`), so it encodes the ApiVersions response itself
+(:func:`encode_api_versions_response`). A client newer than kqp may ask with a version above
+kqp's maximum; kqp then answers as Kafka's broker does (``RequestContext`` serialises it at v0):
+a v0 body with UNSUPPORTED_VERSION and kqp's own ApiVersions range, so the client retries with a
+version both understand. The response header is
 always v0 (KIP-511).
 
 kqp learns an upstream's ranges with one probe, :class:`ApiVersionsProbe`, which follows Kafka's

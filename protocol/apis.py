@@ -2,11 +2,13 @@
 
 kafka-python 3 ships Apache Kafka's JSON message schemas and a request and a response class per
 API. From them this module derives what the hot path needs to look up in O(1): which API keys kqp
-can decode and at which versions (the schemas' ``validVersions``), which versions are flexible
-(``flexibleVersions``) and hence which request/response header version a frame uses, and the
-classes to decode with. Nothing here is typed in by hand except one table that lives in Kafka's
-Java code rather than in its schemas: ``AbstractResponse.shouldClientThrottle(version)``, the
-KIP-219 switch saying from which version a client throttles itself.
+can decode and at which versions (the schemas' ``validVersions``, from v0 for Produce and Fetch
+as Kafka 3.9 defines them: :mod:`kqp.protocol.kafka39`), which versions are flexible
+(``flexibleVersions``, Kafka 3.9's facts for APIs with no schema) and hence which request/response
+header version a frame uses, and the classes to decode with. Nothing here is typed in by hand
+except one table that lives in Kafka's Java code rather than in its schemas:
+``AbstractResponse.shouldClientThrottle(version)``, the KIP-219 switch saying from which version a
+client throttles itself.
 
 Header versions (Kafka's ``ApiKeys.requestHeaderVersion``/``responseHeaderVersion``): request
 header v2 and response header v1 for flexible versions, v1 and v0 otherwise, except that an
@@ -28,11 +30,13 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 from .errors import UnsupportedApi
+from .kafka39 import OLDEST_VERSIONS, UNSCHEMED
 
 __all__ = [
     "API_NAMES",
     "ApiKey",
     "decodable_range",
+    "known_range",
     "kqp_ranges",
     "message_classes",
     "request_header_version",
@@ -75,10 +79,11 @@ _CLASSES: dict[int, tuple[type, type]] = _collect()
 def _valid_range(req: type, resp: type) -> tuple[int, int]:
     # kafka-python's class attribute keeps the schema's own validVersions (its struct is widened
     # to start at 0; the class-level tuple is not). A version is decodable when both directions
-    # have a schema for it.
+    # have a schema for it, or, below that, when Kafka 3.9 defined it and the schema's field
+    # ranges still describe it (`kafka39.OLDEST_VERSIONS`: Produce v0-v2, Fetch v0-v3).
     rlo, rhi = req.valid_versions
     slo, shi = resp.valid_versions
-    return max(rlo, slo), min(rhi, shi)
+    return min(max(rlo, slo), OLDEST_VERSIONS.get(req.API_KEY, 1 << 15)), min(rhi, shi)
 
 
 def _first_flexible(cls: type) -> int:
@@ -96,6 +101,10 @@ _RANGES: dict[int, tuple[int, int]] = {k: _valid_range(*c) for k, c in _CLASSES.
 # its connection closed (`kqp.proxy.connection.authentication`).
 _REQ_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[0]) for k, c in _CLASSES.items()}
 _RESP_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[1]) for k, c in _CLASSES.items()}
+# APIs with no schema in kafka-python: their header versions from Kafka 3.9's definitions, so
+# that kqp can pass them on their header alone (`kqp.protocol.advertised`).
+for _key, _facts in UNSCHEMED.items():
+    _REQ_FLEX_FROM[_key] = _RESP_FLEX_FROM[_key] = _facts.flexible_from
 # KIP-511: ApiVersions responses always carry header v0, whatever the body version.
 _RESP_FLEX_FROM[ApiKey.ApiVersions] = 1 << 15
 
@@ -157,8 +166,18 @@ def decodable_range(api_key: int) -> tuple[int, int] | None:
 
 
 def kqp_ranges() -> dict[int, tuple[int, int]]:
-    """Everything kqp can decode: the "ours" side of the ApiVersions intersection."""
+    """Everything kqp can decode (what it advertises adds header-only versions: ``advertised``)."""
     return dict(_RANGES)
+
+
+def known_range(api_key: int) -> tuple[int, int] | None:
+    """The versions Kafka's definitions that kqp carries describe for ``api_key`` (kafka-python's
+    schema, or Kafka 3.9's facts for APIs it has none for), from 0; None for a key neither knows."""
+    cls = _CLASSES.get(api_key)
+    if cls is not None:
+        return 0, _RANGES[api_key][1]
+    facts = UNSCHEMED.get(api_key)
+    return None if facts is None else (0, facts.newest)
 
 
 def request_header_version(api_key: int, version: int) -> int:

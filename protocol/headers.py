@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from .advertised import header_only_pairs
 from .apis import (
     ApiKey,
     decodable_range,
@@ -64,16 +65,19 @@ def _key(api_key: int, api_version: int) -> int:
     return (api_key & 0xFFFF) << 16 | (api_version & 0xFFFF)
 
 
-# (api key << 16 | version) -> (api key, version, header has tagged fields), for what kqp decodes.
+# Every (api key, version) kqp reads requests of: what it decodes, and what it forwards on its
+# header alone (`kqp.protocol.advertised`).
+_HANDLED = [*((k, v) for k, (lo, hi) in kqp_ranges().items() for v in range(lo, hi + 1)), *header_only_pairs()]
+# (api key << 16 | version) -> (api key, version, header has tagged fields).
 _REQUEST_LAYOUT: dict[int, tuple[int, int, bool]] = {
-    _key(k, v): (k, v, request_header_version(k, v) == 2)
-    for k, (lo, hi) in kqp_ranges().items()
-    for v in range(lo, hi + 1)
+    _key(k, v): (k, v, request_header_version(k, v) == 2) for k, v in _HANDLED
 }
+_NEWEST: dict[int, int] = {}
+for _k, _v in _HANDLED:
+    _NEWEST[_k] = max(_v, _NEWEST.get(_k, _v))
 # api key -> first version whose response header (v1) carries tagged fields; 1 << 15 for never.
 _RESPONSE_TAGS_FROM: dict[int, int] = {
-    k: next((v for v in range(hi + 1) if response_header_version(k, v) == 1), 1 << 15)
-    for k, (_lo, hi) in kqp_ranges().items()
+    k: next((v for v in range(hi + 1) if response_header_version(k, v) == 1), 1 << 15) for k, hi in _NEWEST.items()
 }
 
 

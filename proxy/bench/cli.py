@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
         references = [ref for ref in references if ref.name in wanted]
 
     support = kqp_target.probe()
-    plans = {ref.name: list(TLS_WORKLOADS if ref.tls else BASE_WORKLOADS) for ref in references}
+    plans = {ref.name: list(ref.workloads or (TLS_WORKLOADS if ref.tls else BASE_WORKLOADS)) for ref in references}
     for name in ENTITY_REFERENCES:
         if name in plans:
             plans[name].insert(-1, "entities")  # before the connections hold, after the rest

@@ -12,7 +12,11 @@ kqp is measured in four configurations against the same upstream:
   produce and consume figures show the quota being enforced rather than the proxy's speed
   (with 0.2 s quota windows, so that the rate settles within a run of a few seconds);
 - `every-entity-cluster`: `every-entity` in cluster scope, its usage exchanged with a redis-server
-  every 100 ms: what sharing quotas across a fleet costs, against `every-entity`.
+  every 100 ms: what sharing quotas across a fleet costs, against `every-entity`;
+- `producer-rate` and `request-rate`: one quota for every client id, never reached:
+  `producer_byte_rate` (known when a request arrives, so kqp keeps the client's pipelining) or
+  `request_rate` (known only from the response, so kqp forwards one request at a time per
+  connection, mute reason `response_pending`): together, what that serialisation costs.
 
 kqp is driven through its command line, as a user would start it, run by this very interpreter
 (`python -m kqp.proxy.tools.cli`): the kqp measured is the one the harness itself is imported from.
@@ -115,6 +119,9 @@ def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: 
             "producer_byte_rate": throttle_bytes_s,
             "consumer_byte_rate": throttle_bytes_s,
         }]}
+    elif variant in ("producer-rate", "request-rate"):
+        quota = "producer_byte_rate" if variant == "producer-rate" else "request_rate"
+        config["quotas"] = {"entities": [{"client_id": "<default>", quota: _UNREACHABLE[quota]}]}
     elif variant != "none":
         raise ValueError(f"unknown kqp variant {variant!r}")
     return config

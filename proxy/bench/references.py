@@ -42,6 +42,7 @@ class Reference:
     kqp_variant: str = "none"
     workers: int = 1
     tls: str = ""    # "", "client" (clients to kqp) or "both" (and kqp to the broker)
+    workloads: tuple[str, ...] = ()   # what it measures, when not the base workloads
 
 
 REFERENCES: tuple[Reference, ...] = (
@@ -60,6 +61,10 @@ REFERENCES: tuple[Reference, ...] = (
               "TLS-terminating relay)", tls="both"),
     Reference("kqp-cluster", "kqp", "kqp-quotas in cluster scope: usage shared through a redis-server every 100 ms",
               kqp_variant="every-entity-cluster"),
+    Reference("kqp-producer-rate", "kqp", "kqp, a producer_byte_rate never reached: pipelined requests forwarded "
+              "as they come", kqp_variant="producer-rate", workloads=("produce-inflight5",)),
+    Reference("kqp-request-rate", "kqp", "kqp, a request_rate never reached: one request at a time per "
+              "connection (response_pending)", kqp_variant="request-rate", workloads=("produce-inflight5",)),
 )
 TLS_WORKLOADS = ["produce", "consume"]   # what the TLS references measure: bytes through TLS
 REDIS = "redis-server"

@@ -23,6 +23,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "latency": ("p50_ms", "p99_ms", "p999_ms", "requests_s", "errors"),
     "connections": ("connected", "errors", "requests", "rss_mb", "rss_per_connection_kb"),
     "produce-parallel": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
+    "produce-inflight5": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
     "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
     "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
 }
@@ -40,6 +41,9 @@ RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     ("produce cpu_s_per_gb kqp-cluster/kqp-quotas", "produce", "cpu_s_per_gb", "kqp-cluster", "kqp-quotas"),
     ("latency p99_ms kqp-cluster/kqp-quotas", "latency", "p99_ms", "kqp-cluster", "kqp-quotas"),
     ("connections rss_mb kqp/relay", "connections", "rss_mb", "kqp", "relay"),
+    # What forwarding one request at a time (a request quota, `response_pending`) costs a producer.
+    ("produce-inflight5 kqp-request-rate/kqp-producer-rate", "produce-inflight5", "mb_s", "kqp-request-rate",
+     "kqp-producer-rate"),
 )
 # CPU per GB is compared with the relay for every proxy measured (each kqp setup, tansu proxy):
 # the relay is what moving the bytes through one more Python process costs at the least.
@@ -171,6 +175,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("conn errs", "connections", "errors"),
     ("RSS MB", "connections", "rss_mb"),
     ("par MB/s", "produce-parallel", "mb_s"),
+    ("if5 MB/s", "produce-inflight5", "mb_s"),
     ("B/entity", "entities", "rss_bytes_per_entity"),
     ("busy errs", "busy", "errors"),
     ("busy req/s", "busy", "requests_s"),

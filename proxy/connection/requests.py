@@ -48,7 +48,7 @@ def plan_request(parts: CoreParts, hdr: RequestHeader, head: memoryview, frame: 
         metering.observer.request(principal, api, size)
     entry = InFlight(hdr.correlation_id, api, version, principal, now, 0.0, exempt=api in SASL_APIS)
     if api == API_VERSIONS:
-        # Answered by kqp: the intersection of the upstream's ranges and kqp's. Before
+        # Answered by kqp: the intersection of the upstream's ranges and what kqp serves. Before
         # authentication it is exempt from request quotas, as the broker's authenticator answers it.
         ranges = parts.sasl.advertised(parts.api_ranges())
         if parts.admin is not None:

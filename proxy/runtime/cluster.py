@@ -16,8 +16,9 @@ from typing import Any
 
 from kqp.config.model import HostPort, UpstreamConfig
 from kqp.protocol.addresses import BrokerAddress
-from kqp.protocol.api_versions import ApiVersionsProbe, intersect_ranges
-from kqp.protocol.apis import ApiKey, kqp_ranges
+from kqp.protocol.advertised import advertised_ranges
+from kqp.protocol.api_versions import ApiVersionsProbe
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.messages import metadata_brokers
 
@@ -84,7 +85,7 @@ class UpstreamCluster:
                     while probe.ranges is None:
                         probe = probe.answered(await client.request_frame(
                             ApiKey.ApiVersions, probe.version, **probe.request_fields))
-                    common = _capped(intersect_ranges(probe.ranges, kqp_ranges()), self.config.max_api_versions)
+                    common = _capped(advertised_ranges(probe.ranges), self.config.max_api_versions)
                     if ApiKey.Metadata not in common:
                         raise ProtocolError("upstream and kqp share no Metadata version")
                     md_version = common[ApiKey.Metadata][1]

@@ -106,6 +106,10 @@ def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
     assert throttle.window_size_seconds == kqp_target.THROTTLE_WINDOW_SECONDS
     (limits,) = throttle.entities.values()
     assert limits["producer_byte_rate"] == 10e6
+    for variant, quota in (("producer-rate", "producer_byte_rate"), ("request-rate", "request_rate")):
+        (limits,) = loader.parse_config(kqp_target.config_for(variant, 19092, "127.0.0.1:9092", 10e6)
+                                        ).quotas.entities.values()
+        assert list(limits) == [quota] and limits[quota] >= 1e9   # one quota, never reached
     cluster = loader.parse_config(kqp_target.config_for("every-entity-cluster", 19092, "127.0.0.1:9092", 10e6,
                                                         redis_url="redis://127.0.0.1:6379/0"))
     assert cluster.quotas == quotas and cluster.fleet.scope == "cluster"

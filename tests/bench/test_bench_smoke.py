@@ -43,8 +43,10 @@ def test_short_bench_records_every_reference_and_workload(tmp_path: Path,
             assert info["reason"], f"{name} unavailable without a reason"
             continue
         assert info["status"] == "ok"
+        ref = next((r for r in REFERENCES if r.name == name), None)
         expected = ({"produce"} if name.startswith("kqp-workers") else {"produce", "consume"}
-                    if name.startswith("kqp-tls") else set(BASE_WORKLOADS))
+                    if name.startswith("kqp-tls") else set(ref.workloads) if ref is not None and ref.workloads
+                    else set(BASE_WORKLOADS))
         assert set(info["workloads"]) >= expected
         for workload in info["workloads"]:
             figures = results["summary"].get(name, {}).get(workload)

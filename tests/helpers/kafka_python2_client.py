@@ -1,6 +1,9 @@
-"""A Kafka-0.11-era client: kafka-python 2.x pinned to `api_version=(0, 11)`, run as a script.
+"""A Kafka-0.11-era (or 0.10) client: kafka-python 2.x pinned to an old `api_version`, run as a script.
 
-Usage: python kafka_python2_client.py produce|consume BOOTSTRAP TOPIC CLIENT_ID COUNT
+Usage: python kafka_python2_client.py produce|consume BOOTSTRAP TOPIC CLIENT_ID COUNT [API_VERSION]
+
+API_VERSION is dotted, `0.11` by default; `0.10` speaks Kafka 0.10.0's versions (Produce v2 with
+magic 1 message sets, Fetch v2, ListOffsets v0, Metadata v1), which Kafka 4 no longer serves.
 
 Run only by the interpreter of a virtual environment that holds kafka-python 2.x
 (`helpers.old_kafka_python`): its import name `kafka` is the same as kafka-python 3's, which kqp
@@ -8,7 +11,8 @@ and the test process use, so the two can never share one interpreter. This file 
 from the test suite.
 
 With `api_version=(0, 11)` kafka-python 2.x skips version negotiation and speaks Kafka 0.11's
-request versions (Produce v3, Fetch v5, Metadata v4, ListOffsets v2). It reads
+request versions (Produce v3, Fetch v5, Metadata v4, ListOffsets v2). The consumer starts from the
+partition's beginning by asking for it (ListOffsets), as a consumer with no committed offset does. It reads
 throttle_time_ms but does not back off by itself (its client-side throttling starts at (2, 0),
 KIP-219's release), so, like a producer from 2017, only the proxy's muting holds it.
 
@@ -70,12 +74,13 @@ def is_timeout(exc: BaseException) -> bool:
     return isinstance(exc, KafkaTimeoutError | RequestTimedOutError)
 
 
-def produce(bootstrap: str, topic: str, client_id: str, count: int, report: dict[str, Any]) -> None:
+def produce(bootstrap: str, topic: str, client_id: str, count: int, api_version: tuple[int, ...],
+            report: dict[str, Any]) -> None:
     from kafka import KafkaProducer
     from kafka.errors import KafkaTimeoutError
 
     producer = KafkaProducer(
-        bootstrap_servers=bootstrap, client_id=client_id, api_version=(0, 11), acks=1,
+        bootstrap_servers=bootstrap, client_id=client_id, api_version=api_version, acks=1,
         linger_ms=5, batch_size=BATCH_BYTES, request_timeout_ms=REQUEST_TIMEOUT_MS, retries=0,
         max_in_flight_requests_per_connection=5, max_block_ms=30000)
     futures = []
@@ -109,17 +114,18 @@ def produce(bootstrap: str, topic: str, client_id: str, count: int, report: dict
         producer.close(timeout=10)
 
 
-def consume(bootstrap: str, topic: str, client_id: str, count: int, report: dict[str, Any]) -> None:
+def consume(bootstrap: str, topic: str, client_id: str, count: int, api_version: tuple[int, ...],
+            report: dict[str, Any]) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, client_id=client_id, api_version=(0, 11), group_id=None,
+        bootstrap_servers=bootstrap, client_id=client_id, api_version=api_version, group_id=None,
         enable_auto_commit=False, request_timeout_ms=REQUEST_TIMEOUT_MS,
         max_partition_fetch_bytes=FETCH_PARTITION_BYTES, fetch_max_wait_ms=100)
     try:
         partition = TopicPartition(topic, 0)
         consumer.assign([partition])
-        consumer.seek(partition, 0)
+        consumer.seek_to_beginning(partition)
         report["started"] = time.monotonic()
         deadline = report["started"] + RUN_SECONDS
         while len(report["received"]) < count and time.monotonic() < deadline:
@@ -133,6 +139,7 @@ def consume(bootstrap: str, topic: str, client_id: str, count: int, report: dict
 
 def main(argv: list[str]) -> int:
     mode, bootstrap, topic, client_id, count = argv[1], argv[2], argv[3], argv[4], int(argv[5])
+    api_version = tuple(int(part) for part in (argv[6] if len(argv) > 6 else "0.11").split("."))
     import kafka
 
     timeouts = TimeoutLines()
@@ -140,7 +147,7 @@ def main(argv: list[str]) -> int:
     report: dict[str, Any] = {"kafka_python": kafka.__version__, "acked": [], "received": [], "errors": [],
                               "timeouts": [], "throttle_max_ms": None}
     try:
-        {"produce": produce, "consume": consume}[mode](bootstrap, topic, client_id, count, report)
+        {"produce": produce, "consume": consume}[mode](bootstrap, topic, client_id, count, api_version, report)
     except Exception as exc:
         report["errors"].append(f"client failed: {exc!r}")
     report["timeout_lines"] = timeouts.lines

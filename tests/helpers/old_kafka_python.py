@@ -69,13 +69,15 @@ def build(directory: Path) -> Path:
 
 
 def run_client(python: Path, mode: str, bootstrap: str, topic: str, client_id: str, count: int, *,
-               timeout: float = 120.0) -> dict[str, Any]:
-    """Run the client script (`produce` or `consume` `count` messages); its JSON report.
+               api_version: tuple[int, ...] = (0, 11), timeout: float = 120.0) -> dict[str, Any]:
+    """Run the client script (`produce` or `consume` `count` messages) pinned to `api_version`; its
+    JSON report.
 
     `-I` keeps the interpreter to its own environment: nothing of the test process's
     `sys.path` (kafka-python 3, kqp) can leak in.
     """
-    argv = [str(python), "-I", str(CLIENT_SCRIPT), mode, bootstrap, topic, client_id, str(count)]
+    argv = [str(python), "-I", str(CLIENT_SCRIPT), mode, bootstrap, topic, client_id, str(count),
+            ".".join(map(str, api_version))]
     done = _run(argv, timeout)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:

@@ -95,12 +95,30 @@ def test_api_versions_above_kqp_max_still_parse(version: int, header_version: in
 
 @pytest.mark.parametrize(
     ("api_key", "version"),
-    [(1000, 0), (4, 0), (-1, 0), (0, 2), (0, 99), (3, -1), (18, -1)],  # unknown key, below/above range
+    # unknown key, controller-only Vote, below a body-read API's range (CreateTopics v0), an API naming
+    # brokers with no schema (ShareFetch), above range, negative versions
+    [(1000, 0), (52, 0), (-1, 0), (19, 0), (78, 0), (0, 99), (3, -1), (18, -1)],
 )
 def test_unsupported_apis_and_versions(api_key: int, version: int) -> None:
     frame = memoryview(struct.pack(">ihhih", 0, api_key, version, 1, -1))
     with pytest.raises(UnsupportedApi):
         parse_request_header(frame)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "tagged"),
+    # Header-only: ListOffsets v0 (dropped by Kafka 4), LeaderAndIsr v4 and GetTelemetrySubscriptions
+    # v0 (no schema in kafka-python: flexible from v4 and v0 by Kafka 3.9's definitions).
+    [(2, 0, False), (4, 3, False), (4, 4, True), (71, 0, True)],
+)
+def test_header_only_requests_parse_with_their_header_version(api_key: int, version: int, tagged: bool) -> None:
+    head = struct.pack(">hhih", api_key, version, 9, 2) + b"id" + (b"\x00" if tagged else b"")
+    frame = memoryview(struct.pack(">i", len(head) + 3) + head + b"xyz")
+    parsed = parse_request_header(frame)
+    assert (parsed.api_key, parsed.api_version, parsed.correlation_id, parsed.client_id) == (api_key, version, 9, "id")
+    assert parsed.body_offset == 4 + len(head)
+    response = memoryview(struct.pack(">ii", 5 + tagged, 9) + b"\x00" * (1 + tagged))
+    assert response_body_offset(api_key, version, response) == 8 + tagged
 
 
 @pytest.mark.parametrize(("api_key", "version"), [(3, 1), (3, 12), (18, 3)])

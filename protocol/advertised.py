@@ -1,0 +1,79 @@
+"""What kqp advertises to clients, and which requests go through on their header alone.
+
+kqp reads the bodies of a few APIs: Produce and Fetch (quotas: acks, bytes, records, max_bytes),
+ApiVersions and SASL (answered or read by kqp), CreateTopics, DeleteTopics, CreatePartitions and
+Metadata (KIP-599 mutations), and every response that can name a broker (Metadata,
+FindCoordinator, DescribeCluster, DescribeQuorum, Produce and Fetch NodeEndpoints, ShareFetch):
+kqp must rewrite those addresses, or a client would go round it. Those APIs are advertised only at
+versions kqp decodes.
+
+Every other API kqp needs nothing from but its header, as Kroxylicious decides per API and version
+what to decode: a version the upstream serves and kqp has no layout for (Kafka 4 dropped
+ListOffsets v0, OffsetCommit v0-v1... from the schemas kafka-python ships; kafka-python has no
+schema at all for delegation tokens, KIP-848 or KIP-714) is advertised all the same and goes
+through on its header alone: charged to the request quotas (one request, its handler time),
+never to byte quotas, its response matched by correlation id and passed on untouched. A throttle
+still mutes the connection (KIP-219); only the hint in the response's ``throttle_time_ms`` is
+missing, as kqp does not know where that version keeps it.
+
+Limit: no version newer than Kafka's definitions kqp carries describe (kafka-python's schemas, or
+Kafka 3.9's for the APIs it has none for, :mod:`kqp.protocol.kafka39`) is advertised, and no API
+key neither knows: a newer version might add a broker address, as Produce v10 and Fetch v16 did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from .addresses import names_brokers
+from .api_versions import intersect_ranges
+from .apis import ApiKey, decodable_range, known_range, kqp_ranges
+from .kafka39 import UNSCHEMED
+
+__all__ = ["BODY_APIS", "advertised_ranges", "header_only", "header_only_pairs"]
+
+#: The APIs whose request or response bodies kqp's readers read (produce.py, fetch.py,
+#: api_versions.py, sasl.py, mutations.py, addresses.py).
+BODY_APIS = frozenset({
+    ApiKey.Produce, ApiKey.Fetch, ApiKey.ApiVersions, ApiKey.SaslHandshake, ApiKey.SaslAuthenticate,
+    ApiKey.Metadata, ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions,
+    *(k for k in kqp_ranges() if names_brokers(k)),
+    *(k for k, facts in UNSCHEMED.items() if facts.names_brokers),
+})
+
+
+def _passable_range(api_key: int) -> tuple[int, int] | None:
+    """The versions of ``api_key`` kqp may advertise: what it decodes for an API whose body it
+    reads, every version Kafka's definitions describe for any other; None for an unknown key."""
+    if api_key in BODY_APIS:
+        return decodable_range(api_key)
+    return known_range(api_key)
+
+
+_PASSABLE: Mapping[int, tuple[int, int]] = MappingProxyType(
+    {k: r for k in {*kqp_ranges(), *UNSCHEMED} if (r := _passable_range(k)) is not None})
+
+
+def header_only_pairs() -> list[tuple[int, int]]:
+    """Every (api key, version) kqp forwards on its header alone: passable, not decodable."""
+    out = []
+    for key, (lo, hi) in sorted(_PASSABLE.items()):
+        decodable = decodable_range(key)
+        out.extend((key, v) for v in range(lo, hi + 1) if decodable is None or not decodable[0] <= v <= decodable[1])
+    return out
+
+
+_HEADER_ONLY = frozenset(header_only_pairs())
+
+
+def header_only(api_key: int, api_version: int) -> bool:
+    """Whether kqp forwards this request on its header alone and its response untouched."""
+    return (api_key, api_version) in _HEADER_ONLY
+
+
+def advertised_ranges(upstream: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """What kqp advertises in front of an upstream that advertises ``upstream``: per api key on
+    both sides, the overlap of the upstream's range and the versions kqp may pass (empty overlaps
+    dropped)."""
+    return intersect_ranges(upstream, _PASSABLE)
