@@ -89,22 +89,23 @@ def _levels(settings: QuotaSettings, principal: Principal, exact: bool = True) -
     """
     user, client = principal.user, principal.client_id
     per_user = QuotaKey(user, "")
+    # An empty user is not an entity name (EntitySpec refuses ""): levels naming it are skipped.
+    named = user != ""
     if client == "":
         # Kafka's quotaLimit for the tags (user, ""): only the user levels can give a limit.
-        return [(EntitySpec(user, None), per_user), (EntitySpec(DEFAULT, None), per_user)]
+        return ([(EntitySpec(user, None), per_user)] if named else []) + [(EntitySpec(DEFAULT, None), per_user)]
     per_client = QuotaKey(user, client)
     per_client_id = QuotaKey("", client)
     out: list[Level] = []
-    # An empty user is not an entity name (EntitySpec refuses ""), so its levels are skipped.
-    if user != "":
+    if named:
         if exact:
             out.append((EntitySpec(user, client), per_client))
         out += _groups(settings, user, client, user)
         out += [(EntitySpec(user, DEFAULT), per_client), (EntitySpec(user, None), per_user)]
-        if exact:
-            out.append((EntitySpec(DEFAULT, client), per_client))
-        out += _groups(settings, DEFAULT, client, user)
-        out += [(EntitySpec(DEFAULT, DEFAULT), per_client), (EntitySpec(DEFAULT, None), per_user)]
+    if exact:
+        out.append((EntitySpec(DEFAULT, client), per_client))
+    out += _groups(settings, DEFAULT, client, user)
+    out += [(EntitySpec(DEFAULT, DEFAULT), per_client), (EntitySpec(DEFAULT, None), per_user)]
     if exact:
         out.append((EntitySpec(None, client), per_client_id))
     out += _groups(settings, None, client, "")

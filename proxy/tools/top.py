@@ -2,6 +2,8 @@
 
 One row per entity (user, client id): each quota's measured rate against its limit, the throttle
 time it is getting, its muted connections; the entity furthest over any of its quotas comes first.
+A client-id prefix group has a row of its own, its client id shown as the prefix followed by `*`
+(`spark-job-42-*`), beside its members' rows.
 The rates are the ones kqp measures its quotas with (`kqp_quota_usage`, `kqp_quota_limit`), so
 top does no differentiation of its own except for throttle time, which is a counter: its rate is
 the difference between two refreshes.
@@ -92,10 +94,12 @@ def parse(text: str, taken_at: float) -> Scrape:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             name, labels, value = s.name, s.labels, s.value
-            if name in ("kqp_quota_usage", "kqp_quota_limit"):
+            if name in ("kqp_quota_usage", "kqp_quota_limit", "kqp_quota_group_usage", "kqp_quota_group_limit"):
+                if "client_id_prefix" in labels:
+                    labels = {"user": labels["user"], "client_id": labels["client_id_prefix"] + "*"}
                 e = entity(labels)
-                rate, limit = e.quotas.get(labels["quota"], (0.0, 0.0))
-                e.quotas[labels["quota"]] = (value, limit) if name == "kqp_quota_usage" else (rate, value)
+                rate, limit = e.quotas.get(s.labels["quota"], (0.0, 0.0))
+                e.quotas[s.labels["quota"]] = (value, limit) if name.endswith("_usage") else (rate, value)
             elif name == "kqp_requests_total":
                 entity(labels)   # every entity with traffic gets a row, quota or not
             elif name == "kqp_throttle_seconds_total":

@@ -43,6 +43,14 @@ def test_parse_reduces_the_exposition_to_rows() -> None:
     assert (s.connections, s.muted, s.delay_queue, s.ready) == (4, 2, 2, 1)
 
 
+def test_a_prefix_group_gets_a_row_of_its_own() -> None:
+    s = parse('kqp_quota_group_limit{quota="producer_byte_rate",user="",client_id_prefix="spark-job-42-"} 100\n'
+              'kqp_quota_group_usage{quota="producer_byte_rate",user="",client_id_prefix="spark-job-42-"} 150\n',
+              0.0)
+    group = s.entities[("", "spark-job-42-*")]
+    assert (group.quotas, group.worst) == ({"producer_byte_rate": (150, 100)}, 1.5)
+
+
 def test_throttle_rate_is_the_counter_change_per_second() -> None:
     before = parse(TEXT, 100.0)
     after = parse(TEXT.replace("} 12\n", "} 13.5\n"), 102.0)

@@ -137,3 +137,11 @@ def test_malformed_prefix_entities_are_refused(kwargs: dict) -> None:
 def test_paths() -> None:
     assert prefix("alice").path == "/users/alice/client-id-prefixes/spark-job-42-"
     assert prefix(None).path == "/client-id-prefixes/spark-job-42-"
+
+
+def test_an_empty_user_still_reaches_the_default_user_levels() -> None:
+    # An empty user names no entity, so only its own levels (1, 1p, 2, 3) are skipped.
+    s = QuotaSettings(entities={EntitySpec(DEFAULT, None): {T: 6.0}, prefix(DEFAULT): {"request_rate": 4.0}})
+    assert resolve(s, T, Principal("", "x")) == (QuotaKey("", ""), 6.0)
+    assert resolve(s, T, Principal("", "")) == (QuotaKey("", ""), 6.0)
+    assert resolve(s, "request_rate", Principal("", "spark-job-42-9")) == (QuotaKey("", "", P), 4.0)
