@@ -187,8 +187,10 @@ def test_broken_file_changes_nothing_and_sighup_reloads(running) -> None:
     applied = wait_line(proxy, f"producer_record_rate {QUOTA_A} -> {QUOTA_B}", mark, timeout=1.0)
     assert any("SIGHUP" in line for line in proxy.log_lines()[mark:])
     time.sleep(3.0)
+    # The sampled rate lets up to (WINDOWS - 1) windows of quota through at once whenever a sample
+    # ages out: over this ~2.6 s span at most 0.4 s x Q more than Q, 1.15 Q, plus delivery jitter.
     after = producer.rate(applied + 2 * WINDOW, time.monotonic())
-    assert after <= 1.1 * QUOTA_B, f"{after:.0f} records/s after SIGHUP set {QUOTA_B}"
+    assert after <= 1.2 * QUOTA_B, f"{after:.0f} records/s after SIGHUP set {QUOTA_B}"
 
 
 def test_removed_quota_releases_the_entity_at_once(mock_cluster: str, kqp) -> None:
@@ -199,9 +201,11 @@ def test_removed_quota_releases_the_entity_at_once(mock_cluster: str, kqp) -> No
     producer = FlatOutProducer(proxy.bootstrap, topic)
     producer.start()
     try:
-        time.sleep(2.5)
+        time.sleep(3.5)
+        # Held to the quota: over 2.4 s, at most (WINDOWS - 1) windows' echo burst above it,
+        # 0.4 s x low / 2.4 s = 1.17 low (a 1.2 s span allowed 1.33 and flaked at 1.15).
         now = time.monotonic()
-        assert producer.rate(now - 1.2, now) <= 1.15 * low
+        assert producer.rate(now - 2.4, now) <= 1.2 * low
         mark = len(proxy.log_lines())
         rewrite_config(proxy.config_path, proxy.config, quotas=quotas())
         applied = wait_line(proxy, f"/clients/{CLIENT}: producer_record_rate removed", mark)
