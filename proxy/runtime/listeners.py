@@ -4,15 +4,15 @@ A broker's listener is bound synchronously (socket, bind, listen) the moment kqp
 broker, so the port can be written into the very response that named it; accepting starts a moment
 later and the kernel's backlog holds any client that is quicker than that.
 
-With `tls:` every listener accepts its sockets itself and hands each to the loop's
-`connect_accepted_socket` with the current TLS context (`ListenerTls.context`: a rotated
-certificate serves the next client). The connection's protocol is made only once the handshake has
-succeeded, and a handshake that fails raises right here, so every refusal (a plaintext client, an
-expired or untrusted certificate, a timeout) is known with its peer, counted and logged, where
-`create_server(ssl=...)` would drop it silently. `limits:` are checked before the handshake
-(`admission.py`), so a refused client costs no TLS work; the connection's `Slot` goes to its edge,
-or is released here if the handshake fails. Plaintext listeners leave admission to the edge, which
-learns the peer when its connection is made.
+With `tls:` every listener accepts its sockets itself, from a readiness callback as asyncio's
+servers do, and hands each to the loop's `connect_accepted_socket` with the current TLS context
+(`ListenerTls.context`: a rotated certificate serves the next client). The connection's protocol is
+made only once the handshake has succeeded, and a handshake that fails raises right here, so every
+refusal (a plaintext client, an expired or untrusted certificate, a timeout) is known with its peer,
+counted and logged, where `create_server(ssl=...)` would drop it silently. `limits:` are checked
+before the handshake (`admission.py`), so a refused client costs no TLS work; the connection's
+`Slot` goes to its edge, or is released here if the handshake fails. Plaintext listeners leave
+admission to the edge, which learns the peer when its connection is made.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ class ListenerSet:
         self._broker_port = broker_port
         self._factory = factory
         self._servers: list[asyncio.base_events.Server] = []
-        self._accepting: list[tuple[socket.socket, asyncio.Task[None]]] = []   # TLS listeners
+        self._accepting: list[socket.socket] = []     # TLS listeners, accepted by readiness callbacks
+        self._retries: dict[socket.socket, asyncio.TimerHandle] = {}   # TLS listeners backing off
         self._handshakes: set[asyncio.Task[None]] = set()
         self.bootstrap_port: int | None = None
         self.broker_ports: dict[int, int] = {}       # node id -> kqp's port for it
@@ -103,22 +104,29 @@ class ListenerSet:
 
     async def _serve(self, sock: socket.socket, name: str, node_id: int | None) -> None:
         if self._tls is not None:
-            self._accepting.append((sock, self._loop.create_task(self._accept_tls(sock, name, node_id, self._tls))))
+            self._accepting.append(sock)
+            self._loop.add_reader(sock, self._accept_tls, sock, name, node_id, self._tls)
             return
         server = await self._loop.create_server(lambda: self._factory(name, node_id, None), sock=sock,
                                                 backlog=BACKLOG)
         self._servers.append(server)
 
-    async def _accept_tls(self, sock: socket.socket, name: str, node_id: int | None, tls: ListenerTls) -> None:
-        while True:
+    def _accept_tls(self, sock: socket.socket, name: str, node_id: int | None, tls: ListenerTls) -> None:
+        """The listening socket is readable: take what the backlog holds (as asyncio's servers do)."""
+        for _ in range(BACKLOG):
             try:
-                conn, address = await self._loop.sock_accept(sock)
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError as exc:
-                # Out of file descriptors (EMFILE) and the like: back off before accepting again, as
-                # asyncio's own servers do. Not a throttle: throttling mutes through the delay queue.
+                # Out of file descriptors (EMFILE) and the like: stop watching the socket for a
+                # moment so closes can catch up, as asyncio's own servers do; the backlog waits.
                 log.warning("%s listener: accept failed: %s", name, exc)
-                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
-                continue
+                self._loop.remove_reader(sock)
+                self._retries[sock] = self._loop.call_later(ACCEPT_RETRY_SECONDS, self._resume, sock, name,
+                                                            node_id, tls)
+                return
+            conn.setblocking(False)
             slot = None
             if tls.admission is not None:
                 slot = tls.admission.admit(name, address, conn.close)
@@ -127,6 +135,10 @@ class ListenerSet:
             task = self._loop.create_task(self._handshake(conn, _peer(address), name, node_id, tls, slot))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
+
+    def _resume(self, sock: socket.socket, name: str, node_id: int | None, tls: ListenerTls) -> None:
+        del self._retries[sock]
+        self._loop.add_reader(sock, self._accept_tls, sock, name, node_id, tls)
 
     async def _handshake(self, conn: socket.socket, peer: str, name: str, node_id: int | None,
                          tls: ListenerTls, slot: Slot | None) -> None:
@@ -153,12 +165,16 @@ class ListenerSet:
             await asyncio.gather(*list(self._pending))
 
     async def close(self) -> None:
-        tasks = [task for _, task in self._accepting] + list(self._handshakes)
+        for handle in self._retries.values():
+            handle.cancel()
+        self._retries.clear()
+        for sock in self._accepting:
+            self._loop.remove_reader(sock)
+            sock.close()
+        tasks = list(self._handshakes)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)   # the loop lets go of the sockets first
-        for sock, _ in self._accepting:
-            sock.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._accepting.clear()
         for server in self._servers:
             server.close()

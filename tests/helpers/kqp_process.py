@@ -10,12 +10,14 @@ accepting connections; waiting is bounded (15 s by default) and a failure carrie
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -171,11 +173,12 @@ class KqpProcess:
 
 def start_kqp(directory: Path, upstream: str, /, quotas: Mapping[str, Any] | None = None, *,
               wait: Wait = "ready", timeout: float = 15.0, extra_args: Sequence[str] = (),
-              **config: Any) -> KqpProcess:
+              open_files: int | None = None, **config: Any) -> KqpProcess:
     """Write `directory/kqp-N.yaml` and start `kqp run --config` on it.
 
     `wait="ready"` waits for the ready log line and the bootstrap port, `"port"` for the port only,
     `"none"` not at all (kqp pointed at an unreachable upstream never becomes ready).
+    `open_files` caps the process's file descriptors (RLIMIT_NOFILE), to drive it out of them.
     """
     data = kqp_config(upstream, quotas, **config)
     directory.mkdir(parents=True, exist_ok=True)
@@ -184,7 +187,8 @@ def start_kqp(directory: Path, upstream: str, /, quotas: Mapping[str, Any] | Non
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     proc = subprocess.Popen(kqp_command("run", "--config", str(path), *extra_args),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=kqp_env())
+                            text=True, env=kqp_env(),
+                            preexec_fn=None if open_files is None else partial(_limit_files, open_files))
     kqp = KqpProcess(proc, path, data)
     if wait == "none":
         return kqp
@@ -194,3 +198,7 @@ def start_kqp(directory: Path, upstream: str, /, quotas: Mapping[str, Any] | Non
         kqp.kill()
         raise
     return kqp
+
+
+def _limit_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
