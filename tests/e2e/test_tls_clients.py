@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.clients import confluent_consume, confluent_produce, keyed_messages
+from helpers.clients import confluent_consume, confluent_produce, kcat_produce, kcat_read, keyed_messages
 from helpers.kcat import run_kcat
 from helpers.names import unique_group, unique_topic
 from helpers.net import split_host_port
@@ -88,14 +88,9 @@ def test_kcat_over_mutual_tls(mock_cluster: str, kqp: Any, certs: TlsFiles) -> N
     brokers = [split_host_port(b["name"]) for b in json.loads(listing.stdout)["brokers"]]
     assert brokers and all(host == "127.0.0.1" and port not in upstream_ports for host, port in brokers)
 
-    topic = unique_topic("tls-kcat")
-    lines = "".join(f"k{i}\tv{i}\n" for i in range(20))
-    produced = run_kcat(["-b", proxy.bootstrap, *ssl_args, "-P", "-t", topic, "-K", "\t"], input_text=lines, timeout=60)
-    assert produced.returncode == 0, produced.stderr[-2000:]
-    consumed = run_kcat(["-b", proxy.bootstrap, *ssl_args, "-C", "-t", topic, "-o", "beginning", "-c", "20", "-e",
-                         "-f", "%k\t%s\n", "-q"], timeout=60)
-    assert consumed.returncode == 0, consumed.stderr[-2000:]
-    assert sorted(consumed.stdout.splitlines()) == sorted(lines.splitlines())
+    topic, messages, ssl_conf = unique_topic("tls-kcat"), keyed_messages(20), certs.librdkafka(certs.client("Alice"))
+    kcat_produce(proxy.bootstrap, topic, messages, **ssl_conf)
+    assert sorted(kcat_read(proxy.bootstrap, topic, len(messages), **ssl_conf)) == sorted(messages)
     assert users_seen(url) == {"alice"}
 
 

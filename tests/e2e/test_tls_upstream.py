@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers.clients import confluent_consume, confluent_produce, keyed_messages
-from helpers.kcat import run_kcat
+from helpers.clients import confluent_consume, confluent_produce, kcat_produce, kcat_read, keyed_messages
 from helpers.names import unique_group, unique_topic
 from helpers.tls import ENG_RULES, TlsFiles
 from helpers.topics import ensure_topic
@@ -79,17 +78,13 @@ def test_tls_on_both_sides_with_kcat(tls_tansu: tuple[WireTap, Upstream], kqp: A
     relay, bootstrap = tls_tansu
     proxy = kqp(bootstrap, upstream={"tls": upstream_tls(certs, tmp_path)},
                 tls=certs.listener(principal_mapping_rules=ENG_RULES))
-    ssl_args = certs.kcat_args(certs.client("Alice"))
+    ssl_conf = certs.librdkafka(certs.client("Alice"))
     topic = unique_topic("tls-both")
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap, **certs.librdkafka(certs.client("Admin"))})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(20)
-    lines = "".join(f"k{i}\tv{i}\n" for i in range(10))
-    produced = run_kcat(["-b", proxy.bootstrap, *ssl_args, "-P", "-t", topic, "-K", "\t"], input_text=lines, timeout=60)
-    assert produced.returncode == 0, produced.stderr[-2000:]
-    consumed = run_kcat(["-b", proxy.bootstrap, *ssl_args, "-C", "-t", topic, "-o", "beginning", "-c", "10", "-e",
-                         "-f", "%k\t%s\n", "-q"], timeout=60)
-    assert consumed.returncode == 0, consumed.stderr[-2000:]
-    assert sorted(consumed.stdout.splitlines()) == sorted(lines.splitlines())
+    messages = keyed_messages(10)
+    kcat_produce(proxy.bootstrap, topic, messages, **ssl_conf)
+    assert sorted(kcat_read(proxy.bootstrap, topic, len(messages), **ssl_conf)) == sorted(messages)
     assert relay.requests(api_key=ApiKey.Produce)
 
 
