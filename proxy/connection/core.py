@@ -300,8 +300,10 @@ class Connection:
             self._flush_local(now)
         self._fit_in_flight()
 
-    def _fit_in_flight(self) -> None:   # limits.max_in_flight_per_connection, and one at a time
-        self._out += [] if self.closed else fit_in_flight(self.mutes, len(self.in_flight), self.parts.settings)
+    def _fit_in_flight(self) -> bool:   # the in-flight cap and one at a time; True: a mute was lifted
+        changes = [] if self.closed else fit_in_flight(self.mutes, len(self.in_flight), self.parts.settings)
+        self._out += changes
+        return any(type(change) is ev.Unmute for change in changes)
 
     def _hold(self, parts: Parts) -> None:
         """Look topics up before planning this request again, reading nothing more meanwhile: the
@@ -350,8 +352,8 @@ class Connection:
         entry.handler_seconds += p.perf() - t0
         self._deliver(entry, frame, body_offset, violations, now)
         self._flush_local(now)
-        self._fit_in_flight()
-        self._pump(now)   # a mute lifted (one request at a time, or under the in-flight cap): read on
+        if self._fit_in_flight():
+            self._pump(now)   # one request at a time, or back under the in-flight cap: read on
 
     def _throttle_ms(self, principal: Principal, violations: list[Violation]) -> int:
         """KIP-124 co-existence: one throttle, the largest of the request's quota throttles, in the
