@@ -60,10 +60,15 @@ def request(api: int, version: int, client_id: str = "admin", correlation_id: in
     return parse_request_header(frame), frame
 
 
-def create_topics(version: int, partitions: list[int], validate_only: bool = False, prefix: str = "t"):
-    topics = [Creatable(name=f"{prefix}{i}", num_partitions=n, replication_factor=1, assignments=[], configs=[])
-              for i, n in enumerate(partitions)]
-    return request(ApiKey.CreateTopics, version, topics=topics, timeout_ms=1000, validate_only=validate_only)
+def create_topics(version: int, partitions: list[int] | dict[str, int], validate_only: bool = False,
+                  prefix: str = "t", **header: Any):
+    """CreateTopics for `partitions` (named `prefix`0, 1, ... from a list), -1 asking for the broker's
+    default count and replication factor."""
+    named = partitions if isinstance(partitions, dict) else {f"{prefix}{i}": n for i, n in enumerate(partitions)}
+    topics = [Creatable(name=name, num_partitions=n, replication_factor=-1 if n == -1 else 1, assignments=[],
+                        configs=[]) for name, n in named.items()]
+    return request(ApiKey.CreateTopics, version, topics=topics, timeout_ms=1000, validate_only=validate_only,
+                   **header)
 
 
 def tokens(gate: MutationGate, clock: Clock) -> float:
@@ -242,8 +247,7 @@ def test_validate_only_is_charged_like_the_real_thing() -> None:
 
 def test_unlimited_principal_passes_but_keeps_the_cache() -> None:
     gate, clock = make_gate()
-    hdr, frame = request(ApiKey.CreateTopics, 7, client_id="someone-else", correlation_id=1, timeout_ms=1000, topics=[
-        Creatable(name="free0", num_partitions=3, replication_factor=1, assignments=[], configs=[])])
+    hdr, frame = create_topics(7, {"free0": 3}, client_id="someone-else", correlation_id=1)
     plan = gate.plan(OTHER, hdr, frame, clock.now)
     assert plan.violations == [] and plan.answer is None and plan.frame is frame
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("free0", partitions=3)])
@@ -279,8 +283,7 @@ def test_broker_default_partitions_are_learned_from_the_first_answer() -> None:
 def test_the_default_is_learned_from_anyone_s_answer_and_not_from_manual_assignments() -> None:
     gate, clock = make_gate()
     # An unlimited principal's topic with -1 teaches the default too (nothing is charged to it).
-    hdr, frame = request(ApiKey.CreateTopics, 7, client_id="someone-else", timeout_ms=1000, topics=[
-        Creatable(name="free", num_partitions=-1, replication_factor=-1, assignments=[], configs=[])])
+    hdr, frame = create_topics(7, {"free": -1}, client_id="someone-else")
     plan = gate.plan(OTHER, hdr, frame, clock.now)
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("free", partitions=3)])
                  .encode(version=7))
@@ -324,8 +327,7 @@ def test_create_if_not_exists_never_sees_89_while_the_bucket_is_negative() -> No
     # ReplicationControlManager.createTopics marks existing topics TOPIC_ALREADY_EXISTS before
     # createTopic (where the quota is) ever runs: 36, no tokens, no throttle, whatever K is. With
     # nothing over quota the request goes upstream untouched, and the upstream says 36 itself.
-    hdr, frame = request(ApiKey.CreateTopics, 7, timeout_ms=1000, validate_only=False, topics=[
-        Creatable(name="orders", num_partitions=3, replication_factor=1, assignments=[], configs=[])])
+    hdr, frame = create_topics(7, {"orders": 3})
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert not plan.needs_lookup and plan.frame is frame and plan.violations == [] and plan.answer is None
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("orders", error=36)])
@@ -341,10 +343,7 @@ def test_refusals_and_89s_are_answered_together_in_client_order() -> None:
     # [orders (exists), zero (num_partitions 0), new]: the first two are the broker's own errors,
     # spending nothing; "new" meets K = -20: 89, throttle 20 / 5 = 4 s. Nothing is admitted, so kqp
     # answers alone (all three names were decided: no lookup; "new" after one).
-    hdr, frame = request(ApiKey.CreateTopics, 7, timeout_ms=1000, validate_only=False, topics=[
-        Creatable(name="orders", num_partitions=3, replication_factor=1, assignments=[], configs=[]),
-        Creatable(name="zero", num_partitions=0, replication_factor=1, assignments=[], configs=[]),
-        Creatable(name="new", num_partitions=1, replication_factor=1, assignments=[], configs=[])])
+    hdr, frame = create_topics(7, {"orders": 3, "zero": 0, "new": 1})
     assert gate.plan(ADMIN, hdr, frame, clock.now).needs_lookup     # "new" may exist: it would be 36
     plan = gate.plan(ADMIN, hdr, frame, clock.now, looked_up=True)
     assert plan.answer is not None and plan.violations[0].throttle_seconds == 4.0
@@ -362,10 +361,7 @@ def test_a_refused_topic_spends_nothing_that_a_later_topic_could_have_used() -> 
     # without touching K; after meets K = -2: 89 (throttle 0.4 s). Had orders been charged and
     # refunded later, nothing would differ here; had it been charged 3 before "after" ran, the
     # throttle would read 1 s.
-    hdr, frame = request(ApiKey.CreateTopics, 7, timeout_ms=1000, validate_only=False, topics=[
-        Creatable(name="big", num_partitions=12, replication_factor=1, assignments=[], configs=[]),
-        Creatable(name="orders", num_partitions=3, replication_factor=1, assignments=[], configs=[]),
-        Creatable(name="after", num_partitions=2, replication_factor=1, assignments=[], configs=[])])
+    hdr, frame = create_topics(7, {"big": 12, "orders": 3, "after": 2})
     plan = decide(gate, hdr, frame, clock.now)
     assert plan.violations[0].throttle_seconds == pytest.approx(0.4)
     split = CreateTopicsRequest.decode(bytes(memoryview(plan.frame)[hdr.body_offset:]), version=7)
@@ -441,10 +437,7 @@ def test_permissive_versions_do_not_charge_refused_topics() -> None:
     # CreateTopics v5: everything goes upstream and is recorded, but orders exists and zero is
     # invalid: the broker records neither. new costs 4: K = 10 - 4 = 6, no throttle (had orders
     # been charged its 30, K = -24 and a 4.8 s throttle).
-    hdr, frame = request(ApiKey.CreateTopics, 5, timeout_ms=1000, validate_only=False, topics=[
-        Creatable(name="orders", num_partitions=30, replication_factor=1, assignments=[], configs=[]),
-        Creatable(name="zero", num_partitions=0, replication_factor=1, assignments=[], configs=[]),
-        Creatable(name="new", num_partitions=4, replication_factor=1, assignments=[], configs=[])])
+    hdr, frame = create_topics(5, {"orders": 30, "zero": 0, "new": 4})
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert plan.frame is frame and plan.violations == [] and tokens(gate, clock) == 6
 
@@ -452,8 +445,7 @@ def test_permissive_versions_do_not_charge_refused_topics() -> None:
 def test_a_topic_the_cache_misjudged_is_charged_when_the_upstream_creates_it() -> None:
     gate, clock = make_gate(rate=5, window_count=2)     # B = 10
     gate.topics.learn("stale", 2)                       # deleted behind kqp's back since
-    hdr, frame = request(ApiKey.CreateTopics, 7, timeout_ms=1000, validate_only=False, topics=[
-        Creatable(name="stale", num_partitions=5, replication_factor=1, assignments=[], configs=[])])
+    hdr, frame = create_topics(7, {"stale": 5})
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     assert plan.frame is frame and tokens(gate, clock) == 10      # refused as existing: 0
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("stale", partitions=5)])
@@ -600,8 +592,7 @@ def test_a_topic_created_by_create_topics_is_not_charged_again_as_auto_created()
     gate, clock = make_gate(rate=5, window_count=2)
     hdr, frame = metadata_request(["both"])
     answer_metadata(decide(gate, hdr, frame, clock.now), 12, {"both": (None, uuid.UUID(int=0))}, clock.now)
-    hdr, frame = request(ApiKey.CreateTopics, 7, timeout_ms=1000, validate_only=False, topics=[
-        Creatable(name="both", num_partitions=2, replication_factor=1, assignments=[], configs=[])])
+    hdr, frame = create_topics(7, {"both": 2})
     plan = gate.plan(ADMIN, hdr, frame, clock.now)
     body = bytes(CreateTopicsResponse(throttle_time_ms=0, topics=[create_result("both", partitions=2)])
                  .encode(version=7))
