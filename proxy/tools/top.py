@@ -50,11 +50,17 @@ HIDE_CURSOR, SHOW_CURSOR, BOLD, RESET = "\x1b[?25l", "\x1b[?25h", "\x1b[1m", "\x
 @dataclass
 class Entity:
     user: str
-    client_id: str
+    client_id: str                    # for a prefix group, its prefix
+    group: bool = False               # a client-id prefix group, never merged with a client id
     quotas: dict[str, tuple[float, float]] = field(default_factory=dict)  # quota -> (rate, limit)
     throttle_seconds: float = 0.0     # counter: total throttle given so far
     throttle_rate: float | None = None  # seconds of throttle per second since the previous refresh
     muted: int = 0
+
+    @property
+    def name(self) -> str:
+        """The CLIENT_ID cell: a group's prefix followed by `*`."""
+        return f"{self.client_id}*" if self.group else self.client_id or "-"
 
     @property
     def worst(self) -> float:
@@ -67,7 +73,7 @@ class Scrape:
     """What one /metrics read says, reduced to what top shows."""
 
     taken_at: float
-    entities: dict[tuple[str, str], Entity] = field(default_factory=dict)
+    entities: dict[tuple[str, str, bool], Entity] = field(default_factory=dict)   # (user, client id, group)
     connections: float = 0.0
     muted: float = 0.0
     delay_queue: float = 0.0
@@ -85,7 +91,8 @@ def parse(text: str, taken_at: float) -> Scrape:
     out = Scrape(taken_at)
 
     def entity(labels: dict[str, str]) -> Entity:
-        key = (labels.get("user", ""), labels.get("client_id", ""))
+        group = "client_id_prefix" in labels
+        key = (labels.get("user", ""), labels["client_id_prefix"] if group else labels.get("client_id", ""), group)
         found = out.entities.get(key)
         if found is None:
             found = out.entities[key] = Entity(*key)
@@ -95,8 +102,6 @@ def parse(text: str, taken_at: float) -> Scrape:
         for s in family.samples:
             name, labels, value = s.name, s.labels, s.value
             if name in ("kqp_quota_usage", "kqp_quota_limit", "kqp_quota_group_usage", "kqp_quota_group_limit"):
-                if "client_id_prefix" in labels:
-                    labels = {"user": labels["user"], "client_id": labels["client_id_prefix"] + "*"}
                 e = entity(labels)
                 rate, limit = e.quotas.get(s.labels["quota"], (0.0, 0.0))
                 e.quotas[s.labels["quota"]] = (value, limit) if name.endswith("_usage") else (rate, value)
@@ -136,7 +141,7 @@ def with_throttle_rates(current: Scrape, previous: Scrape | None) -> Scrape:
 def ordered(scrape: Scrape) -> list[Entity]:
     """Furthest over quota first, then most throttled, then by name."""
     return sorted(scrape.entities.values(),
-                  key=lambda e: (-e.worst, -(e.throttle_rate or 0.0), -e.throttle_seconds, e.user, e.client_id))
+                  key=lambda e: (-e.worst, -(e.throttle_rate or 0.0), -e.throttle_seconds, e.user, e.name))
 
 
 def human(value: float, unit: str) -> str:
@@ -166,7 +171,7 @@ def render(scrape: Scrape, url: str, width: int = 120, height: int = 40, error: 
     header = ["USER", "CLIENT_ID", "OVER", *cells, "THROTTLE", "MUTED"]
     rows = [header]
     for e in ordered(scrape):
-        row = [e.user, e.client_id or "-", f"{e.worst * 100:.0f}%" if e.quotas else "-"]
+        row = [e.user, e.name, f"{e.worst * 100:.0f}%" if e.quotas else "-"]
         for q in quota_types:
             if q in e.quotas:
                 rate, limit = e.quotas[q]

@@ -34,12 +34,12 @@ kqp_ready 1
 
 def test_parse_reduces_the_exposition_to_rows() -> None:
     s = parse(TEXT, 100.0)
-    hog = s.entities[("ANONYMOUS", "hog")]
+    hog = s.entities[("ANONYMOUS", "hog", False)]
     assert hog.quotas == {"producer_byte_rate": (2500, 1000), "request_rate": (50, 100)}
     assert hog.throttle_seconds == 15
     assert hog.muted == 2
     assert hog.worst == 2.5
-    assert ("ANONYMOUS", "idle") in s.entities            # traffic without a quota still gets a row
+    assert ("ANONYMOUS", "idle", False) in s.entities           # traffic without a quota still gets a row
     assert (s.connections, s.muted, s.delay_queue, s.ready) == (4, 2, 2, 1)
 
 
@@ -47,8 +47,15 @@ def test_a_prefix_group_gets_a_row_of_its_own() -> None:
     s = parse('kqp_quota_group_limit{quota="producer_byte_rate",user="",client_id_prefix="spark-job-42-"} 100\n'
               'kqp_quota_group_usage{quota="producer_byte_rate",user="",client_id_prefix="spark-job-42-"} 150\n',
               0.0)
-    group = s.entities[("", "spark-job-42-*")]
+    group = s.entities[("", "spark-job-42-", True)]
     assert (group.quotas, group.worst) == ({"producer_byte_rate": (150, 100)}, 1.5)
+
+
+def test_a_client_id_spelled_like_a_group_keeps_its_own_row() -> None:
+    s = parse('kqp_quota_group_usage{quota="producer_byte_rate",user="",client_id_prefix="x"} 150\n'
+              'kqp_quota_usage{quota="producer_byte_rate",user="",client_id="x*"} 7\n', 0.0)
+    rows = {(e.name, e.group): e.quotas["producer_byte_rate"][0] for e in s.entities.values()}
+    assert rows == {("x*", True): 150, ("x*", False): 7}
 
 
 def test_throttle_rate_is_the_counter_change_per_second() -> None:
@@ -56,10 +63,10 @@ def test_throttle_rate_is_the_counter_change_per_second() -> None:
     after = parse(TEXT.replace("} 12\n", "} 13.5\n"), 102.0)
     with_throttle_rates(after, before)
     # (13.5 + 3) - (12 + 3) = 1.5 s of throttle over 2 s.
-    assert after.entities[("ANONYMOUS", "hog")].throttle_rate == 0.75
-    assert after.entities[("ANONYMOUS", "slow")].throttle_rate == 0.0
+    assert after.entities[("ANONYMOUS", "hog", False)].throttle_rate == 0.75
+    assert after.entities[("ANONYMOUS", "slow", False)].throttle_rate == 0.0
     reset = with_throttle_rates(parse(TEXT.replace("} 12\n", "} 1\n"), 104.0), after)
-    assert reset.entities[("ANONYMOUS", "hog")].throttle_rate == 2.0   # counter reset: (1 + 3) / 2 s
+    assert reset.entities[("ANONYMOUS", "hog", False)].throttle_rate == 2.0   # counter reset: (1 + 3) / 2 s
 
 
 def test_furthest_over_quota_first() -> None:
@@ -70,7 +77,7 @@ def test_furthest_over_quota_first() -> None:
 def test_zero_quota_in_use_is_infinitely_over() -> None:
     s = parse('kqp_quota_limit{quota="request_rate",user="u",client_id="z"} 0\n'
               'kqp_quota_usage{quota="request_rate",user="u",client_id="z"} 1\n', 0.0)
-    assert math.isinf(s.entities[("u", "z")].worst)
+    assert math.isinf(s.entities[("u", "z", False)].worst)
 
 
 def test_render_shows_rate_against_limit_in_the_first_row() -> None:
@@ -102,7 +109,7 @@ def test_parses_what_the_observer_exports() -> None:
     obs.request(Principal("ANONYMOUS", "c"), 0, 10)
     obs.throttled(Principal("ANONYMOUS", "c"), "producer_byte_rate", 0.5)
     s = parse(generate_latest(obs.registry).decode(), 0.0)
-    assert s.entities[("ANONYMOUS", "c")].throttle_seconds == 0.5
+    assert s.entities[("ANONYMOUS", "c", False)].throttle_seconds == 0.5
 
 
 def test_once_against_nothing_says_so_and_fails(capsys) -> None:
