@@ -108,8 +108,10 @@ class FleetSync:
                 started = self._clock()
                 await self.sync_once()
                 left = self.interval - (self._clock() - started)
-                if left > 0:
-                    await asyncio.sleep(left)
+                if left > 0:   # the pause until the next exchange ends early when `stop` is set
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(left):
+                            await stop.wait()
         finally:
             with contextlib.suppress(Exception):
                 await self.backend.close()

@@ -26,7 +26,7 @@ from kqp.config.fleet_section import redis_target
 from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
 from kqp.proxy.runtime.fleet_redis import CHUNK, RedisExchange
 from kqp.proxy.runtime.fleet_sync import FleetSync
-from kqp.quotas.fleet import FleetLedger
+from kqp.quotas.fleet import FleetLedger, SyncReply, SyncRequest
 from kqp.quotas.fleet_store import FleetStore
 
 pytestmark = needs_redis
@@ -163,6 +163,27 @@ async def test_a_redis_that_never_answers_costs_one_timeout(tmp_path: Path) -> N
     finally:
         await backend.close()
         silent.close()
+
+
+async def test_run_stops_between_exchanges_as_soon_as_asked(tmp_path: Path) -> None:
+    # A minute between exchanges: `stop` ends the pause at once instead of waiting it out.
+    with redis_server(tmp_path / "redis.log") as server:
+        backend, exchanged, stop = redis_exchange(server.url), asyncio.Event(), asyncio.Event()
+        real_exchange = backend.exchange
+
+        async def exchange(request: SyncRequest) -> SyncReply:   # the real exchange, then a signal
+            reply = await real_exchange(request)
+            exchanged.set()
+            return reply
+
+        backend.exchange = exchange   # type: ignore[method-assign]
+        sync = FleetSync(ledger("a"), backend, 60.0, TIMEOUT, time.monotonic)
+        task = asyncio.create_task(sync.run(stop))
+        async with asyncio.timeout(5):
+            await exchanged.wait()
+            stop.set()
+            await task
+        assert sync.syncs == 1 and sync.status().up
 
 
 async def test_a_redis_restarted_empty_gets_the_usage_again(tmp_path: Path) -> None:
