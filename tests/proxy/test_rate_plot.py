@@ -53,6 +53,16 @@ def test_measured_is_kafkas_sampled_rate() -> None:
     assert s.measured[11] < QUOTA < s.measured[12]  # which is why the client may burst again
 
 
+def test_the_held_rate_is_judged_over_whole_spans_after_the_first() -> None:
+    # 3.0 s is one span and a part: nothing whole after the first span to judge.
+    assert series().rate_after_first_span() is None
+    # To 6.6 s, three spans of 11 windows: the two after the first hold the echo at 2.5 s (512 KiB)
+    # and 1000 KiB at 5.0 s, over 4.4 s; the 64 KiB at 0.5 s is in the first, 9 MiB at 6.7 s in none.
+    longer = rate_series([*DELIVERIES, (5.0, 1000 * KIB), (6.7, 9 * 1024 * KIB)], 0.0, 6.8, QUOTA, 0.2, 11)
+    rate, spans = longer.rate_after_first_span()
+    assert spans == 2 and rate == pytest.approx(1512 * KIB / 4.4)
+
+
 def test_burst_and_echo_are_found() -> None:
     s = series()
     assert first_delivery(s) == 0.0
