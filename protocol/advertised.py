@@ -31,7 +31,7 @@ from .api_versions import intersect_ranges
 from .apis import ApiKey, decodable_range, known_range, kqp_ranges
 from .kafka39 import UNSCHEMED
 
-__all__ = ["BODY_APIS", "advertised_ranges", "header_only", "header_only_pairs"]
+__all__ = ["BODY_APIS", "advertised_ranges", "header_only_pairs"]
 
 #: The APIs whose request or response bodies kqp's readers read (produce.py, fetch.py,
 #: api_versions.py, sasl.py, mutations.py, addresses.py).
@@ -62,14 +62,6 @@ def header_only_pairs() -> list[tuple[int, int]]:
         decodable = decodable_range(key)
         out.extend((key, v) for v in range(lo, hi + 1) if decodable is None or not decodable[0] <= v <= decodable[1])
     return out
-
-
-_HEADER_ONLY = frozenset(header_only_pairs())
-
-
-def header_only(api_key: int, api_version: int) -> bool:
-    """Whether kqp forwards this request on its header alone and its response untouched."""
-    return (api_key, api_version) in _HEADER_ONLY
 
 
 def advertised_ranges(upstream: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:

@@ -5,8 +5,9 @@ API. From them this module derives what the hot path needs to look up in O(1): w
 can decode and at which versions (the schemas' ``validVersions``, from v0 for Produce and Fetch
 as Kafka 3.9 defines them: :mod:`kqp.protocol.kafka39`), which versions are flexible
 (``flexibleVersions``, Kafka 3.9's facts for APIs with no schema) and hence which request/response
-header version a frame uses, and the classes to decode with. Nothing here is typed in by hand
-except one table that lives in Kafka's Java code rather than in its schemas:
+header version a frame uses, and the classes to decode with. Nothing here is typed in by hand but
+Kafka 3.9's version facts (kafka39, checked against kafka-python's schemas where both have them) and
+one table that lives in Kafka's Java code rather than in its schemas:
 ``AbstractResponse.shouldClientThrottle(version)``, the KIP-219 switch saying from which version a
 client throttles itself.
 

@@ -9,7 +9,6 @@ they define); what crosses this module's edge is plain tuples, so the semantics
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from kafka.protocol.admin import (
@@ -20,16 +19,12 @@ from kafka.protocol.admin import (
 )
 
 from .apis import ApiKey
-from .errors import ProtocolError
-from .headers import encode_response_header
+from .messages import decode_body, response_frame
 
 __all__ = ["AlterEntry", "Component", "DescribeFilter", "decode_alter", "decode_describe", "encode_alter_response",
            "encode_describe_response"]
 
 Entity = tuple[tuple[str, str | None], ...]   # ((entity type, name or None for the default), ...)
-
-_I32 = struct.Struct(">i")
-_DECODE_ERRORS = (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError, UnicodeDecodeError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +46,9 @@ class AlterEntry:
     ops: tuple[tuple[str, float, bool], ...]   # (quota key, value, remove)
 
 
-def _decode(cls: type, version: int, body: memoryview | bytes) -> object:
-    if not 0 <= version <= cls.max_version:
-        raise ProtocolError(f"{cls.__name__} has no version {version}")
-    try:
-        return cls.decode(bytes(body), version=version)
-    except _DECODE_ERRORS as exc:
-        raise ProtocolError(f"malformed {cls.__name__} v{version}: {type(exc).__name__}") from None
-
 
 def decode_describe(version: int, body: memoryview | bytes) -> DescribeFilter:
-    request = _decode(DescribeClientQuotasRequest, version, body)
+    request = decode_body(DescribeClientQuotasRequest, version, body)
     components = tuple(Component(c.entity_type, c.match_type, c.match)
                        for c in request.components or ())   # type: ignore[attr-defined]
     return DescribeFilter(components, bool(request.strict))   # type: ignore[attr-defined]
@@ -69,16 +56,12 @@ def decode_describe(version: int, body: memoryview | bytes) -> DescribeFilter:
 
 def decode_alter(version: int, body: memoryview | bytes) -> tuple[list[AlterEntry], bool]:
     """The entries in request order, and validate_only."""
-    request = _decode(AlterClientQuotasRequest, version, body)
+    request = decode_body(AlterClientQuotasRequest, version, body)
     entries = [AlterEntry(tuple((e.entity_type, e.entity_name) for e in entry.entity or ()),
                           tuple((op.key, float(op.value), bool(op.remove)) for op in entry.ops or ()))
                for entry in request.entries or ()]   # type: ignore[attr-defined]
     return entries, bool(request.validate_only)   # type: ignore[attr-defined]
 
-
-def _frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
-    head = encode_response_header(api_key, version, correlation_id)
-    return _I32.pack(len(head) + len(body)) + head + body
 
 
 def encode_describe_response(version: int, correlation_id: int, error_code: int, error_message: str | None,
@@ -91,7 +74,7 @@ def encode_describe_response(version: int, correlation_id: int, error_code: int,
         for entity, values in entries]
     body = cls(throttle_time_ms=0, error_code=error_code, error_message=error_message,
                entries=data).encode(version=version)
-    return _frame(ApiKey.DescribeClientQuotas, version, correlation_id, bytes(body))
+    return response_frame(ApiKey.DescribeClientQuotas, version, correlation_id, bytes(body))
 
 
 def encode_alter_response(version: int, correlation_id: int,
@@ -102,4 +85,4 @@ def encode_alter_response(version: int, correlation_id: int,
                           entity=[cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity])
             for code, message, entity in results]
     body = cls(throttle_time_ms=0, entries=data).encode(version=version)
-    return _frame(ApiKey.AlterClientQuotas, version, correlation_id, bytes(body))
+    return response_frame(ApiKey.AlterClientQuotas, version, correlation_id, bytes(body))

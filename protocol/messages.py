@@ -18,12 +18,13 @@ from typing import Any
 from .addresses import BrokerAddress, rewrite_addresses
 from .apis import ApiKey, decodable_range, message_classes
 from .errors import ProtocolError, UnsupportedApi
-from .headers import encode_request_header, response_body_offset
+from .headers import encode_request_header, encode_response_header, response_body_offset
 
-__all__ = ["decode_response", "encode_request", "metadata_brokers"]
+__all__ = ["DECODE_ERRORS", "decode_body", "decode_response", "encode_request", "metadata_brokers", "response_frame"]
 
 _I32 = struct.Struct(">i")
-_DECODE_ERRORS = (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError)
+# What kafka-python's decoders raise on a malformed body (UnicodeDecodeError is a ValueError).
+DECODE_ERRORS = (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError)
 
 
 def _check_version(api_key: int, api_version: int) -> None:
@@ -56,8 +57,24 @@ def decode_response(api_key: int, api_version: int, frame: memoryview) -> object
     offset = response_body_offset(api_key, api_version, frame)
     try:
         return response_cls.decode(frame[offset:], version=api_version)
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise ProtocolError(f"malformed api key {api_key} v{api_version} response: {exc!r}") from None
+
+
+def decode_body(cls: type, version: int, body: memoryview | bytes) -> object:
+    """A request or response body (no header) as kafka-python's `cls` at `version`."""
+    if not 0 <= version <= cls.max_version:
+        raise ProtocolError(f"{cls.__name__} has no version {version}")
+    try:
+        return cls.decode(bytes(body), version=version)
+    except DECODE_ERRORS as exc:
+        raise ProtocolError(f"malformed {cls.__name__} v{version}: {type(exc).__name__}") from None
+
+
+def response_frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    """A whole response frame kqp answers itself: size, the version's response header, `body`."""
+    head = encode_response_header(api_key, version, correlation_id)
+    return _I32.pack(len(head) + len(body)) + head + body
 
 
 def _keep(node_id: int, host: str, port: int) -> tuple[str, int]:

@@ -11,7 +11,6 @@ Nothing here logs or keeps a token: PLAIN's carries the password, OAUTHBEARER's 
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import jwt
@@ -24,7 +23,8 @@ from kafka.protocol.sasl import (
 
 from .apis import ApiKey
 from .errors import ProtocolError
-from .headers import encode_response_header, response_body_offset
+from .headers import response_body_offset
+from .messages import decode_body, response_frame
 
 __all__ = [
     "ILLEGAL_SASL_STATE",
@@ -45,36 +45,23 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
 
-_I32 = struct.Struct(">i")
-_DECODE_ERRORS = (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError)
 
-
-def _decode(cls: type, version: int, body: memoryview | bytes) -> object:
-    try:
-        return cls.decode(bytes(body), version=version)
-    except _DECODE_ERRORS as exc:
-        raise ProtocolError(f"malformed {cls.__name__} v{version}: {type(exc).__name__}") from None
-
-
-def _frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
-    head = encode_response_header(api_key, version, correlation_id)
-    return _I32.pack(len(head) + len(body)) + head + body
 
 
 def decode_handshake_request(version: int, body: memoryview) -> str:
     """The mechanism a SaslHandshake request names."""
-    return str(_decode(SaslHandshakeRequest, version, body).mechanism)  # type: ignore[attr-defined]
+    return str(decode_body(SaslHandshakeRequest, version, body).mechanism)  # type: ignore[attr-defined]
 
 
 def decode_authenticate_request(version: int, body: memoryview) -> bytes:
     """The SASL token a SaslAuthenticate request carries."""
-    return bytes(_decode(SaslAuthenticateRequest, version, body).auth_bytes)  # type: ignore[attr-defined]
+    return bytes(decode_body(SaslAuthenticateRequest, version, body).auth_bytes)  # type: ignore[attr-defined]
 
 
 def decode_authenticate_response(version: int, frame: memoryview) -> tuple[int, bytes]:
     """A whole SaslAuthenticate response frame's error code and server token."""
     offset = response_body_offset(ApiKey.SaslAuthenticate, version, frame)
-    response = _decode(SaslAuthenticateResponse, version, frame[offset:])
+    response = decode_body(SaslAuthenticateResponse, version, frame[offset:])
     return int(response.error_code), bytes(response.auth_bytes or b"")  # type: ignore[attr-defined]
 
 
@@ -83,7 +70,7 @@ def encode_handshake_response(version: int, correlation_id: int, error_code: int
     """A whole SaslHandshake response frame: the enabled mechanisms, whatever the outcome (Kafka
     lists them with UNSUPPORTED_SASL_MECHANISM so a client can say what it could have chosen)."""
     body = SaslHandshakeResponse(error_code=error_code, mechanisms=list(mechanisms)).encode(version=version)
-    return _frame(ApiKey.SaslHandshake, version, correlation_id, bytes(body))
+    return response_frame(ApiKey.SaslHandshake, version, correlation_id, bytes(body))
 
 
 def encode_authenticate_response(version: int, correlation_id: int, error_code: int = 0,
@@ -92,7 +79,7 @@ def encode_authenticate_response(version: int, correlation_id: int, error_code: 
     re-authentication."""
     body = SaslAuthenticateResponse(error_code=error_code, error_message=error_message, auth_bytes=auth_bytes,
                                     session_lifetime_ms=0).encode(version=version)
-    return _frame(ApiKey.SaslAuthenticate, version, correlation_id, bytes(body))
+    return response_frame(ApiKey.SaslAuthenticate, version, correlation_id, bytes(body))
 
 
 @dataclass(frozen=True, slots=True)
