@@ -245,17 +245,22 @@ def test_mutation_bucket_replicas_learn_the_others_spending() -> None:
     assert b.snapshot(0.0)[0].tokens == pytest.approx(-61)
 
 
-def test_a_replica_is_never_debited_with_its_own_usage_as_it_ages() -> None:
+def bucket_manager() -> QuotaManager:
     # A token-bucket byte rate (algorithm: token_bucket), one process alone in the fleet: the store
     # keeps window_count + 2 windows, the ledger one fewer. Windows of 1 s x 11: B = 11000 B.
-    store = FleetStore()
     s = QuotaSettings(1.0, 11, {EntitySpec(None, "job"): {"producer_byte_rate": T}}, algorithm="token_bucket")
-    m = QuotaManager(s, 0.0, FleetLedger("a", "epoch-a", 1.0, 11, 1, 0.1))
-    m.record_produce(P, 5000, 1, 1, 0.0)              # K = 11000 - 5000 = 6000
-    for tick in range(1, 200):                        # 20 s of exchanges every 0.1 s, window 0 ages out
+    return QuotaManager(s, 0.0, FleetLedger("a", "epoch-a", 1.0, 11, 1, 0.1))
+
+
+def test_a_replica_is_never_debited_with_its_own_usage_as_it_ages() -> None:
+    store, m = FleetStore(), bucket_manager()
+    for tick in range(200):                           # 20 s, spending 50 B (T / 2) and exchanging every 0.1 s
+        m.record_produce(P, 50, 1, 1, tick / 10)
         sync(store, m, tick / 10)
-    # Refill at T for 19.9 s fills the bucket again: the 5000 B were spent once, never again.
-    assert m.snapshot(19.9)[0].tokens == pytest.approx(11000)
+    # Refill at T = 1000 B/s outruns spending at 500 B/s: the bucket is full but for the last tick's
+    # 50 B. Had the store's extra window counted as the others', each 500 B window would be debited
+    # again at every exchange while it sits there (10 times): about -20550 B at 19.9 s.
+    assert m.snapshot(19.9)[0].tokens == pytest.approx(11000 - 50)
 
 
 def test_mutation_bucket_alone_refills_at_its_share() -> None:
