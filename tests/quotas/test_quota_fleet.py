@@ -263,6 +263,20 @@ def test_a_replica_is_never_debited_with_its_own_usage_as_it_ages() -> None:
     assert m.snapshot(19.9)[0].tokens == pytest.approx(11000 - 50)
 
 
+def test_a_replica_is_not_debited_with_its_own_usage_when_the_fleet_clock_steps_back() -> None:
+    # The store's clock runs 2 ms ahead, then steps back to 1 ms behind just before 13 s: the exchange
+    # at 12.9995 s is collected in window 13 (fleet time 13.0015 s; window 0 leaves the ledger) and
+    # merged with window 12 as the current one (fleet time 12.9985 s). Window 0 is still in the store
+    # and holds this process's 5000 B, which must not come back as the others'.
+    store, m = FleetStore(), bucket_manager()
+    m.record_produce(P, 5000, 1, 1, 0.0)              # K = 11000 - 5000 = 6000
+    for now in [tick / 10 for tick in range(130)] + [12.9995]:
+        m.record_produce(P, 1, 1, 1, now)
+        sync(store, m, now, now + 0.002 if now < 12.9995 else now - 0.001)
+    # 6000 + 12.9995 s x T of refill, capped at 11000, minus the 1 B of the last tick.
+    assert m.snapshot(12.9995)[0].tokens == pytest.approx(10999)
+
+
 def test_mutation_bucket_alone_refills_at_its_share() -> None:
     m = manager("a", "controller_mutation_rate", 6.0, expected=3, count=10)
     # Share: 6 / 3 = 2 per second, burst 2 x 10 s = 20. 26 spent: -6, repaid at 2/s in 3 s.
