@@ -81,6 +81,8 @@ def sources(base: QuotaSettings, layer: AdminLayer) -> list[tuple[EntitySpec, st
             if quota_type in in_layer:
                 value = in_layer[quota_type]
                 if value is None:
+                    if quota_type not in in_base:
+                        continue   # a removal the config file no longer needs: it hides nothing
                     rows.append((spec, quota_type, in_base[quota_type], f"removed by the {STATE_FILE}"))
                 else:
                     rows.append((spec, quota_type, value, STATE_FILE))

@@ -66,9 +66,11 @@ class ConnectionLimits:
         self._next_sweep = float("-inf")
 
     def update(self, settings: LimitSettings) -> None:
-        """New limits (a live reload). Open connections stay; new windows restart the rates."""
+        """New limits (a live reload). Open connections stay; new windows restart the rates, and a
+        lifted creation rate drops them (only `_record_rate` sweeps, and it no longer runs)."""
         windows = (settings.window_size_seconds, settings.window_count)
-        if windows != (self.settings.window_size_seconds, self.settings.window_count):
+        if settings.connection_creation_rate_per_ip is None or \
+                windows != (self.settings.window_size_seconds, self.settings.window_count):
             self._rates.clear()
             self._last_seen.clear()
         self.settings = settings

@@ -178,7 +178,8 @@ def resolve_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> Reso
     A prefix group's key survives while the group as a whole still resolves to it: the prefix
     itself, taken as a client id, resolved without the levels that name one client id exactly (an
     exact entry takes one member out of the group, not the group away). Without a user that is
-    `/client-id-prefixes/<prefix>` alone, as for level 7.
+    `/client-id-prefixes/<prefix>` alone, as for level 7, or what the empty user resolves to (its
+    `/users/<default>/client-id-prefixes/<prefix>` group has the same key).
     """
     limits = settings.by_type.get(quota_type)
     if not limits:
@@ -186,10 +187,16 @@ def resolve_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> Reso
     prefix = key.client_id_prefix
     if prefix is not None:
         levels = _levels(settings, Principal(key.user, prefix), exact=False)
+        candidates = [levels]
         if key.user == "":
-            levels = [(spec, k) for spec, k in levels if spec.user is None]
-        found = _first(settings, levels).get(quota_type)
-        return found if found is not None and found.key == key else None
+            # The key of 7p, and of 4p for the empty user (which names no entity of its own): the
+            # group survives if either still resolves to it.
+            candidates.insert(0, [(spec, k) for spec, k in levels if spec.user is None])
+        for candidate in candidates:
+            found = _first(settings, candidate).get(quota_type)
+            if found is not None and found.key == key:
+                return found
+        return None
     if key.user == "":
         if key.client_id == "":
             return None

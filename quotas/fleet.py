@@ -196,6 +196,7 @@ class FleetLedger:
         self.windows_per_second = 1000 / self.window_ms
         self.span = self.window_size * self.window_count
         self.usages = {}
+        self._first = 0                      # oldest window `sent` and `seen` still track (see `collect`)
         self.generation += 1
 
     @property
@@ -231,7 +232,9 @@ class FleetLedger:
         still has usage to send; an inactive one is neither sent nor read, and its view of the others
         is dropped (a client that comes back is measured afresh from the next exchange on).
         """
-        first = self.window_index(now) - self.window_count - 1
+        # Never back: a clock correction that moves fleet time back across a window boundary must
+        # not bring back a window whose `sent` and `seen` are gone (see `merge`).
+        first = self._first = max(self._first, self.window_index(now) - self.window_count - 1)
         sensors: list[SensorUsage] = []
         for usage in self.usages.values():
             usage._prune(first)
@@ -262,8 +265,9 @@ class FleetLedger:
         self.epoch = reply.epoch
         # The store keeps one window more than `collect` kept of `sent` and `seen`: in that window
         # this process's own usage would read as the others', and a token bucket replica would be
-        # debited with it again at every exchange. Only the windows still tracked here count.
-        first = self.window_index(sent_at) - self.window_count - 1
+        # debited with it again at every exchange. Only the windows still tracked here count: those
+        # `collect` kept, whatever the new offset makes of `sent_at`.
+        first = self._first
         for item, totals in zip(request.sensors, reply.sensors, strict=True):
             usage = self.usages.get(item.name)
             if usage is None:

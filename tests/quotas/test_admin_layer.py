@@ -51,3 +51,14 @@ def test_sources_name_each_value_s_layer() -> None:
         (BOB, "request_rate", 4.0, STATE_FILE),
     ]
     assert sources(BASE, {})[0][3] == CONFIG_FILE
+
+
+def test_a_removal_the_config_file_no_longer_needs_is_ignored() -> None:
+    # The state file keeps alice's consumer quota removed; then the YAML stops setting it, and then
+    # drops alice: the leftover removal hides nothing, and neither describe nor the overlay trips on it.
+    layer = apply_changes({}, BASE, [(ALICE, {"consumer_byte_rate": None})])
+    base = QuotaSettings(window_size_seconds=2, window_count=5, entities={ALICE: {"producer_byte_rate": 1000}})
+    assert sources(base, layer) == [(ALICE, "producer_byte_rate", 1000, CONFIG_FILE)]
+    assert dict(overlay(base, layer).entities[ALICE]) == {"producer_byte_rate": 1000}
+    empty = QuotaSettings(window_size_seconds=2, window_count=5, entities={})
+    assert sources(empty, layer) == [] and overlay(empty, layer).entities == {}

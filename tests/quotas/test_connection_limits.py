@@ -126,6 +126,17 @@ def test_update_applies_new_limits_to_the_next_connection() -> None:
     assert limits.admit(A, 0.0) is not None
 
 
+def test_a_reload_that_lifts_the_creation_rate_drops_the_rates_held() -> None:
+    limits = ConnectionLimits(LimitSettings(connection_creation_rate_per_ip=0.1))
+    assert limits.admit(A, 0.0) is None   # 0.1/s over 10 s: A's one connection at t=0 fills it
+    assert limits.admit(A, 0.0) is not None
+    limits.update(LimitSettings())
+    assert limits.tracked_ips == 0
+    # Bound again: A starts afresh, its old connection no longer counts against it.
+    limits.update(LimitSettings(connection_creation_rate_per_ip=0.1))
+    assert limits.admit(A, 0.0) is None
+
+
 def test_releasing_what_was_never_admitted_is_a_bug() -> None:
     limits = ConnectionLimits(LimitSettings())
     with pytest.raises(AssertionError):

@@ -245,17 +245,36 @@ def test_mutation_bucket_replicas_learn_the_others_spending() -> None:
     assert b.snapshot(0.0)[0].tokens == pytest.approx(-61)
 
 
-def test_a_replica_is_never_debited_with_its_own_usage_as_it_ages() -> None:
+def bucket_manager() -> QuotaManager:
     # A token-bucket byte rate (algorithm: token_bucket), one process alone in the fleet: the store
     # keeps window_count + 2 windows, the ledger one fewer. Windows of 1 s x 11: B = 11000 B.
-    store = FleetStore()
     s = QuotaSettings(1.0, 11, {EntitySpec(None, "job"): {"producer_byte_rate": T}}, algorithm="token_bucket")
-    m = QuotaManager(s, 0.0, FleetLedger("a", "epoch-a", 1.0, 11, 1, 0.1))
-    m.record_produce(P, 5000, 1, 1, 0.0)              # K = 11000 - 5000 = 6000
-    for tick in range(1, 200):                        # 20 s of exchanges every 0.1 s, window 0 ages out
+    return QuotaManager(s, 0.0, FleetLedger("a", "epoch-a", 1.0, 11, 1, 0.1))
+
+
+def test_a_replica_is_never_debited_with_its_own_usage_as_it_ages() -> None:
+    store, m = FleetStore(), bucket_manager()
+    for tick in range(200):                           # 20 s, spending 50 B (T / 2) and exchanging every 0.1 s
+        m.record_produce(P, 50, 1, 1, tick / 10)
         sync(store, m, tick / 10)
-    # Refill at T for 19.9 s fills the bucket again: the 5000 B were spent once, never again.
-    assert m.snapshot(19.9)[0].tokens == pytest.approx(11000)
+    # Refill at T = 1000 B/s outruns spending at 500 B/s: the bucket is full but for the last tick's
+    # 50 B. Had the store's extra window counted as the others', each 500 B window would be debited
+    # again at every exchange while it sits there (10 times): about -20550 B at 19.9 s.
+    assert m.snapshot(19.9)[0].tokens == pytest.approx(11000 - 50)
+
+
+def test_a_replica_is_not_debited_with_its_own_usage_when_the_fleet_clock_steps_back() -> None:
+    # The store's clock runs 2 ms ahead, then steps back to 1 ms behind just before 13 s: the exchange
+    # at 12.9995 s is collected in window 13 (fleet time 13.0015 s; window 0 leaves the ledger) and
+    # merged with window 12 as the current one (fleet time 12.9985 s). Window 0 is still in the store
+    # and holds this process's 5000 B, which must not come back as the others'.
+    store, m = FleetStore(), bucket_manager()
+    m.record_produce(P, 5000, 1, 1, 0.0)              # K = 11000 - 5000 = 6000
+    for now in [tick / 10 for tick in range(130)] + [12.9995]:
+        m.record_produce(P, 1, 1, 1, now)
+        sync(store, m, now, now + 0.002 if now < 12.9995 else now - 0.001)
+    # 6000 + 12.9995 s x T of refill, capped at 11000, minus the 1 B of the last tick.
+    assert m.snapshot(12.9995)[0].tokens == pytest.approx(10999)
 
 
 def test_mutation_bucket_alone_refills_at_its_share() -> None:

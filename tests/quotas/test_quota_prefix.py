@@ -145,3 +145,16 @@ def test_an_empty_user_still_reaches_the_default_user_levels() -> None:
     assert resolve(s, T, Principal("", "x")) == (QuotaKey("", ""), 6.0)
     assert resolve(s, T, Principal("", "")) == (QuotaKey("", ""), 6.0)
     assert resolve(s, "request_rate", Principal("", "spark-job-42-9")) == (QuotaKey("", "", P), 4.0)
+
+
+def test_an_empty_user_s_default_user_group_survives_an_unrelated_reload() -> None:
+    # User "" reaches /users/<default>/client-id-prefixes/P (4p) with the key ("", "", P), the same
+    # key as the all-users group 7p: re-resolving that key must find 4p too, not release the sensor.
+    m = QuotaManager(QuotaSettings(entities={prefix(DEFAULT): {T: 1000.0}}), now=0.0)
+    m.record_produce(Principal("", "spark-job-42-9"), 5000, 1, 1, 0.0)
+    lines = m.update_settings(QuotaSettings(entities={prefix(DEFAULT): {T: 1000.0},
+                                                      EntitySpec("bob", None): {T: 5.0}}), 1.0)
+    assert not any("released" in line for line in lines)
+    [state] = m.snapshot(1.0)
+    assert (state.key, state.limit) == (QuotaKey("", "", P), 1000.0)
+    assert state.rate == pytest.approx(5000 / 10.0)   # its samples kept: W = 10 s
