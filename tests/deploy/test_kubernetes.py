@@ -32,6 +32,18 @@ def kqp_config(variant: str) -> ProxyConfig:
     return parse_config(yaml.safe_load(configmap["data"]["kqp.yaml"]), source=variant)
 
 
+def sasl_config(directory: Path) -> ProxyConfig:
+    """deploy/k8s/sasl's config, loaded with its Secret's files in `directory` where the pod mounts them."""
+    variant = K8S / "sasl"
+    [configmap], [secret], [deployment] = (by_kind(kind, variant) for kind in ("ConfigMap", "Secret", "Deployment"))
+    [mount] = [m for m in kqp_container(deployment["spec"]["template"]["spec"])["volumeMounts"]
+               if m["name"] == "secrets"]
+    for name, content in secret["stringData"].items():
+        (directory / name).write_text(content)
+    text = configmap["data"]["kqp.yaml"].replace(mount["mountPath"], str(directory))
+    return parse_config(yaml.safe_load(text), source="sasl")
+
+
 def kqp_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
     [container] = [c for c in pod_spec.get("initContainers", []) + pod_spec["containers"] if c["name"] == "kqp"]
     return container
@@ -118,10 +130,22 @@ def test_shared_service_exposes_every_port_kqp_advertises() -> None:
     assert volumes["config"]["configMap"]["name"] == by_kind("ConfigMap", K8S / "shared")[0]["metadata"]["name"]
 
 
-def test_shared_service_keeps_the_admin_state_file_on_its_shared_claim() -> None:
-    config = kqp_config("shared")
-    [deployment] = by_kind("Deployment", K8S / "shared")
-    [claim] = by_kind("PersistentVolumeClaim", K8S / "shared")
+@pytest.mark.parametrize("variant", ["sidecar", "shared"])
+def test_variants_that_authenticate_nobody_answer_no_admin_api_and_claim_no_volume(variant: str) -> None:
+    # Every client is User:ANONYMOUS here, so no principal could ever alter; and a claim (ReadWriteMany
+    # for several replicas) would keep the pods Pending where no storage class provides it.
+    config = kqp_config(variant)
+    assert config.sasl.mode != "terminate" and config.tls is None
+    assert not config.admin.manage_quotas
+    assert not by_kind("PersistentVolumeClaim", K8S / variant)
+
+
+def test_sasl_service_keeps_the_admin_state_file_on_its_claim_and_its_admins_can_log_in(tmp_path: Path) -> None:
+    from kqp.proxy.connection.sasl import SaslPolicy
+
+    config = sasl_config(tmp_path)
+    [deployment] = by_kind("Deployment", K8S / "sasl")
+    [claim] = by_kind("PersistentVolumeClaim", K8S / "sasl")
     pod = deployment["spec"]["template"]
     assert config.admin.manage_quotas and config.admin.state_file is not None
     mounts = {m["mountPath"]: m for m in kqp_container(pod["spec"])["volumeMounts"]}
@@ -129,9 +153,18 @@ def test_shared_service_keeps_the_admin_state_file_on_its_shared_claim() -> None
     assert not mount.get("readOnly", False)
     [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
     assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
-    # Several replicas share the file: the claim must be mountable by all of them.
+    # Several replicas share the file: the claim must be mountable by all of them. One replica on a
+    # ReadWriteOnce claim: the old pod must let go of it before the new one starts.
     assert deployment["spec"]["replicas"] == 1 or claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    if claim["spec"]["accessModes"] == ["ReadWriteOnce"]:
+        assert deployment["spec"]["strategy"]["type"] == "Recreate"
     assert pod["spec"]["securityContext"]["fsGroup"] == pod["spec"]["securityContext"]["runAsUser"]
+    # Whoever may alter is a user of the Secret's users file (the documented example password).
+    policy = SaslPolicy.from_config(config.sasl)
+    assert config.admin.principals
+    for principal in config.admin.principals:
+        kind, _, name = principal.partition(":")
+        assert kind == "User" and policy.plain_ok(name, "example-password"), principal
 
 
 def test_tls_variant_mounts_every_file_its_config_names(tmp_path: Path) -> None:
@@ -173,11 +206,9 @@ def test_sasl_service_reads_its_secrets_from_the_mounted_secret(tmp_path: Path) 
     assert volume["secret"]["secretName"] == secret["metadata"]["name"]
     [mount] = [m for m in kqp_container(pod)["volumeMounts"] if m["name"] == volume["name"]]
     assert mount["readOnly"] is True and pod["securityContext"]["fsGroup"] == 10001
-    for name, content in secret["stringData"].items():
-        (tmp_path / name).write_text(content)
     text = configmap["data"]["kqp.yaml"]
     assert mount["mountPath"] in text and "password:" not in text, "secrets belong in the Secret"
-    config = parse_config(yaml.safe_load(text.replace(mount["mountPath"], str(tmp_path))), source="sasl")
+    config = sasl_config(tmp_path)
     assert config.sasl.mode == "terminate" and config.upstream.sasl is not None
     assert config.upstream.sasl.password == secret["stringData"]["upstream-password"]
     assert SaslPolicy.from_config(config.sasl).plain_ok("spark-orders-etl", "example-password")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.clients import confluent_consume, confluent_produce, kcat_produce, kcat_read, keyed_messages
+from helpers.clients import confluent_consume, confluent_produce, kcat_produce, kcat_read, kcat_settings, keyed_messages
 from helpers.kcat import run_kcat
 from helpers.names import unique_group, unique_topic
 from helpers.net import split_host_port
@@ -81,14 +81,14 @@ def users_seen(url: str) -> set[str]:
 
 def test_kcat_over_mutual_tls(mock_cluster: str, kqp: Any, certs: TlsFiles) -> None:
     proxy, url = start(kqp, mock_cluster, certs)
-    ssl_args = certs.kcat_args(certs.client("Alice"))
-    listing = run_kcat(["-b", proxy.bootstrap, *ssl_args, "-L", "-J", "-m", "15"], timeout=30)
+    ssl_conf = certs.librdkafka(certs.client("Alice"))
+    listing = run_kcat(["-b", proxy.bootstrap, *kcat_settings(ssl_conf), "-L", "-J", "-m", "15"], timeout=30)
     assert listing.returncode == 0, listing.stderr[-2000:]
     upstream_ports = {port for _, port in [split_host_port(a) for a in mock_cluster.split(",")]}
     brokers = [split_host_port(b["name"]) for b in json.loads(listing.stdout)["brokers"]]
     assert brokers and all(host == "127.0.0.1" and port not in upstream_ports for host, port in brokers)
 
-    topic, messages, ssl_conf = unique_topic("tls-kcat"), keyed_messages(20), certs.librdkafka(certs.client("Alice"))
+    topic, messages = unique_topic("tls-kcat"), keyed_messages(20)
     kcat_produce(proxy.bootstrap, topic, messages, **ssl_conf)
     assert sorted(kcat_read(proxy.bootstrap, topic, len(messages), **ssl_conf)) == sorted(messages)
     assert users_seen(url) == {"alice"}

@@ -202,20 +202,21 @@ def aiokafka_brokers(bootstrap: str) -> list[tuple[str, int]]:
 
 # ---- kcat (Debian, librdkafka 2.0.2) -----------------------------------------------------------
 
-def _kcat_settings(options: Mapping[str, object]) -> list[str]:
+def kcat_settings(options: Mapping[str, object]) -> list[str]:
+    """librdkafka settings as kcat's `-X key=value` arguments."""
     return [arg for key, value in options.items() for arg in ("-X", f"{key}={value}")]
 
 
 def kcat_produce(bootstrap: str, topic: str, messages: Sequence[Message], **options: object) -> None:
     lines = "".join(f"{k}\t{v}\n" for k, v in messages)
-    result = run_kcat(["-b", bootstrap, *_kcat_settings(options), "-P", "-t", topic, "-K", "\t",
+    result = run_kcat(["-b", bootstrap, *kcat_settings(options), "-P", "-t", topic, "-K", "\t",
                        "-X", "linger.ms=5"], input_text=lines, timeout=60)
     assert result.returncode == 0, f"kcat -P failed ({result.returncode}): {result.stderr[-2000:]}"
 
 
 def kcat_read(bootstrap: str, topic: str, count: int, **options: object) -> list[Message]:
     """The first `count` messages of `topic`, read from the beginning without a group (`-C -e`)."""
-    result = run_kcat(["-b", bootstrap, *_kcat_settings(options), "-C", "-t", topic, "-o", "beginning",
+    result = run_kcat(["-b", bootstrap, *kcat_settings(options), "-C", "-t", topic, "-o", "beginning",
                        "-c", str(count), "-e", "-f", "%k\t%s\n", "-q"], timeout=60)
     assert result.returncode == 0, f"kcat -C failed ({result.returncode}): {result.stderr[-2000:]}"
     return [tuple(line.split("\t", 1)) for line in result.stdout.splitlines()]  # type: ignore[misc]
@@ -223,7 +224,7 @@ def kcat_read(bootstrap: str, topic: str, count: int, **options: object) -> list
 
 def kcat_consume(bootstrap: str, topic: str, group: str, count: int, timeout: float,
                  **options: object) -> list[Consumed]:
-    result = run_kcat(["-b", bootstrap, *_kcat_settings(options), "-G", group, "-X", "auto.offset.reset=earliest",
+    result = run_kcat(["-b", bootstrap, *kcat_settings(options), "-G", group, "-X", "auto.offset.reset=earliest",
                        "-X", f"session.timeout.ms={SESSION_TIMEOUT_MS}",
                        "-X", f"heartbeat.interval.ms={HEARTBEAT_MS}", "-c", str(count),
                        "-f", "%p\t%o\t%k\t%s\n", "-q", topic], timeout=timeout)

@@ -49,14 +49,14 @@ class FaultTap(WireTap):
     # -- faults ------------------------------------------------------------------------------------
     def cut_all(self) -> int:
         """Reset every open connection; how many transports were reset."""
-        async def cut() -> int:
-            live = list(self.live)
-            for transport in live:
-                transport.abort()  # type: ignore[attr-defined]
-            self.cut_count += len(live) // 2
-            return len(live)
+        return self._on_loop(self._cut())
 
-        return self._on_loop(cut())
+    async def _cut(self) -> int:
+        live = list(self.live)
+        for transport in live:
+            transport.abort()  # type: ignore[attr-defined]
+        self.cut_count += len(live) // 2
+        return len(live)
 
     def cut_mid_request(self, api_key: int, count: int = 1) -> None:
         self._on_loop(self._arm(self.cuts, api_key, count))
@@ -88,11 +88,13 @@ class FaultTap(WireTap):
             servers, self._servers = self._servers, []
             for server in servers:
                 server.close()
+            # Reset the live connections before waiting: from Python 3.12 wait_closed() also waits
+            # for every connection the server accepted, so waiting first would never return.
+            await self._cut()
             for server in servers:
                 await server.wait_closed()
 
         self._on_loop(close())
-        self.cut_all()
 
     def up(self) -> None:
         """Listen again on every hop's port (SO_REUSEADDR: at once)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Sequence
 
 LOOPBACK = "127.0.0.1"
 
@@ -19,26 +18,6 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def free_port_base(offsets: Sequence[int], host: str = LOOPBACK, tries: int = 50) -> int:
-    """A base port such that base + each offset was free a moment ago: a `broker_port_base` for
-    brokers with those node ids, kept by a kqp restarted on the same ports."""
-    for _ in range(tries):
-        base = free_port(host) - min(offsets)
-        socks: list[socket.socket] = []
-        try:
-            for offset in offsets:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind((host, base + offset))
-            return base
-        except (OSError, OverflowError):
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no free ports at offsets {list(offsets)} found in {tries} tries")
 
 
 def split_host_port(address: str) -> tuple[str, int]:

@@ -36,7 +36,11 @@ class SteadyProducer:
 
     def __enter__(self) -> SteadyProducer:
         self._thread.start()
-        self.progressed()   # serving before the test starts misbehaving
+        try:
+            self.progressed()   # serving before the test starts misbehaving
+        except BaseException:
+            self._halt()        # __exit__ will not run: the thread must not outlive the test
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -56,6 +60,7 @@ class SteadyProducer:
             sequence += 1
             self._producer.poll(0.01)
         self._producer.flush(30)
+        del self._producer   # librdkafka's threads and reconnects to a stopped kqp end with it
 
     def progressed(self, more: int = 20, timeout: float = 30.0) -> None:
         """Wait until `more` messages beyond those delivered so far are delivered, with no error."""
@@ -72,8 +77,11 @@ class SteadyProducer:
                 raise TimeoutError(f"the real client delivered {self.delivered} of {target} within {timeout}s")
             time.sleep(0.02)
 
-    def stop(self) -> None:
+    def _halt(self) -> None:
         self._stop.set()
         self._thread.join(40)
         assert not self._thread.is_alive(), "the producer thread did not stop"
+
+    def stop(self) -> None:
+        self._halt()
         assert not self.errors, f"the real client failed: {self.errors[:3]}"

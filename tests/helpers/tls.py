@@ -86,9 +86,6 @@ class TlsFiles:
             conf.update({"ssl.certificate.location": str(client.cert), "ssl.key.location": str(client.key)})
         return conf
 
-    def kcat_args(self, client: ClientCert | None = None) -> list[str]:
-        return [arg for key, value in self.librdkafka(client).items() for arg in ("-X", f"{key}={value}")]
-
     def context(self, client: ClientCert | None = None) -> ssl.SSLContext:
         """A Python client context trusting this CA, presenting `client` if given."""
         ctx = ssl.create_default_context(cafile=str(self.ca_path))
