@@ -116,8 +116,8 @@ class ListenerSet:
         for _ in range(BACKLOG):
             try:
                 conn, address = sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return   # ConnectionAbortedError: a client reset before accept, harmless (as asyncio's servers)
             except OSError as exc:
                 # Out of file descriptors (EMFILE) and the like: stop watching the socket for a
                 # moment so closes can catch up, as asyncio's own servers do; the backlog waits.
