@@ -136,12 +136,14 @@ class ClientEdge(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.core.peer = peer_name(peer)
         if self.slot is None and self.w.admission is not None:
-            transport.pause_reading()  # type: ignore[attr-defined]  # refused or not, nothing is read yet
+            # admit() is synchronous: nothing can be read before it answers, so only a refused
+            # connection is paused (held unread for its throttle, or already closing).
             self.slot = self.w.admission.admit(self.core.listener, peer, transport.close)
             if self.slot is None:
                 self._refused = True   # counted, logged and closed (or held for its throttle) by admission
+                if not transport.is_closing():
+                    transport.pause_reading()  # type: ignore[attr-defined]
                 return
-            transport.resume_reading()  # type: ignore[attr-defined]
         user = None
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and self.w.identify is not None:
