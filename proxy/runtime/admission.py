@@ -33,6 +33,11 @@ def limit_settings(config: ProxyConfig) -> LimitSettings:
                          limits.connection_creation_rate_per_ip, quotas.window_size_seconds, quotas.window_count)
 
 
+def peer_name(peer: object) -> str:
+    """A peername as logs and refusals show it: `host:port`."""
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+
+
 def peer_ip(peer: object) -> str:
     """The IP a limit is kept per: an IPv4-mapped IPv6 address counts as its IPv4 address."""
     host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
@@ -75,7 +80,7 @@ class Admission:
         denied = self.limits.admit(ip, self._loop.time())
         if denied is None:
             return Slot(self, ip)
-        shown = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        shown = peer_name(peer)
         if denied.delay > 0 and len(self._held) < MAX_HELD:
             self._hold(close, denied.delay)
             self._refused(listener, shown, Refusal(denied.reason, f"{denied.cause}: closed after the throttle"))

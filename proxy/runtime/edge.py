@@ -36,7 +36,7 @@ from kqp.proxy.connection.events import Side
 from kqp.proxy.connection.parts import CoreParts
 from kqp.proxy.tls.peers import Refusal, Refused
 
-from .admission import Admission, Slot
+from .admission import Admission, Slot, peer_name
 from .cert_reload import no_tls
 from .delay import DelayDriver
 from .upstream_client import CLIENT_ID
@@ -134,14 +134,16 @@ class ClientEdge(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio subclasses
         peer = transport.get_extra_info("peername")
-        self.core.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.core.peer = peer_name(peer)
         if self.slot is None and self.w.admission is not None:
-            transport.pause_reading()  # type: ignore[attr-defined]  # refused or not, nothing is read yet
+            # admit() is synchronous: nothing can be read before it answers, so only a refused
+            # connection is paused (held unread for its throttle, or already closing).
             self.slot = self.w.admission.admit(self.core.listener, peer, transport.close)
             if self.slot is None:
                 self._refused = True   # counted, logged and closed (or held for its throttle) by admission
+                if not transport.is_closing():
+                    transport.pause_reading()  # type: ignore[attr-defined]
                 return
-            transport.resume_reading()  # type: ignore[attr-defined]
         user = None
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and self.w.identify is not None:

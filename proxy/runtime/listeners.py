@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from kqp.config.model import HostPort
 from kqp.proxy.tls.peers import Refusal, handshake_refusal
 
-from .admission import Admission, Slot
+from .admission import Admission, Slot, peer_name
 
 log = logging.getLogger("kqp.listeners")
 
@@ -116,8 +116,8 @@ class ListenerSet:
         for _ in range(BACKLOG):
             try:
                 conn, address = sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return   # ConnectionAbortedError: a client reset before accept, harmless (as asyncio's servers)
             except OSError as exc:
                 # Out of file descriptors (EMFILE) and the like: stop watching the socket for a
                 # moment so closes can catch up, as asyncio's own servers do; the backlog waits.
@@ -132,7 +132,7 @@ class ListenerSet:
                 slot = tls.admission.admit(name, address, conn.close)
                 if slot is None:
                     continue
-            task = self._loop.create_task(self._handshake(conn, _peer(address), name, node_id, tls, slot))
+            task = self._loop.create_task(self._handshake(conn, peer_name(address), name, node_id, tls, slot))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
@@ -181,7 +181,3 @@ class ListenerSet:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
-
-
-def _peer(address: object) -> str:
-    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)

@@ -141,4 +141,7 @@ class QuotaStore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), POLL_SECONDS)
             if file_stamp(self.path) != self._stamp:
-                self.refresh()
+                try:
+                    self.refresh()
+                except Exception:   # as ConfigReloader._reload_guarded: a dead task would stop every later change
+                    log.exception("admin state file %s: applying its change failed unexpectedly", self.path)

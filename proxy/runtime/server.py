@@ -96,9 +96,9 @@ class ProxyServer:
         self.loop = loop
         workers, parent = (self.seat.workers, self.seat.exchange_path) if self.seat else (1, None)
         self.fleet = open_fleet(cfg.fleet, cfg.quotas, workers, parent, loop.time, time.time)
-        self.quotas = QuotaManager(cfg.quotas, loop.time(), self.fleet.ledger if self.fleet else None)
-        if self.store is not None:
-            self.store.rebase(cfg.quotas)   # the state file's changes, in force from the first request
+        # The state file's changes over the config file's quotas, in force from the first request.
+        self.quotas = QuotaManager(self.store.effective if self.store else cfg.quotas, loop.time(),
+                                   self.fleet.ledger if self.fleet else None)
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)

@@ -31,6 +31,7 @@ from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config
 from kqp.config.model import SASL_MECHANISMS, HostPort, UpstreamSasl
 from kqp.protocol.apis import ApiKey
+from kqp.protocol.errors import ProtocolError
 from kqp.proxy.runtime.quota_store import read_state
 from kqp.proxy.runtime.upstream_client import UpstreamClient
 from kqp.quotas.admin_layer import sources
@@ -189,12 +190,14 @@ def _table(rows: list[Row]) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         rows, refusals = (_describe if args.action == "describe" else _alter)(args)
+    except (OSError, EOFError, ProtocolError) as exc:
+        # Before ValueError: a body that does not parse (BodyError) is the server's fault, not the input's.
+        # EOFError covers asyncio.IncompleteReadError (the server hung up mid-answer); OSError covers timeouts.
+        print(f"kqp quotas: {getattr(args, 'bootstrap', None)}: {exc or type(exc).__name__}", file=sys.stderr)
+        return EXIT_REFUSED
     except (ConfigError, ValueError) as exc:
         print(f"kqp quotas: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (OSError, ConnectionError, TimeoutError) as exc:
-        print(f"kqp quotas: {getattr(args, 'bootstrap', None)}: {exc or type(exc).__name__}", file=sys.stderr)
-        return EXIT_REFUSED
     print(json.dumps(rows, indent=2) if args.json else _table(rows))
     for line in refusals:
         print(line, file=sys.stderr)

@@ -12,6 +12,8 @@ and kept across a restart.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import yaml
 from helpers.kqp_process import run_kqp_cli
 from helpers.names import unique_topic
 from helpers.raw_client import RawConnection, Tally
+from helpers.upstream_double import UpstreamDouble, read_frame
 from kafka.protocol.admin import AlterClientQuotasRequest as Alter
 from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
 
@@ -174,4 +177,29 @@ def test_a_corrupt_state_file_stops_kqp_at_start_and_check_config_says_so(tmp_pa
 def test_kqp_quotas_refuses_wrong_input_with_one_line(args: tuple[str, ...], code: int, message: str) -> None:
     done = run_kqp_cli("quotas", *args)
     assert done.returncode == code and done.stderr.startswith(message), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+class _BrokenServer(UpstreamDouble):
+    """Reads the first request, then closes (`answer` None) or sends `answer` and closes."""
+
+    def __init__(self, answer: bytes | None) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def serve(self, sock: socket.socket, connection: int) -> None:
+        if read_frame(sock) is not None and self.answer is not None:
+            sock.sendall(self.answer)
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    (None, "0 bytes read on a total of 4 expected bytes"),
+    (struct.pack(">ii", 4, 999_999), "answered correlation id 999999"),
+], ids=["closes-after-reading", "wrong-correlation-id"])
+def test_kqp_quotas_says_in_one_line_when_the_server_hangs_up_or_answers_garbage(
+        answer: bytes | None, message: str) -> None:
+    with _BrokenServer(answer) as server:
+        done = run_kqp_cli("quotas", "describe", "--bootstrap", server.bootstrap)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"kqp quotas: {server.bootstrap}: ") and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

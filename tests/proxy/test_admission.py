@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kqp.proxy.runtime.admission import MAX_HELD, Admission, peer_ip
+from kqp.proxy.runtime.admission import MAX_HELD, Admission, peer_ip, peer_name
 from kqp.proxy.tls.peers import Refusal
 from kqp.quotas.connection_limits import ConnectionLimits, LimitSettings
 
@@ -52,3 +52,10 @@ def test_limits_are_kept_per_ip_whatever_the_address_family() -> None:
     assert peer_ip(("10.0.0.1", 5000)) == "10.0.0.1"
     assert peer_ip(("fe80::1%eth0", 5000, 0, 2)) == "fe80::1"
     assert peer_ip("/run/kqp.sock") == "/run/kqp.sock"
+
+
+def test_a_peer_is_shown_as_host_and_port_whatever_the_address_family() -> None:
+    # The one formatter the edge, the TLS listeners and admission share.
+    assert peer_name(("10.0.0.1", 5000)) == "10.0.0.1:5000"
+    assert peer_name(("fe80::1%eth0", 5000, 0, 2)) == "fe80::1%eth0:5000"
+    assert peer_name("/run/kqp.sock") == "/run/kqp.sock"

@@ -1,11 +1,12 @@
 """The admin state file: written atomically, read back at a restart, shared by processes, never dropped.
 
 Real files in a temporary directory and a real quota manager; no event loop (the watch is the
-same `refresh` these tests call).
+same `refresh` these tests call), but for the one test of the watch task itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -123,3 +124,33 @@ def test_an_admin_change_keeps_what_was_measured_as_a_reload_does(tmp_path: Path
     [state] = [s for s in manager.snapshot(0.5) if s.quota_type == "producer_byte_rate"]
     # Kafka's Rate at t=0.5: 5000 bytes over (11 - 1) whole windows of 1 s plus the current 0.5 s.
     assert (state.limit, state.rate) == (500.0, pytest.approx(5000 / 10.5))
+
+
+async def test_the_watch_outlives_a_change_it_failed_to_apply(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    # The quota manager raises on the first change seen on disk: the watch logs it and keeps
+    # following the file (a task that died here would silently stop every later change).
+    path = tmp_path / "state.yaml"
+    manager = QuotaManager(BASE, 0.0)
+    applied, fail = asyncio.Event(), [True]
+
+    def apply(settings: QuotaSettings) -> list[str]:
+        applied.set()
+        if fail and fail.pop():
+            raise RuntimeError("boom")
+        return manager.update_settings(settings, 0.0)
+
+    store, stop = QuotaStore(str(path), BASE, apply), asyncio.Event()
+    watch = asyncio.create_task(store.watch(stop))
+    try:
+        with caplog.at_level(logging.ERROR, logger="kqp.admin"):
+            path.write_text("entities:\n- {user: bob, request_rate: 3.0}\n")
+            await asyncio.wait_for(applied.wait(), 10)
+            applied.clear()
+            path.write_text("entities:\n- {user: bob, request_rate: 40.0}\n")
+            await asyncio.wait_for(applied.wait(), 10)
+        assert manager.settings.entities[BOB]["request_rate"] == 40.0
+        assert "RuntimeError: boom" in caplog.text
+    finally:
+        stop.set()
+        await asyncio.wait_for(watch, 10)
