@@ -122,13 +122,13 @@ def wait_line(proxy: Any, text: str, after: int, timeout: float = 3.0) -> float:
 
 @pytest.fixture
 def running(mock_cluster: str, kqp):
-    """kqp with quota A for CLIENT, and the producer running against it for 3 s already."""
+    """kqp with quota A for CLIENT, and the producer running against it for 4.2 s already."""
     proxy = kqp(mock_cluster, quotas(producer_record_rate=QUOTA_A))
     topic = unique_topic("reload")
     ensure_topic(proxy.bootstrap, topic, 1, upstream_kind=mock_cluster.kind)
     producer = FlatOutProducer(proxy.bootstrap, topic)
     producer.start()
-    time.sleep(3.0)
+    time.sleep(4.2)
     try:
         yield proxy, producer
     finally:
@@ -138,7 +138,9 @@ def running(mock_cluster: str, kqp):
 def test_file_change_holds_the_producer_to_the_new_quota(running) -> None:
     proxy, producer = running
     now = time.monotonic()
-    before = producer.rate(now - 1.8, now)
+    # Five 0.6 s spans, from 1.2 s: past the first burst and its echo. Delivery callbacks come in
+    # bunches (the producer polls every 500 messages); over 1.8 s that jitter alone neared 15%.
+    before = producer.rate(now - 3.0, now)
     assert abs(before - QUOTA_A) <= 0.15 * QUOTA_A, f"{before:.0f} records/s at quota A={QUOTA_A}"
     ports = kqp_ports(proxy)
     connections = my_connections(ports)
