@@ -11,8 +11,8 @@ goes is `requests.py`, what a response becomes before delivery is `responses.py`
 
 * Frames go through as the slices they arrived in; only headers are always decoded. Responses come
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
-  `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it. At
-  `max_in_flight` of them the client is read no more until one is answered (`mute.fit_in_flight`).
+  `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it. At `max_in_flight`
+  of them the client is read no more until one is answered (as Kafka mutes a channel, never a close).
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
   version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
   pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
@@ -45,7 +45,7 @@ from .authentication import Authentication
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
 from .in_flight import InFlight, unawaited
 from .metering import joined
-from .mute import MuteState, fit_in_flight
+from .mute import MuteState
 from .parts import CoreParts
 from .requests import SASL_APIS, plan_request
 from .responses import net_of_elapsed, settle_response, throttled_parts
@@ -57,6 +57,7 @@ log = logging.getLogger("kqp.connection")
 # How much of a split frame is read contiguously: a request's header, transactional id (at most
 # 32 KiB) and acks; a response's header (with tagged fields nobody sends today). Principals cached.
 SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES, MAX_CLIENT_IDS = 40 * 1024, 4096, 256
+NO_CAP = float("inf")   # limits.max_in_flight_per_connection null: requests in flight are not capped
 
 
 class Connection:
@@ -181,9 +182,10 @@ class Connection:
         if self.mutes.mute(reason):
             self._out.append(ev.Mute(reason))
 
-    def _unmute(self, reason: MuteReason) -> None:
-        if self.mutes.unmute(reason):
+    def _unmute(self, reason: MuteReason) -> bool:   # True: the reason was there and is lifted
+        if lifted := self.mutes.unmute(reason):
             self._out.append(ev.Unmute(reason))
+        return lifted
 
     def _blocked(self) -> bool:
         return not self._upstream_up or self.mutes.blocks_requests
@@ -298,12 +300,8 @@ class Connection:
         self.in_flight.append(entry)
         if entry.local_response is not None:
             self._flush_local(now)
-        self._fit_in_flight()
-
-    def _fit_in_flight(self) -> bool:   # the in-flight cap and one at a time; True: a mute was lifted
-        changes = [] if self.closed else fit_in_flight(self.mutes, len(self.in_flight), self.parts.settings)
-        self._out += changes
-        return any(type(change) is ev.Unmute for change in changes)
+        if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and not self.closed:   # the cap
+            self._mute(MuteReason.IN_FLIGHT)
 
     def _hold(self, parts: Parts) -> None:
         """Look topics up before planning this request again, reading nothing more meanwhile: the
@@ -352,8 +350,10 @@ class Connection:
         entry.handler_seconds += p.perf() - t0
         self._deliver(entry, frame, body_offset, violations, now)
         self._flush_local(now)
-        if self._fit_in_flight():
-            self._pump(now)   # one request at a time, or back under the in-flight cap: read on
+        cap = p.settings.max_in_flight or NO_CAP
+        lifted = not self.closed and len(self.in_flight) < cap and self._unmute(MuteReason.IN_FLIGHT)
+        if not self.closed and ((not self.in_flight and self._unmute(MuteReason.RESPONSE_PENDING)) or lifted):
+            self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
     def _throttle_ms(self, principal: Principal, violations: list[Violation]) -> int:
         """KIP-124 co-existence: one throttle, the largest of the request's quota throttles, in the

@@ -8,8 +8,7 @@ the asyncio edge asks `muted(side)` after each event and pauses or resumes the t
 
 from __future__ import annotations
 
-from .events import Mute, MuteReason, Side, Unmute
-from .parts import CoreSettings
+from .events import MuteReason, Side
 
 # Reasons that also stop the core forwarding requests it has already read (backpressure only
 # stops reading more: what was read before may still go out).
@@ -53,15 +52,3 @@ class MuteState:
     def reasons(self) -> frozenset[MuteReason]:
         return frozenset(self._reasons)
 
-
-def fit_in_flight(mutes: MuteState, count: int, settings: CoreSettings) -> list[Mute | Unmute]:
-    """The mute changes for `count` requests awaiting responses: IN_FLIGHT at `limit`
-    (`limits.max_in_flight_per_connection`: kqp stops reading, as Kafka mutes a channel, rather than
-    close a client that pipelines), lifted below it; RESPONSE_PENDING lifted once none is left."""
-    limit = settings.max_in_flight
-    if limit is not None and count >= limit:
-        return [Mute(MuteReason.IN_FLIGHT)] if mutes.mute(MuteReason.IN_FLIGHT) else []
-    changes: list[Mute | Unmute] = [Unmute(MuteReason.IN_FLIGHT)] if mutes.unmute(MuteReason.IN_FLIGHT) else []
-    if not count and mutes.unmute(MuteReason.RESPONSE_PENDING):
-        changes.append(Unmute(MuteReason.RESPONSE_PENDING))
-    return changes

@@ -56,11 +56,6 @@ def plan_request(parts: CoreParts, hdr: RequestHeader, head: memoryview, frame: 
         entry.local_response = encode_api_versions_response(version, hdr.correlation_id, ranges)
         entry.exempt = not authenticated
         return RequestPlan(None, entry)
-    if api in ADMIN_APIS and parts.admin is not None:
-        # kqp manages quotas (admin.manage_quotas): its own answer, charged like any request.
-        entry.local_response = parts.admin.answer(principal, api, version, hdr.correlation_id,
-                                                  joined(frame)[hdr.body_offset:])
-        return RequestPlan(None, entry)
     if api == PRODUCE:
         violations = metering.charge_produce(principal, size, frame, hdr.body_offset, version, now)
         if produce_acks(version, head[hdr.body_offset:]) == 0:
@@ -68,6 +63,11 @@ def plan_request(parts: CoreParts, hdr: RequestHeader, head: memoryview, frame: 
         return RequestPlan(frame, entry, violations)
     if api == FETCH:
         return RequestPlan((metering.capped_fetch(principal, joined(frame), hdr.body_offset, version),), entry)
+    if parts.admin is not None and api in ADMIN_APIS:
+        # kqp manages quotas (admin.manage_quotas): its own answer, charged like any request.
+        entry.local_response = parts.admin.answer(principal, api, version, hdr.correlation_id,
+                                                  joined(frame)[hdr.body_offset:])
+        return RequestPlan(None, entry)
     if api in GATED_APIS:
         plan = parts.gate.plan(principal, hdr, joined(frame), now, looked_up)
         if plan.needs_lookup:

@@ -4,7 +4,8 @@ Each limit is answered as README "Limits" documents it: a connection over `max_c
 `max_connections_per_ip` is closed at once and never served; one over
 `connection_creation_rate_per_ip` is held unread for its throttle, then closed; each refusal is
 counted in `kqp_connections_closed_total{reason}` and logged at most once a second per cause; and
-the producer keeps delivering. `max_in_flight_per_connection` pauses reading, it closes nothing.
+the producer keeps delivering. `max_in_flight_per_connection` pauses reading, it closes nothing, and
+the upstream (behind the wire tap there) never holds more than the cap unanswered.
 
 The producer connects from 127.0.0.1; the misbehaving sockets are bound to other loopback addresses
 (127.0.0.2, ...: Linux routes all of 127/8 to lo) so per-IP limits see them as other clients.
@@ -23,10 +24,13 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.fault_tap import FaultTap
 from helpers.net import read_until_eof, split_host_port
 from helpers.observability import metrics_url, sample, scrape
+from helpers.quota_frames import read_responses
 from helpers.steady_producer import SteadyProducer
 from helpers.tls import ENG_RULES, TlsFiles
+from helpers.wire_tap import WireTap
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
@@ -34,6 +38,7 @@ from kqp.protocol.messages import encode_request
 pytestmark = pytest.mark.e2e
 
 CLOSE_WITHIN = 5.0
+IN_FLIGHT_CAP = 3
 API_VERSIONS = struct.pack(">i", 12) + struct.pack(">hhih", ApiKey.ApiVersions, 0, 7, 2) + b"ab"
 
 
@@ -171,25 +176,35 @@ def test_creation_rate_holds_the_connection_for_its_throttle_then_closes_it(tans
             assert served(other)
 
 
-def test_max_in_flight_pauses_reading_and_answers_every_request(tansu: Any, kqp: Any) -> None:
-    proxy, url = start(kqp, tansu, max_in_flight_per_connection=1)
+def most_unanswered(tap: WireTap, client_id: str) -> int:
+    """The most requests from `client_id` the upstream had received and not yet answered, at any moment.
+
+    A response is logged by the tap before it goes on towards kqp, so kqp's next request can only
+    follow it: on equal timestamps the response is counted first."""
+    requests = tap.requests(client_id=client_id)
+    connections = {r.connection for r in requests}   # kqp gives each client connection its own upstream one
+    events = sorted([(r.at, 1, 1) for r in requests]
+                    + [(r.at, 0, -1) for r in tap.responses() if r.connection in connections])
+    most = unanswered = 0
+    for _, _, step in events:
+        unanswered += step
+        most = max(most, unanswered)
+    return most
+
+
+def test_max_in_flight_pauses_reading_and_answers_every_request(fault_tap: FaultTap, tansu: Any, kqp: Any) -> None:
+    # The upstream through the tap, which logs when each request reached Tansu and each answer left it.
+    proxy, url = start(kqp, ",".join(fault_tap.hops.values()), max_in_flight_per_connection=IN_FLIGHT_CAP)
     with SteadyProducer(proxy.bootstrap, tansu.kind) as producer:
         with connect_from("127.0.0.2", proxy.bootstrap) as sock:
-            # 20 Metadata requests in one write: kqp forwards one at a time and answers all, in order.
+            # 20 Metadata requests in one write: kqp forwards at most the cap at a time, answers all, in order.
             sock.sendall(b"".join(encode_request(ApiKey.Metadata, 1, cid, "pipeliner", topics=[])
                                   for cid in range(1, 21)))
-            answered = []
-            buffer = b""
-            while len(answered) < 20:
-                chunk = sock.recv(65536)
-                assert chunk, f"kqp closed the connection after {len(answered)} answers"
-                buffer += chunk
-                while len(buffer) >= 8 and len(buffer) >= 4 + struct.unpack_from(">i", buffer)[0]:
-                    size, cid = struct.unpack_from(">ii", buffer)
-                    answered.append(cid)
-                    buffer = buffer[4 + size:]
+            answered = [struct.unpack_from(">i", frame)[0] for _, frame in read_responses(sock, 20, CLOSE_WITHIN)]
             assert answered == list(range(1, 21))
         producer.progressed()
+    assert len(fault_tap.requests(client_id="pipeliner")) == 20
+    assert most_unanswered(fault_tap, "pipeliner") <= IN_FLIGHT_CAP
     assert closed_total(url, "protocol_error") == 0
 
 
