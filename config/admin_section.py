@@ -115,6 +115,6 @@ def state_document(layer: AdminLayer) -> dict[str, object]:
     entries: list[dict[str, object]] = []
     for spec in sorted(layer, key=lambda s: s.path):
         entry: dict[str, object] = {key: getattr(spec, key) for key in _ENTITY_KEYS if getattr(spec, key) is not None}
-        entry.update(sorted(layer[spec].items()))
+        entry.update((str(key), value) for key, value in sorted(layer[spec].items()))
         entries.append(entry)
     return {"entities": entries}

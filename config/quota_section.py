@@ -22,7 +22,7 @@ from kqp.config.errors import ConfigError, shown
 from kqp.config.fleet_section import FLEET_FIELDS, fleet_config, fleet_document
 from kqp.config.model import FleetConfig
 from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
-from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings
+from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings, QuotaType
 
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 _algorithm = choice(*ALGORITHMS)
@@ -32,7 +32,7 @@ _algorithm = choice(*ALGORITHMS)
 # a legitimate "block this entity" setting, as in Kafka.
 _QUOTA_CHECKS = {
     quota_type: number(above=0, note="percent of one thread; may exceed 100")
-    if quota_type == "request_percentage"
+    if quota_type is QuotaType.REQUEST_PERCENTAGE
     else number(minimum=0)
     for quota_type in QUOTA_TYPES
 }
@@ -145,7 +145,7 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
         }
         if entity in settings.algorithms:
             entry["algorithm"] = settings.algorithms[entity]
-        entry.update(values)
+        entry.update((str(key), value) for key, value in values.items())   # plain text keys for yaml
         entries.append(entry)
     document: dict[str, object] = {
         "window_size_seconds": settings.window_size_seconds,

@@ -41,7 +41,7 @@ def child(path: str, key: object) -> str:
 
 def did_you_mean(name: object, known: Iterable[str]) -> str:
     """A hint for a misspelt ``name``: the closest known name, else the list of known names."""
-    known = list(known)
+    known = [str(k) for k in known]
     close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]!r}?"

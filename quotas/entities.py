@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kqp.quotas.model import DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings
+from kqp.quotas.model import DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
 
 # Client ids are chosen by clients, so the cache is bounded: past this many principals it starts
 # over, which costs one re-resolution per active principal and nothing else.
@@ -145,7 +145,7 @@ def resolutions(settings: QuotaSettings, principal: Principal) -> dict[str, Reso
     return found
 
 
-def resolve(settings: QuotaSettings, quota_type: str, principal: Principal) -> tuple[QuotaKey, float] | None:
+def resolve(settings: QuotaSettings, quota_type: QuotaType, principal: Principal) -> tuple[QuotaKey, float] | None:
     """The sensor key and limit of `quota_type` for `principal`, or None when no entity sets it."""
     found = resolutions(settings, principal).get(quota_type)
     return None if found is None else (found.key, found.limit)
@@ -164,7 +164,7 @@ def sharing(entity: EntitySpec) -> str:
     return "client"
 
 
-def resolve_key(settings: QuotaSettings, quota_type: str, key: QuotaKey) -> Resolution | None:
+def resolve_key(settings: QuotaSettings, quota_type: QuotaType, key: QuotaKey) -> Resolution | None:
     """What a sensor keyed `key` resolves to under `settings`, or None if nothing charges it any more.
 
     Used when settings change, to decide which sensors survive and with which limit. Kafka re-reads

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from kqp.quotas.model import QuotaKey
+from kqp.quotas.model import QuotaKey, QuotaType
 
 __all__ = ["FleetLedger", "SensorTotals", "SensorUsage", "SharedUsage", "SyncReply", "SyncRequest", "sensor_name"]
 
@@ -95,7 +95,7 @@ class SyncReply:
     sensors: tuple[SensorTotals, ...]           # per request sensor, in request order
 
 
-def sensor_name(quota_type: str, key: QuotaKey) -> str:
+def sensor_name(quota_type: QuotaType, key: QuotaKey) -> str:
     """A sensor's name in the store: unambiguous for any user or client id (they are percent-quoted).
 
     A prefix group's is ``type:user:prefix=<quoted prefix>``: quoting turns a client id's own "="

@@ -25,29 +25,30 @@ from dataclasses import dataclass
 
 from kqp.quotas.entities import Resolution, resolutions, resolve_key
 from kqp.quotas.fleet import FleetLedger, sensor_name
-from kqp.quotas.model import QUOTA_TYPES, TOKEN_BUCKET, EntitySpec, Principal, QuotaKey, QuotaSettings
+from kqp.quotas.model import QUOTA_TYPES, TOKEN_BUCKET, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
 from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
 
 __all__ = ["QuotaManager", "SensorState", "Violation", "combine"]
 
-MUTATION = "controller_mutation_rate"
+MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 # (quota type, index of the value it measures in the record_* call's (bytes, records, batches)).
-_PRODUCE = (("producer_byte_rate", 0), ("producer_record_rate", 1), ("producer_batch_rate", 2))
-_FETCH = (("consumer_byte_rate", 0), ("consumer_record_rate", 1), ("consumer_batch_rate", 2))
-_PRODUCE_COUNTS = frozenset({"producer_record_rate", "producer_batch_rate"})
-_FETCH_COUNTS = frozenset({"consumer_record_rate", "consumer_batch_rate"})
+_PRODUCE = ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2))
+_FETCH = ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2))
+_PRODUCE_COUNTS = frozenset({QuotaType.PRODUCER_RECORD_RATE, QuotaType.PRODUCER_BATCH_RATE})
+_FETCH_COUNTS = frozenset({QuotaType.CONSUMER_RECORD_RATE, QuotaType.CONSUMER_BATCH_RATE})
 # Quotas whose throttle is known only once a request's response is back: the request quotas (handler
 # time) and the consumer rates (the response's size).
-_ON_RESPONSE = frozenset({"request_rate", "request_percentage", "consumer_byte_rate", "consumer_record_rate",
-                          "consumer_batch_rate"})
+_REQUEST = (QuotaType.REQUEST_RATE, QuotaType.REQUEST_PERCENTAGE)
+_ON_RESPONSE = frozenset({*_REQUEST, QuotaType.CONSUMER_BYTE_RATE, QuotaType.CONSUMER_RECORD_RATE,
+                          QuotaType.CONSUMER_BATCH_RATE})
 
 
 @dataclass(frozen=True, slots=True)
 class SensorState:
     """One sensor as metrics and `kqp top` see it."""
 
-    quota_type: str
+    quota_type: QuotaType
     key: QuotaKey
     entity: EntitySpec | None  # the configured entity whose quota applies
     rate: float  # units per second over the sampled window (mutations/s for the token bucket)
@@ -63,7 +64,7 @@ class QuotaManager:
     def __init__(self, settings: QuotaSettings, now: float, fleet: FleetLedger | None = None) -> None:
         # `now` is accepted for symmetry with every other call; sensors are created lazily, each
         # with the time of its first use, so nothing needs the start time yet.
-        self._sensors: dict[str, dict[QuotaKey, QuotaSensor]] = {t: {} for t in QUOTA_TYPES}
+        self._sensors: dict[QuotaType, dict[QuotaKey, QuotaSensor]] = {t: {} for t in QUOTA_TYPES}
         self.fleet = fleet
         if fleet is not None:
             fleet.configure(settings.window_size_seconds, settings.window_count)
@@ -74,7 +75,7 @@ class QuotaManager:
         on = settings.quota_types
         self._produce = tuple(p for p in _PRODUCE if p[0] in on)
         self._fetch = tuple(f for f in _FETCH if f[0] in on)
-        self._request = tuple(t for t in ("request_rate", "request_percentage") if t in on)
+        self._request = tuple(t for t in _REQUEST if t in on)
         self._mutation = MUTATION in on
         self._produce_counts = bool(_PRODUCE_COUNTS & on)
         self._fetch_counts = bool(_FETCH_COUNTS & on)
@@ -133,7 +134,7 @@ class QuotaManager:
         return lines
 
     # -- recording -----------------------------------------------------------------------------
-    def _sensor(self, quota_type: str, found: Resolution, now: float) -> QuotaSensor:
+    def _sensor(self, quota_type: QuotaType, found: Resolution, now: float) -> QuotaSensor:
         sensors = self._sensors[quota_type]
         sensor = sensors.get(found.key)
         if sensor is None:
@@ -206,7 +207,7 @@ class QuotaManager:
             res = found.get(quota_type)
             if res is None:
                 continue
-            value = 1.0 if quota_type == "request_rate" else handler_seconds * 100.0
+            value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
             t = self._sensor(quota_type, res, now).charge(value, now)
             if t > 0:
                 out.append(Violation(quota_type, t, res.key))
@@ -299,13 +300,13 @@ class QuotaManager:
         """
         if not self._fetch:
             return None
-        res = resolutions(self._settings, p).get("consumer_byte_rate")
+        res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
         if res is None:
             return None
         s = self._settings
         return int(res.limit * (s.window_count - 1) * s.window_size_seconds)
 
-    def limits(self, p: Principal) -> dict[str, tuple[QuotaKey, float]]:
+    def limits(self, p: Principal) -> dict[QuotaType, tuple[QuotaKey, float]]:
         """The quota in force for `p`, per configured quota type, with the key it is charged to."""
         return {t: (r.key, r.limit) for t, r in resolutions(self._settings, p).items()}
 
@@ -339,12 +340,12 @@ class QuotaManager:
             dropped += len(stale)
         return dropped
 
-    def _forget(self, quota_type: str, key: QuotaKey) -> None:
+    def _forget(self, quota_type: QuotaType, key: QuotaKey) -> None:
         if self.fleet is not None:
             self.fleet.forget(sensor_name(quota_type, key))
 
 
-def _bucket(settings: QuotaSettings, quota_type: str, found: Resolution) -> bool:
+def _bucket(settings: QuotaSettings, quota_type: QuotaType, found: Resolution) -> bool:
     """Whether the sensor measures with a token bucket: always for KIP-599's mutations, else as
     the entity's (or the section's) `algorithm` says."""
     return quota_type == MUTATION or settings.algorithm_for(found.entity) == TOKEN_BUCKET

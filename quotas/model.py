@@ -15,6 +15,7 @@ as one group; entities.py says where it sits in Kafka's precedence.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,17 +25,23 @@ from typing import Any
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal name for an unauthenticated connection
 DEFAULT = "<default>"  # Kafka's placeholder entity name (ZooKeeperInternals.DEFAULT_STRING)
 
-QUOTA_TYPES: tuple[str, ...] = (
-    "producer_byte_rate",  # KIP-13
-    "consumer_byte_rate",  # KIP-13
-    "request_percentage",  # KIP-124 (accepted): percent of one thread
-    "request_rate",  # KIP-124 (draft): requests per second
-    "controller_mutation_rate",  # KIP-599: partition mutations per second, token bucket
-    "producer_record_rate",  # KIP-731 vocabulary, enforced at the proxy
-    "producer_batch_rate",
-    "consumer_record_rate",
-    "consumer_batch_rate",
-)
+class QuotaType(enum.StrEnum):
+    """What a quota measures, under the names Kafka's configs use. A `StrEnum`, so a member equals
+    (and hashes as) its YAML key and metric label: settings parsed from text and code naming a type
+    meet in the same dicts."""
+
+    PRODUCER_BYTE_RATE = "producer_byte_rate"              # KIP-13
+    CONSUMER_BYTE_RATE = "consumer_byte_rate"              # KIP-13
+    REQUEST_PERCENTAGE = "request_percentage"              # KIP-124 (accepted): percent of one thread
+    REQUEST_RATE = "request_rate"                          # KIP-124 (draft): requests per second
+    CONTROLLER_MUTATION_RATE = "controller_mutation_rate"  # KIP-599: partition mutations per second
+    PRODUCER_RECORD_RATE = "producer_record_rate"          # KIP-731 vocabulary, enforced at the proxy
+    PRODUCER_BATCH_RATE = "producer_batch_rate"
+    CONSUMER_RECORD_RATE = "consumer_record_rate"
+    CONSUMER_BATCH_RATE = "consumer_batch_rate"
+
+
+QUOTA_TYPES: tuple[QuotaType, ...] = tuple(QuotaType)
 
 # How a quota measures use (README "Quota algorithms"): Kafka's sampled rate, or KIP-599's token bucket.
 SAMPLED = "sampled"
@@ -109,7 +116,7 @@ def _freeze(entities: Mapping[EntitySpec, Mapping[str, float]]) -> Mapping[Entit
     for spec, values in entities.items():
         if not isinstance(spec, EntitySpec):
             raise TypeError(f"entity keys must be EntitySpec, got {spec!r}")
-        checked: dict[str, float] = {}
+        checked: dict[QuotaType, float] = {}
         for quota_type, value in values.items():
             if quota_type not in QUOTA_TYPES:
                 raise ValueError(f"{spec.path}: unknown quota type {quota_type!r}")
@@ -118,7 +125,7 @@ def _freeze(entities: Mapping[EntitySpec, Mapping[str, float]]) -> Mapping[Entit
             # (see sensor.py for what a zero quota does).
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{spec.path}: {quota_type} must be a finite number >= 0, got {value}")
-            checked[quota_type] = value
+            checked[QuotaType(quota_type)] = value
         frozen[spec] = MappingProxyType(checked)
     return MappingProxyType(frozen)
 

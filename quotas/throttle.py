@@ -25,17 +25,17 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kqp.quotas.model import QUOTA_TYPES, QuotaKey
+from kqp.quotas.model import QUOTA_TYPES, QuotaKey, QuotaType
 
 # `throttle_time_ms` is an INT32 in every response schema.
 INT32_MAX = 2**31 - 1
 
 # Quota types whose throttle is capped at one window (ClientRequestQuotaManager.maxThrottleTimeMs).
-CAPPED_TYPES = frozenset({"request_percentage", "request_rate"})
+CAPPED_TYPES = frozenset({QuotaType.REQUEST_PERCENTAGE, QuotaType.REQUEST_RATE})
 
 # Tie-break for `combine`: KafkaApis names the request quota when the throttles are equal (its
 # `bandwidth > request` test sends ties to the request quota), so request types rank first.
-_TIE_ORDER = ("request_percentage", "request_rate", *(t for t in QUOTA_TYPES if t not in CAPPED_TYPES))
+_TIE_ORDER = (QuotaType.REQUEST_PERCENTAGE, QuotaType.REQUEST_RATE, *(t for t in QUOTA_TYPES if t not in CAPPED_TYPES))
 _RANK = {t: i for i, t in enumerate(_TIE_ORDER)}
 
 
@@ -43,7 +43,7 @@ _RANK = {t: i for i, t in enumerate(_TIE_ORDER)}
 class Violation:
     """One quota exceeded by one recording: its type, the throttle it asks for, and the sensor."""
 
-    quota_type: str
+    quota_type: QuotaType
     throttle_seconds: float
     key: QuotaKey
 
@@ -66,14 +66,14 @@ def capped(throttle: float, cap: float) -> float:
     return cap if throttle > cap else throttle
 
 
-def combine(violations: Iterable[Violation]) -> tuple[float, str | None]:
+def combine(violations: Iterable[Violation]) -> tuple[float, QuotaType | None]:
     """The throttle one request gets from all its violations, and the quota type that caused it.
 
     The largest throttle wins; ties go to the request quotas as in KafkaApis. No violations (or
     only zero throttles) give ``(0.0, None)``.
     """
     best_time = 0.0
-    best_type: str | None = None
+    best_type: QuotaType | None = None
     for violation in violations:
         t = violation.throttle_seconds
         if t <= 0:

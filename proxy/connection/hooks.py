@@ -7,7 +7,7 @@ without touching it. The base class does nothing.
 
 from __future__ import annotations
 
-from kqp.quotas.model import Principal
+from kqp.quotas.model import Principal, QuotaType
 
 
 class ProxyObserver:
@@ -32,12 +32,12 @@ class ProxyObserver:
 
     def handler_time(self, principal: Principal, seconds: float) -> None: ...
 
-    def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None: ...
+    def throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None: ...
 
-    def mute_started(self, principal: Principal, quota_type: str) -> None:
+    def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         """A connection was muted by a throttle that `principal`'s `quota_type` caused."""
 
-    def mute_ended(self, principal: Principal, quota_type: str) -> None:
+    def mute_ended(self, principal: Principal, quota_type: QuotaType) -> None:
         """That mute ended (the throttle passed, or the connection closed)."""
 
     def upstream_anomaly(self, kind: str) -> None:

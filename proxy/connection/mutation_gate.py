@@ -61,7 +61,7 @@ from kqp.protocol.mutations import (
 )
 from kqp.protocol.records import BodyError
 from kqp.quotas.manager import QuotaManager, Violation
-from kqp.quotas.model import Principal
+from kqp.quotas.model import Principal, QuotaType
 from kqp.quotas.throttle import throttle_ms
 
 from .broker_checks import Verdict, verdict
@@ -74,7 +74,7 @@ __all__ = ["GATED_APIS", "MutationGate", "MutationPlan"]
 log = logging.getLogger("kqp.mutations")
 
 GATED_APIS = frozenset({ApiKey.Metadata, ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions})
-MUTATION = "controller_mutation_rate"
+MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 # Kafka's `num.partitions` default: what a CreateTopics topic asking for the controller's default
 # is charged until a CreateTopics answer (v5+) has said what that default is.
 DEFAULT_NUM_PARTITIONS = 1

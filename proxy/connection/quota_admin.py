@@ -45,7 +45,7 @@ from kqp.protocol.client_quotas import (
     encode_describe_response,
 )
 from kqp.quotas.admin_layer import Change
-from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, Principal, QuotaSettings
+from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, Principal, QuotaSettings, QuotaType
 
 __all__ = ["ADMIN_APIS", "CommitFailed", "QuotaAdmin"]
 
@@ -57,7 +57,7 @@ USER, CLIENT_ID, CLIENT_ID_PREFIX, IP = "user", "client-id", "client-id-prefix",
 # is kqp's own (a group of client ids sharing one quota), exclusive with client-id.
 ENTITY_FIELDS: Mapping[str, str] = {USER: "user", CLIENT_ID: "client_id", CLIENT_ID_PREFIX: "client_id_prefix"}
 # Kafka's LONG quota configs: a fractional value is refused.
-INTEGRAL = frozenset({"producer_byte_rate", "consumer_byte_rate"})
+INTEGRAL = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE})
 _RANGES = kqp_ranges()
 
 

@@ -18,6 +18,7 @@ from kqp.protocol.fetch import empty_fetch_response
 from kqp.protocol.records import BodyError, RecordCounts
 from kqp.protocol.throttle import throttle_patch_parts
 from kqp.quotas.manager import Violation
+from kqp.quotas.model import QuotaType
 
 from .events import Parts
 from .in_flight import InFlight
@@ -25,7 +26,7 @@ from .metering import joined
 from .parts import CoreParts
 
 FETCH = ApiKey.Fetch
-MUTATION = "controller_mutation_rate"
+MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 
 
 def settle_response(parts: CoreParts, entry: InFlight, frame: Parts, body_offset: int,

@@ -40,7 +40,7 @@ from kqp.protocol.apis import API_NAMES
 from kqp.proxy.connection.events import CLOSE_REASONS
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.quotas.manager import QuotaManager
-from kqp.quotas.model import QUOTA_TYPES, Principal
+from kqp.quotas.model import QUOTA_TYPES, Principal, QuotaType
 
 if TYPE_CHECKING:
     from kqp.config.model import MetricsConfig
@@ -219,7 +219,7 @@ class PrometheusObserver(ProxyObserver):
         e = self._entity(principal)
         e.handler = (e.handler or 0.0) + seconds
 
-    def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
+    def throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None:
         throttle = self._entity(principal).throttle
         totals = throttle.get(quota_type)
         if totals is None:
@@ -227,11 +227,11 @@ class PrometheusObserver(ProxyObserver):
         totals[0] += seconds
         totals[1] += 1
 
-    def mute_started(self, principal: Principal, quota_type: str) -> None:
+    def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
         self._muted[key] = self._muted.get(key, 0) + 1
 
-    def mute_ended(self, principal: Principal, quota_type: str) -> None:
+    def mute_ended(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
         n = self._muted.get(key, 0) - 1
         if n > 0:

@@ -30,18 +30,20 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kqp.quotas.model import QuotaType
+
 DEFAULT_URL = "http://127.0.0.1:9404/metrics"
 # Quota type -> column title and unit. Order: the order columns appear in.
-COLUMNS: dict[str, tuple[str, str]] = {
-    "producer_byte_rate": ("PRODUCE", "B/s"),
-    "consumer_byte_rate": ("FETCH", "B/s"),
-    "request_percentage": ("REQUEST", "%"),
-    "request_rate": ("REQUESTS", "/s"),
-    "controller_mutation_rate": ("MUTATIONS", "/s"),
-    "producer_record_rate": ("PROD RECORDS", "/s"),
-    "producer_batch_rate": ("PROD BATCHES", "/s"),
-    "consumer_record_rate": ("FETCH RECORDS", "/s"),
-    "consumer_batch_rate": ("FETCH BATCHES", "/s"),
+COLUMNS: dict[str, tuple[str, str]] = {   # QuotaType keys: equal to the metric's label text
+    QuotaType.PRODUCER_BYTE_RATE: ("PRODUCE", "B/s"),
+    QuotaType.CONSUMER_BYTE_RATE: ("FETCH", "B/s"),
+    QuotaType.REQUEST_PERCENTAGE: ("REQUEST", "%"),
+    QuotaType.REQUEST_RATE: ("REQUESTS", "/s"),
+    QuotaType.CONTROLLER_MUTATION_RATE: ("MUTATIONS", "/s"),
+    QuotaType.PRODUCER_RECORD_RATE: ("PROD RECORDS", "/s"),
+    QuotaType.PRODUCER_BATCH_RATE: ("PROD BATCHES", "/s"),
+    QuotaType.CONSUMER_RECORD_RATE: ("FETCH RECORDS", "/s"),
+    QuotaType.CONSUMER_BATCH_RATE: ("FETCH BATCHES", "/s"),
 }
 CLEAR_LINE, CLEAR_BELOW, HOME = "\x1b[K", "\x1b[J", "\x1b[H"
 HIDE_CURSOR, SHOW_CURSOR, BOLD, RESET = "\x1b[?25l", "\x1b[?25h", "\x1b[1m", "\x1b[0m"
