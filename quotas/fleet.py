@@ -28,7 +28,8 @@ syncing every 100 ms delivered 1.25 T, one span carrying 3.2 T). So the others' 
 estimated by symmetry: each other process the store saw adding to the sensor within the last span
 is assumed to have used, since this process's last exchange, what this process used. N active
 processes then each fill 1/N of a headroom; a process using a quota alone counts nobody else. The
-residual error is bounded in the README ("How far above its quota a fleet can go").
+residual error is bounded in the README ("How far above its quota a fleet can go") and simulated in
+quotas/README.md ("The fleet ledger").
 
 KIP-599's token bucket is shared as its spending, not as its tokens: each process keeps a replica of
 the entity's bucket, spends its own mutations at once and the others' as each exchange reports them

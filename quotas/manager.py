@@ -196,7 +196,7 @@ class QuotaManager:
         KIP-124: n% is n% of one thread, so handler seconds are recorded as percent-seconds
         (x 100) and their rate per second compares directly with n. `handler_seconds` is the
         event-loop time the caller spent on the request's frames, both directions, never time
-        spent waiting for the upstream (README: "What request_percentage measures"). Both
+        spent waiting for the upstream (quotas/README.md: "Carrying a broker's request_percentage over"). Both
         throttles are capped at one window. Which APIs are exempt is the caller's decision.
         """
         if not self._request:

@@ -2,7 +2,7 @@
 
 The short preset exists so a developer (and the smoke test) can run the whole matrix in under a
 minute on two cores: one round, workloads of a second or two. Its numbers are noisy; the long
-preset (several rounds, ten-second workloads) is the one the README quotes. Both write
+preset (several rounds, ten-second workloads) is the one proxy/README.md ("The benchmark") quotes. Both write
 `results.json`, `chart.png` and per-server logs into --out.
 """
 

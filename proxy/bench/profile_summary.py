@@ -1,10 +1,11 @@
 """Reads a py-spy collapsed-stack profile and says where the time goes, in a few short lists.
 
 `kqp bench --profile` attaches py-spy (`py-spy record --native --format raw`) to kqp during an
-extra batched-produce run. A flame graph needs a browser; the README's performance section needs a
-few lines of text, so this turns the collapsed stacks into: the share of samples per area (system
-calls, uvloop's C code, kqp's Python, other Python), the functions with the most samples on-CPU
-themselves (self), and the kqp functions with the most samples anywhere on the stack (inclusive).
+extra batched-produce run. A flame graph needs a browser; the benchmark's notes in proxy/README.md
+("Later measurements") need a few lines of text, so this turns the collapsed stacks into: the share
+of samples per area (system calls, uvloop's C code, kqp's Python, other Python), the functions with
+the most samples on-CPU themselves (self), and the kqp functions with the most samples anywhere on
+the stack (inclusive).
 Samples whose innermost frame is the event loop's poll are waiting, not working: they are counted
 apart and left out of the shares.
 """

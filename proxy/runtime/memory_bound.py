@@ -1,5 +1,6 @@
 """What kqp buffers per connection at most, as a function of the config: the bound the README states
-and the RSS tests measure against.
+("Bounded memory"; the buffers one by one in proxy/README.md, "Memory bound") and the RSS tests
+measure against.
 
 A connection is two byte streams, requests (client to upstream) and responses (upstream to client),
 and each holds two buffers in kqp:

@@ -6,8 +6,8 @@ raises; a `Close` is always the last action and nothing follows it; no close is 
 connection that is muted is read no more (the driver below only delivers client bytes while the
 client side is read, as a transport does), and what the core buffers stays bounded by one frame
 plus one read, and the requests awaiting responses by the in-flight cap. Every bad frame ends its
-own connection only: the soak feeds 100k random frames (`KQP_SOAK_FRAMES` raises it, README
-"Hostile input"), each to a connection of its own, next to one healthy connection that keeps working.
+own connection only: the soak feeds 100k random frames (`KQP_SOAK_FRAMES` raises it, proxy/README.md
+"Tests"), each to a connection of its own, next to one healthy connection that keeps working.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ batch (acks=1) and fetches it back once a second, checking correlation ids, erro
 the Fetch returned records; any mismatch, error code, timeout or dropped connection is an error.
 One test, bounded: the clients' own deadline (60 s plus the connection ramp) and a reply timeout.
 kqp needs two descriptors per connection, so the open-file limit is raised first (kqp inherits it).
-Throughput, RSS and CPU are printed, not asserted: speed belongs to the benchmark (README, "Load").
+Throughput, RSS and CPU are printed, not asserted: speed belongs to the benchmark (proxy/README.md,
+"Later measurements").
 """
 
 from __future__ import annotations

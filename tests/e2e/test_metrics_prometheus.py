@@ -4,8 +4,8 @@ Prometheus (the Debian package's binary, started here, not as a service) runs fr
 deploy/prometheus/prometheus.yml with a 1 s scrape and evaluation interval and the shipped alert
 rules, the sustained-throttling rule's time scale shortened (rate over 10 s, `for: 2s`). While `spark-etl` is
 throttled the test asks Prometheus's HTTP API for the expected series, for every PromQL expression
-of the Grafana dashboard and of the README's observability section (so neither can drift from the
-metric names), and for the firing alert.
+of the Grafana dashboard and of the docs' PromQL (README.md's observability section and
+deploy/prometheus/README.md, so neither can drift from the metric names), and for the firing alert.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "kqp-dashboard.json"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 README_DRAFT = Path("/tmp/kqp-readme/observability.md")   # until the section is merged into README.md
+README_QUERY_DOCS = (ROOT / "README.md", DEPLOY / "prometheus" / "README.md")
 # What Grafana would put in place of the dashboard's variables: "All" is the regex .*, and the
 # rate interval is a few scrape intervals.
 GRAFANA_VARS = {"$user": ".*", "$client_id": ".*", "$__rate_interval": "15s"}
@@ -54,13 +55,13 @@ def dashboard_queries() -> list[str]:
 
 
 def readme_queries() -> list[str]:
-    """The ```promql blocks of README.md, or of the section's draft while README.md has none."""
+    """The ```promql blocks of the operator docs (README.md's observability section and the full
+    list in deploy/prometheus/README.md), or of the section's draft while they have none."""
     fence = re.compile(r"```promql\n(.*?)```", re.S)
-    for source in (ROOT / "README.md", README_DRAFT):
-        if source.exists():
-            found = [q.strip() for q in fence.findall(source.read_text())]
-            if found:
-                return found
+    for sources in (README_QUERY_DOCS, (README_DRAFT,)):
+        found = [q.strip() for source in sources if source.exists() for q in fence.findall(source.read_text())]
+        if found:
+            return list(dict.fromkeys(found))
     return []
 
 
@@ -166,4 +167,5 @@ def test_prometheus_scrapes_kqp_during_a_throttled_workload(tansu, kqp, tmp_path
         assert alerting == {THROTTLED}
         assert not load.errors, load.errors
     if not readme:
-        pytest.skip("dashboard checked; no ```promql blocks in README.md or the draft section to check")
+        pytest.skip("dashboard checked; no ```promql blocks in README.md, deploy/prometheus/README.md "
+                    "or the draft to check")

@@ -9,7 +9,7 @@ With `sync_interval=None` the processes share nothing: Kafka's per-broker semant
 
 What reached the upstream is returned as (time, bytes) events, for the same rate judgements the
 end-to-end tests make on the wire (helpers.quota_analysis). Used by tests/quotas/test_quota_fleet_sim.py
-and to measure the error bound the README states.
+and to measure the error bound quotas/README.md states ("The fleet ledger").
 """
 
 from __future__ import annotations
