@@ -34,7 +34,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "kqp-dashboard.json"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-README_DRAFT = Path("/tmp/kqp-readme/observability.md")   # until the section is merged into README.md
 README_QUERY_DOCS = (ROOT / "README.md", DEPLOY / "prometheus" / "README.md")
 # What Grafana would put in place of the dashboard's variables: "All" is the regex .*, and the
 # rate interval is a few scrape intervals.
@@ -56,13 +55,10 @@ def dashboard_queries() -> list[str]:
 
 def readme_queries() -> list[str]:
     """The ```promql blocks of the operator docs (README.md's observability section and the full
-    list in deploy/prometheus/README.md), or of the section's draft while they have none."""
+    list in deploy/prometheus/README.md)."""
     fence = re.compile(r"```promql\n(.*?)```", re.S)
-    for sources in (README_QUERY_DOCS, (README_DRAFT,)):
-        found = [q.strip() for source in sources if source.exists() for q in fence.findall(source.read_text())]
-        if found:
-            return list(dict.fromkeys(found))
-    return []
+    found = [q.strip() for source in README_QUERY_DOCS for q in fence.findall(source.read_text())]
+    return list(dict.fromkeys(found))
 
 
 @contextmanager
@@ -150,6 +146,7 @@ def test_prometheus_scrapes_kqp_during_a_throttled_workload(tansu, kqp, tmp_path
         exprs = dashboard_queries()
         readme = readme_queries()
         assert len(exprs) >= 15, "the dashboard lost its panels"
+        assert len(readme) >= 19, "the operator docs lost their PromQL queries"
         empty = wait_all_non_empty(prom, exprs + readme, deadline)
         assert not empty, f"PromQL with no result from a live kqp: {empty}"
 
