@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.fleet_path import SPAN, fleet_quotas, fleet_rate, open_fleet, run_all
+from helpers.fleet_path import SPAN, all_report, assert_served_throughout, fleet_quotas, fleet_rate, open_fleet, run_all
 from helpers.names import unique_topic
-from helpers.observability import metrics_url, sample, scrape
+from helpers.observability import metrics_url, sample
 from helpers.quota_clients import ProduceRun, confluent_flood
 from helpers.quota_path import quota_upstream
 from helpers.redis_server import RedisServer, needs_redis
@@ -44,16 +44,6 @@ KILL_AT, RESTART_AT = 6.0, 13.0
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
     with quota_upstream(tmp_path_factory.mktemp("fleet-failover")) as bootstrap:
         yield bootstrap
-
-
-def all_report(urls: list[str], check: Any, timeout: float) -> float:
-    """Seconds until `check(samples)` holds for every instance's /metrics; AssertionError after `timeout`."""
-    started = time.monotonic()
-    while True:
-        if all(check(scrape(url)) for url in urls):
-            return time.monotonic() - started
-        assert time.monotonic() - started < timeout, f"not every instance within {timeout}s"
-        time.sleep(0.05)
 
 
 def test_redis_killed_mid_run(kqp: Any, upstream: Upstream, tmp_path: Path) -> None:
@@ -99,10 +89,7 @@ def test_redis_killed_mid_run(kqp: Any, upstream: Upstream, tmp_path: Path) -> N
         events = fleet.produce_events(ids)
         per_instance = [fleet.produce_events([cid]) for cid in ids]
     assert not failures, failures
-    for run in runs:
-        assert not run.errors, f"{run.client_id}: delivery errors: {run.errors[:5]}"
-        assert run.request_timeouts in (None, 0), f"{run.client_id}: {run.request_timeouts} request timeouts"
-        assert len(run.acked) == run.sent
+    assert_served_throughout(runs)
     killed, restarted, end = timeline["killed"], timeline["restarted"], min(r.offered_until for r in runs)
     assert timeline["alone_after"] < 1.0, f"instances on their share {timeline['alone_after']:.2f}s after the kill"
     assert timeline["shared_after"] < 2.0, f"shared again {timeline['shared_after']:.2f}s after Redis returned"

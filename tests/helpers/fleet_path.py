@@ -14,6 +14,7 @@ of helpers.quota_clients and helpers.quota_analysis.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from upstreams.launch import Upstream
 from kqp.protocol.apis import ApiKey
 
 from .kqp_process import KqpProcess
+from .observability import scrape
 from .quota_analysis import Event, cumulative_slope, fetch_response_events, request_events
+from .quota_clients import ProduceRun
 from .quota_path import MOCK_MAX_API_VERSIONS, broker_addresses
 from .wire_tap import WireTap
 
@@ -78,3 +81,21 @@ def run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
 def fleet_rate(events: list[Event], start: float, end: float) -> float:
     """What the upstream received per second between `start` and `end` (least-squares slope)."""
     return cumulative_slope(events, start, end)
+
+
+def all_report(urls: list[str], check: Callable[[Any], bool], timeout: float) -> float:
+    """Seconds until `check(samples)` holds for every instance's /metrics; AssertionError after `timeout`."""
+    started = time.monotonic()
+    while True:
+        if all(check(scrape(url)) for url in urls):
+            return time.monotonic() - started
+        assert time.monotonic() - started < timeout, f"not every instance within {timeout}s"
+        time.sleep(0.05)
+
+
+def assert_served_throughout(runs: Sequence[ProduceRun]) -> None:
+    """No client noticed the store's trouble: every message acked, no error, no request timed out."""
+    for run in runs:
+        assert not run.errors, f"{run.client_id}: delivery errors: {run.errors[:5]}"
+        assert run.request_timeouts in (None, 0), f"{run.client_id}: {run.request_timeouts} request timeouts"
+        assert len(run.acked) == run.sent
