@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.fleet_path import SPAN, all_report, assert_served_throughout, fleet_quotas, fleet_rate, open_fleet, run_all
+from helpers.fleet_path import SPAN, assert_served_throughout, fleet_rate, flood_while, user_quota_fleet
 from helpers.names import unique_topic
-from helpers.observability import metrics_url, sample, scrape
-from helpers.quota_clients import ProduceRun, confluent_flood
+from helpers.observability import sample, scrape
 from helpers.quota_path import quota_upstream
 from helpers.redis_cluster import RedisClusterNodes, needs_redis_cluster
 from helpers.topics import ensure_topic
@@ -76,37 +75,23 @@ def test_a_cluster_master_killed_mid_run(kqp: Any, upstream: Upstream, tmp_path:
     for topic in topics:
         ensure_topic(upstream, topic, 1, upstream_kind=upstream.kind)
     timeline: dict[str, Any] = {}
-    failures: list[BaseException] = []
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(RedisClusterNodes(tmp_path / "cluster"))
-        quotas = fleet_quotas({"user": "ANONYMOUS", "producer_byte_rate": QUOTA}, redis_url=cluster.url,
-                              instances=INSTANCES)
-        fleet = open_fleet(stack, kqp, upstream, INSTANCES, quotas, metrics={"listen": "127.0.0.1:0"})
-        urls = [metrics_url(proxy) for proxy in fleet.kqps]
-        all_report(urls, lambda s: sample(s, "kqp_fleet_instances", backend="redis") == INSTANCES, 10)
+        fleet, urls = user_quota_fleet(stack, kqp, upstream, INSTANCES, QUOTA, cluster.url)
 
         def operate(started: float) -> None:
-            try:
-                time.sleep(max(0.0, started + KILL_AT - time.monotonic()))
-                cluster.wait_replicated()
-                victim = cluster.master_of(HOME_TAG)
-                healer = threading.Thread(target=lambda: timeline.setdefault("healed", cluster.wait_healed(victim)),
-                                          daemon=True)
-                victim.kill()
-                timeline["killed"] = time.monotonic()
-                healer.start()
-                timeline["gaps"] = watch_gap(urls, timeline["killed"], 20)
-                healer.join(20)
-            except BaseException as exc:   # reported after the producers are done
-                failures.append(exc)
+            time.sleep(max(0.0, started + KILL_AT - time.monotonic()))
+            cluster.wait_replicated()
+            victim = cluster.master_of(HOME_TAG)
+            healer = threading.Thread(target=lambda: timeline.setdefault("healed", cluster.wait_healed(victim)),
+                                      daemon=True)
+            victim.kill()
+            timeline["killed"] = time.monotonic()
+            healer.start()
+            timeline["gaps"] = watch_gap(urls, timeline["killed"], 20)
+            healer.join(20)
 
-        started = time.monotonic()
-        operator = threading.Thread(target=operate, args=(started,), daemon=True)
-        operator.start()
-        runs: list[ProduceRun] = run_all([
-            lambda k=k, i=i, t=t: confluent_flood(k.bootstrap, t, f"{prefix}-{i}", OFFER_SECONDS)
-            for i, (k, t) in enumerate(zip(fleet.kqps, topics, strict=True))])
-        operator.join(30)
+        started, runs, failures = flood_while(fleet, topics, prefix, OFFER_SECONDS, operate, 30)
         errors = [sample(scrape(url), "kqp_fleet_sync_errors_total", backend="redis") for url in urls]
         events = fleet.produce_events([run.client_id for run in runs])
     assert not failures, failures
