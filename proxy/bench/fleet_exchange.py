@@ -2,10 +2,11 @@
 
     python -m kqp.proxy.bench.fleet_exchange [--entities 1000,10000] [--exchanges 40] [--out DIR]
 
-Starts a redis-server and a Redis Cluster of three masters and three replicas (redis_nodes.py:
-Debian's redis-server, loopback, nothing on disk), then per layout and entity count drives the
-real exchange (kqp's `FleetLedger` and the Redis backend `kqp run` uses) the way a busy process
-does: every entity used in every interval, so every sensor carries a delta. Two processes take
+Starts one Redis with a replica (as a Sentinel group runs it) and a Redis Cluster of three masters
+and three replicas (redis_nodes.py: Debian's redis-server, loopback, nothing on disk), so both
+layouts pay for replication alike. Then, per layout and entity count, it drives the real exchange
+(kqp's `FleetLedger` and the Redis backend `kqp run` uses) the way a busy process does: every
+entity used in every interval, so every sensor carries a delta. Two processes take
 turns, so each sensor has another adder to count, as in a fleet. It prints, per case, the time
 per exchange (median and p99 of the wall time from sending to the parsed answer), the CPU this
 process spends per exchange (building, sending, parsing, merging), and the CPU Redis spends per
@@ -34,7 +35,16 @@ from kqp.proxy.runtime.fleet_redis_cluster import GROUPS, RedisClusterExchange
 from kqp.quotas.fleet import FleetLedger
 
 from .processes import Server
-from .redis_nodes import HOST, REDIS_CLI, REDIS_SERVER, cluster_node_args, cluster_port, create_cluster, server_args
+from .redis_nodes import (
+    HOST,
+    REDIS_CLI,
+    REDIS_SERVER,
+    cluster_node_args,
+    cluster_port,
+    create_cluster,
+    server_args,
+    wait_replicas_synced,
+)
 
 DEADLINE = 30.0   # no exchange here is cut short: the cost is what is measured
 
@@ -72,19 +82,22 @@ def _roles(ports: list[int]) -> tuple[list[int], list[int]]:
 
 @contextlib.contextmanager
 def start_nodes(workdir: Path) -> Iterator[dict[str, Nodes]]:
-    """One redis-server, and a cluster of three masters with a replica each."""
+    """One redis-server with a replica, and a cluster of three masters with a replica each."""
     assert REDIS_SERVER is not None and REDIS_CLI is not None, "needs redis-server and redis-cli"
     with contextlib.ExitStack() as stack:
-        port = cluster_port()
-        single = Server("redis-server", [REDIS_SERVER, *server_args(port)], workdir / "redis.log", host=HOST, port=port)
-        stack.enter_context(single)
+        port, replica = cluster_port(), cluster_port()
+        stack.enter_context(Server("redis-server", [REDIS_SERVER, *server_args(port)], workdir / "redis.log",
+                                   host=HOST, port=port))
+        argv = [REDIS_SERVER, *server_args(replica), "--replicaof", HOST, str(port)]
+        stack.enter_context(Server("redis replica", argv, workdir / "redis-replica.log", host=HOST, port=replica))
+        wait_replicas_synced([replica])
         ports = [cluster_port() for _ in range(6)]
         for p in ports:
             argv = [REDIS_SERVER, *server_args(p), *cluster_node_args(workdir / "nodes", p, 15000)]
             stack.enter_context(Server(f"cluster node {p}", argv, workdir / f"node-{p}.log", host=HOST, port=p))
         create_cluster(ports, replicas=1)
         masters, replicas = _roles(ports)
-        yield {"redis": Nodes(f"redis://{HOST}:{port}/0", [port], []),
+        yield {"redis": Nodes(f"redis://{HOST}:{port}/0", [port], [replica]),
                "cluster": Nodes("redis+cluster://" + ",".join(f"{HOST}:{p}" for p in ports) + "/", masters, replicas)}
 
 

@@ -92,6 +92,15 @@ def replica_link(port: int, host: str = HOST) -> str | None:
     return None if info.get("role") == "master" else str(info.get("master_link_status"))
 
 
+def wait_replicas_synced(ports: Sequence[int], timeout: float = 30.0, host: str = HOST) -> None:
+    """Until every replica among `ports` reports its link to its master up."""
+    deadline = time.monotonic() + timeout
+    while not all(replica_link(port, host) in (None, "up") for port in ports):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"replicas {list(ports)} not synced within {timeout:.0f}s")
+        time.sleep(0.05)
+
+
 def wait_cluster_ok(ports: Sequence[int], timeout: float, host: str = HOST) -> float:
     """Seconds until every node in `ports` says `cluster_state:ok` and knows all of them, and every
     replica among them has synced with its master; raise TimeoutError after `timeout`."""

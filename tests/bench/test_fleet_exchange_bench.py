@@ -1,7 +1,7 @@
 """Smoke run of the fleet-exchange cost benchmark: it runs end to end on both layouts, no thresholds.
 
 Its figures are read by a person (REDIS_CLUSTER_NOTES.md quotes them); this only proves the script
-still starts one Redis and a 3+3 Redis Cluster, measures every case and prints the ratios, and
+still starts one Redis (with a replica) and a 3+3 Redis Cluster, measures every case and prints the ratios, and
 stops every server it started.
 """
 
@@ -26,4 +26,4 @@ def test_the_exchange_cost_bench_measures_both_layouts(tmp_path: Path, capsys: p
     assert set(rows) == {"redis", "cluster"} and all(ms > 0 for ms in rows.values()), printed
     assert "300 entities: exchange median" in printed
     logs = list(tmp_path.glob("*.log"))
-    assert len(logs) == 7, logs   # one Redis, six cluster nodes: all started, all logged
+    assert len(logs) == 8, logs   # one Redis and its replica, six cluster nodes: all started, all logged
