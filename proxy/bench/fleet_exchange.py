@@ -88,7 +88,7 @@ def start_nodes(workdir: Path) -> Iterator[dict[str, Nodes]]:
         port, replica = cluster_port(), cluster_port()
         stack.enter_context(Server("redis-server", [REDIS_SERVER, *server_args(port)], workdir / "redis.log",
                                    host=HOST, port=port))
-        argv = [REDIS_SERVER, *server_args(replica), "--replicaof", HOST, str(port)]
+        argv = [REDIS_SERVER, *server_args(replica), "--replicaof", HOST, str(port), "--dir", str(workdir)]
         stack.enter_context(Server("redis replica", argv, workdir / "redis-replica.log", host=HOST, port=replica))
         wait_replicas_synced([replica])
         ports = [cluster_port() for _ in range(6)]

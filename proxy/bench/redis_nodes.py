@@ -27,9 +27,10 @@ BUS_OFFSET = 10000                       # a cluster node also listens on port +
 
 
 def server_args(port: int, host: str = HOST) -> list[str]:
-    """redis-server in the foreground, on `host:port`, keeping nothing on disk."""
+    """redis-server in the foreground, on `host:port`, keeping nothing on disk (a replica too: it
+    loads what its master sends straight into memory rather than through a dump.rdb)."""
     return ["--port", str(port), "--bind", host, "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--protected-mode", "no"]
+            "--protected-mode", "no", "--repl-diskless-load", "on-empty-db"]
 
 
 def cluster_port(host: str = HOST, attempts: int = 200) -> int:
@@ -61,33 +62,40 @@ def cluster_node_args(directory: Path, port: int, node_timeout_ms: int) -> list[
             "--repl-diskless-sync-delay", "0"]
 
 
-def create_cluster(ports: Sequence[int], replicas: int, timeout: float = 60.0, host: str = HOST) -> None:
+def node_client(port: int, host: str = HOST, ca: Path | None = None) -> redis.Redis:
+    """A plain client for one node; over TLS, trusting `ca`, when the nodes speak TLS."""
+    tls = {"ssl": True, "ssl_ca_certs": str(ca)} if ca is not None else {}
+    return redis.Redis(host=host, port=port, socket_timeout=2, socket_connect_timeout=2, **tls)
+
+
+def create_cluster(ports: Sequence[int], replicas: int, timeout: float = 60.0, host: str = HOST,
+                   ca: Path | None = None) -> None:
     """`redis-cli --cluster create` over the running nodes, then wait until the cluster is ok.
 
     With `replicas` 1 and six nodes: three masters, each with one replica, the 16384 slots in
-    three even ranges.
+    three even ranges. `ca`: the nodes speak TLS only, with a certificate `ca` signs.
     """
     if REDIS_CLI is None:
         raise RuntimeError("redis-cli is not installed (Debian: redis-tools, a dependency of redis-server)")
-    argv = [REDIS_CLI, "--cluster", "create", *(f"{host}:{port}" for port in ports),
-            "--cluster-replicas", str(replicas), "--cluster-yes"]
+    argv = [REDIS_CLI, *(["--tls", "--cacert", str(ca)] if ca is not None else []), "--cluster", "create",
+            *(f"{host}:{port}" for port in ports), "--cluster-replicas", str(replicas), "--cluster-yes"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"redis-cli --cluster create failed ({done.returncode}): {done.stdout[-2000:]}"
                            f"{done.stderr[-2000:]}")
-    wait_cluster_ok(ports, timeout, host=host)
+    wait_cluster_ok(ports, timeout, host=host, ca=ca)
 
 
-def cluster_info(port: int, host: str = HOST) -> dict[str, str]:
+def cluster_info(port: int, host: str = HOST, ca: Path | None = None) -> dict[str, str]:
     """CLUSTER INFO of one node as a dict (`cluster_state`, `cluster_known_nodes`, ...)."""
-    with redis.Redis(host=host, port=port, socket_timeout=2, socket_connect_timeout=2) as client:
+    with node_client(port, host, ca) as client:
         info = client.execute_command("CLUSTER INFO")   # redis-py parses it into a dict
     return {str(key): str(value) for key, value in info.items()}
 
 
-def replica_link(port: int, host: str = HOST) -> str | None:
+def replica_link(port: int, host: str = HOST, ca: Path | None = None) -> str | None:
     """A replica's `master_link_status` ("up" once synced); None for a master."""
-    with redis.Redis(host=host, port=port, socket_timeout=2, socket_connect_timeout=2) as client:
+    with node_client(port, host, ca) as client:
         info = client.info("replication")
     return None if info.get("role") == "master" else str(info.get("master_link_status"))
 
@@ -101,15 +109,15 @@ def wait_replicas_synced(ports: Sequence[int], timeout: float = 30.0, host: str 
         time.sleep(0.05)
 
 
-def wait_cluster_ok(ports: Sequence[int], timeout: float, host: str = HOST) -> float:
+def wait_cluster_ok(ports: Sequence[int], timeout: float, host: str = HOST, ca: Path | None = None) -> float:
     """Seconds until every node in `ports` says `cluster_state:ok` and knows all of them, and every
     replica among them has synced with its master; raise TimeoutError after `timeout`."""
     started = time.monotonic()
     last: object = None
     while True:
         try:
-            infos = [cluster_info(port, host) for port in ports]
-            links = [replica_link(port, host) for port in ports]
+            infos = [cluster_info(port, host, ca) for port in ports]
+            links = [replica_link(port, host, ca) for port in ports]
             if all(i.get("cluster_state") == "ok" and int(i.get("cluster_known_nodes", 0)) >= len(ports)
                    for i in infos) and all(link in (None, "up") for link in links):
                 return time.monotonic() - started
@@ -122,8 +130,8 @@ def wait_cluster_ok(ports: Sequence[int], timeout: float, host: str = HOST) -> f
         time.sleep(0.05)
 
 
-def slot_owners(port: int, host: str = HOST) -> list[tuple[int, int, int, list[int]]]:
+def slot_owners(port: int, host: str = HOST, ca: Path | None = None) -> list[tuple[int, int, int, list[int]]]:
     """CLUSTER SLOTS as (first slot, last slot, master port, replica ports), read from one node."""
-    with redis.Redis(host=host, port=port, socket_timeout=2, socket_connect_timeout=2) as client:
+    with node_client(port, host, ca) as client:
         ranges = client.execute_command("CLUSTER SLOTS")
     return [(int(r[0]), int(r[1]), int(r[2][1]), [int(n[1]) for n in r[3:]]) for r in ranges]

@@ -24,6 +24,7 @@ from kqp.proxy.bench.redis_nodes import (
     cluster_node_args,
     cluster_port,
     create_cluster,
+    node_client,
     slot_owners,
     wait_cluster_ok,
 )
@@ -41,17 +42,23 @@ class RedisClusterNodes:
     """`masters` x (1 + `replicas`) cluster nodes; `url` is what kqp's `redis_url` takes."""
 
     def __init__(self, directory: Path, masters: int = 3, replicas: int = 1, *,
-                 node_timeout_ms: int = NODE_TIMEOUT_MS, extra_args: Sequence[str] = ()) -> None:
+                 node_timeout_ms: int = NODE_TIMEOUT_MS, extra_args: Sequence[str] = (),
+                 tls_cert: Path | None = None) -> None:
         self.replicas = replicas
+        self.ca = tls_cert   # TLS only (clients, the cluster bus, replication), with this self-signed cert
+        tls = ["--tls-cluster", "yes", "--tls-replication", "yes"] if tls_cert is not None else []
         self.nodes: list[RedisServer] = []
         for i in range(masters * (1 + replicas)):
             port = cluster_port()
-            self.nodes.append(RedisServer(directory / f"node-{i}.log", port=port, extra_args=[
-                *cluster_node_args(directory / "nodes", port, node_timeout_ms), *extra_args]))
+            self.nodes.append(RedisServer(directory / f"node-{i}.log", port=port, tls_cert=tls_cert, extra_args=[
+                *cluster_node_args(directory / "nodes", port, node_timeout_ms), *tls, *extra_args]))
 
     @property
     def url(self) -> str:
-        return "redis+cluster://" + ",".join(node.address for node in self.nodes) + "/"
+        nodes = ",".join(node.address for node in self.nodes)
+        if self.ca is not None:   # redis-py reads ssl_ca_certs from the URL's query, as for rediss://
+            return f"rediss+cluster://{nodes}/?ssl_ca_certs={self.ca}"
+        return f"redis+cluster://{nodes}/"
 
     def live(self) -> list[RedisServer]:
         return [node for node in self.nodes if node.proc is not None]
@@ -60,7 +67,7 @@ class RedisClusterNodes:
         try:
             for node in self.nodes:
                 node.start()
-            create_cluster([node.port for node in self.nodes], self.replicas, timeout)
+            create_cluster([node.port for node in self.nodes], self.replicas, timeout, ca=self.ca)
         except BaseException:
             self.stop()
             raise
@@ -79,20 +86,20 @@ class RedisClusterNodes:
     def master_of(self, key: str) -> RedisServer:
         """The live master that serves `key`'s slot now."""
         port = self.live()[0].port
-        with redis.Redis(host=LOOPBACK, port=port, socket_timeout=2) as client:
+        with node_client(port, LOOPBACK, self.ca) as client:
             slot = int(client.execute_command("CLUSTER KEYSLOT", key))
-        [owner] = [master for first, last, master, _ in slot_owners(port) if first <= slot <= last]
+        [owner] = [master for first, last, master, _ in slot_owners(port, LOOPBACK, self.ca) if first <= slot <= last]
         return next(node for node in self.nodes if node.port == owner)
 
     def masters(self) -> list[RedisServer]:
-        owners = {master for _, _, master, _ in slot_owners(self.live()[0].port)}
+        owners = {master for _, _, master, _ in slot_owners(self.live()[0].port, LOOPBACK, self.ca)}
         return [node for node in self.nodes if node.port in owners]
 
     def wait_replicated(self, timeout: float = 10.0) -> None:
         """Until every live master's replicas have acknowledged all it has written."""
         deadline = time.monotonic() + timeout
         for master in self.masters():
-            with redis.Redis(host=LOOPBACK, port=master.port, socket_timeout=2) as client:
+            with node_client(master.port, LOOPBACK, self.ca) as client:
                 while True:
                     info = client.info("replication")
                     offsets = [int(v["offset"]) for k, v in info.items()
@@ -109,8 +116,8 @@ class RedisClusterNodes:
         while True:
             live = [node.port for node in self.live()]
             try:
-                ok = all(cluster_info(port).get("cluster_state") == "ok" for port in live) and \
-                    all(master != lost.port for _, _, master, _ in slot_owners(live[0]))
+                ok = all(cluster_info(port, LOOPBACK, self.ca).get("cluster_state") == "ok" for port in live) and \
+                    all(master != lost.port for _, _, master, _ in slot_owners(live[0], LOOPBACK, self.ca))
             except (redis.RedisError, OSError):
                 ok = False
             if ok:
@@ -120,4 +127,4 @@ class RedisClusterNodes:
             time.sleep(0.05)
 
     def wait_ok(self, timeout: float = 30.0) -> float:
-        return wait_cluster_ok([node.port for node in self.live()], timeout)
+        return wait_cluster_ok([node.port for node in self.live()], timeout, ca=self.ca)

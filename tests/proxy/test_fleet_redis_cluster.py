@@ -21,6 +21,7 @@ import pytest
 import redis
 from helpers.net import LOOPBACK
 from helpers.redis_cluster import RedisClusterNodes, needs_redis_cluster
+from helpers.redis_server import self_signed
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from kqp.config.fleet_section import redis_target
@@ -186,3 +187,23 @@ async def test_a_user_limited_by_the_documented_acl(cluster: RedisClusterNodes) 
     finally:
         await allowed.backend.close()
         await refused.backend.close()
+
+
+@needs_redis_cluster
+async def test_tls_reaches_every_node(tmp_path: Path) -> None:
+    # rediss+cluster:// with the CA in the URL's query (as rediss:// takes it): TLS to every node the
+    # slot map names, not only to the one in the URL. Plain text to the same nodes fails cleanly.
+    cert = self_signed(tmp_path)
+    with RedisClusterNodes(tmp_path / "cluster", tls_cert=cert) as nodes:
+        assert nodes.url.startswith("rediss+cluster://")
+        plain_url = nodes.url.replace("rediss+cluster://", "redis+cluster://").split("?")[0]
+        tls, plain = (FleetSync(ledger(name), RedisClusterExchange(redis_target(url), None, PREFIX, 5.0), 0.1, 5.0,
+                                time.monotonic) for name, url in (("a", nodes.url), ("b", plain_url)))
+        try:
+            record_all(tls, 1.0)
+            await until(tls)
+            assert tls.ledger.shared and tls.sensors == GROUPS   # one sensor in each slot group
+            assert not await plain.sync_once() and not plain.ledger.shared
+        finally:
+            await tls.backend.close()
+            await plain.backend.close()
