@@ -25,7 +25,7 @@ redis-py reads them, a password from the URL or from `quotas.cluster.password_en
 current master on every new connection and so follows a failover, and Redis Cluster
 (`redis+cluster://`) through redis-py's `RedisCluster`, which reads the slot map from the nodes
 again after any connection error and so follows a failover too. redis-py's own retries are off:
-an exchange that fails is simply the next interval's to retry, within the driver's timeout.
+an exchange that fails is simply the next interval's to retry, within the deadline the driver sets.
 """
 
 from __future__ import annotations

@@ -63,7 +63,6 @@ def group_of(name: str, groups: int = GROUPS) -> int:
 
 @dataclass(frozen=True, slots=True, eq=False)   # compared and hashed by identity: a dict key
 class _Call:
-    group: int
     indices: tuple[int, ...]   # the request's sensors in this call, by position
     keys: list[str]
     args: list[str | int]
@@ -92,7 +91,7 @@ class RedisClusterExchange:
                 part = tuple(indices[start:start + CHUNK])
                 keys, args = script_call(self._tags[group], request, tuple(request.sensors[i] for i in part),
                                          registry=group == 0)
-                calls.append(_Call(group, part, keys, args))
+                calls.append(_Call(part, keys, args))
             plan.append(calls)
         return plan
 
@@ -133,7 +132,7 @@ def _assemble(request: SyncRequest, plan: list[list[_Call]], answers: dict[_Call
             sensors[i] = totals
     if not errors:
         home = answers[plan[0][0]]
-        return SyncReply(home.epoch, home.now, home.instances, tuple(sensors))  # type: ignore[arg-type]
+        return SyncReply(home.epoch, home.now, home.instances, tuple(sensors))  # type: ignore[arg-type]  # all set
     first = errors[0]
     if not answers:
         raise first
