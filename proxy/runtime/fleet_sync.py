@@ -7,9 +7,8 @@ dicts on the event loop, and this task's awaits give the loop back while the exc
 wire. Each exchange has a deadline `timeout_ms` ahead, which the backend keeps (a Redis Cluster's
 backend needs it to tell which of its shards answered in time); one that fails or times out puts
 the ledger "alone" (each quota at its share) at once, and the next successful one brings the fleet
-back. The state change is
-logged once each way, and shown in metrics (`FleetStatus`) and in /readyz's detail; a process
-sharing nothing is still ready, because it still serves.
+back. The state change is logged once each way, and shown in metrics (`FleetStatus`) and in
+/readyz's detail; a process sharing nothing is still ready, because it still serves.
 """
 
 from __future__ import annotations
