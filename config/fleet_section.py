@@ -11,6 +11,11 @@ says where usage is exchanged, not what an entity may use, and it cannot change 
         redis_url: redis+sentinel://sentinel-0:26379,sentinel-1:26379/kqp
         sync_interval_ms: 100
         expected_instances: 3
+
+Three kinds of address, one URL form: one server (`redis://`, `rediss://`, `unix://`, as redis-py
+reads them), a Sentinel group (`redis+sentinel://` the sentinels `/` the master group's name), and
+a Redis Cluster (`redis+cluster://` some of its nodes `/`, which kqp asks for the rest). The `+`
+schemes name several hosts, comma-separated, as redis-py's own URLs cannot.
 """
 
 from __future__ import annotations
@@ -26,21 +31,26 @@ from kqp.config.schema import Field, choice, integer, name, optional, read_secti
 DEFAULT_SENTINEL_PORT = 26379
 _PLAIN_SCHEMES = ("redis", "rediss", "unix")
 _SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+DEFAULT_REDIS_PORT = 6379
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 @dataclass(frozen=True)
 class RedisTarget:
-    """A checked Redis address: one server (``url``, as redis-py reads it) or a Sentinel group."""
+    """A checked Redis address: one server (``url``, as redis-py reads it), a Sentinel group or a
+    Redis Cluster."""
 
     url: str
-    sentinels: tuple[tuple[str, int], ...] = ()   # empty: a plain redis://, rediss:// or unix:// URL
+    sentinels: tuple[tuple[str, int], ...] = ()   # a Sentinel group's sentinels
     service: str | None = None                    # the Sentinel master group name
     db: int = 0
     username: str | None = None
     password: str | None = None
     ssl: bool = False
+    cluster_nodes: tuple[tuple[str, int], ...] = ()   # a Redis Cluster's nodes to start from
+    query: str = ""                               # a cluster URL's options (?ssl_ca_certs=...), as redis-py reads them
 
     @property
     def shown(self) -> str:
@@ -52,34 +62,49 @@ def redis_target(url: str, path: str = "quotas.cluster.redis_url") -> RedisTarge
     """Check a Redis URL; raise ConfigError naming `path` when redis-py could not use it."""
     try:
         parts = urlsplit(url)
-        _ = parts.port   # a port that is not a number raises here
+        scheme = parts.scheme.lower()
+        if scheme in _PLAIN_SCHEMES:
+            _ = parts.port   # a port that is not a number raises here (several hosts are split below)
     except ValueError as exc:
         raise ConfigError(path, f"not a Redis URL ({exc}), got {shown(url)}") from None
-    scheme = parts.scheme.lower()
     if scheme in _PLAIN_SCHEMES:
         if scheme != "unix" and not parts.hostname:
             raise ConfigError(path, f"needs a host, e.g. redis://redis:6379/0, got {shown(url)}")
         if scheme == "unix" and not parts.path:
             raise ConfigError(path, f"needs a socket path, e.g. unix:///run/redis.sock, got {shown(url)}")
         return RedisTarget(url, ssl=scheme == "rediss")
-    if scheme not in _SENTINEL_SCHEMES:
-        raise ConfigError(path, "must start with redis://, rediss://, unix://, redis+sentinel:// or "
-                                f"rediss+sentinel://, got {shown(url)}")
-    # urlsplit reads one host; a Sentinel URL names several: split the netloc by hand.
+    if scheme not in _SENTINEL_SCHEMES + _CLUSTER_SCHEMES:
+        raise ConfigError(path, "must start with redis://, rediss://, unix://, redis+sentinel://, "
+                                f"rediss+sentinel://, redis+cluster:// or rediss+cluster://, got {shown(url)}")
+    # urlsplit reads one host; these URLs name several: split the netloc by hand.
     auth, _, hosts = parts.netloc.rpartition("@")
     username, _, password = auth.partition(":") if auth else ("", "", "")
-    sentinels: list[tuple[str, int]] = []
-    for item in hosts.split(","):
-        host, _, port_text = item.strip().rpartition(":") if ":" in item else (item.strip(), "", "")
-        if not host or (port_text and not port_text.isdigit()):
-            raise ConfigError(path, f"sentinels must be host:port[,host:port...], got {shown(url)}")
-        sentinels.append((host.strip("[]"), int(port_text) if port_text else DEFAULT_SENTINEL_PORT))
+    user = unquote(username) or None, unquote(password) or None
     segments = [s for s in parts.path.split("/") if s]
+    if scheme in _CLUSTER_SCHEMES:
+        nodes = _hosts(hosts, DEFAULT_REDIS_PORT, "cluster nodes", path, url)
+        if segments not in ([], ["0"]):
+            raise ConfigError(path, f"a Redis Cluster has only db 0: name its nodes and nothing after them, e.g. "
+                                    f"redis+cluster://redis-0:6379,redis-1:6379/, got {shown(url)}")
+        return RedisTarget(url, cluster_nodes=nodes, query=parts.query, username=user[0], password=user[1],
+                           ssl=scheme.startswith("rediss"))
+    sentinels = _hosts(hosts, DEFAULT_SENTINEL_PORT, "sentinels", path, url)
     if not segments or len(segments) > 2 or (len(segments) == 2 and not segments[1].isdigit()):
         raise ConfigError(path, f"needs the Sentinel service name and an optional db, e.g. "
                                 f"redis+sentinel://s1:26379,s2:26379/mymaster/0, got {shown(url)}")
-    return RedisTarget(url, tuple(sentinels), unquote(segments[0]), int(segments[1]) if len(segments) == 2 else 0,
-                       unquote(username) or None, unquote(password) or None, scheme.startswith("rediss"))
+    return RedisTarget(url, sentinels, unquote(segments[0]), int(segments[1]) if len(segments) == 2 else 0,
+                       user[0], user[1], scheme.startswith("rediss"))
+
+
+def _hosts(hosts: str, default_port: int, what: str, path: str, url: str) -> tuple[tuple[str, int], ...]:
+    """``host[:port][,host[:port]...]`` (an IPv6 host in brackets) as (host, port) pairs."""
+    found: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, _, port_text = item.strip().rpartition(":") if ":" in item else (item.strip(), "", "")
+        if not host or (port_text and not port_text.isdigit()):
+            raise ConfigError(path, f"{what} must be host:port[,host:port...], got {shown(url)}")
+        found.append((host.strip("[]"), int(port_text) if port_text else default_port))
+    return tuple(found)
 
 
 def _url(value: object, path: str) -> str:

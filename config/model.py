@@ -211,7 +211,7 @@ class LimitsConfig:
 class ClusterConfig:
     """``quotas.cluster``: where and how often a fleet of kqp instances exchanges quota usage."""
 
-    redis_url: str | None             # redis://, rediss:// (TLS), unix://, redis+sentinel://, rediss+sentinel://
+    redis_url: str | None             # redis://, rediss:// (TLS), unix://, redis[s]+sentinel://, redis[s]+cluster://
     password_env: str | None          # an environment variable holding the Redis password, if not in the URL
     sync_interval_ms: int             # each instance exchanges usage at most this often (also paces --workers)
     timeout_ms: int                   # one exchange taking longer than this counts as a failure

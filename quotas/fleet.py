@@ -43,6 +43,12 @@ quota is enforced at its share, limit / n, n being the instances the last exchan
 any exchange: `expected_instances`). Usage keeps accumulating per window and is sent when the store
 answers again, so the fleet's totals catch up. Time is always an argument (`now`, local monotonic
 seconds); the clock offset and the store's answers are plain numbers handed in by the driver.
+
+A store may be several independent parts: a Redis Cluster spreads the sensors over slot groups,
+each on its own shard with its own epoch. So each sensor's totals carry the epoch of the part that
+holds them (a part that lost its data gets that part's usage again, nobody else's), and a part may
+fail while the others answer (`ExchangeIncomplete`): the ledger then goes alone as for any failure,
+but what the answering parts applied counts as sent, so it is never added twice.
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ from urllib.parse import quote
 
 from kqp.quotas.model import QuotaKey, QuotaType
 
-__all__ = ["FleetLedger", "SensorTotals", "SensorUsage", "SharedUsage", "SyncReply", "SyncRequest", "sensor_name"]
+__all__ = ["ExchangeIncomplete", "FleetLedger", "SensorTotals", "SensorUsage", "SharedUsage", "SyncReply",
+           "SyncRequest", "sensor_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,7 @@ class SensorTotals:
 
     windows: dict[int, float]    # window -> the fleet's total usage in it
     others_active: int           # other instances that added usage to the sensor within the last span
+    epoch: str | None = None     # the epoch of the store part holding the sensor; None: the reply's
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,16 @@ class SyncReply:
     now: float                                  # the store's clock (fleet time), seconds
     instances: int
     sensors: tuple[SensorTotals, ...]           # per request sensor, in request order
+
+
+class ExchangeIncomplete(Exception):
+    """Part of the store applied its share of the request and part did not (a Redis Cluster shard
+    down): `sensors` holds, in request order, the totals of each sensor that was applied, None for
+    the others; the message says what failed."""
+
+    def __init__(self, sensors: tuple[SensorTotals | None, ...], message: str) -> None:
+        super().__init__(message)
+        self.sensors = sensors
 
 
 def sensor_name(quota_type: QuotaType, key: QuotaKey) -> str:
@@ -110,8 +128,8 @@ def sensor_name(quota_type: QuotaType, key: QuotaKey) -> str:
 class SharedUsage:
     """One sensor's share of the exchange: usage not yet sent, usage sent, and the others' usage."""
 
-    __slots__ = ("_cache", "busy_until", "ledger", "name", "on_others", "others", "others_active", "pending",
-                 "seen", "sent", "since")
+    __slots__ = ("_cache", "busy_until", "epoch", "ledger", "name", "on_others", "others", "others_active",
+                 "pending", "seen", "sent", "since")
 
     def __init__(self, ledger: FleetLedger, name: str, now: float) -> None:
         self.ledger = ledger
@@ -124,6 +142,7 @@ class SharedUsage:
         self.seen: dict[int, float] = {}      # window -> others' usage already handed to `on_others`
         self.on_others: Callable[[float, float], None] | None = None   # token bucket replica: (usage, now)
         self.busy_until = now                 # until when this process's clients may still use the sensor
+        self.epoch: str | None = None         # the epoch of the store part holding `sent`, as last seen
         self._cache: tuple[int, int, float] = (-1, 0, 0.0)   # (generation, window, others' total)
 
     def record(self, value: float, now: float) -> None:
@@ -175,7 +194,6 @@ class FleetLedger:
         self.instance = instance
         self._epoch_proposal = epoch
         self._exchanges = 0
-        self.epoch: str | None = None        # the store's epoch as last seen
         self.expected_instances = max(1, expected_instances)
         self.sync_interval = sync_interval
         self.offset = clock_offset           # fleet time - local time, refined at every exchange
@@ -262,8 +280,6 @@ class FleetLedger:
     def merge(self, request: SyncRequest, reply: SyncReply, sent_at: float, received_at: float) -> None:
         """Take in a successful exchange: clock offset, store epoch, the others' usage per sensor."""
         self.offset = reply.now - (sent_at + received_at) / 2
-        reset = self.epoch is not None and reply.epoch != self.epoch
-        self.epoch = reply.epoch
         # The store keeps one window more than `collect` kept of `sent` and `seen`: in that window
         # this process's own usage would read as the others', and a token bucket replica would be
         # debited with it again at every exchange. Only the windows still tracked here count: those
@@ -273,13 +289,7 @@ class FleetLedger:
             usage = self.usages.get(item.name)
             if usage is None:
                 continue   # released while the exchange was under way
-            if reset:
-                # The store lost everything sent before this exchange: send it again next time.
-                for window, used in usage.sent.items():
-                    usage.pending[window] = usage.pending.get(window, 0.0) + used
-                usage.sent = {}
-            for window, delta in item.deltas:
-                usage.sent[window] = usage.sent.get(window, 0.0) + delta
+            _settle(usage, item, totals.epoch or reply.epoch)
             others = {w: total - usage.sent.get(w, 0.0) for w, total in totals.windows.items() if w >= first}
             usage.others = {w: used for w, used in others.items() if used > 1e-9}
             usage.others_active = totals.others_active
@@ -296,11 +306,19 @@ class FleetLedger:
         self.last_success = received_at
         self.generation += 1
 
-    def failed(self, request: SyncRequest) -> None:
-        """The exchange failed or timed out: keep its usage for the next one, and go alone."""
-        for item in request.sensors:
+    def failed(self, request: SyncRequest, applied: tuple[SensorTotals | None, ...] | None = None) -> None:
+        """The exchange failed or timed out: keep its usage for the next one, and go alone.
+
+        `applied` (an `ExchangeIncomplete`'s): the sensors a part of the store did take, which are
+        sent, not kept; only the others' usage is sent again.
+        """
+        for i, item in enumerate(request.sensors):
             usage = self.usages.get(item.name)
             if usage is None:
+                continue
+            totals = applied[i] if applied is not None else None
+            if totals is not None:
+                _settle(usage, item, totals.epoch)
                 continue
             for window, delta in item.deltas:
                 usage.pending[window] = usage.pending.get(window, 0.0) + delta
@@ -308,3 +326,17 @@ class FleetLedger:
             self.shared = False
             self._set_scale()
             self.generation += 1
+
+
+def _settle(usage: SharedUsage, item: SensorUsage, epoch: str | None) -> None:
+    """The store part holding the sensor took `item`'s deltas: they are sent. If that part's epoch
+    changed it lost everything sent to it before: all of that is sent again with the next exchange.
+    (`epoch` None: not told, taken as unchanged.)"""
+    if epoch is not None:
+        if usage.epoch is not None and epoch != usage.epoch:
+            for window, used in usage.sent.items():
+                usage.pending[window] = usage.pending.get(window, 0.0) + used
+            usage.sent = {}
+        usage.epoch = epoch
+    for window, delta in item.deltas:
+        usage.sent[window] = usage.sent.get(window, 0.0) + delta

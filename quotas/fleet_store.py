@@ -2,8 +2,10 @@
 
 The parent process of `--workers` keeps one `FleetStore` and answers its workers' `SyncRequest`s
 with it (proxy/runtime/fleet_local.py carries them over a Unix socket). It is also the
-specification of the Redis backend: proxy/runtime/fleet_redis.py's Lua script does exactly this,
-step for step, and a test runs both on the same requests and compares the answers.
+specification of the Redis backends: proxy/runtime/fleet_redis.py's Lua script does exactly this,
+step for step, on one Redis and spread over a Redis Cluster's slot groups, and a test runs them on
+the same requests and compares the answers (a cluster's sensors carry their group's epoch, which
+the comparison sets aside).
 
 Per exchange, for the calling instance:
 1. note the instance as present at `now`; forget instances silent for `live_ms`;

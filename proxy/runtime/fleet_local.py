@@ -126,15 +126,16 @@ class WorkersExchange:
         self.name = "the workers' parent process"
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
-    async def exchange(self, request: SyncRequest) -> SyncReply:
+    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
         try:
-            if self._streams is None:
-                self._streams = await asyncio.open_unix_connection(self.path)
-            reader, writer = self._streams
-            writer.write(frame(encode_request(request)))
-            await writer.drain()
-            (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-            return decode_reply(json.loads(await reader.readexactly(size)))
+            async with asyncio.timeout_at(deadline):
+                if self._streams is None:
+                    self._streams = await asyncio.open_unix_connection(self.path)
+                reader, writer = self._streams
+                writer.write(frame(encode_request(request)))
+                await writer.drain()
+                (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+                return decode_reply(json.loads(await reader.readexactly(size)))
         except BaseException:
             # Whatever went wrong (a timeout's cancellation included), the stream may hold half a
             # message: start over on a new connection next time.

@@ -5,7 +5,7 @@ deltas, prune old windows, then read the totals, atomically, in one round trip, 
 clock (`TIME`), which every instance then uses as the fleet clock. It does exactly what
 `kqp.quotas.fleet_store.FleetStore.exchange` does in memory (a test runs both on the same requests).
 
-Keys (all under one hash tag, so a Redis Cluster would place them in one slot):
+Keys (all under one hash tag, `{prefix}`, so that a script call touches one slot):
 
     {prefix}:instances           sorted set: instance -> last exchange (ms); expires with live_ms
     {prefix}:epoch               the store's epoch: set once by the first instance; a Redis that
@@ -15,18 +15,27 @@ Keys (all under one hash tag, so a Redis Cluster would place them in one slot):
                                  "@instance" -> when that instance last added to it (ms); expires
                                  ttl_ms after the last write
 
+The same script serves a Redis Cluster (fleet_redis_cluster.py), where the sensors are spread over
+slot groups, each under a hash tag of its own with an epoch key of its own; there only the call on
+`{prefix}` keeps the instance registry (the "registry" flag below) and gives the fleet's clock.
+
 The client is redis-py's asyncio client: `redis://`, `rediss://` (TLS) and `unix://` URLs as
-redis-py reads them, a password from the URL or from `quotas.cluster.password_env`, and Sentinel
+redis-py reads them, a password from the URL or from `quotas.cluster.password_env`, Sentinel
 (`redis+sentinel://`) through redis-py's `Sentinel.master_for`, which asks the sentinels for the
-current master on every new connection and so follows a failover. redis-py's own retries are off:
-an exchange that fails is simply the next interval's to retry, and the driver's timeout bounds it.
+current master on every new connection and so follows a failover, and Redis Cluster
+(`redis+cluster://`) through redis-py's `RedisCluster`, which reads the slot map from the nodes
+again after any connection error and so follows a failover too. redis-py's own retries are off:
+an exchange that fails is simply the next interval's to retry, within the deadline the driver sets.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+from urllib.parse import quote
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
@@ -36,27 +45,32 @@ from kqp.quotas.fleet import SensorTotals, SensorUsage, SyncReply, SyncRequest
 
 CHUNK = 256   # sensors per script run
 
-# KEYS: instances, epoch, then one hash per sensor.
-# ARGV: instance, epoch proposal, window_ms, keep_windows, live_ms, active_ms, ttl_ms,
+# KEYS: epoch, the instances registry (if ARGV[8] is 1), then one hash per sensor.
+# ARGV: instance, epoch proposal, window_ms, keep_windows, live_ms, active_ms, ttl_ms, registry (1/0),
 #       then per sensor: the number of deltas n, and n (window, delta) pairs.
-# Returns: epoch, seconds, microseconds, instances present, then per sensor: others active, and a
-# flat list window, total, window, total... (totals as strings: Lua numbers would be truncated).
+# Returns: epoch, seconds, microseconds, instances present (0 without the registry), then per
+# sensor: others active, and a flat list window, total, window, total... (totals as strings: Lua
+# numbers would be truncated).
 EXCHANGE_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local instance = ARGV[1]
 local window_ms, keep = tonumber(ARGV[3]), tonumber(ARGV[4])
 local live, active, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-redis.call('SET', KEYS[2], ARGV[2], 'NX')
-local epoch = redis.call('GET', KEYS[2])
-redis.call('ZADD', KEYS[1], now, instance)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - live - 1)
-redis.call('PEXPIRE', KEYS[1], live)
-local out = {epoch, t[1], t[2], redis.call('ZCARD', KEYS[1])}
+redis.call('SET', KEYS[1], ARGV[2], 'NX')
+local epoch = redis.call('GET', KEYS[1])
+local present, k = 0, 2
+if ARGV[8] == '1' then
+  redis.call('ZADD', KEYS[2], now, instance)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - live - 1)
+  redis.call('PEXPIRE', KEYS[2], live)
+  present, k = redis.call('ZCARD', KEYS[2]), 3
+end
+local out = {epoch, t[1], t[2], present}
 local first = math.floor(now / window_ms) - keep
 local me = '@' .. instance
-local a = 8
-for i = 3, #KEYS do
+local a = 9
+for i = k, #KEYS do
   local key = KEYS[i]
   local n = tonumber(ARGV[a])
   a = a + 1
@@ -92,10 +106,23 @@ return out
 """
 
 
-def redis_client(target: RedisTarget, password: str | None, timeout: float) -> aioredis.Redis:
+def redis_client(target: RedisTarget, password: str | None, timeout: float) -> aioredis.Redis | RedisCluster:
     """redis-py's asyncio client for `target`, every socket operation bounded by `timeout`."""
     options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
                                "retry": Retry(NoBackoff(), 0)}
+    if target.cluster_nodes:
+        # One node's URL carries the credentials, TLS and options; the others are more nodes to ask
+        # for the slot map. Those configured are kept as the nodes to ask (not replaced by the
+        # addresses the cluster announces), so a Service name outlives pods that change addresses.
+        (host, port), *more = target.cluster_nodes
+        auth = "" if target.username is None and target.password is None else \
+            f"{quote(target.username or '', safe='')}:{quote(target.password or '', safe='')}@"
+        query = f"?{target.query}" if target.query else ""
+        url = f"{'rediss' if target.ssl else 'redis'}://{auth}{_netloc(host, port)}/0{query}"
+        if password is not None and target.password is None:
+            options["password"] = password
+        return RedisCluster.from_url(url, startup_nodes=[ClusterNode(h, p) for h, p in more],
+                                     dynamic_startup_nodes=False, **options)
     if target.sentinels:
         sentinel = Sentinel(list(target.sentinels), sentinel_kwargs={"socket_timeout": timeout,
                                                                      "socket_connect_timeout": timeout},
@@ -107,8 +134,13 @@ def redis_client(target: RedisTarget, password: str | None, timeout: float) -> a
     return aioredis.from_url(target.url, **options)
 
 
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class RedisExchange:
-    """`FleetBackend` on Redis: `exchange` is one EVALSHA (EVAL again after a Redis restart)."""
+    """`FleetBackend` on one Redis (or a Sentinel group's master): every key under `{prefix}`,
+    `exchange` one EVALSHA per chunk of sensors (EVAL again after a Redis restart)."""
 
     kind = "redis"
 
@@ -116,31 +148,25 @@ class RedisExchange:
         self.name = target.shown
         self._client = redis_client(target, password, timeout)
         self._script = self._client.register_script(EXCHANGE_LUA)
-        self._prefix = "{" + prefix + "}"
+        self._tag = "{" + prefix + "}"
 
-    def keys(self, request: SyncRequest) -> list[str]:
-        p = self._prefix
-        return [f"{p}:instances", f"{p}:epoch", *(f"{p}:w{request.window_ms}:{s.name}" for s in request.sensors)]
-
-    async def exchange(self, request: SyncRequest) -> SyncReply:
+    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
         """One round trip: the script once per chunk of sensors, the chunks in one pipeline.
 
         Redis runs one script at a time and nothing else meanwhile; chunks keep each run short
         (about CHUNK x 10-20 us) however many entities are active, so other instances' exchanges
         are not held behind one long script.
         """
-        head: list[str | int] = [request.instance, request.epoch, request.window_ms, request.keep_windows,
-                                 request.live_ms, request.active_ms, request.ttl_ms]
-        keys = self.keys(request)
         sensors = request.sensors
-        if len(sensors) <= CHUNK:
-            return parse_reply(await self._script(keys=keys, args=head + _deltas(sensors)))
-        async with self._client.pipeline(transaction=False) as pipe:
-            for start in range(0, len(sensors), CHUNK):
-                chunk = sensors[start:start + CHUNK]
-                await self._script(keys=keys[:2] + keys[2 + start:2 + start + CHUNK], args=head + _deltas(chunk),
-                                   client=pipe)
-            replies = [parse_reply(raw) for raw in await pipe.execute()]
+        async with asyncio.timeout_at(deadline):
+            if len(sensors) <= CHUNK:
+                keys, args = script_call(self._tag, request, sensors, registry=True)
+                return parse_reply(await self._script(keys=keys, args=args))
+            async with self._client.pipeline(transaction=False) as pipe:
+                for start in range(0, len(sensors), CHUNK):
+                    keys, args = script_call(self._tag, request, sensors[start:start + CHUNK], registry=True)
+                    await self._script(keys=keys, args=args, client=pipe)
+                replies = [parse_reply(raw) for raw in await pipe.execute()]
         last = replies[-1]
         return SyncReply(last.epoch, last.now, last.instances, tuple(s for r in replies for s in r.sensors))
 
@@ -148,23 +174,32 @@ class RedisExchange:
         await self._client.aclose()
 
 
-def _deltas(sensors: tuple[SensorUsage, ...]) -> list[str | int]:
-    args: list[str | int] = []
+def script_call(tag: str, request: SyncRequest, sensors: tuple[SensorUsage, ...],
+                registry: bool) -> tuple[list[str], list[str | int]]:
+    """KEYS and ARGV of one script run over `sensors`, all of whose keys are under `tag`."""
+    keys = [f"{tag}:epoch", *([f"{tag}:instances"] if registry else []),
+            *(f"{tag}:w{request.window_ms}:{s.name}" for s in sensors)]
+    args: list[str | int] = [request.instance, request.epoch, request.window_ms, request.keep_windows,
+                             request.live_ms, request.active_ms, request.ttl_ms, 1 if registry else 0]
     for sensor in sensors:
         args.append(len(sensor.deltas))
         for window, delta in sensor.deltas:
             args += (window, repr(delta))
-    return args
+    return keys, args
 
 
-def parse_reply(raw: list[Any]) -> SyncReply:
+def parse_reply(raw: list[Any], sensor_epochs: bool = False) -> SyncReply:
+    """The script's answer; with `sensor_epochs` each sensor's totals carry the epoch (a Redis
+    Cluster's slot groups have one each)."""
     epoch, seconds, micros, present = raw[:4]
+    text = _text(epoch)
+    own = text if sensor_epochs else None
     sensors: list[SensorTotals] = []
     for i in range(4, len(raw), 2):
         flat = raw[i + 1]
         windows = {int(flat[k]): float(flat[k + 1]) for k in range(0, len(flat), 2)}
-        sensors.append(SensorTotals(windows, int(raw[i])))
-    return SyncReply(_text(epoch), int(seconds) + int(micros) / 1e6, int(present), tuple(sensors))
+        sensors.append(SensorTotals(windows, int(raw[i]), own))
+    return SyncReply(text, int(seconds) + int(micros) / 1e6, int(present), tuple(sensors))
 
 
 def _text(value: bytes | str) -> str:

@@ -1,13 +1,14 @@
 """The fleet exchange's driver: one asyncio task per process, off the request path.
 
 Every `sync_interval_ms` the task asks the `FleetLedger` what to send (`collect`), hands it to the
-backend (Redis, or the `--workers` parent), and gives the answer back (`merge`) or reports the
-failure (`failed`). Requests never wait for any of it: they only touch the ledger's dicts on the
-event loop, and this task's awaits give the loop back while the exchange is on the wire. Each
-exchange is bounded by `timeout_ms`; one that fails or times out puts the ledger "alone" (each
-quota at its share) at once, and the next successful one brings the fleet back. The state change is
-logged once each way, and shown in metrics (`FleetStatus`) and in /readyz's detail; a process
-sharing nothing is still ready, because it still serves.
+backend (Redis, a Redis Cluster, or the `--workers` parent), and gives the answer back (`merge`) or
+reports the failure (`failed`). Requests never wait for any of it: they only touch the ledger's
+dicts on the event loop, and this task's awaits give the loop back while the exchange is on the
+wire. Each exchange has a deadline `timeout_ms` ahead, which the backend keeps (a Redis Cluster's
+backend needs it to tell which of its shards answered in time); one that fails or times out puts
+the ledger "alone" (each quota at its share) at once, and the next successful one brings the fleet
+back. The state change is logged once each way, and shown in metrics (`FleetStatus`) and in
+/readyz's detail; a process sharing nothing is still ready, because it still serves.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kqp.config.errors import ConfigError
 from kqp.config.fleet_section import redis_target
 from kqp.config.model import ClusterConfig, FleetConfig
 from kqp.proxy.observability.fleet_metrics import FleetStatus
-from kqp.quotas.fleet import FleetLedger, SyncReply, SyncRequest
+from kqp.quotas.fleet import ExchangeIncomplete, FleetLedger, SyncReply, SyncRequest
 from kqp.quotas.model import QuotaSettings
 
 log = logging.getLogger("kqp.fleet")
@@ -35,7 +36,10 @@ class FleetBackend(Protocol):
     kind: str    # "redis" or "workers"
     name: str    # shown in logs, metrics and /readyz
 
-    async def exchange(self, request: SyncRequest) -> SyncReply: ...
+    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
+        """The store's answer, or an exception (TimeoutError) by `deadline` (the event loop's clock);
+        `ExchangeIncomplete` when part of the store applied its part of the request."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -64,11 +68,14 @@ class FleetSync:
         self.syncs += 1
         sent = self._clock()
         try:
-            async with asyncio.timeout(self.timeout):   # no extra task per exchange, as wait_for makes
-                reply = await self.backend.exchange(request)
+            reply = await self.backend.exchange(request, asyncio.get_running_loop().time() + self.timeout)
         except asyncio.CancelledError:
             ledger.failed(request)
             raise
+        except ExchangeIncomplete as exc:   # what the answering shards took is not sent again
+            ledger.failed(request, exc.sensors)
+            self._went_down(exc)
+            return False
         except Exception as exc:   # any failure of the store is the same to quotas: go alone
             ledger.failed(request)
             self._went_down(exc)
@@ -82,7 +89,7 @@ class FleetSync:
     def _went_down(self, exc: Exception) -> None:
         self.errors += 1
         self.last_error = f"timed out after {self.timeout * 1000:.0f} ms" if isinstance(exc, TimeoutError) \
-            else f"{type(exc).__name__}: {exc}"
+            else str(exc) if isinstance(exc, ExchangeIncomplete) else f"{type(exc).__name__}: {exc}"
         if self._down_since is None:
             self._down_since = self._clock()
             log.warning("fleet quotas: the usage exchange with %s failed (%s); each quota is held at this "
@@ -155,11 +162,14 @@ def open_fleet(fleet: FleetConfig, quotas: QuotaSettings, workers: int, workers_
     cluster = fleet.cluster
     backend: FleetBackend
     if fleet.scope == "cluster":
-        from .fleet_redis import RedisExchange  # redis-py is imported only by processes that use it
+        # redis-py is imported only by processes that use it
+        from .fleet_redis import RedisExchange
+        from .fleet_redis_cluster import RedisClusterExchange
 
         assert cluster.redis_url is not None
-        backend = RedisExchange(redis_target(cluster.redis_url), cluster_password(cluster), cluster.key_prefix,
-                                cluster.timeout_ms / 1000)
+        target = redis_target(cluster.redis_url)
+        kind = RedisClusterExchange if target.cluster_nodes else RedisExchange
+        backend = kind(target, cluster_password(cluster), cluster.key_prefix, cluster.timeout_ms / 1000)
         expected = cluster.expected_instances
     elif workers > 1 and workers_path is not None:
         from .fleet_local import WorkersExchange

@@ -52,9 +52,14 @@ def test_cluster_scope_needs_a_redis() -> None:
 @pytest.mark.parametrize(("data", "message"), [
     ({"quotas": {"scope": "fleet"}}, "quotas.scope: must be one of instance, cluster, got 'fleet'"),
     (cluster(redis_url="http://r:1"), "quotas.cluster.redis_url: must start with redis://, rediss://, unix://, "
-                                      "redis+sentinel:// or rediss+sentinel://, got 'http://r:1'"),
+                                      "redis+sentinel://, rediss+sentinel://, redis+cluster:// or "
+                                      "rediss+cluster://, got 'http://r:1'"),
     (cluster(redis_url="redis://r:port"), "quotas.cluster.redis_url: not a Redis URL"),
     (cluster(redis_url="redis+sentinel://s1:26379"), "quotas.cluster.redis_url: needs the Sentinel service name"),
+    (cluster(redis_url="redis+cluster://r0:6379,r1:x/"), "quotas.cluster.redis_url: cluster nodes must be "
+                                                        "host:port[,host:port...], got 'redis+cluster://r0:6379,r1:x/'"),
+    (cluster(redis_url="redis+cluster://r0:6379/1"), "quotas.cluster.redis_url: a Redis Cluster has only db 0"),
+    (cluster(redis_url="redis+cluster://r0,,r1/"), "quotas.cluster.redis_url: cluster nodes must be host:port"),
     (cluster(sync_interval_ms=5), "quotas.cluster.sync_interval_ms: must be an integer in 10..60000, got 5"),
     (cluster(expected_instances=0), "quotas.cluster.expected_instances: must be an integer >= 1, got 0"),
     (cluster(key_prefix="a b"), "quotas.cluster.key_prefix: must be letters, digits and _.:- only, got 'a b'"),
@@ -77,6 +82,21 @@ def test_sentinel_urls() -> None:
     assert (target.service, target.db, target.username, target.password, target.ssl) == \
         ("my master", 3, "u", "p@ss", False)
     assert redis_target("rediss+sentinel://s1/m").ssl
+    # Several sentinels with a port each, as the README shows (urlsplit alone cannot read the ports).
+    assert redis_target("redis+sentinel://sentinel-0:26379,sentinel-1:26379,sentinel-2:26379/kqp-fleet/0").sentinels \
+        == (("sentinel-0", 26379), ("sentinel-1", 26379), ("sentinel-2", 26379))
+
+
+def test_cluster_urls() -> None:
+    target = redis_target("redis+cluster://u:p%40ss@r0:7000,r1,[::1]:7001/")
+    assert target.cluster_nodes == (("r0", 7000), ("r1", 6379), ("::1", 7001))
+    assert (target.username, target.password, target.ssl, target.sentinels, target.query) == \
+        ("u", "p@ss", False, (), "")
+    assert redis_target("redis+cluster://r0:7000").cluster_nodes == (("r0", 7000),)
+    assert redis_target("redis+cluster://r0:7000/0").cluster_nodes == (("r0", 7000),)
+    tls = redis_target("rediss+cluster://r0:7000/?ssl_ca_certs=/etc/ca.pem")
+    assert tls.ssl and tls.query == "ssl_ca_certs=/etc/ca.pem"
+    assert redis_target("redis+cluster://:secret@r0,r1/").shown == "redis+cluster://:***@r0,r1/"
 
 
 def test_passwords_are_not_shown() -> None:

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from deploy_files import K8S, KUBERNETES_VERSION, by_kind, manifests, relative
 
+from kqp.config.fleet_section import redis_target
 from kqp.config.loader import parse_config
 from kqp.config.model import ProxyConfig
 
@@ -241,3 +242,24 @@ def test_fleet_quotas_reach_the_fleet_redis(variant: str) -> None:
         env = {e["name"]: e for e in kqp_container(pod).get("env", [])}
         assert config.fleet.cluster.password_env in env, "kqp reads the Redis password from this variable"
         assert env[config.fleet.cluster.password_env]["valueFrom"]["secretKeyRef"] == secret
+
+
+def test_the_redis_cluster_values_and_the_kqp_config_that_points_at_them() -> None:
+    """deploy/k8s/fleet/redis-cluster: the chart's values make three masters with a replica each,
+    keep nothing but nodes.conf, take the fleet's Secret; kqp's section reaches the chart's Service
+    and reads the password as every kqp pod does."""
+    folder = K8S / "fleet" / "redis-cluster"
+    values = yaml.safe_load((folder / "values.yaml").read_text())
+    assert (values["cluster"]["nodes"], values["cluster"]["replicas"]) == (6, 1)
+    [fleet_secret] = {e["valueFrom"]["secretKeyRef"]["name"] for e in
+                      by_kind("Deployment", K8S / "fleet")[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (values["usePassword"], values["existingSecret"], values["existingSecretPasswordKey"]) == \
+        (True, fleet_secret, "password")
+    settings = dict(line.split(" ", 1) for line in values["redis"]["configmap"].splitlines())
+    assert settings["save"] == '""' and values["redis"]["useAOFPersistence"] == "no"
+    assert settings["maxmemory-policy"] == "volatile-ttl"   # only keys with a TTL may go: never an epoch
+    config = parse_config(yaml.safe_load((folder / "kqp-fleet.yaml").read_text()), source="redis-cluster")
+    target = redis_target(config.fleet.cluster.redis_url or "")
+    assert config.fleet.scope == "cluster"
+    assert target.cluster_nodes == ((f"{values['fullnameOverride']}.kqp.svc.cluster.local", 6379),)
+    assert config.fleet.cluster.password_env == kqp_config("shared").fleet.cluster.password_env

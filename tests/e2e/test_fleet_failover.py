@@ -16,17 +16,15 @@ started again, empty, on the same port after thirteen.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.fleet_path import SPAN, fleet_quotas, fleet_rate, open_fleet, run_all
+from helpers.fleet_path import SPAN, all_report, assert_served_throughout, fleet_rate, flood_while, user_quota_fleet
 from helpers.names import unique_topic
-from helpers.observability import metrics_url, sample, scrape
-from helpers.quota_clients import ProduceRun, confluent_flood
+from helpers.observability import sample
 from helpers.quota_path import quota_upstream
 from helpers.redis_server import RedisServer, needs_redis
 from helpers.topics import ensure_topic
@@ -46,16 +44,6 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
         yield bootstrap
 
 
-def all_report(urls: list[str], check: Any, timeout: float) -> float:
-    """Seconds until `check(samples)` holds for every instance's /metrics; AssertionError after `timeout`."""
-    started = time.monotonic()
-    while True:
-        if all(check(scrape(url)) for url in urls):
-            return time.monotonic() - started
-        assert time.monotonic() - started < timeout, f"not every instance within {timeout}s"
-        time.sleep(0.05)
-
-
 def test_redis_killed_mid_run(kqp: Any, upstream: Upstream, tmp_path: Path) -> None:
     prefix = unique_topic("fleet-failover")
     topics = [unique_topic(f"fleet-failover-{i}") for i in range(INSTANCES)]
@@ -63,46 +51,29 @@ def test_redis_killed_mid_run(kqp: Any, upstream: Upstream, tmp_path: Path) -> N
         ensure_topic(upstream, topic, 1, upstream_kind=upstream.kind)
     redis = RedisServer(tmp_path / "redis.log").start()
     timeline: dict[str, float] = {}
-    failures: list[BaseException] = []
     with contextlib.ExitStack() as stack:
         stack.callback(redis.stop)
-        quotas = fleet_quotas({"user": "ANONYMOUS", "producer_byte_rate": QUOTA}, redis_url=redis.url,
-                              instances=INSTANCES)
-        fleet = open_fleet(stack, kqp, upstream, INSTANCES, quotas, metrics={"listen": "127.0.0.1:0"})
-        urls = [metrics_url(proxy) for proxy in fleet.kqps]
-        all_report(urls, lambda s: sample(s, "kqp_fleet_instances", backend="redis") == INSTANCES, 5)
+        fleet, urls = user_quota_fleet(stack, kqp, upstream, INSTANCES, QUOTA, redis.url)
 
         def operate(started: float) -> None:
-            try:
-                time.sleep(max(0.0, started + KILL_AT - time.monotonic()))
-                redis.kill()
-                timeline["killed"] = time.monotonic()
-                timeline["alone_after"] = all_report(urls, lambda s: sample(s, "kqp_fleet_sync_up", backend="redis")
-                                                     == 0.0 and sample(s, "kqp_fleet_quota_share", backend="redis")
-                                                     == pytest.approx(1 / INSTANCES), 5)
-                time.sleep(max(0.0, started + RESTART_AT - time.monotonic()))
-                redis.start()
-                timeline["restarted"] = time.monotonic()
-                timeline["shared_after"] = all_report(urls, lambda s: sample(s, "kqp_fleet_sync_up", backend="redis")
-                                                      == 1.0, 5)
-            except BaseException as exc:   # reported after the producers are done
-                failures.append(exc)
+            time.sleep(max(0.0, started + KILL_AT - time.monotonic()))
+            redis.kill()
+            timeline["killed"] = time.monotonic()
+            timeline["alone_after"] = all_report(urls, lambda s: sample(s, "kqp_fleet_sync_up", backend="redis")
+                                                 == 0.0 and sample(s, "kqp_fleet_quota_share", backend="redis")
+                                                 == pytest.approx(1 / INSTANCES), 5)
+            time.sleep(max(0.0, started + RESTART_AT - time.monotonic()))
+            redis.start()
+            timeline["restarted"] = time.monotonic()
+            timeline["shared_after"] = all_report(urls, lambda s: sample(s, "kqp_fleet_sync_up", backend="redis")
+                                                  == 1.0, 5)
 
-        started = time.monotonic()
-        operator = threading.Thread(target=operate, args=(started,), daemon=True)
-        operator.start()
-        runs: list[ProduceRun] = run_all([
-            lambda k=k, i=i, t=t: confluent_flood(k.bootstrap, t, f"{prefix}-{i}", OFFER_SECONDS)
-            for i, (k, t) in enumerate(zip(fleet.kqps, topics, strict=True))])
-        operator.join(15)
+        _, runs, failures = flood_while(fleet, topics, prefix, OFFER_SECONDS, operate, 15)
         ids = [run.client_id for run in runs]
         events = fleet.produce_events(ids)
         per_instance = [fleet.produce_events([cid]) for cid in ids]
     assert not failures, failures
-    for run in runs:
-        assert not run.errors, f"{run.client_id}: delivery errors: {run.errors[:5]}"
-        assert run.request_timeouts in (None, 0), f"{run.client_id}: {run.request_timeouts} request timeouts"
-        assert len(run.acked) == run.sent
+    assert_served_throughout(runs)
     killed, restarted, end = timeline["killed"], timeline["restarted"], min(r.offered_until for r in runs)
     assert timeline["alone_after"] < 1.0, f"instances on their share {timeline['alone_after']:.2f}s after the kill"
     assert timeline["shared_after"] < 2.0, f"shared again {timeline['shared_after']:.2f}s after Redis returned"

@@ -14,6 +14,8 @@ of helpers.quota_clients and helpers.quota_analysis.
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,7 +26,9 @@ from upstreams.launch import Upstream
 from kqp.protocol.apis import ApiKey
 
 from .kqp_process import KqpProcess
+from .observability import metrics_url, sample, scrape
 from .quota_analysis import Event, cumulative_slope, fetch_response_events, request_events
+from .quota_clients import ProduceRun, confluent_flood
 from .quota_path import MOCK_MAX_API_VERSIONS, broker_addresses
 from .wire_tap import WireTap
 
@@ -78,3 +82,55 @@ def run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
 def fleet_rate(events: list[Event], start: float, end: float) -> float:
     """What the upstream received per second between `start` and `end` (least-squares slope)."""
     return cumulative_slope(events, start, end)
+
+
+def all_report(urls: list[str], check: Callable[[Any], bool], timeout: float) -> float:
+    """Seconds until `check(samples)` holds for every instance's /metrics; AssertionError after `timeout`."""
+    started = time.monotonic()
+    while True:
+        if all(check(scrape(url)) for url in urls):
+            return time.monotonic() - started
+        assert time.monotonic() - started < timeout, f"not every instance within {timeout}s"
+        time.sleep(0.05)
+
+
+def assert_served_throughout(runs: Sequence[ProduceRun]) -> None:
+    """No client noticed the store's trouble: every message acked, no error, no request timed out."""
+    for run in runs:
+        assert not run.errors, f"{run.client_id}: delivery errors: {run.errors[:5]}"
+        assert run.request_timeouts in (None, 0), f"{run.client_id}: {run.request_timeouts} request timeouts"
+        assert len(run.acked) == run.sent
+
+
+def user_quota_fleet(stack: contextlib.ExitStack, start_kqp: Callable[..., KqpProcess], upstream: Upstream,
+                     members: int, quota: float, redis_url: str) -> tuple[Fleet, list[str]]:
+    """`members` kqp instances in cluster scope sharing `/users/ANONYMOUS`'s producer_byte_rate
+    through `redis_url`, each with a metrics endpoint; the fleet and those endpoints' URLs, once
+    every instance has counted all the others."""
+    quotas = fleet_quotas({"user": "ANONYMOUS", "producer_byte_rate": quota}, redis_url=redis_url, instances=members)
+    fleet = open_fleet(stack, start_kqp, upstream, members, quotas, metrics={"listen": "127.0.0.1:0"})
+    urls = [metrics_url(proxy) for proxy in fleet.kqps]
+    all_report(urls, lambda s: sample(s, "kqp_fleet_instances", backend="redis") == members, 10)
+    return fleet, urls
+
+
+def flood_while(fleet: Fleet, topics: Sequence[str], prefix: str, seconds: float,
+                operate: Callable[[float], None], join: float) -> tuple[float, list[ProduceRun], list[BaseException]]:
+    """One confluent-kafka producer per instance (client id `prefix-i`, topic i) floods for `seconds`
+    while `operate(started)` runs on a thread (joined for at most `join` s after the floods end);
+    returns when they started, the runs, and what `operate` raised."""
+    failures: list[BaseException] = []
+
+    def guarded(started: float) -> None:
+        try:
+            operate(started)
+        except BaseException as exc:   # reported after the producers are done
+            failures.append(exc)
+
+    started = time.monotonic()
+    operator = threading.Thread(target=guarded, args=(started,), daemon=True)
+    operator.start()
+    runs = run_all([lambda k=k, i=i, t=t: confluent_flood(k.bootstrap, t, f"{prefix}-{i}", seconds)
+                    for i, (k, t) in enumerate(zip(fleet.kqps, topics, strict=True))])
+    operator.join(join)
+    return started, runs, failures

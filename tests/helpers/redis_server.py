@@ -14,10 +14,12 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+from kqp.proxy.bench.redis_nodes import server_args
 
 from .net import LOOPBACK, accepts, free_port
 
@@ -28,13 +30,15 @@ needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is n
 
 class RedisServer:
     def __init__(self, log_path: Path, *, password: str | None = None, port: int | None = None,
-                 sentinel_config: Path | None = None, tls_cert: Path | None = None) -> None:
+                 sentinel_config: Path | None = None, tls_cert: Path | None = None,
+                 extra_args: Sequence[str] = ()) -> None:
         self.port = port or free_port()
         self.password = password
         self.log_path = log_path
         self.sentinel_config = sentinel_config   # run as a Redis Sentinel with this (writable) config file
         # TLS only, with this self-signed certificate (key beside it, "<name>.key"); see `self_signed`.
         self.tls_cert = tls_cert
+        self.extra_args = list(extra_args)    # e.g. a Redis Cluster node's (helpers.redis_cluster)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -50,8 +54,7 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         assert REDIS_SERVER is not None, "redis-server is not installed"
-        argv = [REDIS_SERVER, "--port", str(self.port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no",
-                "--daemonize", "no", "--protected-mode", "no"]
+        argv = [REDIS_SERVER, *server_args(self.port, LOOPBACK)]
         if self.sentinel_config is not None:
             argv = [REDIS_SERVER, str(self.sentinel_config), "--sentinel", "--port", str(self.port)]
         if self.tls_cert is not None:
@@ -60,6 +63,7 @@ class RedisServer:
                          "--tls-ca-cert-file", str(self.tls_cert), "--tls-auth-clients", "no"]
         if self.password:
             argv += ["--requirepass", self.password]
+        argv += self.extra_args
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

@@ -1,6 +1,7 @@
 """The fleet exchange's backends and driver against a real redis-server (never a fake) and real sockets.
 
-- the Lua script does what `FleetStore` does, answer for answer, on the same requests;
+- the Lua script does what `FleetStore` does, answer for answer, on the same requests, on one Redis
+  and spread over the slot groups of a real Redis Cluster (three masters, three replicas);
 - a password works (in the URL, or handed over from `password_env`), a wrong one fails cleanly;
 - TLS (`rediss://`, with a password) works, and plain text to a TLS port fails cleanly;
 - Redis unreachable, or accepting and never answering: the exchange gives up within its timeout,
@@ -13,18 +14,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import socket
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from helpers.net import LOOPBACK, free_port
+from helpers.redis_cluster import RedisClusterNodes, needs_redis_cluster
 from helpers.redis_server import RedisServer, needs_redis, redis_server, self_signed
 
 from kqp.config.fleet_section import redis_target
 from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
 from kqp.proxy.runtime.fleet_redis import CHUNK, RedisExchange
+from kqp.proxy.runtime.fleet_redis_cluster import GROUPS, RedisClusterExchange, group_of
 from kqp.proxy.runtime.fleet_sync import FleetSync
 from kqp.quotas.fleet import FleetLedger, SyncReply, SyncRequest
 from kqp.quotas.fleet_store import FleetStore
@@ -33,57 +39,95 @@ pytestmark = needs_redis
 TIMEOUT = 0.25
 
 
-def ledger(name: str, expected: int = 1) -> FleetLedger:
+def ledger(name: str, expected: int = 1, interval: float = 0.1) -> FleetLedger:
     # Windows of 0.2 s x 11 around the wall clock, as a live kqp's would be.
-    return FleetLedger(name, f"epoch-{name}", 0.2, 11, expected, 0.1, clock_offset=time.time() - time.monotonic())
+    return FleetLedger(name, f"epoch-{name}", 0.2, 11, expected, interval, clock_offset=time.time() - time.monotonic())
 
 
-def redis_exchange(url: str, password: str | None = None, prefix: str = "t", timeout: float = TIMEOUT) -> RedisExchange:
-    return RedisExchange(redis_target(url), password, prefix, timeout)
+def redis_exchange(url: str, password: str | None = None, prefix: str = "t",
+                   timeout: float = TIMEOUT) -> RedisExchange | RedisClusterExchange:
+    target = redis_target(url)
+    return (RedisClusterExchange if target.cluster_nodes else RedisExchange)(target, password, prefix, timeout)
 
 
-async def test_the_script_answers_as_the_store_does(tmp_path: Path) -> None:
-    with redis_server(tmp_path / "redis.log") as server:
-        backend = redis_exchange(server.url)
+def soon(seconds: float = 5.0) -> float:
+    """A deadline for one exchange, on the event loop's clock."""
+    return asyncio.get_running_loop().time() + seconds
+
+
+@contextlib.asynccontextmanager
+async def store_backend(layout: str, tmp_path: Path) -> AsyncIterator[RedisExchange | RedisClusterExchange]:
+    """The backend for one Redis or for a Redis Cluster of three masters and three replicas."""
+    with contextlib.ExitStack() as stack:
+        if layout == "redis":
+            url = stack.enter_context(redis_server(tmp_path / "redis.log")).url
+        else:
+            url = stack.enter_context(RedisClusterNodes(tmp_path / "cluster")).url
+        # A cluster's first exchange reads the slot map and the command table: more than TIMEOUT.
+        backend = redis_exchange(url, timeout=5.0)
+        try:
+            yield backend
+        finally:
+            await backend.close()
+
+
+def as_one_store(reply: SyncReply) -> SyncReply:
+    """A cluster's answer without the epoch each slot group gives its sensors: what one store says."""
+    return dataclasses.replace(reply, sensors=tuple(dataclasses.replace(s, epoch=None) for s in reply.sensors))
+
+
+LAYOUTS = [pytest.param("redis"), pytest.param("cluster", marks=needs_redis_cluster)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+async def test_the_script_answers_as_the_store_does(tmp_path: Path, layout: str) -> None:
+    async with store_backend(layout, tmp_path) as backend:
         store = FleetStore()
+        epochs: dict[str, str | None] = {}
         ledgers = [ledger(n) for n in "abc"]
-        try:
-            for step in range(12):
-                for i, fleet in enumerate(ledgers):
-                    now = time.monotonic()
-                    for sensor in ("producer_byte_rate::job", f"request_rate::job-{i}", "request_rate:u%3Ax:"):
-                        if (step + i) % 3:
-                            fleet.usage_for(sensor, now).record(1000.5 * (i + 1) + step, now)
-                    request = fleet.collect(now)
-                    reply = await backend.exchange(request)
-                    expected = store.exchange(request, reply.now)
-                    assert reply == expected, f"step {step}, instance {i}"
-                    fleet.merge(request, reply, now, time.monotonic())
-                await asyncio.sleep(0.03)
-            assert ledgers[0].instances == 3
-            assert ledgers[0].usages["producer_byte_rate::job"].others_active == 2
-        finally:
-            await backend.close()
-
-
-async def test_many_sensors_go_in_chunks_and_answer_alike(tmp_path: Path) -> None:
-    # More sensors than one script run takes (CHUNK): several runs in one pipeline, one answer.
-    with redis_server(tmp_path / "redis.log") as server:
-        backend = redis_exchange(server.url)
-        store = FleetStore()
-        try:
-            for name in "ab":
-                fleet = ledger(name)
+        # A sensor in every slot group of a cluster's layout (on one Redis, just more sensors).
+        spread = [next(n for k in range(1000) if group_of(n := f"request_rate::g{k}") == g) for g in range(GROUPS)]
+        for step in range(12):
+            for i, fleet in enumerate(ledgers):
                 now = time.monotonic()
-                for i in range(2 * CHUNK + 7):
-                    fleet.usage_for(f"request_rate::c{i}", now).record(i + 0.25, now)
+                for sensor in ("producer_byte_rate::job", f"request_rate::job-{i}", "request_rate:u%3Ax:", *spread):
+                    if (step + i) % 3:
+                        fleet.usage_for(sensor, now).record(1000.5 * (i + 1) + step, now)
                 request = fleet.collect(now)
-                reply = await backend.exchange(request)
-                assert reply == store.exchange(request, reply.now)
-                assert len(reply.sensors) == 2 * CHUNK + 7
-            assert reply.sensors[-1].windows and reply.sensors[-1].others_active == 1
-        finally:
-            await backend.close()
+                reply = await backend.exchange(request, soon())
+                expected = store.exchange(request, reply.now)
+                assert as_one_store(reply) == expected, f"step {step}, instance {i}"
+                for item, totals in zip(request.sensors, reply.sensors, strict=True):
+                    # one epoch per slot group, taken by the first request to reach it, kept since
+                    assert epochs.setdefault(item.name, totals.epoch) == totals.epoch
+                fleet.merge(request, reply, now, time.monotonic())
+            await asyncio.sleep(0.03)
+        assert ledgers[0].instances == 3
+        assert ledgers[0].usages["producer_byte_rate::job"].others_active == 2
+        if layout == "cluster":   # each sensor carries its slot group's epoch
+            assert None not in epochs.values()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+async def test_many_sensors_go_in_chunks_and_answer_alike(tmp_path: Path, layout: str) -> None:
+    # More sensors than one script run takes (CHUNK, and on a cluster in one slot group too):
+    # several runs, one answer.
+    count = 2 * CHUNK + 7 if layout == "redis" else 20 * CHUNK
+    async with store_backend(layout, tmp_path) as backend:
+        store = FleetStore()
+        for name in "ab":
+            # A 1 s interval keeps an instance present for 10 s: a's exchange of thousands of sensors
+            # can take about a second on a busy machine, and the spec counts presence in float
+            # seconds where the script counts whole milliseconds; at the edge of live_ms they differ.
+            fleet = ledger(name, interval=1.0)
+            now = time.monotonic()
+            for i in range(count):
+                fleet.usage_for(f"request_rate::c{i}", now).record(i + 0.25, now)
+            request = fleet.collect(now)
+            reply = await backend.exchange(request, soon())
+            assert as_one_store(reply) == store.exchange(request, reply.now)
+            assert len(reply.sensors) == count
+        assert reply.sensors[-1].windows and reply.sensors[-1].others_active == 1
 
 
 async def test_a_password_in_the_url_or_from_the_environment(tmp_path: Path) -> None:
@@ -171,8 +215,8 @@ async def test_run_stops_between_exchanges_as_soon_as_asked(tmp_path: Path) -> N
         backend, exchanged, stop = redis_exchange(server.url), asyncio.Event(), asyncio.Event()
         real_exchange = backend.exchange
 
-        async def exchange(request: SyncRequest) -> SyncReply:   # the real exchange, then a signal
-            reply = await real_exchange(request)
+        async def exchange(request: SyncRequest, deadline: float) -> SyncReply:   # the real one, then a signal
+            reply = await real_exchange(request, deadline)
             exchanged.set()
             return reply
 
@@ -197,7 +241,7 @@ async def test_a_redis_restarted_empty_gets_the_usage_again(tmp_path: Path) -> N
         now = time.monotonic()
         a.usage_for(name, now).record(700, now)
         request = a.collect(now)
-        a.merge(request, await backend.exchange(request), now, time.monotonic())
+        a.merge(request, await backend.exchange(request, soon()), now, time.monotonic())
         first.kill()
         second.start()   # the same port, nothing kept
         for fleet in (a, a, b):   # a sees a new epoch, then sends its 700 again; b reads them

@@ -1,0 +1,148 @@
+"""The fleet exchange over a Redis Cluster: the sensors spread over slot groups, one call per group.
+
+A Lua script may only touch keys of one slot, and one slot lives on one master. Under a single
+hash tag a big fleet would put every entity on one node; so the sensors are hashed (crc32 of the
+name, the same in every process) into `GROUPS` slot groups, each under a hash tag of its own, and
+an exchange runs fleet_redis.py's script once per group that has sensors (once per chunk of
+CHUNK), all groups at once. What stays global, and where:
+
+- the instance registry and the fleet's clock: group 0 is the "home" group, under `{prefix}`
+  itself, with the very keys one Redis has; its call runs in every exchange, registers the
+  instance, counts those present, and its node's `TIME` is the fleet clock every process tracks.
+  The other groups' scripts read their own node's `TIME` only to prune their windows and to age
+  out their adders, comparing it with times the same node wrote, so the nodes' clocks only need to
+  agree within a quota window (keep_windows has one window of slack): NTP does that.
+- the epoch: one per group (`{tag}:epoch`), because a shard can lose its data on its own. Each
+  sensor's totals carry its group's epoch, and the ledger sends a sensor's usage again when its
+  group's epoch changes (kqp.quotas.fleet), as it does for a restarted Redis.
+- the outcome: a shard down fails its groups' calls (connection refused, or CLUSTERDOWN from every
+  node while the cluster waits for the failover). The exchange then fails and the process goes
+  alone at its share; the groups that did answer applied their part, which the ledger counts as
+  sent (`ExchangeIncomplete`) so that the next exchange does not add it twice.
+
+The group tags are spread evenly over the slot space: group g (g >= 1) is `{prefix#g.n}` with n
+the first number putting the tag's slot into the g-th of GROUPS - 1 equal slot ranges. `redis-cli
+--cluster create` gives each master an even range of slots, so each master gets its share of
+groups (the 15 over 3 masters: 5 each, and the home group), not a share left to chance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from dataclasses import dataclass
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from kqp.config.fleet_section import RedisTarget
+from kqp.quotas.fleet import ExchangeIncomplete, SensorTotals, SyncReply, SyncRequest
+
+from .fleet_redis import CHUNK, EXCHANGE_LUA, parse_reply, redis_client, script_call
+
+GROUPS = 16   # a layout constant: every process of a fleet must agree on it
+
+
+def group_tags(prefix: str, groups: int = GROUPS) -> tuple[str, ...]:
+    """Each slot group's hash tag: `{prefix}` (the home group), then tags on evenly spread slots."""
+    tags = ["{" + prefix + "}"]
+    spread = groups - 1   # the home group's slot is wherever `{prefix}` falls; the others share the space
+    for g in range(1, groups):
+        low, high = (g - 1) * REDIS_CLUSTER_HASH_SLOTS // spread, g * REDIS_CLUSTER_HASH_SLOTS // spread
+        # A tag lands in a range of 1/spread of the slots with that probability: 10,000 tries
+        # leave no realistic chance of finding none.
+        tag = next((t for n in range(10_000)
+                    if low <= key_slot((t := f"{prefix}#{g}.{n}").encode()) < high), None)
+        assert tag is not None, f"no tag for slot group {g}"
+        tags.append("{" + tag + "}")
+    return tuple(tags)
+
+
+def group_of(name: str, groups: int = GROUPS) -> int:
+    return zlib.crc32(name.encode()) % groups
+
+
+@dataclass(frozen=True, slots=True, eq=False)   # compared and hashed by identity: a dict key
+class _Call:
+    indices: tuple[int, ...]   # the request's sensors in this call, by position
+    keys: list[str]
+    args: list[str | int]
+
+
+class RedisClusterExchange:
+    """`FleetBackend` on a Redis Cluster: one script call per slot group (and chunk), all at once."""
+
+    kind = "redis"
+
+    def __init__(self, target: RedisTarget, password: str | None, prefix: str, timeout: float) -> None:
+        self.name = target.shown
+        self._client = redis_client(target, password, timeout)
+        self._script = self._client.register_script(EXCHANGE_LUA)
+        self._tags = group_tags(prefix)
+
+    def calls(self, request: SyncRequest) -> list[list[_Call]]:
+        """Per slot group with sensors, its script calls; the home group's first, always there."""
+        members: dict[int, list[int]] = {0: []}
+        for i, sensor in enumerate(request.sensors):
+            members.setdefault(group_of(sensor.name), []).append(i)
+        plan: list[list[_Call]] = []
+        for group, indices in members.items():
+            calls = []
+            for start in range(0, max(len(indices), 1), CHUNK):
+                part = tuple(indices[start:start + CHUNK])
+                keys, args = script_call(self._tags[group], request, tuple(request.sensors[i] for i in part),
+                                         registry=group == 0)
+                calls.append(_Call(part, keys, args))
+            plan.append(calls)
+        return plan
+
+    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
+        """Every group's calls at once, each group's chunks one after the other (a few connections
+        per master, not one per chunk); whatever has not answered by `deadline` has failed."""
+        plan = self.calls(request)
+        # The slot map first, alone: redis-py's lazy one, on the first call, races when several
+        # calls start at once (some fail with "connection closed"). A no-op once known; after a
+        # connection error redis-py forgets it, and the next exchange reads it again here.
+        async with asyncio.timeout_at(deadline):
+            await self._client.initialize()
+        answers: dict[_Call, SyncReply] = {}
+        tasks = [asyncio.ensure_future(self._run_group(calls, answers)) for calls in plan]
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+                    task.add_done_callback(_retrieve)
+        errors = [TimeoutError() if task not in done else task.exception() for task in tasks]
+        return _assemble(request, plan, answers, [e for e in errors if e is not None])
+
+    async def _run_group(self, calls: list[_Call], answers: dict[_Call, SyncReply]) -> None:
+        for call in calls:
+            answers[call] = parse_reply(await self._script(keys=call.keys, args=call.args), sensor_epochs=True)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def _assemble(request: SyncRequest, plan: list[list[_Call]], answers: dict[_Call, SyncReply],
+              errors: list[BaseException]) -> SyncReply:
+    sensors: list[SensorTotals | None] = [None] * len(request.sensors)
+    for call, reply in answers.items():
+        for i, totals in zip(call.indices, reply.sensors, strict=True):
+            sensors[i] = totals
+    if not errors:
+        home = answers[plan[0][0]]
+        return SyncReply(home.epoch, home.now, home.instances, tuple(sensors))  # type: ignore[arg-type]  # all set
+    first = errors[0]
+    if not answers:
+        raise first
+    failed = sum(1 for calls in plan if any(call not in answers for call in calls))
+    cause = "timed out" if isinstance(first, TimeoutError) else f"{type(first).__name__}: {first}"
+    raise ExchangeIncomplete(tuple(sensors), f"{failed} of {len(plan)} slot groups did not answer ({cause})")
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    # A group call cancelled at the deadline may still end in an error of its own: read it, so
+    # asyncio does not log it as never retrieved.
+    if not task.cancelled():
+        task.exception()
