@@ -43,6 +43,7 @@ from upstreams import launch
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
 
+from .loop_thread import loop_in_thread
 from .net import LOOPBACK, free_port, split_host_port
 
 MAX_FRAME_BYTES = 1 << 28
@@ -195,19 +196,7 @@ class SaturatedUpstream:
 
     # -- lifecycle, from the test's thread -------------------------------------------------------------
     def start(self) -> SaturatedUpstream:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            loop.call_soon(ready.set)
-            loop.run_forever()
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="saturated-upstream", daemon=True)
-        self._thread.start()
-        if not ready.wait(STEP_TIMEOUT):
-            raise TimeoutError("the saturated upstream's loop did not start")
+        self._loop, self._thread = loop_in_thread("saturated-upstream", STEP_TIMEOUT)
 
         async def listen() -> int:
             def accept() -> _Client:
