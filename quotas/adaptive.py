@@ -113,11 +113,9 @@ class AdaptiveState:
 
 def adaptive_floor(ceiling: float, min_share_sum: float = 0.0, min_budget: float | None = None) -> float:
     """The floor of a pool's adaptive budget: a configured `min_budget`, else the members' `min_share`
-    sum times the ceiling, else 1% of the ceiling (a floor of 0 would be a trap: no multiplicative law
-    climbs back from 0)."""
-    if min_budget is not None:
-        if not min_budget > 0:
-            raise ValueError(f"min_budget must be > 0, got {min_budget}")
+    sum times the ceiling, else 1% of the ceiling. A floor of 0 would be a trap (no multiplicative law
+    climbs back from 0, and a quota of 0 blocks), so `min_budget: 0` means the default too."""
+    if min_budget is not None and min_budget > 0:
         return min(ceiling, min_budget)
     if min_share_sum > 0:
         return min(ceiling, min_share_sum * ceiling)

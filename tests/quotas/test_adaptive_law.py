@@ -6,6 +6,8 @@ Latencies are reported as their histogram bucket's middle (upstream_signals.py):
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from kqp.quotas.adaptive import AdaptiveBudget, Reason, adaptive_floor
@@ -212,6 +214,16 @@ def test_a_returning_pool_slow_starts_back_to_the_last_safe_budget() -> None:
     assert law.reason == Reason.PROBE
 
 
+def test_a_member_held_back_by_a_throttle_wants_without_bound() -> None:
+    # The pool allocator reports the demand of a throttled member as unbounded (inf): the pool is
+    # busy, so the budget keeps probing; only delivery and latency bound it.
+    clock = Clock()
+    law = cut_once(clock)   # 301.3k
+    law.update(clock.tick(), window(20, 20, 20, 20, 20, delivered=400_000), math.inf)
+    assert law.reason == Reason.PROBE
+    assert law.budget == pytest.approx(337_135, abs=10)
+
+
 def test_the_upstreams_own_throttle_backs_off_to_nine_tenths_of_delivery() -> None:
     clock = Clock()
     law = slow_started(clock)   # 800k, delivering 400k
@@ -275,7 +287,6 @@ def test_the_floor_is_min_budget_else_the_min_shares_else_one_percent() -> None:
     assert adaptive_floor(CEILING, 0.3) == pytest.approx(3_000_000)   # 0.3 * 10M
     assert adaptive_floor(CEILING) == 100_000                     # 1% of 10M
     assert adaptive_floor(CEILING, 0.0, 50_000_000) == CEILING    # never above the ceiling
-    with pytest.raises(ValueError):
-        adaptive_floor(CEILING, 0.0, 0.0)
+    assert adaptive_floor(CEILING, 0.0, 0.0) == 100_000           # 0 would block: the default
     with pytest.raises(ValueError):
         AdaptiveBudget(CEILING, 0.0, TARGET, 0.0)
