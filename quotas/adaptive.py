@@ -46,6 +46,7 @@ import enum
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kqp.quotas.upstream_signals import LatencyHistogram, WindowSignals
 
@@ -226,6 +227,28 @@ class AdaptiveBudget:
         self.ceiling, self.floor, self.target = float(ceiling), float(floor), float(target_latency)
         self.ssthresh = min(self.ceiling, max(self.floor, self.ssthresh))
         self._set(now, self.budget, Reason.RECONFIGURED)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the law carries from one window to the next, as plain values (a fleet keeps
+        one in its store, adaptive_fleet.py); the settings (ceiling, floor, target) are not in it."""
+        return {"budget": self.budget, "ssthresh": self.ssthresh, "latency": self.latency,
+                "delivered": list(self._delivered), "last_strong": self._last_strong,
+                "reason": None if self.reason is None else str(self.reason),
+                "history": [{str(broker): {str(b): n for b, n in h.counts.items()} for broker, h in window.items()}
+                            for window in self._history]}
+
+    def restore(self, now: float, snapshot: Mapping[str, Any]) -> None:
+        """Take the state of `snapshot` (the fleet's); a move of the budget is an event like any."""
+        self.ssthresh = min(self.ceiling, max(self.floor, float(snapshot["ssthresh"])))
+        self.latency = snapshot["latency"]
+        self._delivered = deque(snapshot["delivered"], maxlen=DELIVERED_WINDOWS)
+        self.delivered = max(self._delivered, default=0.0)
+        self._last_strong = float(snapshot["last_strong"])
+        self._history = deque(({int(broker): LatencyHistogram({int(b): n for b, n in counts.items()})
+                                for broker, counts in window.items()} for window in snapshot["history"]),
+                              maxlen=HISTORY_WINDOWS)
+        reason = snapshot["reason"]
+        self._set(now, float(snapshot["budget"]), None if reason is None else Reason(reason))
 
     def state(self) -> AdaptiveState:
         return AdaptiveState(self.budget, self.ceiling, self.floor, self.target, self.latency, self.delivered,

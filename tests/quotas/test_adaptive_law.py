@@ -6,6 +6,7 @@ Latencies are reported as their histogram bucket's middle (upstream_signals.py):
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -290,3 +291,31 @@ def test_the_floor_is_min_budget_else_the_min_shares_else_one_percent() -> None:
     assert adaptive_floor(CEILING, 0.0, 0.0) == 100_000           # 0 would block: the default
     with pytest.raises(ValueError):
         AdaptiveBudget(CEILING, 0.0, TARGET, 0.0)
+
+
+def test_a_snapshot_carries_everything_the_next_windows_depend_on() -> None:
+    clock = Clock()
+    law = cut_once(clock)
+    law.update(clock.tick(), window(20, 20, delivered=350_000, timeouts=1), FLAT_OUT)
+    copy = AdaptiveBudget(CEILING, FLOOR, TARGET, 0.0)
+    copy.restore(clock.now, json.loads(json.dumps(law.snapshot())))   # as a fleet's store keeps it
+    assert copy.changes[-1].reason == law.reason
+    # A sparse window topped up from the restored history (900 20 20 20 20: healthy) whose probe is
+    # capped by the restored delivery (D = max(350k, 100k)), a disconnect within the restored hold, ...
+    for w in (window(900, delivered=100_000), window(20, 20, 20, delivered=300_000, disconnects=1),
+              window(20, 20, 20, 20, 20, delivered=300_000)):
+        now = clock.tick()
+        assert copy.update(now, w, FLAT_OUT) == law.update(now, w, FLAT_OUT)
+        assert (copy.latency, copy.ssthresh, copy.reason) == (law.latency, law.ssthresh, law.reason)
+
+
+def test_a_snapshot_keeps_the_level_a_slow_start_regains() -> None:
+    clock = Clock()
+    law = cut_once(clock)   # 301.3k, ssthresh 301.3k
+    for _ in range(10):
+        law.update(clock.tick(), window(), 0.0)   # idle: 301.3k * 0.95^10 = 180.4k
+    copy = AdaptiveBudget(CEILING, FLOOR, TARGET, 0.0)
+    copy.restore(clock.now, json.loads(json.dumps(law.snapshot())))
+    # Back flat out: min(2 * 180.4k, ssthresh 301.3k, max(B, 2 * 300k)) = 301.3k, not 360.8k.
+    assert copy.update(clock.tick(), window(20, 20, 20, 20, 20, delivered=300_000), FLAT_OUT) == pytest.approx(
+        301_320, abs=10)
