@@ -139,8 +139,10 @@ class AdaptiveStore:
             for window in [w for w in entry.reports if w <= entry.applied or w < oldest]:
                 del entry.reports[window]
             last_closed = current - request.grace_windows
+            # Sorted by instance: every process folds the same numbers in the same order (same floats).
             views.append(BudgetView(entry.applied, entry.state, {
-                w: tuple(entry.reports[w].values()) for w in sorted(entry.reports) if w <= last_closed}))
+                w: tuple(entry.reports[w][i] for i in sorted(entry.reports[w]))
+                for w in sorted(entry.reports) if w <= last_closed}))
         return AdaptiveReply(now, tuple(views))
 
     def forget(self) -> None:
