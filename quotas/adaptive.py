@@ -94,9 +94,23 @@ class BudgetChange:
     target: float
 
     def describe(self) -> str:
-        shown = "no latency sample" if self.latency is None else f"latency {self.latency * 1000:.0f} ms"
-        return (f"budget {self.old:,.0f} -> {self.new:,.0f}/s: {self.reason} ({shown}, "
+        """E.g. "budget 800,000 -> 301,316/s: latency over target (197 ms, target 100 ms)"."""
+        shown = "no sample" if self.latency is None else f"{self.latency * 1000:.0f} ms"
+        return (f"budget {self.old:,.0f} -> {self.new:,.0f}/s: {_SAID[self.reason]} ({shown}, "
                 f"target {self.target * 1000:.0f} ms)")
+
+
+_SAID = {
+    Reason.LATENCY: "latency over target",
+    Reason.STALLED: "a broker answers nothing",
+    Reason.UPSTREAM_THROTTLE: "the upstream throttles",
+    Reason.TIMEOUTS: "requests timed out",
+    Reason.DISCONNECTS: "upstream disconnects",
+    Reason.SLOW_START: "regaining the last safe budget",
+    Reason.PROBE: "healthy, probing",
+    Reason.IDLE: "the pool is idle",
+    Reason.RECONFIGURED: "reloaded",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from kqp.quotas.adaptive import AdaptiveBudget, Reason, adaptive_floor
+from kqp.quotas.adaptive import AdaptiveBudget, BudgetChange, Reason, adaptive_floor
 from kqp.quotas.upstream_signals import LatencyHistogram, WindowSignals, bucket_of, bucket_value
 
 CEILING, FLOOR, TARGET, W = 10_000_000.0, 100_000.0, 0.1, 0.2
@@ -76,7 +76,7 @@ def test_over_target_the_budget_lands_under_what_the_broker_delivers() -> None:
     assert law.ssthresh == law.budget
     change = law.changes[-1]
     assert (change.old, change.reason, change.latency) == (800_000, Reason.LATENCY, shown(200))
-    assert change.describe() == "budget 800,000 -> 301,316/s: latency (latency 197 ms, target 100 ms)"
+    assert change.describe() == "budget 800,000 -> 301,316/s: latency over target (197 ms, target 100 ms)"
 
 
 @pytest.mark.parametrize(("latency_ms", "factor"), [
@@ -319,3 +319,9 @@ def test_a_snapshot_keeps_the_level_a_slow_start_regains() -> None:
     # Back flat out: min(2 * 180.4k, ssthresh 301.3k, max(B, 2 * 300k)) = 301.3k, not 360.8k.
     assert copy.update(clock.tick(), window(20, 20, 20, 20, 20, delivered=300_000), FLAT_OUT) == pytest.approx(
         301_320, abs=10)
+
+
+@pytest.mark.parametrize("reason", list(Reason))
+def test_every_cause_reads_as_words_in_kqp_explain(reason: Reason) -> None:
+    text = BudgetChange(1.0, 200_000, 100_000, reason, None, 0.1).describe()
+    assert text.startswith("budget 200,000 -> 100,000/s: ") and text.endswith("(no sample, target 100 ms)")
