@@ -18,6 +18,9 @@ backpressure makes kqp and the client stop.
   bytes of the members' answered Produce requests) and the pool's demand (bytes offered; a member
   muted during the window wants at least its allocation), and the allocations follow the budget.
   `adaptive=False` keeps the configured budget: the static pool.
+* `fleet=True` puts each member behind a kqp process of its own: each process reports its member's
+  windows to a shared `AdaptiveStore` every `sync_interval` (adaptive_fleet.py), and each holds its
+  member to half of the budget its replica holds, so the two must agree for the split to be fair.
 
 Everything is a pure function of the scenario: no clock, no randomness.
 """
@@ -30,11 +33,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kqp.quotas.adaptive import AdaptiveBudget, adaptive_floor
+from kqp.quotas.adaptive_fleet import AdaptiveRequest, AdaptiveStore, FleetBudget, Report
 from kqp.quotas.sensor import QuotaSensor
-from kqp.quotas.upstream_signals import SignalCollector
+from kqp.quotas.upstream_signals import SignalCollector, WindowSignals
 
 BROKER = 1
 RTT = 0.0005   # response transfer back to the client
+GRACE, KEEP = 2, 20   # fleet: a window is closed 2 windows after its start; reports are kept 20
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,8 @@ class Scenario:
     in_flight: int = 1000
     bystander_bytes: int = 150
     bystander_interval: float = 0.05             # 20 messages a second
+    fleet: bool = False                          # one kqp process per member, one law through a store
+    sync_interval: float = 0.1
 
 
 @dataclass
@@ -73,6 +80,7 @@ class Run:
     scenario: Scenario
     rows: list[Row] = field(default_factory=list)
     bystander: list[tuple[float, float]] = field(default_factory=list)      # (sent at, latency)
+    replicas: list[tuple[float, ...]] = field(default_factory=list)         # fleet: each process's budget
     delivered: list[tuple[float, int, int]] = field(default_factory=list)   # (answered at, member, bytes)
 
     def jobs_rate(self, start: float, end: float, member: int | None = None) -> float:
@@ -129,7 +137,10 @@ def simulate(s: Scenario) -> Run:
     budget = law.budget if law else s.ceiling
     members = [_Member(QuotaSensor(budget / 2, s.window, s.window_count, 0.0, token_bucket=s.token_bucket))
                for _ in range(2)]
-    collector = SignalCollector()
+    collectors = [SignalCollector() for _ in members]
+    store = AdaptiveStore()
+    replicas = [FleetBudget("pool", AdaptiveBudget(s.ceiling, floor, s.target, 0.0), s.window,
+                            grace_windows=GRACE, keep_windows=KEEP) for _ in members] if s.fleet else []
     capacity = s.capacity
     fifo: deque[_Request] = deque()
     waiting: deque[_Request] = deque()   # arrived while the FIFO was full, in arrival order
@@ -171,6 +182,8 @@ def simulate(s: Scenario) -> Run:
     at(s.window, "window")
     for when, capacity_then in s.capacity_changes:
         at(when, "capacity", capacity_then)
+    for index in range(len(replicas)):
+        at(s.sync_interval * (0.5 + index / len(replicas)), "sync", index)
     while events:
         now, _, kind, data = heapq.heappop(events)
         if now > s.seconds:
@@ -197,7 +210,7 @@ def simulate(s: Scenario) -> Run:
                 continue
             m = members[request.source]
             m.in_flight -= 1
-            collector.response(BROKER, now - request.sent, request.size)
+            collectors[request.source].response(BROKER, now - request.sent, request.size)
             run.delivered.append((now, request.source, request.size))
             if request.throttle > 0:   # KIP-219: the response goes with its throttle, then the mute
                 m.muted_until = max(m.muted_until, now + request.throttle)
@@ -207,13 +220,30 @@ def simulate(s: Scenario) -> Run:
             at(now + s.bystander_interval, "bystander")
         elif kind == "capacity":
             capacity = float(data)  # type: ignore[arg-type]
+        elif kind == "sync":
+            index = int(data)  # type: ignore[call-overload]
+            replica = replicas[index]
+            request = AdaptiveRequest(f"p{index}", round(s.window * 1000), GRACE, KEEP, (replica.collect(),))
+            replica.merge(store.exchange(request, now).budgets[0], now, len(replicas))
+            members[index].sensor.set_limit(replica.budget / 2)
+            at(now + s.sync_interval, "sync", index)
         elif kind == "window":
-            signals = collector.take(s.window)
-            demand = sum(max(m.offered / s.window, budget / 2 if m.muted_until > now - s.window else 0.0)
-                         for m in members)
+            windows = [c.take(s.window) for c in collectors]
+            demands = [max(m.offered / s.window, m.sensor.limit if m.muted_until > now - s.window else 0.0)
+                       for m in members]
+            signals = WindowSignals.merged(windows)
             reason = "static"
-            if law is not None:
-                budget = law.update(now, signals, demand)
+            if replicas:
+                ended = round(now / s.window) - 1
+                for index, replica in enumerate(replicas):
+                    members[index].sensor.set_limit(replica.close_window(ended, Report(windows[index], demands[index]))
+                                                    / 2)
+                run.replicas.append(tuple(r.budget for r in replicas))
+                law = replicas[0].law
+                budget = law.budget
+                reason = law.reason or "hold"
+            elif law is not None:
+                budget = law.update(now, signals, sum(demands))
                 reason = law.reason or "hold"
                 for m in members:
                     m.sensor.set_limit(budget / 2)

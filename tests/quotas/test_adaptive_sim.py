@@ -106,3 +106,19 @@ def test_kafkas_sampled_rate_keeps_bursts_no_budget_removes() -> None:
     run = simulate(replace(BASE, token_bucket=False))
     assert run.jobs_rate(*MEASURED) < 0.6 * C, trace(run, 5, 25)
     assert run.bystander_p99(*MEASURED) > adaptive().bystander_p99(*MEASURED), trace(run, 5, 25)
+
+
+def test_two_kqp_processes_hold_one_budget_with_the_same_figures() -> None:
+    # Each job behind its own kqp process; the law runs once for the fleet through the store
+    # (adaptive_fleet.py), every process holding its job to half of its replica's budget.
+    run = simulate(replace(BASE, fleet=True))
+    disagreements = [(max(b) - min(b)) / max(b) for b in run.replicas]
+    # A window's new state reaches each process at its own next exchange (100 ms apart at most)
+    assert sum(d == 0 for d in disagreements) >= 0.95 * len(disagreements), trace(run, 5, 25)
+    assert max(disagreements) <= 0.1, trace(run, 5, 25)
+    p99 = run.bystander_p99(*MEASURED)
+    assert p99 <= 0.5 and p99 <= 0.25 * static().bystander_p99(*MEASURED), f"p99 {p99:.3f}" + trace(run, 5, 25)
+    jobs = run.jobs_rate(*MEASURED)
+    assert jobs >= 0.6 * C and 0.4 <= run.jobs_rate(*MEASURED, member=0) / jobs <= 0.6, trace(run, 5, 25)
+    reached = next((r.at for r in run.rows if r.at > 25.0 and r.budget >= 0.8 * C_UP), None)
+    assert reached is not None and reached - 25.0 <= 3.0, trace(run, 24, 32)
