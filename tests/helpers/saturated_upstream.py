@@ -20,8 +20,8 @@ FIFO is idle), each frame sent spends its size, and one `call_at` timer waits ou
 no polling and no sleep. Tansu must advertise the relay's port, so that every connection a client
 makes after Metadata comes back through the FIFO: `saturated_tansu()` starts both. The relay runs
 on its own loop in a daemon thread (the wire tap's pattern); its methods are called from the
-test's thread. `drained` (time, bytes) and `waits` (the queueing delay of every frame) are what
-the relay's own tests measure.
+test's thread. `drained` (time, bytes) and `waits` (the queueing delay of every frame, with the
+client id its header names) are what the relay's own tests measure.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from upstreams import launch
 
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.headers import parse_request_header
 
 from .loop_thread import loop_in_thread
 from .net import LOOPBACK, free_port, split_host_port
@@ -56,6 +57,7 @@ class Wait:
     """One frame's passage through the FIFO."""
 
     connection: int
+    client_id: str | None    # from the request header (None: not a parseable request)
     size: int
     queued_at: float
     sent_at: float
@@ -304,7 +306,7 @@ class SaturatedUpstream:
                 upstream.transport.write(frame)
             with self.lock:
                 self._drained.append((now, len(frame)))
-                self._waits.append(Wait(client.number, len(frame), queued_at, now))
+                self._waits.append(Wait(client.number, _client_id(frame), len(frame), queued_at, now))
         if self.queued < self.max_queue_bytes:
             for client in list(self.clients):
                 if "queue" in client.paused:
@@ -321,6 +323,13 @@ class SaturatedUpstream:
     def _call(self, step: Coroutine[Any, Any, Any]) -> Any:
         assert self._loop is not None, "start() the relay first"
         return asyncio.run_coroutine_threadsafe(step, self._loop).result(STEP_TIMEOUT)
+
+
+def _client_id(frame: bytes) -> str | None:
+    try:
+        return parse_request_header(memoryview(frame)).client_id
+    except ProtocolError:
+        return None
 
 
 @contextmanager
