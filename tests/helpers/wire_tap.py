@@ -43,6 +43,7 @@ from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import response_correlation_id
 from kqp.proxy.bench.relay import ClientHalf, Half
 
+from .loop_thread import loop_in_thread
 from .net import LOOPBACK, split_host_port
 from .wire_labels import (
     address_substitutions,
@@ -221,19 +222,7 @@ class WireTap:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> WireTap:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            loop.call_soon(ready.set)
-            loop.run_forever()
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name=f"wiretap-{self.name}", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise TimeoutError(f"wire tap {self.name} did not start within 10s")
+        self._loop, self._thread = loop_in_thread(f"wiretap-{self.name}")
         return self
 
     def stop(self) -> None:

@@ -1,0 +1,120 @@
+"""The fleet's adaptive budgets in Redis: one Lua script call per sync interval for all of them.
+
+`kqp.quotas.adaptive_fleet` says what the processes exchange and why; its `AdaptiveStore` is the
+specification, and this script does the same, step for step (a test runs both on the same
+requests): take a proposal if it starts from the `applied` the store holds (compare-and-set), keep
+the reports of windows not folded in yet, drop the ones folded or older than `keep_windows`, and
+answer with the state and the reports of the closed windows. The store's clock is Redis `TIME`, as
+in the usage exchange (fleet_redis.py), and the keys share its hash tag, so a Redis Cluster places
+them in one slot:
+
+    {prefix}:adaptive:w{window_ms}:{budget}   hash: "applied", "state", and "r:{window}:{instance}"
+                                              -> that instance's report; expires after 4 x keep_windows
+                                              windows without an exchange (the fleet is gone)
+
+Reports go back sorted by window, then instance, so every process folds the same numbers in the
+same order and gets the same floats. Called by the fleet driver beside the usage exchange; Redis
+connection handling (URL, password, Sentinel, timeouts) is fleet_redis.py's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest, BudgetView
+
+# KEYS: one hash per budget. ARGV: instance, window_ms, grace_windows, keep_windows, then per budget:
+# proposal after ("" for none), proposal applied, proposal state, the number of reports n, and n
+# (window, report) pairs. Returns: seconds, microseconds, then per budget: applied, state (or nil),
+# and a flat list window, instance, report, ... of the closed windows after applied.
+ADAPTIVE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local instance = ARGV[1]
+local window_ms, grace, keep = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local current = math.floor(now / window_ms)
+local oldest, last_closed = current - keep, current - grace
+local out = {t[1], t[2]}
+local a = 5
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local applied = tonumber(redis.call('HGET', key, 'applied') or '-1')
+  if ARGV[a] ~= '' then
+    local proposed = tonumber(ARGV[a + 1])
+    if tonumber(ARGV[a]) == applied and proposed > applied then
+      redis.call('HSET', key, 'applied', proposed, 'state', ARGV[a + 2])
+      applied = proposed
+    end
+  end
+  local n = tonumber(ARGV[a + 3])
+  a = a + 4
+  for _ = 1, n do
+    if tonumber(ARGV[a]) > applied then
+      redis.call('HSET', key, 'r:' .. ARGV[a] .. ':' .. instance, ARGV[a + 1])
+    end
+    a = a + 2
+  end
+  local flat = redis.call('HGETALL', key)
+  local closed = {}
+  for k = 1, #flat, 2 do
+    local field = flat[k]
+    if string.sub(field, 1, 2) == 'r:' then
+      local colon = string.find(field, ':', 3, true)
+      local w = tonumber(string.sub(field, 3, colon - 1))
+      if w <= applied or w < oldest then
+        redis.call('HDEL', key, field)
+      elseif w <= last_closed then
+        closed[#closed + 1] = w
+        closed[#closed + 1] = string.sub(field, colon + 1)
+        closed[#closed + 1] = flat[k + 1]
+      end
+    end
+  end
+  redis.call('PEXPIRE', key, 4 * keep * window_ms)
+  out[#out + 1] = applied
+  out[#out + 1] = redis.call('HGET', key, 'state')
+  out[#out + 1] = closed
+end
+return out
+"""
+
+
+class AdaptiveRedis:
+    """The adaptive exchange on a redis-py client (fleet_redis.redis_client builds one)."""
+
+    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+        self._script = client.register_script(ADAPTIVE_LUA)
+        self._prefix = "{" + prefix + "}"
+
+    def keys(self, request: AdaptiveRequest) -> list[str]:
+        return [f"{self._prefix}:adaptive:w{request.window_ms}:{b.name}" for b in request.budgets]
+
+    async def exchange(self, request: AdaptiveRequest) -> AdaptiveReply:
+        args: list[str | int] = [request.instance, request.window_ms, request.grace_windows, request.keep_windows]
+        for budget in request.budgets:
+            p = budget.proposal
+            args += ("", 0, "") if p is None else (p.after, p.applied, p.state)
+            args.append(len(budget.reports))
+            for window, report in budget.reports:
+                args += (window, report)
+        return parse_reply(await self._script(keys=self.keys(request), args=args))
+
+
+def parse_reply(raw: list[Any]) -> AdaptiveReply:
+    views: list[BudgetView] = []
+    for i in range(2, len(raw), 3):
+        flat = raw[i + 2]
+        triples = sorted((int(flat[k]), _text(flat[k + 1]), _text(flat[k + 2])) for k in range(0, len(flat), 3))
+        closed: dict[int, list[str]] = {}
+        for window, _instance, report in triples:
+            closed.setdefault(window, []).append(report)
+        state = raw[i + 1]
+        views.append(BudgetView(int(raw[i]), None if state is None else _text(state),
+                                {w: tuple(reports) for w, reports in closed.items()}))
+    return AdaptiveReply(int(raw[0]) + int(raw[1]) / 1e6, tuple(views))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
