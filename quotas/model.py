@@ -153,7 +153,8 @@ class QuotaSettings:
     ``quota.window.num``. ``algorithm`` is how every quota measures use unless ``algorithms`` names
     another for an entity (controller_mutation_rate is a token bucket whatever they say, KIP-599).
     A reload builds a new instance; the per-type index, the prefix index and the resolution cache
-    live on the instance, so replacing the settings is what invalidates the cache.
+    live on the instance, so replacing the settings is what invalidates the cache. `pools` and
+    `shares` are the capacity pools (pool_spec.py); the quota manager hands them to pools.py.
     """
 
     window_size_seconds: float = 1.0
@@ -196,6 +197,9 @@ class QuotaSettings:
         for spec, values in self.entities.items():
             for quota_type, value in values.items():
                 index.setdefault(quota_type, {})[spec] = value
+        # A pool member entry's prefix is a level too (pool membership resolves through it); quota
+        # resolution passes over it, as over any level that sets no value of the type.
+        for spec in (*self.entities, *self.shares):
             if spec.client_id_prefix is not None:
                 grouped.setdefault(spec.user, set()).add(spec.client_id_prefix)
         object.__setattr__(self, "by_type", MappingProxyType(index))

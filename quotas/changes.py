@@ -1,0 +1,93 @@
+"""What a settings change changes, one line per quota, pool or share, for the reload log.
+
+The only description of quota changes in kqp: a config reload and an admin change both go through
+`QuotaManager.update_settings`, which logs these lines with what the change did to the measurements
+(sensors restarted or released). Entities are named by Kafka's config paths, pools by their names.
+"""
+
+from __future__ import annotations
+
+from kqp.quotas.model import QUOTA_TYPES, QuotaSettings
+from kqp.quotas.pool_spec import MemberShare, PoolSpec
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _values(what: str, before: dict[str, float], after: dict[str, float]) -> list[str]:
+    lines: list[str] = []
+    for key in [*before, *(k for k in after if k not in before)]:
+        a, b = before.get(key), after.get(key)
+        if a == b:
+            continue
+        if a is None:
+            lines.append(f"{what}: {key} set to {_number(b)}")   # type: ignore[arg-type]
+        elif b is None:
+            lines.append(f"{what}: {key} removed (was {_number(a)})")
+        else:
+            lines.append(f"{what}: {key} {_number(a)} -> {_number(b)}")
+    return lines
+
+
+def _pool_lines(old: tuple[PoolSpec, ...], new: tuple[PoolSpec, ...]) -> list[str]:
+    before, after = {p.name: p for p in old}, {p.name: p for p in new}
+    lines: list[str] = []
+    for name in [*before, *(n for n in after if n not in before)]:
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        if a is None or b is None:
+            pool = b or a
+            budgets = ", ".join(f"{t} {_number(v)}" for t, v in pool.budgets.items())   # type: ignore[union-attr]
+            lines.append(f"pool {name} {'added' if a is None else 'removed'} ({budgets})")
+            continue
+        lines += _values(f"pool {name}", dict(a.budgets), dict(b.budgets))
+        for part in ("members", "topics", "adaptive"):
+            if getattr(a, part) != getattr(b, part):
+                lines.append(f"pool {name}: {part} changed")
+    return lines
+
+
+def describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
+    """One line per quota set, removed or changed, per pool and per member share."""
+    lines: list[str] = []
+    if (old.window_size_seconds, old.window_count) != (new.window_size_seconds, new.window_count):
+        lines.append(
+            f"quota window {old.window_count} x {_number(old.window_size_seconds)}s -> "
+            f"{new.window_count} x {_number(new.window_size_seconds)}s: all measurements restart"
+        )
+    if old.algorithm != new.algorithm:
+        lines.append(f"quotas.algorithm {old.algorithm} -> {new.algorithm}")
+    for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
+        a, b = old.algorithms.get(spec), new.algorithms.get(spec)
+        if a != b and spec in old.entities and spec in new.entities:
+            lines.append(f"{spec.path}: algorithm {a or 'default'} -> {b or 'default'}")
+        before = old.entities.get(spec, {})
+        after = new.entities.get(spec, {})
+        for quota_type in QUOTA_TYPES:
+            a, b = before.get(quota_type), after.get(quota_type)
+            if a == b:
+                continue
+            if a is None:
+                lines.append(f"{spec.path}: {quota_type} set to {_number(b)}")
+            elif b is None:
+                lines.append(f"{spec.path}: {quota_type} removed (was {_number(a)})")
+            else:
+                lines.append(f"{spec.path}: {quota_type} {_number(a)} -> {_number(b)}")
+    lines += _pool_lines(old.pools, new.pools)
+    for spec in sorted(set(old.shares) | set(new.shares), key=lambda e: e.path):
+        a_share, b_share = old.shares.get(spec), new.shares.get(spec)
+        if a_share == b_share:
+            continue
+        if a_share is None:
+            lines.append(f"{spec.path}: names a pool member (weight {_number(b_share.weight)})")   # type: ignore[union-attr]
+        elif b_share is None:
+            lines.append(f"{spec.path}: no longer names a pool member")
+        else:
+            lines += _values(f"{spec.path} (pool member)", _share(a_share), _share(b_share))
+    return lines
+
+
+def _share(share: MemberShare) -> dict[str, float]:
+    return {"weight": share.weight, "min_share": share.min_share, "max_share": share.max_share}
