@@ -94,38 +94,41 @@ def pool_sensor_name(pool: str, quota_type: str, key: QuotaKey | None) -> str:
 
 
 class Member:
-    """One member's sensor, its usage in the current and last two windows, and its division."""
+    """One member's sensor, its usage per window over the last span, and its division."""
 
     __slots__ = ("allocation", "at", "demand", "fair", "held", "held_until", "last_use", "membership",
-                 "quota", "sensor", "static", "trigger", "used", "used1", "used2", "wants_from")
+                 "quota", "rate", "sensor", "slot", "static", "trigger", "used", "wants_from")
 
-    def __init__(self, membership: Membership, sensor: QuotaSensor, now: float, static: bool = False) -> None:
+    def __init__(self, membership: Membership, sensor: QuotaSensor, now: float, windows: int,
+                 static: bool = False) -> None:
         self.membership = membership
         self.sensor = sensor
         self.static = static                 # named by the config: kept, and read from the fleet, while unused
         self.held: SharedUsage | None = None  # fleet: windows in which a pool throttle held this member back
-        self.at = -1                         # the window `used` counts
-        self.used = self.used1 = self.used2 = 0.0
+        self.used = [0.0] * (windows + 1)    # usage per window, by window index modulo the ring's size
+        self.at = -1                         # the window `used[slot]` counts
+        self.slot = 0
         self.held_until = -math.inf
         self.last_use = -math.inf if static else now
-        self.demand = self.allocation = self.fair = 0.0
+        self.demand = self.allocation = self.fair = self.rate = 0.0
         self.quota = sensor.limit
         self.trigger = INFINITE               # usage in a window past which a lender wants its share back
         self.wants_from = -1                  # window since which it wants its share (until one is measured)
 
     def shift(self, window: int) -> None:
-        """Move the usage counts to `window` (the counts of windows never charged are 0)."""
+        """Move to `window`: the windows skipped since (none charged) count 0."""
         gap = window - self.at
         if gap <= 0:
             return
-        if gap == 1:
-            self.used2, self.used1 = self.used1, self.used
-        elif gap == 2:
-            self.used2, self.used1 = self.used, 0.0
-        else:
-            self.used2 = self.used1 = 0.0
-        self.used = 0.0
+        size = len(self.used)
+        for back in range(min(gap, size)):
+            self.used[(window - back) % size] = 0.0
         self.at = window
+        self.slot = window % size
+
+    def usage(self, window: int) -> float:
+        """What it used in `window`, one of the ring's (shifted to the current window first)."""
+        return self.used[window % len(self.used)] if self.at - len(self.used) < window <= self.at else 0.0
 
     @property
     def borrowed(self) -> float:
@@ -182,7 +185,7 @@ class PoolLedger:
     def add(self, membership: Membership, now: float, static: bool = False) -> Member:
         """A member, new here: its quota is its share of the budget before its first charge."""
         member = self.members[membership.key] = Member(membership, self._sensor(membership, self.budget, now),
-                                                       now, static)
+                                                       now, self.settings.window_count, static)
         if self.fleet is not None:
             member.held = self.fleet.usage_for(pool_sensor_name(self.pool.name, self.quota_type,
                                                                 membership.key) + ":held", now)
@@ -218,20 +221,23 @@ class PoolLedger:
     # -- charging --------------------------------------------------------------------------------
     def charge(self, member: Member, value: float, now: float) -> float:
         """Record `value` for `member` and return the pool's throttle for it (0 within its quota)."""
-        window = int((now + self._offset()) * self._per_second)
+        fleet = self.fleet
+        window = int((now if fleet is None else now + fleet.offset) * self._per_second)
         if window > self.window:
             self.reallocate(now, window)
         if member.at != window:
             member.shift(window)
-        if member.used + value > member.trigger or (now - member.last_use >= self.span
-                                                    and member.held_until < now - self.span):
+        used = member.used
+        slot = member.slot
+        if used[slot] + value > member.trigger or (now - member.last_use >= self.span
+                                                   and member.held_until < now - self.span):
             # Back after a span of silence, or a lender using twice what it was measured at within one
             # window: it wants its share back, now, before this charge is checked (the borrowers'
             # quotas shrink at once: "reallocation within a window reclaims it").
             self._wants_share(member, now)
-        if not member.used and self.total_weight is not None:   # its first charge in this window
+        if not used[slot] and self.total_weight is not None:   # its first charge in this window
             self.total_weight.record(member.membership.share.weight, now)
-        member.used += value
+        used[slot] += value
         member.last_use = now
         if self.total is not None:
             self.total.record(value, now)
@@ -243,7 +249,7 @@ class PoolLedger:
     def refund(self, member: Member, value: float, now: float) -> None:
         """Take back a charge (a Fetch answered empty): the member did not get those units."""
         member.shift(self.index(now))
-        member.used -= value
+        member.used[member.slot] -= value
         member.sensor.add(-value, now)
         if self.total is not None:
             self.total.record(-value, now)
@@ -276,25 +282,28 @@ class PoolLedger:
         known: dict[int, float] = {}         # fleet: the others' usage of the members known here, per window
         known_held: dict[int, float] = {}
         known_weight = 0.0                   # the weights of known members the others charged last window
+        first = window - self.settings.window_count   # the span: the complete windows first .. last
         for member in self.members.values():
             member.shift(window)
-            if member.wants_from >= last:
-                continue   # joined or came back in the last window: not measured whole yet, still wanting
-            used1, used2 = member.used1, member.used2
+            used1, used2 = member.usage(last), member.usage(before)
+            total = sum(member.used) - member.used[member.slot]
             held = member.held_until > held_from
             if shared:
                 others = member.sensor.shared.others   # type: ignore[union-attr]
                 used1, used2 = used1 + others.get(last, 0.0), used2 + others.get(before, 0.0)
+                total += sum(used for w, used in others.items() if first <= w <= last)
                 _add(known, others)
                 if others.get(last, 0.0) > 0:
                     known_weight += member.membership.share.weight
                 marks = member.held.others             # type: ignore[union-attr]
                 _add(known_held, marks)
                 held = held or any(marks.get(w, 0.0) > 0 for w in (before, last, window))
+            member.rate = total / self.span
+            if member.wants_from >= last:
+                continue   # joined or came back in the last window: not measured whole yet, still wanting
             # Requests are lumpy: one request in two windows reads as twice the rate in one of them.
             # The rate over the span is smooth but slow to see a member go quiet: take the smaller.
-            member.demand = INFINITE if held else min(max(used1, used2) * self._per_second,
-                                                      member.sensor.measure(now))
+            member.demand = INFINITE if held else min(max(used1, used2) * self._per_second, member.rate)
         self.unseen = self._unseen(window, known, known_held) if shared else 0.0
         if self.unseen:
             # As many as the weights the others charged beyond the known members (at least one).

@@ -45,7 +45,7 @@ class MemberState:
     key: QuotaKey
     entity: EntitySpec | None
     weight: float
-    usage: float          # the rate its pool quota is measured against (the fleet's in cluster scope)
+    usage: float          # its rate over the last span's complete windows (the fleet's in cluster scope)
     demand: float         # inf while a pool throttle holds it back
     allocation: float     # the quota it is held to: max(max-min allocation, fair share)
     fair_share: float     # what it gets if every member wants without limit
@@ -59,6 +59,7 @@ class PoolState:
     budget: float         # the budget divided now (an adaptive pool's may be below its ceiling)
     ceiling: float        # the configured budget
     usage: float          # the members' usage, and unseen members' (cluster scope)
+    lent: float           # what members using less than their fair share lend the others
     topics: tuple[str, ...]
     members: tuple[MemberState, ...]
 
@@ -122,7 +123,7 @@ class PoolBook:
     # -- the per-request path ----------------------------------------------------------------------
     def _entries_of(self, p: Principal) -> tuple[tuple[Entry, ...], ...]:
         found = self._entries.get(p)
-        if found is None:
+        if found is None:   # once per principal and settings: every later request is this one lookup
             if len(self._entries) >= MAX_CACHED:
                 self._entries.clear()
             per_kind: list[tuple[Entry, ...]] = []
@@ -144,7 +145,10 @@ class PoolBook:
     def charge(self, p: Principal, kind: int, values: tuple[float, ...], now: float, out: list[Violation]) -> None:
         """Charge `values` (in `KIND_TYPES[kind]`'s order) to `p`'s pools; violations go to `out`."""
         for ledger, found, index in self._entries_of(p)[kind]:
-            t = ledger.charge(self._member(ledger, found, now), values[index], now)
+            member = ledger.members.get(found.key)
+            if member is None:
+                member = ledger.add(found, now)
+            t = ledger.charge(member, values[index], now)
             if t > 0:
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name))
 
@@ -237,10 +241,11 @@ class PoolBook:
         for ledger in self.ledgers.values():
             ledger.reallocate(now)
             members = tuple(MemberState(
-                key, m.membership.entity, m.membership.share.weight, m.sensor.measure(now), m.demand, m.quota,
-                m.fair, m.borrowed) for key, m in ledger.members.items() if not m.static or m.demand or m.used)
+                key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
+                m.fair, m.borrowed) for key, m in ledger.members.items() if m.fair > 0)   # the active ones
             out.append(PoolState(ledger.pool.name, ledger.quota_type, ledger.budget, ledger.ceiling,
-                                 sum(m.usage for m in members) + ledger.unseen, ledger.pool.topics, members))
+                                 sum(m.usage for m in members) + ledger.unseen, ledger.lent, ledger.pool.topics,
+                                 members))
         return out
 
 
