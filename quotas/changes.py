@@ -7,6 +7,8 @@ The only description of quota changes in kqp: a config reload and an admin chang
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from kqp.quotas.model import QUOTA_TYPES, QuotaSettings
 from kqp.quotas.pool_spec import MemberShare, PoolSpec
 
@@ -15,9 +17,11 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-def _values(what: str, before: dict[str, float], after: dict[str, float]) -> list[str]:
+def _values(what: str, before: Mapping[str, float], after: Mapping[str, float],
+            order: Iterable[str] | None = None) -> list[str]:
+    """One line per key set, removed or changed, in `order` (default: before's keys, then after's)."""
     lines: list[str] = []
-    for key in [*before, *(k for k in after if k not in before)]:
+    for key in order if order is not None else [*before, *(k for k in after if k not in before)]:
         a, b = before.get(key), after.get(key)
         if a == b:
             continue
@@ -63,31 +67,17 @@ def describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
         a, b = old.algorithms.get(spec), new.algorithms.get(spec)
         if a != b and spec in old.entities and spec in new.entities:
             lines.append(f"{spec.path}: algorithm {a or 'default'} -> {b or 'default'}")
-        before = old.entities.get(spec, {})
-        after = new.entities.get(spec, {})
-        for quota_type in QUOTA_TYPES:
-            a, b = before.get(quota_type), after.get(quota_type)
-            if a == b:
-                continue
-            if a is None:
-                lines.append(f"{spec.path}: {quota_type} set to {_number(b)}")
-            elif b is None:
-                lines.append(f"{spec.path}: {quota_type} removed (was {_number(a)})")
-            else:
-                lines.append(f"{spec.path}: {quota_type} {_number(a)} -> {_number(b)}")
+        lines += _values(spec.path, old.entities.get(spec, {}), new.entities.get(spec, {}), QUOTA_TYPES)
     lines += _pool_lines(old.pools, new.pools)
     for spec in sorted(set(old.shares) | set(new.shares), key=lambda e: e.path):
-        a_share, b_share = old.shares.get(spec), new.shares.get(spec)
-        if a_share == b_share:
-            continue
-        if a_share is None:
-            lines.append(f"{spec.path}: names a pool member (weight {_number(b_share.weight)})")   # type: ignore[union-attr]
-        elif b_share is None:
-            lines.append(f"{spec.path}: no longer names a pool member")
-        else:
-            lines += _values(f"{spec.path} (pool member)", _share(a_share), _share(b_share))
+        lines += _values(f"{spec.path} (pool member)", _share(old.shares.get(spec)), _share(new.shares.get(spec)),
+                         ("weight", "min_share", "max_share"))
     return lines
 
 
-def _share(share: MemberShare) -> dict[str, float]:
-    return {"weight": share.weight, "min_share": share.min_share, "max_share": share.max_share}
+def _share(share: MemberShare | None) -> dict[str, float]:
+    """A member's share as values: its weight, and its bounds where set (none: not a member entry)."""
+    if share is None:
+        return {}
+    bounds = {"min_share": share.min_share} if share.min_share else {}
+    return {"weight": share.weight, **bounds, **({"max_share": share.max_share} if share.max_share != 1 else {})}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from helpers.pool_config import issue_pool
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,24 +14,9 @@ from kqp.config.quota_section import quota_document
 from kqp.quotas.model import EntitySpec, QuotaType
 from kqp.quotas.pool_spec import AdaptiveSpec, MemberSelector, MemberShare, PoolSpec
 
-# The issue's config, as written.
-ISSUE = yaml.safe_load("""
-window_size_seconds: 0.2
-entities:
-  - client_id_prefix: job-a-
-    weight: 3
-  - client_id_prefix: job-b-
-  - client_id_prefix: job-c-
-pools:
-  - name: ingest
-    producer_byte_rate: 300000
-    members:
-      - client_id_prefix: job-
-""")
-
 
 def test_the_issue_config_loads_as_written() -> None:
-    settings = quota_settings_from(ISSUE)
+    settings = quota_settings_from(issue_pool())
     assert settings.entities == {}   # no entity sets a quota of its own: they only name members
     assert settings.shares == {
         EntitySpec(None, None, "job-a-"): MemberShare(weight=3),

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-import yaml
 from helpers.fleet_path import run_all
+from helpers.pool_config import BUDGET, issue_pool
 from helpers.quota_analysis import cumulative_slope, mute_report, request_events
 from helpers.quota_clients import ProduceRun, confluent_flood
 from upstreams.launch import Upstream
@@ -37,21 +37,7 @@ pytestmark = pytest.mark.e2e
 upstream = producers.upstream
 quota_path = producers.quota_path
 
-# The issue's config, as written.
-ISSUE = yaml.safe_load("""
-window_size_seconds: 0.2
-entities:
-  - client_id_prefix: job-a-
-    weight: 3
-  - client_id_prefix: job-b-
-  - client_id_prefix: job-c-
-pools:
-  - name: ingest
-    producer_byte_rate: 300000
-    members:
-      - client_id_prefix: job-
-""")
-BUDGET = 300_000
+ISSUE = issue_pool()   # the issue's config, as written
 SPAN = 0.2 * 11
 
 

@@ -21,6 +21,8 @@ from kqp.quotas.fleet_store import FleetStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal, QuotaSettings
 
+from .fleet_sim import exchange
+
 
 @dataclass(frozen=True)
 class Offer:
@@ -84,14 +86,8 @@ def simulate(settings: QuotaSettings, offers: list[Offer], seconds: float, *, sy
             pace = 0.0 if offer.rate is None else request_bytes / offer.rate
             push(now + max(rtt + delay, pace), "send", i)
         elif kind == "sync":
-            m = managers[i]
-            assert m.fleet is not None and sync_interval is not None
-            request = m.fleet.collect(now)
-            if down is not None and down[0] <= now < down[1]:
-                m.fleet.failed(request)
-            else:
-                reply = store.exchange(request, now + exchange_seconds / 2)
-                m.fleet.merge(request, reply, now, now + exchange_seconds)
+            assert sync_interval is not None
+            exchange(managers[i], store, now, exchange_seconds, down)
             push(now + sync_interval, "sync", i)
         else:
             quotas = {}

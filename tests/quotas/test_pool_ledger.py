@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from helpers.pool_config import issue_pool
 
 from kqp.config import quota_settings_from
 from kqp.quotas.manager import QuotaManager, combine
@@ -25,9 +26,10 @@ KEY_A, KEY_B, KEY_C = (QuotaKey("", "", f"job-{j}-") for j in "abc")
 
 
 def section(**pool: object) -> dict:
-    return {"window_size_seconds": 0.2, "entities": [
-        {"client_id_prefix": "job-a-", "weight": 3}, {"client_id_prefix": "job-b-"}, {"client_id_prefix": "job-c-"}],
-        "pools": [{"name": "ingest", "producer_byte_rate": B, "members": [{"client_id_prefix": "job-"}], **pool}]}
+    """The issue's config, its pool's keys changed by `pool`."""
+    data = issue_pool()
+    data["pools"][0].update(pool)
+    return data
 
 
 def manager(data: dict | None = None) -> QuotaManager:

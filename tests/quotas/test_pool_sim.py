@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from helpers.pool_config import issue_pool
 from helpers.pool_sim import Offer, PoolRun, simulate
 
 from kqp.config import quota_settings_from
@@ -21,9 +22,7 @@ ALGORITHMS = ["sampled", "token_bucket"]
 
 
 def issue(algorithm: str = "sampled") -> QuotaSettings:
-    return quota_settings_from({"window_size_seconds": 0.2, "algorithm": algorithm, "entities": [
-        {"client_id_prefix": "job-a-", "weight": 3}, {"client_id_prefix": "job-b-"}, {"client_id_prefix": "job-c-"}],
-        "pools": [{"name": "ingest", "producer_byte_rate": B, "members": [{"client_id_prefix": "job-"}]}]})
+    return quota_settings_from(issue_pool(algorithm=algorithm))
 
 
 def split(run: PoolRun, start: float, end: float) -> tuple[float, float]:
