@@ -284,6 +284,10 @@ class PoolLedger:
         known_weight = 0.0                   # the weights of known members the others charged last window
         first = window - self.settings.window_count   # the span: the complete windows first .. last
         for member in self.members.values():
+            if (now - member.last_use >= self.span and member.held_until <= held_from
+                    and not (shared and member.sensor.shared.others_active)):   # type: ignore[union-attr]
+                member.demand = member.rate = 0.0   # silent for a span here and elsewhere: nothing to measure
+                continue
             member.shift(window)
             used1, used2 = member.usage(last), member.usage(before)
             total = sum(member.used) - member.used[member.slot]

@@ -158,6 +158,10 @@ class PoolBook:
             if member is not None:
                 ledger.refund(member, values[index], now)
 
+    def pools_of(self, p: Principal, kind: int) -> tuple[PoolLedger, ...]:
+        """The principal pools that charge `p`'s requests of `kind` (to attribute, say, their latency)."""
+        return tuple(ledger for ledger, _, _ in self._entries_of(p)[kind])
+
     def applies(self, p: Principal, types: frozenset[QuotaType]) -> bool:
         """Whether a principal pool of one of `types` takes `p`."""
         return any(ledger.quota_type in types for entries in self._entries_of(p) for ledger, _, _ in entries)
