@@ -62,7 +62,7 @@ def _quota_types() -> tuple[str, ...]:
         from kqp.quotas.model import QUOTA_TYPES
     except ImportError:
         return tuple(_UNREACHABLE)
-    return tuple(QUOTA_TYPES)
+    return tuple(map(str, QUOTA_TYPES))   # plain text: yaml.safe_dump writes no StrEnum
 
 
 def _every_entity() -> list[dict[str, Any]]:
