@@ -11,6 +11,11 @@ KIP-599 and KIP-731. An entry names its entity and carries its values side by si
     - client_id_prefix: spark-job-42-     # every client id starting so, as one group
       algorithm: token_bucket             # this entry's quotas: KIP-599's bucket
       producer_byte_rate: 1048576
+    - client_id_prefix: job-a-            # a pool member (pool_section.py): weight, min/max_share,
+      weight: 3                           # with or without quota values of its own
+
+`pools:` (pool_section.py) is read here too: an entry that sets no quota is only meaningful as a
+pool member, so whether one is allowed depends on the pools.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from types import MappingProxyType
 from kqp.config.errors import ConfigError, shown
 from kqp.config.fleet_section import FLEET_FIELDS, fleet_config, fleet_document
 from kqp.config.model import FleetConfig
+from kqp.config.pool_section import SHARE_KEYS, member_share, pool_document, pools_from, share_document, share_value
 from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
 from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings, QuotaType
+from kqp.quotas.pool_spec import MemberShare
 
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 _algorithm = choice(*ALGORITHMS)
@@ -38,7 +45,8 @@ _QUOTA_CHECKS = {
 }
 
 
-Entry = tuple[EntitySpec, dict[str, float], str | None]
+# entity, its quota values, its algorithm, its pool share (None: not a pool member entry)
+Entry = tuple[EntitySpec, dict[str, float], str | None, MemberShare | None]
 
 
 def _entity_entry(entry: object, path: str) -> Entry:
@@ -46,6 +54,7 @@ def _entity_entry(entry: object, path: str) -> Entry:
         raise ConfigError(path, f"must be a mapping with user and/or client_id and quota values, got {shown(entry)}")
     ids: dict[str, str | None] = {key: None for key in _ENTITY_KEYS}
     values: dict[str, float] = {}
+    shares: dict[str, float] = {}
     algorithm: str | None = None
     for key, value in entry.items():
         key_path = child(path, key)
@@ -57,8 +66,10 @@ def _entity_entry(entry: object, path: str) -> Entry:
             values[key] = _QUOTA_CHECKS[key](value, key_path)
         elif key == "algorithm":
             algorithm = _algorithm(value, key_path)
+        elif key in SHARE_KEYS:
+            shares[key] = share_value(key, value, key_path)
         else:
-            known = (*_ENTITY_KEYS, "algorithm", *QUOTA_TYPES)
+            known = (*_ENTITY_KEYS, "algorithm", *SHARE_KEYS, *QUOTA_TYPES)
             raise ConfigError(key_path, f"unknown key; {did_you_mean(key, known)}")
     prefix = ids["client_id_prefix"]
     if prefix is not None and ids["client_id"] is not None:
@@ -69,23 +80,33 @@ def _entity_entry(entry: object, path: str) -> Entry:
                                                            "write client_id: '<default>'")
     if ids["user"] is None and ids["client_id"] is None and prefix is None:
         raise ConfigError(path, "needs a user, a client_id or both (a name or '<default>'), or a client_id_prefix")
-    if not values:
-        raise ConfigError(path, "sets no quota; add one, e.g. producer_byte_rate: 1048576")
-    return EntitySpec(ids["user"], ids["client_id"], prefix), values, algorithm
+    if algorithm is not None and not values:
+        raise ConfigError(child(path, "algorithm"), "applies to the entry's own quotas, and it sets none (a pool "
+                                                    "member measures with quotas.algorithm)")
+    # An entry with no quota of its own names a pool member, with its share or the default one.
+    share = member_share(shares, path) if shares or not values else None
+    return EntitySpec(ids["user"], ids["client_id"], prefix), values, algorithm, share
 
 
-def _entities(value: object, path: str) -> tuple[Mapping[EntitySpec, Mapping[str, float]], Mapping[EntitySpec, str]]:
-    """The entity entries: each entity's quota values, and the algorithm of those that name one."""
+Entities = tuple[Mapping[EntitySpec, Mapping[str, float]], Mapping[EntitySpec, str], Mapping[EntitySpec, MemberShare],
+                 dict[EntitySpec, str]]
+
+
+def _entities(value: object, path: str) -> Entities:
+    """The entity entries: each entity's quota values, the algorithm of those that name one, the pool
+    share of those that name a pool member, and the path of each pool member entry (for errors)."""
     if value is None:
         value = []
     if not isinstance(value, list | tuple):
         raise ConfigError(path, f"must be a list of entity entries, got {shown(value)}")
     entities: dict[EntitySpec, Mapping[str, float]] = {}
     algorithms: dict[EntitySpec, str] = {}
+    shares: dict[EntitySpec, MemberShare] = {}
+    member_paths: dict[EntitySpec, str] = {}
     first_index: dict[EntitySpec, int] = {}
     for index, entry in enumerate(value):
         entry_path = f"{path}[{index}]"
-        entity, values, algorithm = _entity_entry(entry, entry_path)
+        entity, values, algorithm, share = _entity_entry(entry, entry_path)
         if entity in first_index:
             # Merging two entries silently would hide a typo or a copy-paste; say where both are.
             raise ConfigError(
@@ -93,10 +114,14 @@ def _entities(value: object, path: str) -> tuple[Mapping[EntitySpec, Mapping[str
                 f"same entity {entity.path} as {path}[{first_index[entity]}]; merge the two entries",
             )
         first_index[entity] = index
-        entities[entity] = MappingProxyType(values)
+        if values:
+            entities[entity] = MappingProxyType(values)
         if algorithm is not None:
             algorithms[entity] = algorithm
-    return MappingProxyType(entities), MappingProxyType(algorithms)
+        if share is not None:
+            shares[entity] = share
+            member_paths[entity] = entry_path
+    return MappingProxyType(entities), MappingProxyType(algorithms), MappingProxyType(shares), member_paths
 
 
 QUOTA_FIELDS = {
@@ -104,6 +129,7 @@ QUOTA_FIELDS = {
     "window_count": Field(integer(minimum=2), 11),  # quota.window.num
     "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
     "entities": Field(_entities, []),
+    "pools": Field(pools_from, []),  # capacity pools (pool_section.py)
     **FLEET_FIELDS,  # scope and cluster: where usage is shared (fleet_section.py)
 }
 
@@ -123,15 +149,23 @@ def quota_section(data: object, *, path: str = "quotas",
     try:
         values = read_section(data, path, QUOTA_FIELDS)
         fleet = fleet_config(values["scope"], values["cluster"], path)
+        entities, algorithms, shares, member_paths = values["entities"]
+        if member_paths and not values["pools"]:
+            entity, where = next(iter(member_paths.items()))
+            if entity not in entities and shares[entity] == MemberShare():
+                raise ConfigError(where, "sets no quota; add one, e.g. producer_byte_rate: 1048576")
+            raise ConfigError(where, "has weight, min_share or max_share, which only pool members have, but "
+                                     "quotas.pools is empty")
     except ConfigError as exc:
         raise exc.with_source(source) from None
-    entities, algorithms = values["entities"]
     settings = QuotaSettings(
         window_size_seconds=values["window_size_seconds"],
         window_count=values["window_count"],
         entities=entities,
         algorithm=values["algorithm"],
         algorithms=algorithms,
+        pools=values["pools"],
+        shares=shares,
     )
     return settings, fleet
 
@@ -139,12 +173,15 @@ def quota_section(data: object, *, path: str = "quotas",
 def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) -> dict[str, object]:
     """The ``quotas:`` section that :func:`quota_section` reads back as ``settings`` (and ``fleet``)."""
     entries: list[dict[str, object]] = []
-    for entity, values in settings.entities.items():
+    for entity in dict.fromkeys([*settings.entities, *settings.shares]):
+        values = settings.entities.get(entity, {})
         entry: dict[str, object] = {
             key: getattr(entity, key) for key in _ENTITY_KEYS if getattr(entity, key) is not None
         }
         if entity in settings.algorithms:
             entry["algorithm"] = settings.algorithms[entity]
+        if entity in settings.shares and (values or settings.shares[entity] != MemberShare()):
+            entry.update(share_document(settings.shares[entity]))
         entry.update((str(key), value) for key, value in values.items())   # plain text keys for yaml
         entries.append(entry)
     document: dict[str, object] = {
@@ -153,6 +190,8 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
         "algorithm": settings.algorithm,
         "entities": entries,
     }
+    if settings.pools:
+        document["pools"] = [pool_document(pool) for pool in settings.pools]
     if fleet is not None:
         document.update(fleet_document(fleet))
     return document

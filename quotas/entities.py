@@ -50,6 +50,7 @@ Resolution runs on every request, so results are cached per principal on the set
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from kqp.quotas.model import DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
@@ -111,6 +112,16 @@ def _levels(settings: QuotaSettings, principal: Principal, exact: bool = True) -
     out += _groups(settings, None, client, "")
     out.append((EntitySpec(None, DEFAULT), per_client_id))
     return out
+
+
+def member_level(settings: QuotaSettings, principal: Principal,
+                 counts: Callable[[EntitySpec], bool]) -> Level | None:
+    """The most specific level whose entity `counts` (pool_membership.py: the entity a pool member
+    resolves to), or None; the same levels, in the same order, as quota resolution walks."""
+    for spec, key in _levels(settings, principal):
+        if counts(spec):
+            return spec, key
+    return None
 
 
 def _first(settings: QuotaSettings, specs: list[Level]) -> dict[str, Resolution]:

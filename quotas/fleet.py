@@ -129,7 +129,7 @@ class SharedUsage:
     """One sensor's share of the exchange: usage not yet sent, usage sent, and the others' usage."""
 
     __slots__ = ("_cache", "busy_until", "epoch", "ledger", "name", "on_others", "others", "others_active",
-                 "pending", "seen", "sent", "since")
+                 "pending", "seen", "sent", "since", "watched")
 
     def __init__(self, ledger: FleetLedger, name: str, now: float) -> None:
         self.ledger = ledger
@@ -143,6 +143,7 @@ class SharedUsage:
         self.on_others: Callable[[float, float], None] | None = None   # token bucket replica: (usage, now)
         self.busy_until = now                 # until when this process's clients may still use the sensor
         self.epoch: str | None = None         # the epoch of the store part holding `sent`, as last seen
+        self.watched = False                  # read every exchange even while unused here (a pool's members)
         self._cache: tuple[int, int, float] = (-1, 0, 0.0)   # (generation, window, others' total)
 
     def record(self, value: float, now: float) -> None:
@@ -248,8 +249,9 @@ class FleetLedger:
         """The next exchange: each active sensor's pending usage, moved to "in flight".
 
         A sensor is active while it recorded here, or muted a client here, within the last span, or
-        still has usage to send; an inactive one is neither sent nor read, and its view of the others
-        is dropped (a client that comes back is measured afresh from the next exchange on).
+        still has usage to send, or is `watched` (a pool reads the fleet's usage of members it may not
+        serve itself); an inactive one is neither sent nor read, and its view of the others is dropped
+        (a client that comes back is measured afresh from the next exchange on).
         """
         # Never back: a clock correction that moves fleet time back across a window boundary must
         # not bring back a window whose `sent` and `seen` are gone (see `merge`).
@@ -257,7 +259,7 @@ class FleetLedger:
         sensors: list[SensorUsage] = []
         for usage in self.usages.values():
             usage._prune(first)
-            if now - usage.busy_until >= self.span and not usage.pending:
+            if now - usage.busy_until >= self.span and not usage.pending and not usage.watched:
                 if usage.others or usage.others_active:
                     usage.others = {}
                     usage.others_active = 0

@@ -10,6 +10,11 @@ Fast path: the manager knows which quota types any entity configures at all. A `
 types are all unconfigured returns at once, without resolving the principal; otherwise the cost is
 one cached resolution and O(window_count) per configured type.
 
+Capacity pools (issue 21) live in `self.pools` (pools.py): a principal a pool takes is charged there
+too, by the same `record_*` call, and its pool throttles come back with its entity quotas'
+violations, so the largest throttle, and so the smaller limit, wins. Without pools the calls only
+test one flag more. Topic pools are charged by the proxy through `record_topic_bytes`.
+
 Shared quotas (cluster scope, `--workers`): given a `FleetLedger`, every sensor is created with its
 `SharedUsage`, so recording also notes the usage for the next exchange and throttles are computed on
 the fleet's rate (fleet.py). The manager keeps the ledger's sensors in step with its own: a sensor
@@ -21,11 +26,14 @@ clock, so tests drive it with plain numbers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kqp.quotas.changes import describe_changes
 from kqp.quotas.entities import Resolution, resolutions, resolve_key
 from kqp.quotas.fleet import FleetLedger, sensor_name
 from kqp.quotas.model import QUOTA_TYPES, TOKEN_BUCKET, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
+from kqp.quotas.pools import FETCH, PRODUCE, REQUEST, PoolBook
 from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
 
@@ -68,6 +76,7 @@ class QuotaManager:
         self.fleet = fleet
         if fleet is not None:
             fleet.configure(settings.window_size_seconds, settings.window_count)
+        self.pools = PoolBook(settings, now, fleet)
         self._apply(settings)
 
     def _apply(self, settings: QuotaSettings) -> None:
@@ -80,6 +89,7 @@ class QuotaManager:
         self._produce_counts = bool(_PRODUCE_COUNTS & on)
         self._fetch_counts = bool(_FETCH_COUNTS & on)
         self._on_response = bool(_ON_RESPONSE & on)
+        self._pooled = self.pools.kinds   # (produce, fetch, request): whether any principal pool charges it
 
     @property
     def settings(self) -> QuotaSettings:
@@ -101,12 +111,14 @@ class QuotaManager:
         restart. A sensor whose algorithm changes (sampled <-> token_bucket) restarts too: samples
         say nothing about tokens, and a bucket keeps no samples worth enforcing on; the next request
         creates it afresh (a full bucket, or empty samples), as for a new entity.
-        `now` is not needed: like Kafka's config swap, applying a limit reads no clock.
+        Pools keep their members' measurements likewise (pools.py); `now` dates what they divide anew.
         """
         old = self._settings
-        lines = _describe_changes(old, settings)
+        lines = describe_changes(old, settings)
         released = restarted = 0
-        if (old.window_size_seconds, old.window_count) != (settings.window_size_seconds, settings.window_count):
+        new_windows = (old.window_size_seconds, old.window_count) != (settings.window_size_seconds,
+                                                                      settings.window_count)
+        if new_windows:
             released = self.sensor_count
             self._sensors = {t: {} for t in QUOTA_TYPES}
             if self.fleet is not None:
@@ -126,6 +138,7 @@ class QuotaManager:
                     sensor.entity = found.entity
                     if found.limit != sensor.limit:
                         sensor.set_limit(found.limit)
+        lines += self.pools.update(settings, now, restart=new_windows)
         self._apply(settings)
         if released:
             lines.append(f"released {released} sensor(s) whose quota no longer applies")
@@ -168,23 +181,39 @@ class QuotaManager:
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Produce request: producer byte, record and batch rates (uncapped throttles)."""
-        if not self._produce:
-            return []
-        return self._charge_all(self._produce, p, (nbytes, records, batches), now)
+        out = self._charge_all(self._produce, p, (nbytes, records, batches), now) if self._produce else []
+        if self._pooled[PRODUCE]:
+            self.pools.charge(p, PRODUCE, (nbytes, records, batches), now, out)
+        return out
 
     def record_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Fetch response: consumer byte, record and batch rates (uncapped throttles)."""
-        if not self._fetch:
-            return []
-        return self._charge_all(self._fetch, p, (nbytes, records, batches), now)
+        out = self._charge_all(self._fetch, p, (nbytes, records, batches), now) if self._fetch else []
+        if self._pooled[FETCH]:
+            self.pools.charge(p, FETCH, (nbytes, records, batches), now, out)
+        return out
+
+    @property
+    def topic_pools(self) -> bool:
+        """Whether any topic pool exists: the proxy reads topic names and sizes only then."""
+        return bool(self.pools.topic_types)
+
+    def record_topic_bytes(self, p: Principal, quota_type: QuotaType, sizes: Iterable[tuple[str, int]],
+                           now: float, refund: bool = False) -> list[Violation]:
+        """Charge a Produce request's (`producer_byte_rate`) or a Fetch response's (`consumer_byte_rate`)
+        bytes per topic, `(topic, bytes)`, to the topic pools covering them for `p`; `refund` takes a
+        Fetch answered empty back. Combine the violations with the same request's `record_*` ones."""
+        return self.pools.charge_topics(p, quota_type, sizes, now, refund)
 
     def unrecord_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> None:
         """Take back a Fetch's usage (Kafka's `unrecordQuotaSensor`), for a throttled fetch
         answered empty: the client did not get those bytes, so they must not count."""
+        values = (nbytes, records, batches)
+        if self._pooled[FETCH]:
+            self.pools.refund(p, FETCH, values, now)
         if not self._fetch:
             return
         found = resolutions(self._settings, p)
-        values = (nbytes, records, batches)
         for quota_type, index in self._fetch:
             res = found.get(quota_type)
             if res is not None:
@@ -199,9 +228,11 @@ class QuotaManager:
         spent waiting for the upstream (quotas/README.md: "Carrying a broker's request_percentage over"). Both
         throttles are capped at one window. Which APIs are exempt is the caller's decision.
         """
-        if not self._request:
-            return []
         out: list[Violation] = []
+        if self._pooled[REQUEST]:
+            self.pools.charge(p, REQUEST, (1.0,), now, out)
+        if not self._request:
+            return out
         found = resolutions(self._settings, p)
         for quota_type in self._request:
             res = found.get(quota_type)
@@ -272,12 +303,16 @@ class QuotaManager:
     # -- queries -------------------------------------------------------------------------------
     def counts_produce_records(self, p: Principal) -> bool:
         """Whether a record or batch rate applies to `p`'s Produce (else counting is wasted work)."""
+        if self._pooled[PRODUCE] and self.pools.applies(p, _PRODUCE_COUNTS):
+            return True
         if not self._produce_counts:
             return False
         return not _PRODUCE_COUNTS.isdisjoint(resolutions(self._settings, p))
 
     def counts_fetch_records(self, p: Principal) -> bool:
         """Whether a record or batch rate applies to `p`'s Fetch responses."""
+        if self._pooled[FETCH] and self.pools.applies(p, _FETCH_COUNTS):
+            return True
         if not self._fetch_counts:
             return False
         return not _FETCH_COUNTS.isdisjoint(resolutions(self._settings, p))
@@ -289,6 +324,8 @@ class QuotaManager:
         request; a proxy that forwarded it already could not. The proxy forwards one request at a
         time for these principals instead.
         """
+        if (self._pooled[FETCH] or self._pooled[REQUEST]) and self.pools.applies(p, _ON_RESPONSE):
+            return True
         if not self._on_response:
             return False
         return not _ON_RESPONSE.isdisjoint(resolutions(self._settings, p))
@@ -296,15 +333,22 @@ class QuotaManager:
     def fetch_max_bytes_cap(self, p: Principal) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.
 
-        Kafka's getMaxValueInQuotaWindow: consumer_byte_rate x (window_count - 1) x window_size.
+        Kafka's getMaxValueInQuotaWindow: consumer_byte_rate x (window_count - 1) x window_size,
+        with the smaller of the entity's quota and its pool member's current one.
         """
-        if not self._fetch:
-            return None
-        res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
-        if res is None:
+        limits = []
+        if self._fetch:
+            res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
+            if res is not None:
+                limits.append(res.limit)
+        if self._pooled[FETCH]:
+            pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE)
+            if pooled is not None:
+                limits.append(pooled)
+        if not limits:
             return None
         s = self._settings
-        return int(res.limit * (s.window_count - 1) * s.window_size_seconds)
+        return int(min(limits) * (s.window_count - 1) * s.window_size_seconds)
 
     def limits(self, p: Principal) -> dict[QuotaType, tuple[QuotaKey, float]]:
         """The quota in force for `p`, per configured quota type, with the key it is charged to."""
@@ -326,7 +370,7 @@ class QuotaManager:
         return out
 
     def expire(self, now: float, idle_seconds: float) -> int:
-        """Drop sensors not recorded for `idle_seconds` or more; return how many.
+        """Drop sensors (pool members' too) not recorded for `idle_seconds` or more; return how many.
 
         Kafka expires quota sensors after an hour of inactivity; a re-created sensor starts empty,
         which is what an idle entity's purged samples would read as anyway.
@@ -338,7 +382,7 @@ class QuotaManager:
                 del sensors[key]
                 self._forget(quota_type, key)
             dropped += len(stale)
-        return dropped
+        return dropped + self.pools.expire(now, idle_seconds)
 
     def _forget(self, quota_type: QuotaType, key: QuotaKey) -> None:
         if self.fleet is not None:
@@ -349,40 +393,3 @@ def _bucket(settings: QuotaSettings, quota_type: QuotaType, found: Resolution) -
     """Whether the sensor measures with a token bucket: always for KIP-599's mutations, else as
     the entity's (or the section's) `algorithm` says."""
     return quota_type == MUTATION or settings.algorithm_for(found.entity) == TOKEN_BUCKET
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if value.is_integer() else repr(value)
-
-
-def _describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
-    """One line per quota set, removed or changed, in Kafka's entity paths, for the reload log.
-
-    The only quota-change description in kqp: it lives beside the sensors it describes, because
-    only the manager knows what a change did to them (restarted or released measurements).
-    """
-    lines: list[str] = []
-    if (old.window_size_seconds, old.window_count) != (new.window_size_seconds, new.window_count):
-        lines.append(
-            f"quota window {old.window_count} x {_number(old.window_size_seconds)}s -> "
-            f"{new.window_count} x {_number(new.window_size_seconds)}s: all measurements restart"
-        )
-    if old.algorithm != new.algorithm:
-        lines.append(f"quotas.algorithm {old.algorithm} -> {new.algorithm}")
-    for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
-        a, b = old.algorithms.get(spec), new.algorithms.get(spec)
-        if a != b and spec in old.entities and spec in new.entities:
-            lines.append(f"{spec.path}: algorithm {a or 'default'} -> {b or 'default'}")
-        before = old.entities.get(spec, {})
-        after = new.entities.get(spec, {})
-        for quota_type in QUOTA_TYPES:
-            a, b = before.get(quota_type), after.get(quota_type)
-            if a == b:
-                continue
-            if a is None:
-                lines.append(f"{spec.path}: {quota_type} set to {_number(b)}")
-            elif b is None:
-                lines.append(f"{spec.path}: {quota_type} removed (was {_number(a)})")
-            else:
-                lines.append(f"{spec.path}: {quota_type} {_number(a)} -> {_number(b)}")
-    return lines

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from kqp.quotas.pool_spec import MemberShare, PoolSpec, pool_conflict
+
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal name for an unauthenticated connection
 DEFAULT = "<default>"  # Kafka's placeholder entity name (ZooKeeperInternals.DEFAULT_STRING)
 
@@ -130,6 +132,19 @@ def _freeze(entities: Mapping[EntitySpec, Mapping[str, float]]) -> Mapping[Entit
     return MappingProxyType(frozen)
 
 
+def _check_pools(pools: tuple[PoolSpec, ...], shares: Mapping[EntitySpec, MemberShare]) -> None:
+    names = [pool.name for pool in pools]
+    if len(set(names)) != len(names):
+        raise ValueError(f"pool names must be unique, got {names}")
+    conflict = pool_conflict(tuple(pools))
+    if conflict is not None:
+        i, j, quota_type = conflict
+        raise ValueError(f"pools {names[i]} and {names[j]} could both charge one request's {quota_type}")
+    for spec, share in shares.items():
+        if not isinstance(spec, EntitySpec) or not isinstance(share, MemberShare):
+            raise TypeError(f"shares map EntitySpec to MemberShare, got {spec!r}: {share!r}")
+
+
 @dataclass(frozen=True)
 class QuotaSettings:
     """Everything the quota layer needs from the config file, frozen.
@@ -138,7 +153,8 @@ class QuotaSettings:
     ``quota.window.num``. ``algorithm`` is how every quota measures use unless ``algorithms`` names
     another for an entity (controller_mutation_rate is a token bucket whatever they say, KIP-599).
     A reload builds a new instance; the per-type index, the prefix index and the resolution cache
-    live on the instance, so replacing the settings is what invalidates the cache.
+    live on the instance, so replacing the settings is what invalidates the cache. `pools` and
+    `shares` are the capacity pools (pool_spec.py); the quota manager hands them to pools.py.
     """
 
     window_size_seconds: float = 1.0
@@ -146,6 +162,10 @@ class QuotaSettings:
     entities: Mapping[EntitySpec, Mapping[str, float]] = field(default_factory=dict)
     algorithm: str = SAMPLED
     algorithms: Mapping[EntitySpec, str] = field(default_factory=dict)
+    # Capacity pools (pool_spec.py), and how entities take part in them: an entity in `shares` names
+    # a pool member for every pooled type, whether or not it sets a quota itself.
+    pools: tuple[PoolSpec, ...] = ()
+    shares: Mapping[EntitySpec, MemberShare] = field(default_factory=dict)
     # quota type -> {entity: limit}; derived once so resolution does a handful of dict lookups.
     by_type: Mapping[str, Mapping[EntitySpec, float]] = field(init=False, repr=False, compare=False)
     # entity user (a name, <default> or None) -> (prefix lengths, longest first; the prefixes).
@@ -169,11 +189,17 @@ class QuotaSettings:
             if isinstance(spec, EntitySpec) and spec not in self.entities:
                 raise ValueError(f"{spec.path}: an algorithm for an entity that sets no quota")
         object.__setattr__(self, "algorithms", MappingProxyType(dict(self.algorithms)))
+        _check_pools(self.pools, self.shares)
+        object.__setattr__(self, "pools", tuple(self.pools))
+        object.__setattr__(self, "shares", MappingProxyType(dict(self.shares)))
         index: dict[str, dict[EntitySpec, float]] = {}
         grouped: dict[str | None, set[str]] = {}
         for spec, values in self.entities.items():
             for quota_type, value in values.items():
                 index.setdefault(quota_type, {})[spec] = value
+        # A pool member entry's prefix is a level too (pool membership resolves through it); quota
+        # resolution passes over it, as over any level that sets no value of the type.
+        for spec in (*self.entities, *self.shares):
             if spec.client_id_prefix is not None:
                 grouped.setdefault(spec.user, set()).add(spec.client_id_prefix)
         object.__setattr__(self, "by_type", MappingProxyType(index))

@@ -131,3 +131,9 @@ class SampledRate:
     def measure(self, now: float) -> float:
         """Units per second (Kafka's `Rate.measure`)."""
         return self.observe(now)[0]
+
+    def scale(self, factor: float) -> None:
+        """Multiply every sample by `factor` (a pool member's quota changed: pool_ledger.py)."""
+        d = self._data
+        for i in range(_VALUE, self._size * _STRIDE, _STRIDE):
+            d[i] *= factor

@@ -68,6 +68,15 @@ class QuotaSensor:
             quota = limit * self._scale
             self.bucket.update_rate(quota, quota * self.span)
 
+    def follow_limit(self, limit: float) -> None:
+        """A new limit that the past is judged against as it was: samples count as the same fraction
+        of the new limit as they were of the old one (a pool member's quota moves with the others'
+        demand, and usage within the quota in force must not be paid back when it shrinks, nor
+        credited when it grows). A token bucket already accrues at the rate in force: as set_limit."""
+        if self.bucket is None and self.limit > 0 and limit > 0:
+            self.rate.scale(limit / self.limit)
+        self.set_limit(limit)
+
     def _rescale(self, scale: float) -> None:
         """A new share of the limit (1 while the fleet is reachable, 1/n alone); a token bucket
         replica follows it as a live quota change (`TokenBucket.update_rate`)."""

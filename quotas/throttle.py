@@ -41,11 +41,13 @@ _RANK = {t: i for i, t in enumerate(_TIE_ORDER)}
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One quota exceeded by one recording: its type, the throttle it asks for, and the sensor."""
+    """One quota exceeded by one recording: its type, the throttle it asks for, and the sensor (for a
+    capacity pool's quota: the member's key, and the pool's name)."""
 
     quota_type: QuotaType
     throttle_seconds: float
     key: QuotaKey
+    pool: str | None = None
 
 
 def throttle_seconds(observed: float, bound: float, window_size: float) -> float:

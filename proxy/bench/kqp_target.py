@@ -11,6 +11,9 @@ kqp is measured in four configurations against the same upstream:
 - `throttle`: a byte-rate quota for every client id below what the path can carry, so the
   produce and consume figures show the quota being enforced rather than the proxy's speed
   (with 0.2 s quota windows, so that the rate settles within a run of a few seconds);
+- `every-entity-pool`: `every-entity` and a capacity pool that every bench client is a member of, its
+  budgets (producer and consumer bytes) never reached: what a pool costs when it does not bind
+  (issue 21: CPU per GB within 5% of `every-entity`);
 - `every-entity-cluster`: `every-entity` in cluster scope, its usage exchanged with a redis-server
   every 100 ms: what sharing quotas across a fleet costs, against `every-entity`;
 - `producer-rate` and `request-rate`: one quota for every client id, never reached:
@@ -59,7 +62,7 @@ def _quota_types() -> tuple[str, ...]:
         from kqp.quotas.model import QUOTA_TYPES
     except ImportError:
         return tuple(_UNREACHABLE)
-    return tuple(QUOTA_TYPES)
+    return tuple(map(str, QUOTA_TYPES))   # plain text: yaml.safe_dump writes no StrEnum
 
 
 def _every_entity() -> list[dict[str, Any]]:
@@ -101,8 +104,12 @@ def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: 
         config["tls"] = tls
     if upstream_tls is not None:
         config["upstream"]["tls"] = upstream_tls
-    if variant in ("every-entity", "metrics-quotas"):
+    if variant in ("every-entity", "metrics-quotas", "every-entity-pool"):
         config["quotas"] = {"entities": _every_entity()}
+        if variant == "every-entity-pool":
+            config["quotas"]["pools"] = [{"name": "bench", "producer_byte_rate": _UNREACHABLE["producer_byte_rate"],
+                                          "consumer_byte_rate": _UNREACHABLE["consumer_byte_rate"],
+                                          "members": [{"client_id_prefix": "kqp-bench-"}]}]
         if variant == "metrics-quotas":
             config["metrics"] = {"listen": "127.0.0.1:0"}  # an ephemeral port: nobody scrapes it
     elif variant == "every-entity-cluster":

@@ -52,6 +52,8 @@ REFERENCES: tuple[Reference, ...] = (
     Reference("kqp", "kqp", "kqp, no quotas configured"),
     Reference("kqp-quotas", "kqp", "kqp, every quota type at every entity level, none exceeded",
               kqp_variant="every-entity"),
+    Reference("kqp-pool", "kqp", "kqp-quotas and a capacity pool every client is in, its budget never reached",
+              kqp_variant="every-entity-pool"),
     Reference("kqp-metrics-quotas", "kqp", "kqp, metrics endpoint on and every quota as kqp-quotas, none exceeded",
               kqp_variant="metrics-quotas"),
     Reference("kqp-throttled", "kqp", "kqp, byte-rate quota below the path's speed for every client id",

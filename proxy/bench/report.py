@@ -39,6 +39,9 @@ RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     *((f"{workload} cpu_s_per_gb {tls}/kqp", workload, "cpu_s_per_gb", tls, "kqp")
       for workload in ("produce", "consume") for tls in ("kqp-tls", "kqp-tls-both")),
     ("produce cpu_s_per_gb kqp-cluster/kqp-quotas", "produce", "cpu_s_per_gb", "kqp-cluster", "kqp-quotas"),
+    # Issue 21: a pool that does not bind costs within 5% of kqp-quotas per GB.
+    *((f"{workload} cpu_s_per_gb kqp-pool/kqp-quotas", workload, "cpu_s_per_gb", "kqp-pool", "kqp-quotas")
+      for workload in ("produce", "consume")),
     ("latency p99_ms kqp-cluster/kqp-quotas", "latency", "p99_ms", "kqp-cluster", "kqp-quotas"),
     ("connections rss_mb kqp/relay", "connections", "rss_mb", "kqp", "relay"),
     # What forwarding one request at a time (a request quota, `response_pending`) costs a producer.

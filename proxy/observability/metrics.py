@@ -39,6 +39,7 @@ from prometheus_client.utils import floatToGoString
 from kqp.protocol.apis import API_NAMES
 from kqp.proxy.connection.events import CLOSE_REASONS
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.observability.pool_metrics import pool_families
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QUOTA_TYPES, Principal, QuotaType
 
@@ -319,6 +320,7 @@ class PrometheusObserver(ProxyObserver):
         yield by_entity
         if self.quotas is not None:
             yield from self._quota_families(self.quotas, self.now())
+            yield from pool_families(self.quotas.pools.snapshot(self.now()))
         if self.upstream is not None:
             age, fresh = self.upstream()
             yield GaugeMetricFamily("kqp_upstream_up", "1 while the upstream answered Metadata within 3 x "

@@ -3,7 +3,8 @@
 One row per entity (user, client id): each quota's measured rate against its limit, the throttle
 time it is getting, its muted connections; the entity furthest over any of its quotas comes first.
 A client-id prefix group has a row of its own, its client id shown as the prefix followed by `*`
-(`spark-job-42-*`), beside its members' rows.
+(`spark-job-42-*`), beside its members' rows. Capacity pools follow the entities, one block each
+(top_pools.py).
 The rates are the ones kqp measures its quotas with (`kqp_quota_usage`, `kqp_quota_limit`), so
 top does no differentiation of its own except for throttle time, which is a counter: its rate is
 the difference between two refreshes.
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kqp.proxy.tools.top_pools import PoolView, add_sample, pool_lines
 from kqp.quotas.model import QuotaType
 
 DEFAULT_URL = "http://127.0.0.1:9404/metrics"
@@ -80,6 +82,7 @@ class Scrape:
     muted: float = 0.0
     delay_queue: float = 0.0
     ready: float | None = None
+    pools: dict[tuple[str, str], PoolView] = field(default_factory=dict)   # (pool, quota type)
 
 
 def _ratio(rate: float, limit: float) -> float:
@@ -103,6 +106,8 @@ def parse(text: str, taken_at: float) -> Scrape:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             name, labels, value = s.name, s.labels, s.value
+            if add_sample(out.pools, name, labels, value):
+                continue
             if name in ("kqp_quota_usage", "kqp_quota_limit", "kqp_quota_group_usage", "kqp_quota_group_limit"):
                 e = entity(labels)
                 rate, limit = e.quotas.get(s.labels["quota"], (0.0, 0.0))
@@ -184,14 +189,15 @@ def render(scrape: Scrape, url: str, width: int = 120, height: int = 40, error: 
         row.append(str(e.muted))
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    pools = pool_lines(scrape.pools, human, {q: unit for q, (_, unit) in COLUMNS.items()})
     lines.append("")
-    room = max(height - len(lines), 2)
+    room = max(height - len(lines) - len(pools), 2)
     if len(rows) > room:    # keep the last line for saying how many did not fit
         hidden = len(rows) - room + 1
         rows = [*rows[: room - 1], [f"... {hidden} more"]]
     for r in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip())
-    return [line[:width] for line in lines]
+    return [line[:width] for line in [*lines, *pools]]
 
 
 def fetch(url: str, timeout: float = 5.0) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kqp.proxy.bench import kqp_target, proc_stats
 from kqp.proxy.bench.processes import Server, StartError, free_port, port_open
@@ -91,15 +92,18 @@ def test_proc_stats_sees_this_process_burn_cpu() -> None:
 
 def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
     loader = pytest.importorskip("kqp.config.loader")
-    for variant in ("none", "every-entity", "metrics-quotas", "throttle"):
-        config = loader.parse_config(kqp_target.config_for(variant, 19092, "127.0.0.1:9092", 10e6),
-                                     source=f"bench-{variant}")
+    for variant in ("none", "every-entity", "metrics-quotas", "throttle", "every-entity-pool"):
+        # Through the YAML text, as the harness writes it (yaml.safe_dump refuses anything but plain types).
+        text = yaml.safe_dump(kqp_target.config_for(variant, 19092, "127.0.0.1:9092", 10e6))
+        config = loader.parse_config(yaml.safe_load(text), source=f"bench-{variant}")
         assert config.listen.port == 19092
         assert config.broker_port_base == 0
     quotas = loader.parse_config(kqp_target.config_for("every-entity", 19092, "127.0.0.1:9092", 10e6)).quotas
     # 3 client ids x 3 user levels + (user, <default>) x 2 + user alone x 2 + <default> client = 14
     assert len(quotas.entities) == 14
     assert all(len(limits) == len(kqp_target._quota_types()) for limits in quotas.entities.values())
+    pooled = loader.parse_config(kqp_target.config_for("every-entity-pool", 19092, "127.0.0.1:9092", 10e6)).quotas
+    assert pooled.entities == quotas.entities and [p.name for p in pooled.pools] == ["bench"]
     metered = loader.parse_config(kqp_target.config_for("metrics-quotas", 19092, "127.0.0.1:9092", 10e6))
     assert metered.quotas == quotas and metered.metrics.listen is not None  # every-entity, endpoint on
     throttle = loader.parse_config(kqp_target.config_for("throttle", 19092, "127.0.0.1:9092", 10e6)).quotas

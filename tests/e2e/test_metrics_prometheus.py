@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.net import free_port, split_host_port
-from helpers.observability import THROTTLED, THROTTLED_RATE, ThrottledWorkload, start_with_metrics
+from helpers.observability import FREE, QUOTAS, THROTTLED, THROTTLED_RATE, ThrottledWorkload, start_with_metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -129,7 +129,9 @@ def wait_all_non_empty(url: str, exprs: list[str], deadline: float) -> list[str]
 
 
 def test_prometheus_scrapes_kqp_during_a_throttled_workload(tansu, kqp, tmp_path: Path) -> None:
-    proxy, metrics_url = start_with_metrics(kqp, tansu)
+    # A pool that `free` is in (its budget never reached), so the dashboard's pool panels have data.
+    pool = {"name": "shared", "producer_byte_rate": 50_000_000, "members": [{"client_id": FREE}]}
+    proxy, metrics_url = start_with_metrics(kqp, tansu, quotas={**QUOTAS, "pools": [pool]})
     host, port = split_host_port(metrics_url.removeprefix("http://"))
     with prometheus(tmp_path, f"{host}:{port}") as prom, ThrottledWorkload(proxy.bootstrap, tansu.kind) as load:
         load.wait_throttled()

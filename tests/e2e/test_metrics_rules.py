@@ -32,7 +32,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", "kqp-alerts.yml")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 6 rules found" in result.stdout
 
 
 @needs_promtool
@@ -65,7 +65,8 @@ def test_alert_rules_cover_the_issue() -> None:
     rules = yaml.safe_load((PROM_DIR / "kqp-alerts.yml").read_text())["groups"][0]["rules"]
     by_name = {r["alert"]: r for r in rules}
     assert set(by_name) == {"KqpEntityThrottled", "KqpUpstreamDown", "KqpUpstreamErrors", "KqpConfigReloadFailed",
-                            "KqpFleetQuotasNotShared"}
+                            "KqpFleetQuotasNotShared", "KqpPoolSaturated"}
+    assert "kqp_pool_usage" in by_name["KqpPoolSaturated"]["expr"] and by_name["KqpPoolSaturated"]["for"] == "15m"
     assert by_name["KqpFleetQuotasNotShared"]["expr"] == "kqp_fleet_sync_up == 0"
     assert "kqp_throttle_seconds_total" in by_name["KqpEntityThrottled"]["expr"]
     assert by_name["KqpEntityThrottled"]["for"] == "10m"
@@ -78,7 +79,7 @@ def test_dashboard_structure() -> None:
     assert dashboard["uid"] == "kqp"
     assert len({p["id"] for p in panels}) == len(panels)
     titles = " ".join(p["title"].lower() for p in panels)
-    for topic in ("quota", "throttle", "delay queue", "upstream latency"):
+    for topic in ("quota", "throttle", "delay queue", "upstream latency", "pool"):
         assert topic in titles, topic
     for p in panels:
         grid = p["gridPos"]

@@ -69,15 +69,22 @@ def simulate(processes: int, quota: float, seconds: float, *, sync_interval: flo
             delay = max((v.throttle_seconds for v in violations), default=0.0)
             push(now + rtt + delay, "send", i)
         elif kind == "sync":
-            assert m.fleet is not None and sync_interval is not None
-            request = m.fleet.collect(now)
-            if down is not None and down[0] <= now < down[1]:
-                m.fleet.failed(request)
-            else:
-                reply = store.exchange(request, now + exchange_seconds / 2)
-                m.fleet.merge(request, reply, now, now + exchange_seconds)
+            assert sync_interval is not None
+            exchange(m, store, now, exchange_seconds, down)
             push(now + sync_interval, "sync", i)
     return FleetRun(events, window_size * window_count)
+
+
+def exchange(m: QuotaManager, store: FleetStore, now: float, exchange_seconds: float,
+             down: tuple[float, float] | None) -> None:
+    """One process's exchange with the store at `now`, taking `exchange_seconds`; fails while `down`."""
+    assert m.fleet is not None
+    request = m.fleet.collect(now)
+    if down is not None and down[0] <= now < down[1]:
+        m.fleet.failed(request)
+    else:
+        reply = store.exchange(request, now + exchange_seconds / 2)
+        m.fleet.merge(request, reply, now, now + exchange_seconds)
 
 
 def rate(events: list[tuple[float, int]], start: float, end: float) -> float:

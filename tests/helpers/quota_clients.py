@@ -90,8 +90,10 @@ def confluent_producer(bootstrap: str, client_id: str, *, acks: int = -1, **conf
 
 
 def confluent_flood(bootstrap: str, topic: str, client_id: str, seconds: float, *,
-                    acks: int = -1, made: FloodProducer | None = None, **conf: Any) -> ProduceRun:
-    """Flood `topic` for `seconds`; `made`: a producer already connected (e.g. placed on one worker)."""
+                    acks: int = -1, made: FloodProducer | None = None, offer_bytes_s: float | None = None,
+                    **conf: Any) -> ProduceRun:
+    """Flood `topic` for `seconds`; `made`: a producer already connected (e.g. placed on one worker);
+    `offer_bytes_s`: offer no more than this (messages paced), rather than all the quota takes."""
     run = ProduceRun("confluent-kafka", client_id)
 
     def delivered(err: Any, msg: Any) -> None:
@@ -105,6 +107,9 @@ def confluent_flood(bootstrap: str, topic: str, client_id: str, seconds: float, 
     run.started = time.monotonic()
     deadline = run.started + seconds
     while time.monotonic() < deadline:
+        if offer_bytes_s is not None and run.sent * VALUE_BYTES > (time.monotonic() - run.started) * offer_bytes_s:
+            producer.poll(0.002)       # ahead of the offered rate: wait (serving callbacks meanwhile)
+            continue
         try:
             producer.produce(topic, message_value(client_id, run.sent), partition=0, on_delivery=delivered)
             run.sent += 1

@@ -1,0 +1,57 @@
+"""Prometheus series for capacity pools: each pool's budget and usage, each member's division.
+
+Read from the quota manager's `PoolBook.snapshot` at scrape time, on the loop's thread, like the
+per-entity quota gauges (metrics.py calls `pool_families`). A member is labelled by its quota key,
+as Kafka's quota metrics are tagged: `user`, `client_id` (empty when the member is a user or a
+prefix group) and `client_id_prefix` (empty unless it is a prefix group). Members are listed while
+they take part in the division; one silent for a span drops out, and its series with it, so label
+sets expire with the members (and the members with `metrics.entity_expiry_seconds`, as sensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from kqp.quotas.pools import PoolState
+
+POOL = ("pool", "quota")
+MEMBER = (*POOL, "user", "client_id", "client_id_prefix")
+
+
+def pool_families(states: list[PoolState]) -> Iterator[Metric]:
+    def gauge(name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=labels)
+
+    budget = gauge("kqp_pool_budget", "The budget the pool divides now, in the quota's unit (an adaptive pool's "
+                   "may be below its configured one)", POOL)
+    ceiling = gauge("kqp_pool_budget_configured", "The pool's budget as configured", POOL)
+    usage = gauge("kqp_pool_usage", "The rate its members use together, measured as their quotas are (the "
+                  "fleet's in cluster scope)", POOL)
+    lent = gauge("kqp_pool_lent", "What members using less than their fair share lend the others now", POOL)
+    members = gauge("kqp_pool_members", "Members taking part in the division", POOL)
+    allocation = gauge("kqp_pool_member_allocation", "The quota the member is held to in the pool: its "
+                       "max-min allocation, or its fair share if that is more", MEMBER)
+    fair = gauge("kqp_pool_member_fair_share", "What the member gets if every member wants without limit "
+                 "(weighted, within min_share and max_share)", MEMBER)
+    used = gauge("kqp_pool_member_usage", "The member's rate, as its pool quota measures it", MEMBER)
+    borrowed = gauge("kqp_pool_member_borrowed", "Allocation above the member's fair share: other members' "
+                     "unused shares", MEMBER)
+    demand = gauge("kqp_pool_member_demand", "What the member offered in the last windows (+Inf while a pool "
+                   "throttle holds it back)", MEMBER)
+    for state in states:
+        labels = (state.name, str(state.quota_type))
+        budget.add_metric(labels, state.budget)
+        ceiling.add_metric(labels, state.ceiling)
+        usage.add_metric(labels, state.usage)
+        lent.add_metric(labels, state.lent)
+        members.add_metric(labels, len(state.members))
+        for m in state.members:
+            who = (*labels, m.key.user, m.key.client_id, m.key.client_id_prefix or "")
+            allocation.add_metric(who, m.allocation)
+            fair.add_metric(who, m.fair_share)
+            used.add_metric(who, m.usage)
+            borrowed.add_metric(who, m.borrowed)
+            demand.add_metric(who, m.demand)
+    yield from (budget, ceiling, usage, lent, members, allocation, fair, used, borrowed, demand)

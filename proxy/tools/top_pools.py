@@ -1,0 +1,88 @@
+"""`kqp top`'s pool view: one block per pool (budget and usage), one line per member.
+
+Read from the `kqp_pool_*` series (pool_metrics.py), kept apart from top.py's entity table because
+a pool is a different thing to look at: one budget and how it is divided now, not one quota per
+row. A member's line shows the figures kqp divides with: its usage, the allocation it is held to,
+its fair share, what it borrows above that share, and its demand (`held` while a pool throttle holds
+it back). A member using less than its share keeps the share as its allocation and lends the rest:
+the pool's `lent`. Pure functions of the parsed samples, like the rest of top.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+POOL_FAMILIES = ("kqp_pool_budget", "kqp_pool_budget_configured", "kqp_pool_usage", "kqp_pool_lent")
+MEMBER_FAMILIES = {"kqp_pool_member_allocation": "allocation", "kqp_pool_member_fair_share": "fair",
+                   "kqp_pool_member_usage": "usage", "kqp_pool_member_borrowed": "borrowed",
+                   "kqp_pool_member_demand": "demand"}
+
+
+@dataclass
+class PoolMember:
+    name: str                         # the client id, a prefix group's prefix and `*`, or a user's name
+    user: str
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PoolView:
+    name: str
+    quota: str
+    values: dict[str, float] = field(default_factory=dict)
+    members: dict[tuple[str, str], PoolMember] = field(default_factory=dict)
+
+
+def member_name(labels: dict[str, str]) -> str:
+    if labels.get("client_id_prefix"):
+        return f"{labels['client_id_prefix']}*"
+    return labels.get("client_id") or "(all clients)"
+
+
+def add_sample(pools: dict[tuple[str, str], PoolView], name: str, labels: dict[str, str], value: float) -> bool:
+    """Take one sample if it is a pool series; whether it was."""
+    if name not in POOL_FAMILIES and name not in MEMBER_FAMILIES:
+        return False
+    key = (labels.get("pool", ""), labels.get("quota", ""))
+    pool = pools.get(key)
+    if pool is None:
+        pool = pools[key] = PoolView(*key)
+    if name in POOL_FAMILIES:
+        pool.values[name] = value
+        return True
+    who = (labels.get("user", ""), member_name(labels))
+    member = pool.members.get(who)
+    if member is None:
+        member = pool.members[who] = PoolMember(who[1], who[0])
+    member.values[MEMBER_FAMILIES[name]] = value
+    return True
+
+
+def pool_lines(pools: dict[tuple[str, str], PoolView], fmt: Callable[[float, str], str],
+               units: dict[str, str]) -> list[str]:
+    """The pool section's lines: a header per pool, its members by allocation, largest first. `fmt`
+    writes a number short (top.human); `units` maps a quota type to its unit."""
+    if not pools:
+        return []
+    lines = ["", "POOLS"]
+    for (name, quota), pool in sorted(pools.items()):
+        unit = units.get(quota, "/s")
+        budget = pool.values.get("kqp_pool_budget", 0.0)
+        configured = pool.values.get("kqp_pool_budget_configured", budget)
+        usage = pool.values.get("kqp_pool_usage", 0.0)
+        used = f"{usage / budget * 100:.0f}%" if budget else "-"
+        adaptive = f" (configured {fmt(configured, unit)})" if configured != budget else ""
+        lines.append(f"{name}  {quota}  budget {fmt(budget, unit)}{unit}{adaptive}  "
+                     f"usage {fmt(usage, unit)}{unit} ({used})  lent {fmt(pool.values.get('kqp_pool_lent', 0.0), unit)}"
+                     f"  members {len(pool.members)}")
+        rows = [["  MEMBER", "USER", "USAGE", "ALLOCATION", "FAIR SHARE", "BORROWED", "DEMAND"]]
+        for m in sorted(pool.members.values(), key=lambda m: (-m.values.get("allocation", 0.0), m.name)):
+            v = m.values
+            demand = v.get("demand", 0.0)
+            figures = [fmt(v.get(k, 0.0), unit) for k in ("usage", "allocation", "fair", "borrowed")]
+            rows.append([f"  {m.name}", m.user or "-", *figures, "held" if math.isinf(demand) else fmt(demand, unit)])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return lines

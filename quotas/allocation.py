@@ -1,0 +1,117 @@
+"""Weighted max-min fair division of a pool's budget among its members: pure arithmetic, no state.
+
+A pool (quotas.pools) has a budget B of one quota type and members, each with a weight w, a demand
+d (what it offered lately; ``inf`` while a throttle held it back) and optional bounds, `min_share`
+and `max_share`, as fractions of B. `allocate` divides B by *water-filling*: it finds the level L
+at which
+
+    a_i = clamp(L * w_i, floor_i, cap_i),   cap_i = min(d_i, max_share_i * B),
+                                            floor_i = min(min_share_i * B, cap_i)
+
+sums to B. So a member offering less than its share gets all it offers (a_i = d_i), the rest is
+split among the others in proportion to their weights, nobody goes above `max_share`, and a member
+that wants it gets at least `min_share` (a guarantee, never a gift: the floor is capped by the
+demand). This is weighted max-min fairness: no member can gain without taking from one whose
+allocation per unit of weight is already no larger (or that sits on its floor).
+
+It is work-conserving: when every demand is met and budget remains, nobody wants the slack, and it
+is handed out too, by the same water-filling from the demands up to `max_share`, so a member can
+grow before the next reallocation notices. The allocations then sum to B, except where
+`max_share`s sum under 1: a cap is a cap, and that part of the budget stays unallocated.
+
+`min_share`s that sum over 1 cannot all be honoured: when the floors of the members that want
+them exceed B, each gets its floor scaled down in proportion (floor_i * B / sum of floors), which is
+what "guaranteed" can mean for an overbooked pool. Weights of 0 are refused here and at config
+time: a member with no weight would get nothing while anyone else wanted anything.
+
+`fair_shares` is the allocation every member would get if all demanded without limit: the share a
+member is guaranteed whatever the others do, which the pool keeps as the quota of a member using
+less than it (pool_ledger.py says why). Sorting the breakpoints makes both O(n log n).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+INFINITE = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One member's say in a division: weight, demand (units/s, ``inf`` for unbounded) and bounds."""
+
+    weight: float = 1.0
+    demand: float = INFINITE
+    min_share: float = 0.0
+    max_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.weight) and self.weight > 0):
+            raise ValueError(f"a weight must be a finite number > 0, got {self.weight}")
+        if not self.demand >= 0:   # also refuses NaN
+            raise ValueError(f"a demand must be >= 0, got {self.demand}")
+        if not 0 <= self.min_share <= self.max_share <= 1:
+            raise ValueError(f"need 0 <= min_share <= max_share <= 1, got {self.min_share}, {self.max_share}")
+
+
+def water_fill(budget: float, weights: Sequence[float], floors: Sequence[float],
+               caps: Sequence[float]) -> list[float]:
+    """``clamp(L * w_i, floor_i, cap_i)`` with the level L at which they sum to `budget`.
+
+    Needs sum(floors) <= budget <= sum(caps) and floor_i <= cap_i. The sum is piecewise linear and
+    non-decreasing in L, with a kink where a member leaves its floor (L = floor/w) or reaches its
+    cap (L = cap/w): walk the kinks in order, keeping the sum's constant part and slope.
+    """
+    kinks: list[tuple[float, int, int]] = []   # (level, 0 = leaves its floor | 1 = reaches its cap, member)
+    for i, w in enumerate(weights):
+        kinks.append((floors[i] / w, 0, i))
+        if caps[i] != INFINITE:
+            kinks.append((caps[i] / w, 1, i))
+    kinks.sort()
+    fixed = math.fsum(floors)   # members on their floor or cap contribute a constant...
+    slope = 0.0                 # ...the others L * w_i
+    level = 0.0
+    for at, kind, i in kinks:
+        if fixed + slope * at >= budget:
+            break
+        level = at
+        if kind == 0:
+            fixed -= floors[i]
+            slope += weights[i]
+        else:
+            fixed += caps[i]
+            slope -= weights[i]
+    else:
+        at = INFINITE
+    if slope > 0:
+        level = min(at, max(level, (budget - fixed) / slope))
+    return [min(max(level * w, floors[i]), caps[i]) for i, w in enumerate(weights)]
+
+
+def allocate(budget: float, claims: Sequence[Claim]) -> list[float]:
+    """Each claim's allocation of `budget`, in order: weighted max-min over demand, work-conserving."""
+    if not (math.isfinite(budget) and budget >= 0):
+        raise ValueError(f"a budget must be a finite number >= 0, got {budget}")
+    if not claims:
+        return []
+    weights = [c.weight for c in claims]
+    tops = [c.max_share * budget for c in claims]
+    caps = [min(c.demand, top) for c, top in zip(claims, tops, strict=True)]
+    floors = [min(c.min_share * budget, cap) for c, cap in zip(claims, caps, strict=True)]
+    wanted = math.fsum(floors)
+    if wanted > budget:
+        # Overbooked guarantees: each floor scaled down alike.
+        return [f * budget / wanted for f in floors]
+    if math.fsum(caps) >= budget:
+        return water_fill(budget, weights, floors, caps)
+    # Every demand met: the slack goes out by weight above the demands, up to max_share.
+    if math.fsum(tops) <= budget:
+        return tops
+    return water_fill(budget, weights, caps, tops)
+
+
+def fair_shares(budget: float, claims: Sequence[Claim]) -> list[float]:
+    """What each claim would get if every member demanded without limit: its guaranteed share."""
+    return allocate(budget, [Claim(c.weight, INFINITE, c.min_share, c.max_share) for c in claims])

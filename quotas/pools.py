@@ -1,0 +1,269 @@
+"""Every pool of a quota manager: which pool ledger each request is charged to, and their life.
+
+`PoolBook` holds one `PoolLedger` per (pool, quota type) and answers the manager's per-request
+question in one cached lookup: for this principal and this kind of charge (a Produce, a Fetch
+response, a request), which ledgers, as which member, with which of the call's values. A principal
+in no pool costs that lookup and nothing else; with no pool configured the manager does not even
+ask (`kinds`).
+
+Topic pools are charged by `charge_topics`, which the proxy calls with the bytes of each topic of a
+Produce request or Fetch response, only while `topic_types` is not empty: the proxy reads topic
+names for nothing else. Each topic's pools are found once per topic name (cached).
+
+On new settings (`update`), a ledger whose pool and type persist keeps its members' measurements,
+with their new shares; a member whose entity no longer names a member of that type is released;
+new quota windows restart everything, as they do for entity sensors. Time is always an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kqp.quotas.fleet import FleetLedger
+from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
+from kqp.quotas.pool_ledger import Member, PoolLedger
+from kqp.quotas.pool_membership import Membership, counts_for, membership, share_of, static_keys
+from kqp.quotas.pool_spec import PoolSpec
+from kqp.quotas.throttle import Violation
+
+PRODUCE, FETCH, REQUEST = 0, 1, 2   # the kinds of charge, each with its values' order
+KIND_TYPES: tuple[tuple[tuple[QuotaType, int], ...], ...] = (
+    ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2)),
+    ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2)),
+    ((QuotaType.REQUEST_RATE, 0),),
+)
+MAX_CACHED = 65536   # principals or topic names, as entities.py bounds its cache
+
+Entry = tuple[PoolLedger, Membership, int]   # a ledger, the member charged, the index of its value
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """One member as metrics and `kqp top` show it (rates in the quota's unit per second)."""
+
+    key: QuotaKey
+    entity: EntitySpec | None
+    weight: float
+    usage: float          # its rate over the last span's complete windows (the fleet's in cluster scope)
+    demand: float         # inf while a pool throttle holds it back
+    allocation: float     # the quota it is held to: max(max-min allocation, fair share)
+    fair_share: float     # what it gets if every member wants without limit
+    borrowed: float       # allocation above its fair share: other members' unused shares
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    name: str
+    quota_type: QuotaType
+    budget: float         # the budget divided now (an adaptive pool's may be below its ceiling)
+    ceiling: float        # the configured budget
+    usage: float          # the members' usage, and unseen members' (cluster scope)
+    lent: float           # what members using less than their fair share lend the others
+    topics: tuple[str, ...]
+    members: tuple[MemberState, ...]
+
+
+class PoolBook:
+    """The pools of one settings generation, their ledgers and the per-principal lookups."""
+
+    def __init__(self, settings: QuotaSettings, now: float, fleet: FleetLedger | None = None) -> None:
+        self._fleet = fleet
+        self.ledgers: dict[tuple[str, QuotaType], PoolLedger] = {}
+        self._build(settings, now)
+
+    def _build(self, settings: QuotaSettings, now: float) -> int:
+        """New settings over the current ledgers; returns how many members were released."""
+        self.settings = settings
+        old, released = self.ledgers, 0
+        self.ledgers = {}
+        for pool in settings.pools:
+            for quota_type in map(QuotaType, pool.budgets):
+                ledger = old.pop((pool.name, quota_type), None)
+                if ledger is None:
+                    ledger = PoolLedger(pool, quota_type, settings, now, self._fleet)
+                else:
+                    released += _carry_over(ledger, pool, settings, now)
+                self.ledgers[(pool.name, quota_type)] = ledger
+                if self._fleet is not None:
+                    self._watch_static(ledger, now)
+                ledger.divide(now)
+        for ledger in old.values():
+            released += len(ledger.members)
+            for key in list(ledger.members):
+                ledger.forget(key)
+        principal = [ledger for ledger in self.ledgers.values() if not ledger.pool.topics]
+        self.kinds = tuple(any(ledger.quota_type in {t for t, _ in types} for ledger in principal)
+                           for types in KIND_TYPES)
+        self.topic_types = frozenset(ledger.quota_type for ledger in self.ledgers.values() if ledger.pool.topics)
+        self._entries: dict[Principal, tuple[tuple[Entry, ...], ...]] = {}
+        self._topic_members: dict[Principal, dict[PoolLedger, Membership]] = {}
+        self._covering: dict[tuple[QuotaType, str], tuple[PoolLedger, ...]] = {}
+        return released
+
+    def _watch_static(self, ledger: PoolLedger, now: float) -> None:
+        """Cluster scope: the members the config names are read from the fleet from the start."""
+        wanted = static_keys(self.settings, ledger.pool, ledger.quota_type)
+        for key, member in ledger.members.items():
+            member.static = key in wanted
+        for key, found in wanted.items():
+            if key not in ledger.members:
+                ledger.add(found, now, static=True)
+
+    def update(self, settings: QuotaSettings, now: float, restart: bool = False) -> list[str]:
+        """Swap settings; `restart` (new quota windows): every pool measures afresh."""
+        if restart:
+            released = sum(len(ledger.members) for ledger in self.ledgers.values())
+            self.ledgers = {}   # the fleet ledger has forgotten every sensor already
+            self._build(settings, now)
+        else:
+            released = self._build(settings, now)
+        return [f"released {released} pool member(s) whose pool or entity no longer applies"] if released else []
+
+    # -- the per-request path ----------------------------------------------------------------------
+    def _entries_of(self, p: Principal) -> tuple[tuple[Entry, ...], ...]:
+        found = self._entries.get(p)
+        if found is None:   # once per principal and settings: every later request is this one lookup
+            if len(self._entries) >= MAX_CACHED:
+                self._entries.clear()
+            per_kind: list[tuple[Entry, ...]] = []
+            for types in KIND_TYPES:
+                index = dict(types)
+                per_kind.append(tuple(
+                    (ledger, membership(self.settings, ledger.quota_type, p), index[ledger.quota_type])
+                    for ledger in self.ledgers.values()
+                    if ledger.quota_type in index and not ledger.pool.topics
+                    and ledger.pool.selects(p.user, p.client_id)))
+            found = self._entries[p] = tuple(per_kind)
+        return found
+
+    @staticmethod
+    def _member(ledger: PoolLedger, found: Membership, now: float) -> Member:
+        member = ledger.members.get(found.key)
+        return ledger.add(found, now) if member is None else member
+
+    def charge(self, p: Principal, kind: int, values: tuple[float, ...], now: float, out: list[Violation]) -> None:
+        """Charge `values` (in `KIND_TYPES[kind]`'s order) to `p`'s pools; violations go to `out`."""
+        for ledger, found, index in self._entries_of(p)[kind]:
+            member = ledger.members.get(found.key)
+            if member is None:
+                member = ledger.add(found, now)
+            t = ledger.charge(member, values[index], now)
+            if t > 0:
+                out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name))
+
+    def refund(self, p: Principal, kind: int, values: tuple[float, ...], now: float) -> None:
+        for ledger, found, index in self._entries_of(p)[kind]:
+            member = ledger.members.get(found.key)
+            if member is not None:
+                ledger.refund(member, values[index], now)
+
+    def pools_of(self, p: Principal, kind: int) -> tuple[PoolLedger, ...]:
+        """The principal pools that charge `p`'s requests of `kind` (to attribute, say, their latency)."""
+        return tuple(ledger for ledger, _, _ in self._entries_of(p)[kind])
+
+    def applies(self, p: Principal, types: frozenset[QuotaType]) -> bool:
+        """Whether a principal pool of one of `types` takes `p`."""
+        return any(ledger.quota_type in types for entries in self._entries_of(p) for ledger, _, _ in entries)
+
+    def quota(self, p: Principal, quota_type: QuotaType) -> float | None:
+        """`p`'s member's quota in its pool of `quota_type` (the budget before it joined), or None."""
+        for entries in self._entries_of(p):
+            for ledger, found, _ in entries:
+                if ledger.quota_type == quota_type:
+                    member = ledger.members.get(found.key)
+                    return ledger.budget if member is None else member.quota
+        return None
+
+    # -- topic pools -------------------------------------------------------------------------------
+    def _topic_pools(self, p: Principal) -> dict[PoolLedger, Membership]:
+        found = self._topic_members.get(p)
+        if found is None:
+            if len(self._topic_members) >= MAX_CACHED:
+                self._topic_members.clear()
+            found = self._topic_members[p] = {
+                ledger: membership(self.settings, ledger.quota_type, p) for ledger in self.ledgers.values()
+                if ledger.pool.topics and ledger.pool.selects(p.user, p.client_id)}
+        return found
+
+    def _pools_of_topic(self, quota_type: QuotaType, topic: str) -> tuple[PoolLedger, ...]:
+        key = (quota_type, topic)
+        found = self._covering.get(key)
+        if found is None:
+            if len(self._covering) >= MAX_CACHED:
+                self._covering.clear()
+            found = self._covering[key] = tuple(
+                ledger for ledger in self.ledgers.values()
+                if ledger.quota_type == quota_type and ledger.pool.topics and ledger.pool.covers(topic))
+        return found
+
+    def wants_topics(self, p: Principal, quota_type: QuotaType) -> bool:
+        """Whether a topic pool of `quota_type` takes `p` (else its topics need not be read)."""
+        return quota_type in self.topic_types and any(
+            ledger.quota_type == quota_type for ledger in self._topic_pools(p))
+
+    def charge_topics(self, p: Principal, quota_type: QuotaType, sizes: Iterable[tuple[str, int]], now: float,
+                      refund: bool = False) -> list[Violation]:
+        """Charge each topic's bytes to the topic pool that covers it for `p` (`refund`: take them back)."""
+        if quota_type not in self.topic_types:
+            return []
+        mine = self._topic_pools(p)
+        if not mine:
+            return []
+        totals: dict[PoolLedger, float] = {}
+        for topic, nbytes in sizes:
+            for ledger in self._pools_of_topic(quota_type, topic):
+                if ledger in mine:
+                    totals[ledger] = totals.get(ledger, 0.0) + nbytes
+        out: list[Violation] = []
+        for ledger, nbytes in totals.items():
+            found = mine[ledger]
+            member = self._member(ledger, found, now)
+            if refund:
+                ledger.refund(member, nbytes, now)
+                continue
+            t = ledger.charge(member, nbytes, now)
+            if t > 0:
+                out.append(Violation(quota_type, t, found.key, ledger.pool.name))
+        return out
+
+    # -- upkeep and views --------------------------------------------------------------------------
+    def set_budget(self, pool: str, quota_type: QuotaType, budget: float, now: float) -> None:
+        """The budget `pool` divides for `quota_type` from now on (the adaptive hook, issue 22)."""
+        self.ledgers[(pool, quota_type)].set_budget(budget, now)
+
+    def expire(self, now: float, idle_seconds: float) -> int:
+        return sum(ledger.expire(now, idle_seconds) for ledger in self.ledgers.values())
+
+    @property
+    def member_count(self) -> int:
+        return sum(len(ledger.members) for ledger in self.ledgers.values())
+
+    def snapshot(self, now: float) -> list[PoolState]:
+        """Every pool's budget and usage and its members' division, brought up to `now`'s window."""
+        out: list[PoolState] = []
+        for ledger in self.ledgers.values():
+            ledger.reallocate(now)
+            members = tuple(MemberState(
+                key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
+                m.fair, m.borrowed) for key, m in ledger.members.items() if m.fair > 0)   # the active ones
+            out.append(PoolState(ledger.pool.name, ledger.quota_type, ledger.budget, ledger.ceiling,
+                                 sum(m.usage for m in members) + ledger.unseen, ledger.lent, ledger.pool.topics,
+                                 members))
+        return out
+
+
+def _carry_over(ledger: PoolLedger, pool: PoolSpec, settings: QuotaSettings, now: float) -> int:
+    """A persisting pool under new settings: new budget and shares, the same measurements."""
+    ledger.pool, ledger.settings = pool, settings
+    ledger.ceiling = pool.budgets[ledger.quota_type]
+    ledger.budget = min(ledger.budget, ledger.ceiling) if pool.adaptive is not None else ledger.ceiling
+    released = 0
+    for key, member in list(ledger.members.items()):
+        entity = member.membership.entity
+        if entity is not None and not counts_for(settings, ledger.quota_type, entity):
+            ledger.forget(key)
+            released += 1
+            continue
+        ledger.restart(member, Membership(key, entity, share_of(settings, entity)), now)
+    return released

@@ -1,0 +1,79 @@
+"""Pool series (proxy/observability/pool_metrics.py) from a real QuotaManager: exact values, and label
+sets that go with the members (silent for a span: out of the division; idle: expired)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kqp.config import quota_settings_from
+from kqp.proxy.observability.metrics import PrometheusObserver
+from kqp.quotas.manager import QuotaManager
+from kqp.quotas.model import Principal
+
+B = 300_000
+POOL = {"pool": "ingest", "quota": "producer_byte_rate"}
+A = {**POOL, "user": "", "client_id": "", "client_id_prefix": "job-a-"}
+X = {**POOL, "user": "ANONYMOUS", "client_id": "job-x-1", "client_id_prefix": ""}
+
+
+class Clock:
+    t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def observed() -> tuple[PrometheusObserver, QuotaManager, Clock]:
+    clock = Clock()
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "entities": [
+        {"client_id_prefix": "job-a-", "weight": 3}],
+        "pools": [{"name": "ingest", "producer_byte_rate": B, "members": [{"client_id_prefix": "job-"}]}]}), 0.0)
+    obs = PrometheusObserver(entity_expiry_seconds=30, clock=clock, process_metrics=False)
+    obs.bind(clock, m)
+    return obs, m, clock
+
+
+def value(obs: PrometheusObserver, name: str, labels: dict[str, str]) -> float | None:
+    return obs.registry.get_sample_value(name, labels)
+
+
+def test_pool_and_member_series() -> None:
+    obs, m, clock = observed()
+    m.record_produce(Principal("ANONYMOUS", "job-a-1"), 100_000, 1, 1, 0.0)
+    m.record_produce(Principal("ANONYMOUS", "job-x-1"), 20_000, 1, 1, 0.0)
+    assert value(obs, "kqp_pool_budget", POOL) == B
+    assert value(obs, "kqp_pool_budget_configured", POOL) == B
+    assert value(obs, "kqp_pool_members", POOL) == 2
+    # both just joined, wanting their shares: 3:1, nothing lent or borrowed
+    assert value(obs, "kqp_pool_member_allocation", A) == 225_000
+    assert value(obs, "kqp_pool_member_fair_share", X) == 75_000
+    assert value(obs, "kqp_pool_member_borrowed", A) == 0
+    assert value(obs, "kqp_pool_member_demand", A) == math.inf
+    # usage over the span's complete windows: none yet; once window 0 is complete, 100000 / 2.2 s
+    assert value(obs, "kqp_pool_member_usage", A) == 0
+    clock.t = 0.2
+    assert value(obs, "kqp_pool_member_usage", A) == 100_000 / 2.2
+    assert value(obs, "kqp_pool_usage", POOL) == pytest.approx(120_000 / 2.2)
+    assert value(obs, "kqp_pool_lent", POOL) == 0
+    # job-x-1 goes quiet: after two windows its share is lent to job-a- (which is held back)
+    for tick in range(2, 5):
+        clock.t = tick * 0.2
+        m.record_produce(Principal("ANONYMOUS", "job-a-1"), 200_000, 1, 1, clock.t)
+    assert value(obs, "kqp_pool_member_allocation", A) == B
+    assert value(obs, "kqp_pool_member_borrowed", A) == 75_000
+    assert value(obs, "kqp_pool_member_allocation", X) == 75_000     # kept: it can come back at once
+    assert value(obs, "kqp_pool_lent", POOL) == 75_000
+
+
+def test_member_series_go_with_the_members() -> None:
+    obs, m, clock = observed()
+    m.record_produce(Principal("ANONYMOUS", "job-x-1"), 1000, 1, 1, 0.0)
+    clock.t = 3.0                       # silent for more than a span: out of the division
+    assert value(obs, "kqp_pool_member_allocation", X) is None
+    assert value(obs, "kqp_pool_members", POOL) == 0
+    clock.t = 40.0
+    obs.expire()                        # and expired with the entities
+    assert m.pools.member_count == 0
+    assert value(obs, "kqp_pool_budget", POOL) == B   # the pool itself stays
