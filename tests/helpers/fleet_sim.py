@@ -21,6 +21,7 @@ and to measure the error bound the README states.
 from __future__ import annotations
 
 import heapq
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -108,6 +109,21 @@ def simulate(processes: int, quota: float, seconds: float, *, sync_interval: flo
                 m.fleet.merge(request, reply, sent, now)
             push(max(now, sent + sync_interval), "sync", i)
     return FleetRun(events, window_size * window_count)
+
+
+def random_stalls(processes: int, seconds: float, length: float, share: float,
+                  seed: int) -> list[tuple[int, float, float]]:
+    """Stalls for `simulate`: each process stalls for 0.5-1.5 x `length` at random, about `share`
+    of the time (exponential gaps), the same for a given `seed`."""
+    rnd = random.Random(seed)
+    stalls: list[tuple[int, float, float]] = []
+    for process in range(processes):
+        at = rnd.uniform(0, 1)
+        while at < seconds:
+            stall = rnd.uniform(0.5 * length, 1.5 * length)
+            stalls.append((process, at, at + stall))
+            at += stall + rnd.expovariate(share / length)
+    return stalls
 
 
 def rate(events: list[tuple[float, int]], start: float, end: float) -> float:
