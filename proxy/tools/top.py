@@ -72,8 +72,8 @@ HIDE_CURSOR, SHOW_CURSOR, BOLD, RESET = "\x1b[?25l", "\x1b[?25h", "\x1b[1m", "\x
 # member's own usage then compares with its group's sampled rate, and one long mute reads as the
 # share of time it took rather than as all or nothing.
 RATE_SECONDS = 10.0
-LEGEND = ("THROTTLED: seconds its connections spent muted by a throttle, per second (1.00 = one connection "
-          f"always); THROTTLED and members' usage over the last {RATE_SECONDS:.0f} s")
+LEGEND = (f"THROTTLED: seconds muted by a throttle per second, over its connections (1.00 = one always muted); "
+          f"last {RATE_SECONDS:.0f} s")
 
 Key = tuple[str, str, bool]   # (user, client id or prefix, group)
 
