@@ -31,6 +31,19 @@ processes then each fill 1/N of a headroom; a process using a quota alone counts
 residual error is bounded in the README ("How far above its quota a fleet can go") and simulated in
 quotas/README.md ("The fleet ledger").
 
+A busy machine stretches what a process does not know, so three moments get the same care:
+- A sensor that has not heard from the fleet yet (a client new to this process, or back after a
+  span idle) counts every other process present as using it as much as this one, like a process
+  that cannot reach the store; counting nobody, every late joiner passed a whole first burst on
+  top of a fleet already at its quota (a span of 2.3 T on the wire). The throttle such a guess earns
+  is capped at one sync interval (sensor.py): the next request is judged on the fleet's real usage.
+- While an exchange is on the wire, the usage it carries still counts in the estimate (`in_flight`):
+  the reply being awaited, not the request sent, is what will tell about the others.
+- A view older than two intervals plus the driver's timeout (a loop that ran nothing for a while,
+  its exchange task included) is not trusted: `check` puts the ledger alone until the next success.
+  The clock offset is taken from the quickest of the last few exchanges (NTP's clock filter): a
+  reply read late by a busy loop would otherwise shift every window index by half its delay.
+
 KIP-599's token bucket is shared as its spending, not as its tokens: each process keeps a replica of
 the entity's bucket, spends its own mutations at once and the others' as each exchange reports them
 (the increase of their per-window totals). Refill is the same function of time everywhere, so the
@@ -53,11 +66,15 @@ but what the answering parts applied counts as sent, so it is never added twice.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from kqp.quotas.model import QuotaKey, QuotaType
+
+UNHEARD = -1   # `SharedUsage.others_active` before the sensor's first exchange: see `remote`
+CLOCK_SAMPLES = 8   # exchanges whose clock readings are kept; the quickest one sets the offset (NTP's filter)
 
 __all__ = ["ExchangeIncomplete", "FleetLedger", "SensorTotals", "SensorUsage", "SharedUsage", "SyncReply",
            "SyncRequest", "sensor_name"]
@@ -128,17 +145,18 @@ def sensor_name(quota_type: QuotaType, key: QuotaKey) -> str:
 class SharedUsage:
     """One sensor's share of the exchange: usage not yet sent, usage sent, and the others' usage."""
 
-    __slots__ = ("_cache", "busy_until", "epoch", "ledger", "name", "on_others", "others", "others_active",
-                 "pending", "seen", "sent", "since", "watched")
+    __slots__ = ("_cache", "busy_until", "epoch", "in_flight", "ledger", "name", "on_others", "others",
+                 "others_active", "pending", "seen", "sent", "since", "watched")
 
     def __init__(self, ledger: FleetLedger, name: str, now: float) -> None:
         self.ledger = ledger
         self.name = name
         self.pending: dict[int, float] = {}   # window -> usage recorded here, not sent yet
         self.since = 0.0                      # usage recorded here since the last exchange was collected
+        self.in_flight = 0.0                  # usage recorded between the last two collects, until merged
         self.sent: dict[int, float] = {}      # window -> usage this process has added to the store
         self.others: dict[int, float] = {}    # window -> the other processes' usage, as of the last exchange
-        self.others_active = 0                # other processes adding to this sensor, as of the last exchange
+        self.others_active = UNHEARD          # other processes using this sensor, as of the last exchange
         self.seen: dict[int, float] = {}      # window -> others' usage already handed to `on_others`
         self.on_others: Callable[[float, float], None] | None = None   # token bucket replica: (usage, now)
         self.busy_until = now                 # until when this process's clients may still use the sensor
@@ -164,11 +182,13 @@ class SharedUsage:
 
     def remote(self, now: float) -> float:
         """The others' usage inside the measured span: as of the last exchange, plus the estimate of
-        what they used since (each other active process as much as this one since its last exchange).
+        what they used since (each other active process as much as this one since the exchange the
+        reply reflects: the usage of an exchange still in flight counts too).
 
         A window w is inside the span while it may still hold an event less than
         window_count x window_size old: w >= current - window_count, the window_count + 1 windows
-        Kafka's SampledStat keeps. 0 while the ledger is alone.
+        Kafka's SampledStat keeps. 0 while the ledger is alone. A sensor that has not heard from the
+        fleet yet (new, or back from idle) counts every other process present as active on it.
         """
         ledger = self.ledger
         if not ledger.shared:
@@ -179,7 +199,10 @@ class SharedUsage:
             first = current - ledger.window_count
             total = sum(used for window, used in self.others.items() if window >= first)
             self._cache = (ledger.generation, current, total)
-        return total + self.others_active * self.since
+        active = self.others_active
+        if active < 0:   # UNHEARD
+            active = ledger.divisor - 1
+        return total + active * (self.since + self.in_flight)
 
     def _prune(self, first: int) -> None:
         for table in (self.pending, self.sent, self.others, self.seen):
@@ -191,13 +214,21 @@ class FleetLedger:
     """Every shared sensor of one process, the fleet clock offset, and whether the fleet is reachable."""
 
     def __init__(self, instance: str, epoch: str, window_size: float, window_count: int,
-                 expected_instances: int, sync_interval: float, clock_offset: float = 0.0) -> None:
+                 expected_instances: int, sync_interval: float, clock_offset: float = 0.0,
+                 timeout: float = 0.25) -> None:
         self.instance = instance
         self._epoch_proposal = epoch
         self._exchanges = 0
         self.expected_instances = max(1, expected_instances)
         self.sync_interval = sync_interval
+        # A driver that runs exchanges one interval apart, each bounded by `timeout`, succeeds at
+        # least this often; a view older than that means this process's event loop is starved (or
+        # the store slow): `check` then goes alone, as a failed exchange does. One late wake-up of
+        # the driver (another interval) is tolerated.
+        self.stale_after = 2 * sync_interval + timeout
         self.offset = clock_offset           # fleet time - local time, refined at every exchange
+        self._clock_samples: deque[tuple[float, float]] = deque(maxlen=CLOCK_SAMPLES)   # (round trip, offset)
+        self._clock_epoch: str | None = None   # the epoch the clock samples were read under
         self.shared = False                  # True while the last exchange succeeded
         self.instances = 0                   # instances the last successful exchange counted
         self.generation = 0                  # bumped whenever `others` or `shared` change
@@ -227,6 +258,15 @@ class FleetLedger:
     def _set_scale(self) -> None:
         # A plain attribute, not a property: every shared quota check reads it.
         self.scale = 1.0 if self.shared else 1.0 / self.divisor
+
+    def check(self, now: float) -> None:
+        """Go alone if the fleet's view has grown stale (see `stale_after`): called before every
+        quota check, so a client served by a loop that ran nothing for a while (the exchange task
+        included) is held to this process's share, not to the fleet's usage of seconds ago."""
+        if self.shared and now - self.last_success > self.stale_after:   # type: ignore[operator]
+            self.shared = False
+            self._set_scale()
+            self.generation += 1
 
     def window_index(self, now: float) -> int:
         # Fleet time is a wall clock reading, never negative: int() is floor() here, and cheaper.
@@ -260,13 +300,14 @@ class FleetLedger:
         for usage in self.usages.values():
             usage._prune(first)
             if now - usage.busy_until >= self.span and not usage.pending and not usage.watched:
-                if usage.others or usage.others_active:
+                if usage.others or usage.others_active != UNHEARD:
                     usage.others = {}
-                    usage.others_active = 0
+                    usage.others_active = UNHEARD
                     self.generation += 1
                 continue
             sensors.append(SensorUsage(usage.name, tuple(sorted(usage.pending.items()))))
             usage.pending = {}
+            usage.in_flight = usage.since
             usage.since = 0.0
         # Present: heard from within 10 sync intervals (at least 1 s). Kept: twice the span, so a
         # sensor outlives a few failed exchanges of its writers.
@@ -281,7 +322,13 @@ class FleetLedger:
 
     def merge(self, request: SyncRequest, reply: SyncReply, sent_at: float, received_at: float) -> None:
         """Take in a successful exchange: clock offset, store epoch, the others' usage per sensor."""
-        self.offset = reply.now - (sent_at + received_at) / 2
+        if self._clock_epoch is not None and reply.epoch != self._clock_epoch:
+            self._clock_samples.clear()   # perhaps another Redis, with another clock
+        self._clock_epoch = reply.epoch
+        # The reply was read at `received_at`, which a busy event loop makes late: the exchange with
+        # the shortest round trip of the last few gives the truest offset (NTP's clock filter).
+        self._clock_samples.append((received_at - sent_at, reply.now - (sent_at + received_at) / 2))
+        self.offset = min(self._clock_samples)[1]
         # The store keeps one window more than `collect` kept of `sent` and `seen`: in that window
         # this process's own usage would read as the others', and a token bucket replica would be
         # debited with it again at every exchange. Only the windows still tracked here count: those
@@ -295,6 +342,7 @@ class FleetLedger:
             others = {w: total - usage.sent.get(w, 0.0) for w, total in totals.windows.items() if w >= first}
             usage.others = {w: used for w, used in others.items() if used > 1e-9}
             usage.others_active = totals.others_active
+            usage.in_flight = 0.0
             if usage.on_others is not None:
                 increase = 0.0
                 for window, used in usage.others.items():
@@ -318,6 +366,9 @@ class FleetLedger:
             usage = self.usages.get(item.name)
             if usage is None:
                 continue
+            # No reply: the usage the exchange carried counts as not yet seen by the fleet again.
+            usage.since += usage.in_flight
+            usage.in_flight = 0.0
             totals = applied[i] if applied is not None else None
             if totals is not None:
                 _settle(usage, item, totals.epoch)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from kqp.quotas.fleet import SharedUsage
+from kqp.quotas.fleet import UNHEARD, SharedUsage
 from kqp.quotas.model import EntitySpec
 from kqp.quotas.sampled_rate import SampledRate
 from kqp.quotas.throttle import throttle_seconds
@@ -106,8 +106,10 @@ class QuotaSensor:
     def throttle(self, now: float) -> float:
         """Seconds of throttle the quota asks for at `now`; 0 within quota."""
         shared = self.shared
-        if shared is not None and shared.ledger.scale != self._scale:
-            self._rescale(shared.ledger.scale)
+        if shared is not None:
+            shared.ledger.check(now)   # a stale view of the fleet puts it alone first
+            if shared.ledger.scale != self._scale:
+                self._rescale(shared.ledger.scale)
         if self.bucket is not None:
             t = self.bucket.throttle_seconds(now)
             if t == math.inf:
@@ -122,6 +124,12 @@ class QuotaSensor:
             if observed <= limit:
                 return 0.0
             t = self.span if limit <= 0 else throttle_seconds(observed, limit, window)
+            if shared is not None and shared.others_active == UNHEARD and shared.ledger.shared \
+                    and t > shared.ledger.sync_interval:
+                # The others' usage was only guessed (fleet.py, `remote`): mute no longer than it
+                # takes the next exchange to tell; the client's next request is judged on the fleet's
+                # real usage, which includes what it used now.
+                t = shared.ledger.sync_interval
         if self.cap is not None and t > self.cap:
             t = self.cap
         if t > 0:
@@ -139,6 +147,8 @@ class QuotaSensor:
         """Tokens left in the bucket, or None for a rate sensor."""
         if self.bucket is None:
             return None
-        if self.shared is not None and self.shared.ledger.scale != self._scale:
-            self._rescale(self.shared.ledger.scale)
+        if self.shared is not None:
+            self.shared.ledger.check(now)
+            if self.shared.ledger.scale != self._scale:
+                self._rescale(self.shared.ledger.scale)
         return self.bucket.tokens(now)

@@ -8,8 +8,10 @@ tests and several proxies in one process stay apart):
 
 - counters and the upstream latency histogram, from those numbers;
 - gauges that describe state rather than events: muted connections and the delay queue, kept
-  from the connections' mute hooks; quota limits and measured rates, read from the quota manager;
-  upstream health and readiness, read through the callables the server binds.
+  from the connections' mute hooks (which also give each entity's muted connection-seconds,
+  `kqp_muted_seconds_total`: the share of time it spent throttled, as `kqp top` shows it); quota
+  limits and measured rates, read from the quota manager (quota_metrics.py); upstream health and
+  readiness, read through the callables the server binds.
 
 `prepare_scrape` freezes all of it on the loop's thread; rendering the text then runs in a worker
 thread. A scrape of 10k entities costs the loop tens of milliseconds every scrape interval, instead
@@ -43,12 +45,13 @@ from kqp.proxy.observability.pool_metrics import pool_families
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QUOTA_TYPES, Principal, QuotaType
 
+from .quota_metrics import ENTITY, quota_families
+
 if TYPE_CHECKING:
     from kqp.config.model import MetricsConfig
 
 OTHER = "other"  # the label values of the bucket for principals past `max_entities`
 _OTHER_PRINCIPAL = Principal(OTHER, OTHER)
-ENTITY = ("user", "client_id")
 RELOAD_RESULTS = ("success", "failure")
 UPSTREAM_ANOMALIES = ("unawaited", "unreadable")
 # Upstream round trips run from sub-millisecond to a Fetch long poll (max_wait_ms, often 0.5 s).
@@ -73,6 +76,7 @@ class _Entity:
     requests: dict[int, int] = field(default_factory=dict)          # api key -> count
     handler: float | None = None                                    # seconds
     throttle: dict[str, list[float]] = field(default_factory=dict)  # quota -> [seconds, responses]
+    muted: dict[str, float] = field(default_factory=dict)           # quota -> connection-seconds muted
 
 
 class _Latency:
@@ -115,7 +119,8 @@ class PrometheusObserver(ProxyObserver):
         self._reloads = dict.fromkeys(RELOAD_RESULTS, 0)
         self._anomalies = dict.fromkeys(UPSTREAM_ANOMALIES, 0)
         self._latency: dict[int, _Latency] = {}
-        self._muted: dict[tuple[Principal, str], int] = {}   # (entity, quota) -> connections muted now
+        # (entity, quota) -> [connections muted now, when that number last changed]
+        self._muted: dict[tuple[Principal, str], list[float]] = {}
         self.quotas: QuotaManager | None = None
         self.upstream: Callable[[], UpstreamHealth] | None = None
         self.readiness: Callable[[], tuple[bool, str]] | None = None
@@ -230,15 +235,28 @@ class PrometheusObserver(ProxyObserver):
 
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
-        self._muted[key] = self._muted.get(key, 0) + 1
+        muted = self._muted.get(key)
+        if muted is None:
+            self._muted[key] = [1, self.now()]
+        else:
+            self._fold(key, muted, self.now())
+            muted[0] += 1
 
     def mute_ended(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
-        n = self._muted.get(key, 0) - 1
-        if n > 0:
-            self._muted[key] = n
-        else:
-            self._muted.pop(key, None)
+        muted = self._muted.get(key)
+        if muted is None:
+            return
+        self._fold(key, muted, self.now())
+        muted[0] -= 1
+        if muted[0] <= 0:
+            del self._muted[key]
+
+    def _fold(self, key: tuple[Principal, str], muted: list[float], now: float) -> None:
+        """Add the connection-seconds muted since the count last changed to the entity's total."""
+        totals = self._entity(key[0]).muted
+        totals[key[1]] = totals.get(key[1], 0.0) + muted[0] * (now - muted[1])
+        muted[1] = now
 
     def upstream_anomaly(self, kind: str) -> None:
         self._anomalies[kind] = self._anomalies.get(kind, 0) + 1
@@ -264,6 +282,11 @@ class PrometheusObserver(ProxyObserver):
                            "clients see), by the quota that caused it", ("quota", *ENTITY))
         throttled = counter("kqp_throttled_responses", "Responses (and acks=0 requests) throttled, by the "
                             "quota that caused it", ("quota", *ENTITY))
+        muted = counter("kqp_muted_seconds", "Seconds client connections spent muted by a throttle, summed "
+                        "over the entity's connections, by the quota that caused it", ("quota", *ENTITY))
+        now = self.now()
+        for key, running in self._muted.items():   # mutes still running count up to this scrape
+            self._fold(key, running, now)
         for e in self._entities.values():
             who = (e.user, e.client_id)
             for direction, (b, r) in e.traffic.items():
@@ -276,7 +299,9 @@ class PrometheusObserver(ProxyObserver):
             for quota, (seconds, n) in e.throttle.items():
                 throttle.add_metric((quota, *who), seconds)
                 throttled.add_metric((quota, *who), n)
-        yield from (nbytes, records, requests, handler, throttle, throttled)
+            for quota, seconds in e.muted.items():
+                muted.add_metric((quota, *who), seconds)
+        yield from (nbytes, records, requests, handler, throttle, throttled, muted)
         connections = GaugeMetricFamily("kqp_connections", "Open client connections", labels=("listener",))
         for listener, n in self._connections.items():
             connections.add_metric((listener,), n)
@@ -301,12 +326,13 @@ class PrometheusObserver(ProxyObserver):
         yield GaugeMetricFamily("kqp_entities", "Entity label sets held (the other bucket included)",
                                 value=len(self._entities))
         yield GaugeMetricFamily("kqp_muted_connections", "Client connections muted by a throttle now",
-                                value=sum(self._muted.values()))
+                                value=sum(n for n, _ in self._muted.values()))
         queue = GaugeMetricFamily("kqp_delay_queue_size", "Delay-queue entries (connections muted by a "
                                   "throttle) by the quota that caused them", labels=("quota",))
         by_quota = dict.fromkeys(QUOTA_TYPES, 0)
         muted_by: dict[tuple[str, str], int] = {}
-        for (principal, quota), n in self._muted.items():
+        for (principal, quota), (n, _) in self._muted.items():
+            n = int(n)
             by_quota[quota] = by_quota.get(quota, 0) + n
             who = (principal.user, principal.client_id)
             muted_by[who] = muted_by.get(who, 0) + n
@@ -319,8 +345,9 @@ class PrometheusObserver(ProxyObserver):
             by_entity.add_metric(who, n)
         yield by_entity
         if self.quotas is not None:
-            yield from self._quota_families(self.quotas, self.now())
-            yield from pool_families(self.quotas.pools.snapshot(self.now()))
+            now = self.now()
+            yield from quota_families(self.quotas, (p for p in self._entities if p != _OTHER_PRINCIPAL), now)
+            yield from pool_families(self.quotas.pools.snapshot(now))
         if self.upstream is not None:
             age, fresh = self.upstream()
             yield GaugeMetricFamily("kqp_upstream_up", "1 while the upstream answered Metadata within 3 x "
@@ -331,37 +358,6 @@ class PrometheusObserver(ProxyObserver):
         if self.readiness is not None:
             yield GaugeMetricFamily("kqp_ready", "1 while /readyz answers 200",
                                     value=1.0 if self.readiness()[0] else 0.0)
-
-    def _quota_families(self, quotas: QuotaManager, now: float) -> Iterator[Metric]:
-        limit = GaugeMetricFamily("kqp_quota_limit", "The quota in force for the entity, in the quota's unit",
-                                  labels=("quota", *ENTITY))
-        usage = GaugeMetricFamily("kqp_quota_usage", "The rate the quota is measured against now, in the "
-                                  "quota's unit (shared quotas show the shared sensor's rate)",
-                                  labels=("quota", *ENTITY))
-        # A prefix group's sensor also gets series of its own, labelled by its prefix: the group is
-        # one quota, which the per-principal series above only show member by member.
-        group_limit = GaugeMetricFamily("kqp_quota_group_limit", "The quota of a client-id prefix group "
-                                        "(client_id_prefix entity), shared by all its client ids",
-                                        labels=("quota", "user", "client_id_prefix"))
-        group_usage = GaugeMetricFamily("kqp_quota_group_usage", "The rate a client-id prefix group's "
-                                        "shared quota is measured against now", labels=("quota", "user",
-                                                                                        "client_id_prefix"))
-        if quotas.enabled:
-            states = quotas.snapshot(now)
-            rates = {(s.quota_type, s.key): s.rate for s in states}
-            for s in states:
-                if s.key.client_id_prefix is not None:
-                    labels = (s.quota_type, s.key.user, s.key.client_id_prefix)
-                    group_limit.add_metric(labels, s.limit)
-                    group_usage.add_metric(labels, s.rate)
-            for p in self._entities:
-                if p == _OTHER_PRINCIPAL:
-                    continue  # many principals, many quotas: no single limit to show
-                for quota_type, (key, value) in quotas.limits(p).items():
-                    labels = (quota_type, p.user, p.client_id)
-                    limit.add_metric(labels, value)
-                    usage.add_metric(labels, rates.get((quota_type, key), 0.0))
-        yield from (limit, usage, group_limit, group_usage)
 
 
 class _ScrapeCollector:

@@ -135,6 +135,10 @@ class FleetSync:
         ledger = self.ledger
         if ledger.shared:
             return f"quotas shared by {ledger.instances} instance(s) through {self.backend.name}"
+        if self._down_since is None and ledger.last_success is not None:
+            # No exchange failed: the last success is older than the ledger trusts (its loop is starved).
+            return (f"quotas not shared: the last exchange with {self.backend.name} is "
+                    f"{self._clock() - ledger.last_success:.1f}s old; holding each quota at 1/{ledger.divisor}")
         since = "" if self._down_since is None else f" for {self._clock() - self._down_since:.0f}s"
         error = f" ({self.last_error})" if self.last_error else ""
         return (f"quotas not shared: {self.backend.name} unreachable{since}{error}; "
@@ -184,5 +188,5 @@ def open_fleet(fleet: FleetConfig, quotas: QuotaSettings, workers: int, workers_
     # The store's clock is a wall clock (Redis TIME, the parent's time.time()): start from ours, and
     # let every exchange correct the difference.
     ledger = FleetLedger(instance, secrets.token_hex(8), quotas.window_size_seconds, quotas.window_count,
-                         expected, interval, clock_offset=wall() - now)
+                         expected, interval, clock_offset=wall() - now, timeout=cluster.timeout_ms / 1000)
     return FleetSync(ledger, backend, interval, cluster.timeout_ms / 1000, clock)

@@ -1,13 +1,23 @@
 """`kqp top`: a live terminal view of one kqp, read from its /metrics endpoint.
 
-One row per entity (user, client id): each quota's measured rate against its limit, the throttle
-time it is getting, its muted connections; the entity furthest over any of its quotas comes first.
-A client-id prefix group has a row of its own, its client id shown as the prefix followed by `*`
-(`spark-job-42-*`), beside its members' rows. Capacity pools follow the entities, one block each
+One row per entity (user, client id): each quota's measured rate against its limit, the share of
+time its connections spent throttled, its muted connections; the entity furthest over any of its
+quotas comes first. A client-id prefix group is one quota shared by its members: it has a row of its
+own, its client id shown as the prefix followed by `*` (`etl-*`), and its members follow it,
+indented, each with its own usage (no limit: the limit is the group's), so the members' figures add
+up to the group's instead of repeating it. Capacity pools follow the entities, one block each
 (top_pools.py).
-The rates are the ones kqp measures its quotas with (`kqp_quota_usage`, `kqp_quota_limit`), so
-top does no differentiation of its own except for throttle time, which is a counter: its rate is
-the difference between two refreshes.
+
+The rates against limits are the ones kqp measures its quotas with (`kqp_quota_usage`,
+`kqp_quota_limit`, `kqp_quota_group_*`). Everything else is a counter differentiated between two
+reads: a member's own usage (`kqp_bytes_total`, `kqp_records_total`, `kqp_requests_total`,
+`kqp_request_handler_seconds_total`) and THROTTLED, the seconds the entity's connections spent
+muted by a throttle per second (`kqp_muted_seconds_total`), both over the last RATE_SECONDS: 1.00
+is one connection muted all the time, 0.25 one connection muted a quarter of the time, 2.00 two
+connections always muted. (The
+throttle time *given*, `kqp_throttle_seconds_total`, is no such share: a client muted by one long
+throttle gets none while it waits, and one with several connections or requests in flight gets
+more than a second per second.) `--once` reads twice, one interval apart, to fill them.
 
 Drawing is plain ANSI (cursor home, clear to end of line, clear below) rather than curses: it
 redraws without flicker in any terminal and in tmux, and with `--once`, or when stdout is not a
@@ -26,6 +36,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -47,8 +58,26 @@ COLUMNS: dict[str, tuple[str, str]] = {   # QuotaType keys: equal to the metric'
     QuotaType.CONSUMER_RECORD_RATE: ("FETCH RECORDS", "/s"),
     QuotaType.CONSUMER_BATCH_RATE: ("FETCH BATCHES", "/s"),
 }
+# A principal's own usage, per quota type, from its counters: (sample, direction or None, factor).
+# Batches and mutations have no per-principal counter: a member's cell for them is "-".
+OWN_USAGE: dict[str, tuple[str, str | None, float]] = {
+    QuotaType.PRODUCER_BYTE_RATE: ("kqp_bytes_total", "produce", 1.0),
+    QuotaType.CONSUMER_BYTE_RATE: ("kqp_bytes_total", "fetch", 1.0),
+    QuotaType.PRODUCER_RECORD_RATE: ("kqp_records_total", "produce", 1.0),
+    QuotaType.CONSUMER_RECORD_RATE: ("kqp_records_total", "fetch", 1.0),
+    QuotaType.REQUEST_RATE: ("kqp_requests_total", None, 1.0),
+    QuotaType.REQUEST_PERCENTAGE: ("kqp_request_handler_seconds_total", None, 100.0),   # % of a thread
+}
 CLEAR_LINE, CLEAR_BELOW, HOME = "\x1b[K", "\x1b[J", "\x1b[H"
 HIDE_CURSOR, SHOW_CURSOR, BOLD, RESET = "\x1b[?25l", "\x1b[?25h", "\x1b[1m", "\x1b[0m"
+# Counters are differentiated over this long, about a quota span (Kafka's default 11 x 1 s): a
+# member's own usage then compares with its group's sampled rate, and one long mute reads as the
+# share of time it took rather than as all or nothing.
+RATE_SECONDS = 10.0
+LEGEND = (f"THROTTLED: seconds muted by a throttle per second, over its connections (1.00 = one always muted); "
+          f"last {RATE_SECONDS:.0f} s")
+
+Key = tuple[str, str, bool]   # (user, client id or prefix, group)
 
 
 @dataclass
@@ -57,8 +86,11 @@ class Entity:
     client_id: str                    # for a prefix group, its prefix
     group: bool = False               # a client-id prefix group, never merged with a client id
     quotas: dict[str, tuple[float, float]] = field(default_factory=dict)  # quota -> (rate, limit)
-    throttle_seconds: float = 0.0     # counter: total throttle given so far
-    throttle_rate: float | None = None  # seconds of throttle per second since the previous refresh
+    muted_seconds: dict[str, float] = field(default_factory=dict)  # counter: quota -> connection-seconds muted
+    counters: dict[str, float] = field(default_factory=dict)       # counter: quota -> own usage so far
+    groups: dict[str, Key] = field(default_factory=dict)           # quota -> the group it is charged to
+    throttled: dict[str, float] | None = None   # quota -> muted seconds per second since the baseline read
+    own: dict[str, float] | None = None         # quota -> own usage per second since the baseline read
     muted: int = 0
 
     @property
@@ -68,8 +100,17 @@ class Entity:
 
     @property
     def worst(self) -> float:
-        """The highest rate/limit over the entity's quotas (inf for a used zero quota)."""
-        return max((_ratio(rate, limit) for rate, limit in self.quotas.values()), default=0.0)
+        """The highest rate/limit over the entity's own quotas (inf for a used zero quota)."""
+        return max((_ratio(rate, limit) for q, (rate, limit) in self.quotas.items() if q not in self.groups),
+                   default=0.0)
+
+    def throttled_rate(self, quotas: set[str] | None = None) -> float | None:
+        """Muted seconds per second over `quotas` (default: the quotas that are its own)."""
+        if self.throttled is None:
+            return None
+        if quotas is None:
+            quotas = {q for q in self.throttled if q not in self.groups}
+        return sum(v for q, v in self.throttled.items() if q in quotas)
 
 
 @dataclass
@@ -77,12 +118,24 @@ class Scrape:
     """What one /metrics read says, reduced to what top shows."""
 
     taken_at: float
-    entities: dict[tuple[str, str, bool], Entity] = field(default_factory=dict)   # (user, client id, group)
+    entities: dict[Key, Entity] = field(default_factory=dict)
     connections: float = 0.0
     muted: float = 0.0
     delay_queue: float = 0.0
     ready: float | None = None
     pools: dict[tuple[str, str], PoolView] = field(default_factory=dict)   # (pool, quota type)
+
+    def members(self, group: Entity) -> list[Entity]:
+        """The principals charged to `group`, busiest first."""
+        key = (group.user, group.client_id, True)
+        found = [e for e in self.entities.values() if key in e.groups.values()]
+        first = next(iter(group.quotas), None)
+        return sorted(found, key=lambda e: (-(e.own or {}).get(first or "", 0.0), e.user, e.client_id))
+
+    def rows(self) -> list[Entity]:
+        """Entities shown at the top level: groups, and principals with traffic outside any group."""
+        return [e for e in self.entities.values()
+                if e.group or not e.groups or any(q not in e.groups for q in e.quotas)]
 
 
 def _ratio(rate: float, limit: float) -> float:
@@ -95,29 +148,43 @@ def parse(text: str, taken_at: float) -> Scrape:
     """The /metrics exposition text as a `Scrape`."""
     out = Scrape(taken_at)
 
-    def entity(labels: dict[str, str]) -> Entity:
-        group = "client_id_prefix" in labels
-        key = (labels.get("user", ""), labels["client_id_prefix"] if group else labels.get("client_id", ""), group)
+    def entity(user: str, client_id: str, group: bool = False) -> Entity:
+        key = (user, client_id, group)
         found = out.entities.get(key)
         if found is None:
             found = out.entities[key] = Entity(*key)
         return found
 
+    def principal(labels: dict[str, str]) -> Entity:
+        if "client_id_prefix" in labels:
+            return entity(labels.get("user", ""), labels["client_id_prefix"], True)
+        return entity(labels.get("user", ""), labels.get("client_id", ""))
+
+    own = {(sample, direction): (quota, factor) for quota, (sample, direction, factor) in OWN_USAGE.items()}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             name, labels, value = s.name, s.labels, s.value
             if add_sample(out.pools, name, labels, value):
                 continue
             if name in ("kqp_quota_usage", "kqp_quota_limit", "kqp_quota_group_usage", "kqp_quota_group_limit"):
-                e = entity(labels)
-                rate, limit = e.quotas.get(s.labels["quota"], (0.0, 0.0))
-                e.quotas[s.labels["quota"]] = (value, limit) if name.endswith("_usage") else (rate, value)
-            elif name == "kqp_requests_total":
-                entity(labels)   # every entity with traffic gets a row, quota or not
-            elif name == "kqp_throttle_seconds_total":
-                entity(labels).throttle_seconds += value
+                e = principal(labels)
+                rate, limit = e.quotas.get(labels["quota"], (0.0, 0.0))
+                e.quotas[labels["quota"]] = (value, limit) if name.endswith("_usage") else (rate, value)
+            elif name == "kqp_quota_group_member":
+                member = entity(labels["member_user"], labels["member_client_id"])
+                member.groups[labels["quota"]] = (labels["user"], labels["client_id_prefix"], True)
+            elif name == "kqp_muted_seconds_total":
+                e = principal(labels)
+                e.muted_seconds[labels["quota"]] = e.muted_seconds.get(labels["quota"], 0.0) + value
             elif name == "kqp_entity_muted_connections":
-                entity(labels).muted += int(value)
+                principal(labels).muted += int(value)
+            elif name in ("kqp_bytes_total", "kqp_records_total", "kqp_requests_total",
+                          "kqp_request_handler_seconds_total"):
+                e = principal(labels)   # every entity with traffic gets a row, quota or not
+                found = own.get((name, labels.get("direction")))
+                if found is not None:
+                    quota, factor = found
+                    e.counters[quota] = e.counters.get(quota, 0.0) + value * factor
             elif name == "kqp_connections":
                 out.connections += value
             elif name == "kqp_muted_connections":
@@ -129,8 +196,14 @@ def parse(text: str, taken_at: float) -> Scrape:
     return out
 
 
-def with_throttle_rates(current: Scrape, previous: Scrape | None) -> Scrape:
-    """Fill each entity's throttle rate from the counter's change since `previous`."""
+def _per_second(now: dict[str, float], before: dict[str, float] | None, elapsed: float) -> dict[str, float]:
+    # A decrease is a counter reset (kqp restarted, or the entity expired and came back).
+    base = before or {}
+    return {k: ((v - base.get(k, 0.0)) if v >= base.get(k, 0.0) else v) / elapsed for k, v in now.items()}
+
+
+def with_rates(current: Scrape, previous: Scrape | None) -> Scrape:
+    """Fill each entity's THROTTLED and own usage from its counters' change since `previous`."""
     if previous is None:
         return current
     elapsed = current.taken_at - previous.taken_at
@@ -138,17 +211,39 @@ def with_throttle_rates(current: Scrape, previous: Scrape | None) -> Scrape:
         return current
     for key, e in current.entities.items():
         before = previous.entities.get(key)
-        start = before.throttle_seconds if before is not None else 0.0
-        delta = e.throttle_seconds - start
-        # A negative change is a counter reset (kqp restarted, or the entity expired and came back).
-        e.throttle_rate = (delta if delta >= 0 else e.throttle_seconds) / elapsed
+        e.throttled = _per_second(e.muted_seconds, before.muted_seconds if before else None, elapsed)
+        e.own = _per_second(e.counters, before.counters if before else None, elapsed)
     return current
 
 
-def ordered(scrape: Scrape) -> list[Entity]:
-    """Furthest over quota first, then most throttled, then by name."""
-    return sorted(scrape.entities.values(),
-                  key=lambda e: (-e.worst, -(e.throttle_rate or 0.0), -e.throttle_seconds, e.user, e.name))
+def baseline(history: deque[Scrape], now: float) -> Scrape | None:
+    """The read the rates start from: the latest one at least RATE_SECONDS old, or the oldest kept.
+    Older reads are dropped, so the history holds about RATE_SECONDS / interval reads."""
+    while len(history) > 1 and now - history[1].taken_at >= RATE_SECONDS:
+        history.popleft()
+    return history[0] if history else None
+
+
+def ordered(scrape: Scrape) -> list[tuple[Entity, Entity | None]]:
+    """(row, its group if it is shown as a member): furthest over quota first, then most throttled,
+    then by name; a group's members follow it."""
+    out: list[tuple[Entity, Entity | None]] = []
+    def rank(e: Entity) -> tuple[float, float, str, str]:
+        return -e.worst, -(_group_throttled(scrape, e) or 0.0), e.user, e.name
+
+    for e in sorted(scrape.rows(), key=rank):
+        out.append((e, None))
+        if e.group:
+            out.extend((m, e) for m in scrape.members(e))
+    return out
+
+
+def _group_throttled(scrape: Scrape, e: Entity) -> float | None:
+    """THROTTLED of a top-level row: a group's is its members' over the group's quotas."""
+    if not e.group:
+        return e.throttled_rate()
+    rates = [r for m in scrape.members(e) if (r := m.throttled_rate(set(e.quotas))) is not None]
+    return sum(rates) if rates else None
 
 
 def human(value: float, unit: str) -> str:
@@ -175,29 +270,49 @@ def render(scrape: Scrape, url: str, width: int = 120, height: int = 40, error: 
         lines.append(f"! {error}")
     quota_types = [q for q in COLUMNS if any(q in e.quotas for e in scrape.entities.values())]
     cells = [f"{COLUMNS[q][0]} {COLUMNS[q][1]}" for q in quota_types]
-    header = ["USER", "CLIENT_ID", "OVER", *cells, "THROTTLE", "MUTED"]
+    header = ["USER", "CLIENT_ID", "OVER", *cells, "THROTTLED", "MUTED"]
     rows = [header]
-    for e in ordered(scrape):
-        row = [e.user, e.name, f"{e.worst * 100:.0f}%" if e.quotas else "-"]
+    for e, group in ordered(scrape):
+        if group is not None:
+            rows.append(_member_row(e, group, quota_types))
+            continue
+        row = [e.user, e.name, f"{e.worst * 100:.0f}%" if any(q not in e.groups for q in e.quotas) else "-"]
         for q in quota_types:
-            if q in e.quotas:
+            if q in e.quotas and q not in e.groups:
                 rate, limit = e.quotas[q]
                 row.append(f"{human(rate, COLUMNS[q][1])}/{human(limit, COLUMNS[q][1])}")
             else:
                 row.append("-")
-        row.append("-" if e.throttle_rate is None else f"{e.throttle_rate:.2f}s/s")
-        row.append(str(e.muted))
+        throttled = _group_throttled(scrape, e)
+        row.append("-" if throttled is None else f"{throttled:.2f}s/s")
+        row.append(str(sum(m.muted for m in scrape.members(e)) if e.group else e.muted))
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     pools = pool_lines(scrape.pools, human, {q: unit for q, (_, unit) in COLUMNS.items()})
     lines.append("")
     room = max(height - len(lines) - len(pools), 2)
+    legend = room > len(rows)   # the legend goes below the table when it fits
     if len(rows) > room:    # keep the last line for saying how many did not fit
         hidden = len(rows) - room + 1
         rows = [*rows[: room - 1], [f"... {hidden} more"]]
     for r in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip())
+    if legend:
+        lines.append(LEGEND)
     return [line[:width] for line in [*lines, *pools]]
+
+
+def _member_row(e: Entity, group: Entity, quota_types: list[str]) -> list[str]:
+    """A member under its group: its own usage of the group's quotas, its own throttled share."""
+    row = [e.user, f"  {e.name}", "-"]
+    key = (group.user, group.client_id, True)
+    for q in quota_types:
+        own = (e.own or {}).get(q) if e.groups.get(q) == key else None
+        row.append("-" if own is None else human(own, COLUMNS[q][1]))
+    throttled = e.throttled_rate(set(group.quotas))
+    row.append("-" if throttled is None else f"{throttled:.2f}s/s")
+    row.append(str(e.muted))
+    return row
 
 
 def fetch(url: str, timeout: float = 5.0) -> str:
@@ -234,7 +349,7 @@ def _wait_for_quit(interval: float, keys: bool) -> bool:
 def run_top(url: str = DEFAULT_URL, interval: float = 1.0, once: bool = False, count: int | None = None) -> int:
     """Redraw every `interval` seconds until 'q', Ctrl-C or `count` frames; 0 on a clean exit."""
     tty_out = sys.stdout.isatty() and not once
-    previous: Scrape | None = None
+    history: deque[Scrape] = deque()
     frames = 0
     if tty_out:
         sys.stdout.write(HIDE_CURSOR)
@@ -243,11 +358,15 @@ def run_top(url: str = DEFAULT_URL, interval: float = 1.0, once: bool = False, c
             while True:
                 error = None
                 try:
-                    current = with_throttle_rates(parse(fetch(url), time.monotonic()), previous)
-                    previous = current
+                    if once:   # rates need two reads: the first one interval before the frame
+                        history.append(parse(fetch(url), time.monotonic()))
+                        time.sleep(interval)
+                    now = time.monotonic()
+                    current = with_rates(parse(fetch(url), now), baseline(history, now))
+                    history.append(current)
                 except (OSError, urllib.error.URLError, ValueError) as exc:
                     error = f"cannot read {url}: {exc}"
-                    current = previous or Scrape(time.monotonic())
+                    current = history[-1] if history else Scrape(time.monotonic())
                 size = shutil.get_terminal_size((120, 40))
                 lines = render(current, url, size.columns, size.lines - 1 if tty_out else 10_000, error)
                 if tty_out:

@@ -52,6 +52,17 @@ class Fleet:
         return sorted(e for cid in client_ids for e in fetch_response_events(self.upstream_tap, cid)
                       if e[1] >= min_bytes)
 
+    def fetch_starts(self, client_id: str, min_bytes: int = 1000) -> list[float]:
+        """When each upstream connection first carried records to `client_id`, in order: one per
+        member when each member's consumer fetches from one broker, as a one-partition topic makes it."""
+        asked = {(r.connection, r.correlation_id)
+                 for r in self.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Fetch)}
+        first: dict[int, float] = {}
+        for r in self.upstream_tap.responses(api_key=ApiKey.Fetch):
+            if (r.connection, r.correlation_id) in asked and r.size >= min_bytes:
+                first[r.connection] = min(first.get(r.connection, r.at), r.at)
+        return sorted(first.values())
+
 
 def fleet_quotas(entity: dict[str, Any], *, redis_url: str | None, instances: int) -> dict[str, Any]:
     """The quotas section every member gets: `entity` with short windows, cluster scope given a Redis."""

@@ -189,6 +189,32 @@ async def test_unreachable_redis_goes_alone_at_once_logs_once_and_rejoins(tmp_pa
         server.stop()
 
 
+async def test_a_process_that_stopped_exchanging_says_how_old_its_view_is(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    # A starved event loop: no exchange fails, none runs. Quota checks find the view stale
+    # (quotas/fleet.py) and hold each quota at the process's share until the next exchange.
+    shift = [0.0]
+
+    def clock() -> float:
+        return time.monotonic() + shift[0]
+
+    with redis_server(tmp_path / "redis.log") as server:
+        fleet = ledger("a", expected=3)
+        backend = redis_exchange(server.url)
+        sync = FleetSync(fleet, backend, 0.1, TIMEOUT, clock)
+        caplog.set_level(logging.INFO, logger="kqp.fleet")
+        try:
+            assert await sync.sync_once()
+            shift[0] = 1.0                         # the loop ran nothing for a second
+            fleet.check(clock())
+            assert not fleet.shared and not sync.status().up
+            assert sync.describe().startswith(f"quotas not shared: the last exchange with {backend.name} is 1.0s old")
+            assert await sync.sync_once() and fleet.shared
+            assert not [r for r in caplog.records if r.levelno >= logging.WARNING]   # nothing failed
+        finally:
+            await backend.close()
+
+
 async def test_a_redis_that_never_answers_costs_one_timeout(tmp_path: Path) -> None:
     # A listener that accepts and then says nothing: a hung Redis, or a black-holed network path.
     silent = socket.socket()

@@ -235,6 +235,41 @@ def test_delay_queue_and_muted_gauges() -> None:
     assert value(obs, "kqp_entity_muted_connections", user="ANONYMOUS", client_id="free") == 1
 
 
+def test_muted_seconds_count_each_connection_for_as_long_as_it_is_muted() -> None:
+    obs, clock = make()
+    who = {"quota": "producer_byte_rate", "user": "ANONYMOUS", "client_id": "metered"}
+    obs.mute_started(METERED, "producer_byte_rate")         # connection 1 muted from 0 s
+    clock.t = 1.0
+    obs.mute_started(METERED, "producer_byte_rate")         # connection 2 muted from 1 s
+    clock.t = 1.5
+    # A mute still running counts up to the scrape: 1.5 s + 0.5 s.
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(2.0)
+    clock.t = 2.0
+    obs.mute_ended(METERED, "producer_byte_rate")           # one of them unmuted at 2 s
+    clock.t = 4.0
+    # 0-1 s one connection, 1-2 s two, 2-4 s one: 1 + 2 + 2 = 5 connection-seconds.
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(5.0)
+    obs.mute_ended(METERED, "producer_byte_rate")
+    clock.t = 10.0
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(5.0)   # none muted since 4 s
+    assert value(obs, "kqp_muted_connections") == 0
+
+
+def test_a_prefix_group_names_its_members() -> None:
+    obs, clock = make()
+    settings = QuotaSettings(entities={EntitySpec(None, None, "etl-"): {"producer_byte_rate": 100.0},
+                                       EntitySpec(None, "etl-special"): {"producer_byte_rate": 50.0}})
+    quotas = bound(clock, settings, obs)
+    for client_id in ("etl-a", "etl-special", "other"):
+        obs.request(Principal("ANONYMOUS", client_id), ApiKey.Produce, 10)
+        quotas.record_produce(Principal("ANONYMOUS", client_id), 10, 1, 1, 0.0)
+    member = {"quota": "producer_byte_rate", "user": "", "client_id_prefix": "etl-", "member_user": "ANONYMOUS"}
+    assert value(obs, "kqp_quota_group_member", **member, member_client_id="etl-a") == 1
+    # An exact client-id entity outranks the prefix: etl-special has its own quota, and no membership.
+    assert value(obs, "kqp_quota_group_member", **member, member_client_id="etl-special") is None
+    assert "member_client_id=\"other\"" not in series_names(obs)
+
+
 def test_upstream_health_gauges() -> None:
 
     obs, clock = make()
