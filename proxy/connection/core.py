@@ -35,6 +35,7 @@ from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import RequestHeader, parse_request_header, response_body_offset, response_correlation_id
+from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import ANONYMOUS, Principal
@@ -44,7 +45,6 @@ from . import events as ev
 from .authentication import Authentication
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
 from .in_flight import InFlight, unawaited
-from .metering import joined
 from .mute import MuteState
 from .parts import CoreParts
 from .requests import SASL_APIS, plan_request

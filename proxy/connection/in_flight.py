@@ -9,19 +9,15 @@ answer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kqp.protocol.errors import ProtocolError
+from kqp.proxy.policies.mutation_gate import Rewrite
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal
 
 log = logging.getLogger("kqp.connection")
-
-#: Applied to the upstream's whole response frame (with its body offset and the loop time) before
-#: delivery; returns the whole frame to deliver (the same object when nothing changes).
-Rewrite = Callable[[memoryview, int, float], "memoryview | bytes"]
-
 
 @dataclass(slots=True)
 class InFlight:

@@ -12,9 +12,8 @@ Sizes are charged as Kafka counts them: a Produce request is its header and body
 
 from __future__ import annotations
 
-import struct
-
 from kqp.protocol.fetch import cap_fetch_max_bytes, fetch_response_counts_parts
+from kqp.protocol.parts import with_body
 from kqp.protocol.produce import produce_request_counts_parts
 from kqp.protocol.records import RecordCounts
 from kqp.quotas.manager import QuotaManager, Violation
@@ -24,23 +23,7 @@ from .events import Parts
 from .hooks import ProxyObserver
 from .in_flight import InFlight
 
-_SIZE = struct.Struct(">i")
 SIZE_PREFIX = 4
-
-
-def frame_of(head: bytes | memoryview, body: bytes | memoryview) -> bytes:
-    """A whole frame: the size prefix, then `head` (a request or response header), then `body`."""
-    return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
-
-
-def with_body(frame: memoryview, body_offset: int, body: bytes) -> bytes:
-    """The frame with a new body: a new size prefix, the same header."""
-    return frame_of(frame[4:body_offset], body)
-
-
-def joined(parts: Parts) -> memoryview:
-    """A frame that arrived in several reads, as one buffer (one copy; one part costs none)."""
-    return memoryview(parts[0]) if len(parts) == 1 else memoryview(b"".join(parts))
 
 
 class Metering:

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kqp.protocol.addresses import AddressMapper, BrokerAddress
+from kqp.proxy.policies.mutation_gate import MutationGate
+from kqp.proxy.policies.quota_admin import QuotaAdmin
 
 from .metering import Metering
-from .mutation_gate import MutationGate
-from .quota_admin import QuotaAdmin
 from .sasl import SaslPolicy
 
 

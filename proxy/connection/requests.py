@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from kqp.protocol.api_versions import encode_api_versions_response
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.headers import RequestHeader
+from kqp.protocol.parts import joined
 from kqp.protocol.produce import produce_acks
+from kqp.proxy.policies.mutation_gate import GATED_APIS
+from kqp.proxy.policies.quota_admin import ADMIN_APIS
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal
 
 from .events import Parts
 from .in_flight import InFlight
-from .metering import joined
-from .mutation_gate import GATED_APIS
 from .parts import CoreParts
-from .quota_admin import ADMIN_APIS
 
 PRODUCE, FETCH, API_VERSIONS = ApiKey.Produce, ApiKey.Fetch, ApiKey.ApiVersions
 # Kafka's exemptions from request quotas (KIP-124): the SASL exchange itself.

@@ -15,6 +15,7 @@ from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses_parts
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.fetch import empty_fetch_response
+from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError, RecordCounts
 from kqp.protocol.throttle import throttle_patch_parts
 from kqp.quotas.manager import Violation
@@ -22,7 +23,6 @@ from kqp.quotas.model import QuotaType
 
 from .events import Parts
 from .in_flight import InFlight
-from .metering import joined
 from .parts import CoreParts
 
 FETCH = ApiKey.Fetch

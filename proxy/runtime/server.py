@@ -27,14 +27,14 @@ from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
-from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
-from kqp.proxy.connection.quota_admin import QuotaAdmin
 from kqp.proxy.connection.sasl import SaslPolicy
-from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
+from kqp.proxy.policies.mutation_gate import MutationGate
+from kqp.proxy.policies.quota_admin import QuotaAdmin
+from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.proxy.tls.contexts import client_context, server_context, watched_files
 from kqp.proxy.tls.peers import PeerIdentity
 from kqp.quotas.connection_limits import ConnectionLimits

@@ -26,8 +26,8 @@ from kqp.protocol.advertised import BODY_APIS
 from kqp.protocol.apis import ApiKey
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.events import MuteReason
-from kqp.proxy.connection.mutation_gate import GATED_APIS
 from kqp.proxy.connection.requests import SASL_APIS
+from kqp.proxy.policies.mutation_gate import GATED_APIS
 
 NOW = 100.0
 _I32 = struct.Struct(">i")

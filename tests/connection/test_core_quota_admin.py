@@ -21,7 +21,7 @@ from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.messages import decode_response, encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
-from kqp.proxy.connection.quota_admin import CommitFailed, QuotaAdmin
+from kqp.proxy.policies.quota_admin import CommitFailed, QuotaAdmin
 from kqp.quotas.admin_layer import AdminLayer, Change, apply_changes, overlay
 
 NOW = 100.0

@@ -28,10 +28,10 @@ from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Action, Event, Side
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
-from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
-from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.policies.mutation_gate import MutationGate
+from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 

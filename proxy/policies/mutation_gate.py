@@ -46,7 +46,7 @@ may auto-create is looked up, to know whether it existed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kqp.protocol.apis import ApiKey, message_classes
@@ -59,17 +59,16 @@ from kqp.protocol.mutations import (
     mutation_request,
     split_mutation_request,
 )
+from kqp.protocol.parts import frame_of, with_body
 from kqp.protocol.records import BodyError
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal, QuotaType
 from kqp.quotas.throttle import throttle_ms
 
 from .broker_checks import Verdict, verdict
-from .in_flight import Rewrite
-from .metering import frame_of, with_body
 from .topic_metadata import TopicMetadata, topic_id_of
 
-__all__ = ["GATED_APIS", "MutationGate", "MutationPlan"]
+__all__ = ["GATED_APIS", "MutationGate", "MutationPlan", "Rewrite"]
 
 log = logging.getLogger("kqp.mutations")
 
@@ -83,6 +82,9 @@ DEFAULT_NUM_PARTITIONS = 1
 # (AutoTopicCreationManager).
 AUTO_CREATE_SECONDS = 30.0
 MAX_AUTO_CREATES = 1000     # awaited at once; the oldest give way
+#: Applied to the upstream's whole response frame (with its body offset and the loop time) before
+#: delivery; returns the whole frame to deliver (the same object when nothing changes).
+Rewrite = Callable[[memoryview, int, float], "memoryview | bytes"]
 _RESULTS_FIELD = {ApiKey.CreateTopics: "topics", ApiKey.DeleteTopics: "responses", ApiKey.CreatePartitions: "results"}
 
 
