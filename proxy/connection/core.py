@@ -6,8 +6,10 @@ returns the actions to carry out, in order: send parts to a side, mute or unmute
 reason, set the connection's timer, look topics up, close. No asyncio, no sockets, no clock: every
 event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected. The asyncio
 edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls. This
-module is the state machine (life, muting, the FIFO, delivery); what a request costs and where it
-goes is `requests.py`, what a response becomes before delivery is `responses.py`. What it does:
+module is the state machine (life, muting, the FIFO, delivery) and its one dispatcher: each request
+goes to the handler its API key has in `CoreParts.handlers` (`handlers/`: what a request costs, what
+goes upstream, what its response becomes), and its response to the same handler, after the one
+step every response shares (broker addresses rewritten to kqp's listeners). What it does:
 
 * Frames go through as the slices they arrived in; only headers are always decoded. Responses come
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
@@ -21,8 +23,9 @@ goes is `requests.py`, what a response becomes before delivery is `responses.py`
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
 Who the client is (the `user` of every quota entity): a TLS client's mapped certificate subject,
-given with `ClientConnected`, or the name SASL establishes (`authentication.py` sees SASL frames and
-every frame before authentication), else `ANONYMOUS`; `authenticated` gates Kafka's exemptions.
+given with `ClientConnected`, or the name SASL establishes (`authentication.py`, which the SASL
+handler feeds; before authentication it also says which requests close the connection), else
+`ANONYMOUS`; `authenticated` gates Kafka's exemptions.
 """
 
 from __future__ import annotations
@@ -31,32 +34,33 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
+from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses_parts
 from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
-from kqp.protocol.headers import RequestHeader, parse_request_header, response_body_offset, response_correlation_id
+from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError
+from kqp.protocol.throttle import throttle_patch_parts
 from kqp.quotas.manager import Violation
-from kqp.quotas.model import ANONYMOUS, Principal
+from kqp.quotas.model import Principal
 from kqp.quotas.throttle import combine, throttle_ms
 
 from . import events as ev
 from .authentication import Authentication
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
-from .in_flight import InFlight, unawaited
+from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
+from .metering import net_of_elapsed
 from .mute import MuteState
 from .parts import CoreParts
-from .requests import SASL_APIS, plan_request
-from .responses import net_of_elapsed, settle_response, throttled_parts
 
 __all__ = ["Connection"]
 
 log = logging.getLogger("kqp.connection")
 
 # How much of a split frame is read contiguously: a request's header, transactional id (at most
-# 32 KiB) and acks; a response's header (with tagged fields nobody sends today). Principals cached.
-SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES, MAX_CLIENT_IDS = 40 * 1024, 4096, 256
+# 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
+SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
 NO_CAP = float("inf")   # limits.max_in_flight_per_connection null: requests in flight are not capped
 
 
@@ -72,15 +76,13 @@ class Connection:
         self.muted_until = 0.0
         self.last_activity = 0.0
         self.closed = False
-        self.user = ANONYMOUS
         self.auth = Authentication(parts.sasl)
         self._upstream_up = self._client_eof = False
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
-        self._principals: dict[str | None, Principal] = {}
         self._mute_cause: tuple[Principal, str] | None = None   # whose throttle muted the connection
         self._cause: tuple[Principal, str] | None = None        # the latest throttle's
         self._out: list[Action] = []
-        self._handlers: dict[type, Callable[[ev.Event], None]] = {
+        self._on_event: dict[type, Callable[[ev.Event], None]] = {
             ev.ClientConnected: self._client_connected,
             ev.UpstreamConnected: self._upstream_connected,
             ev.UpstreamConnectFailed: self._upstream_connect_failed,
@@ -103,7 +105,7 @@ class Connection:
             return []
         out = self._out = []
         try:
-            self._handlers[type(event)](event)
+            self._on_event[type(event)](event)
         except (ProtocolError, BodyError) as exc:
             self._close("protocol_error", f"bad request from client: {exc}")
         except Exception:
@@ -124,10 +126,14 @@ class Connection:
     def muted(self, side: Side) -> bool:
         return self.mutes.muted(side)
 
+    @property
+    def user(self) -> str:
+        return self.auth.user
+
     # -- connection life -----------------------------------------------------------------------
     def _client_connected(self, e: ev.ClientConnected) -> None:
         if e.user is not None:
-            self.user = e.user
+            self.auth.adopt(e.user)
         self.last_activity = e.now
         self.parts.metering.observer.connection_opened(self.listener)
         self._mute(MuteReason.CONNECTING)
@@ -236,69 +242,54 @@ class Connection:
             self._on_request(head, parts, now)
         self._close_if_done()
 
-    def _principal(self, client_id: str | None) -> Principal:
-        p = self._principals.get(client_id)
-        if p is None:
-            if len(self._principals) >= MAX_CLIENT_IDS:   # a client cycling client ids: bounded memory
-                self._principals.clear()
-            p = self._principals[client_id] = Principal(self.user, client_id or "")
-        return p
-
-    def _on_request(self, head: memoryview, parts: Parts, now: float, looked_up: bool = False) -> None:
-        """One request: `parts` are the slices it arrived in, `head` a contiguous start of it."""
-        t0 = self.parts.perf()
+    def _on_request(self, head: memoryview, frame: Parts, now: float, looked_up: bool = False) -> None:
+        """The dispatcher's request side: `frame` is the slices the request arrived in, `head` a
+        contiguous start of it. Its API's handler says what goes upstream and what it used."""
+        p = self.parts
+        t0 = p.perf()
         self.last_activity = now   # a whole request is activity, a trickled byte is not (slowloris)
         hdr = parse_request_header(head)
-        if self.auth.concerns(hdr.api_key) and self._authenticate(hdr, parts, now):
+        auth = self.auth
+        if not auth.authenticated and (refusal := auth.refusal(hdr.api_key)) is not None:
+            self._close("authentication_required", refusal)   # as Kafka: no answer, the connection closes
             return
-        principal = self._principal(hdr.client_id)
-        plan = plan_request(self.parts, hdr, head, parts, principal, self.auth.authenticated, now, looked_up)
-        if plan.needs_lookup:
-            self._hold(parts)
+        principal = auth.principal(hdr.client_id)
+        if not looked_up:   # handed over again after a topic lookup: counted the first time
+            p.metering.observer.request(principal, hdr.api_key, sum(map(len, frame)))
+        handler = p.handlers.for_api(hdr.api_key)
+        entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
+        try:
+            forward = handler.on_request(Request(hdr, head, frame, entry, auth, looked_up))
+        except Refused as refused:
+            self._close(refused.reason, refused.message)
             return
-        if plan.forward is not None:
-            self._out.append(Send(Side.UPSTREAM, plan.forward))
-        handler = self.parts.perf() - t0
-        if plan.entry is None:
+        if forward is LOOK_UP:
+            self._hold(frame)
+            return
+        if forward is not None:
+            self._out.append(Send(Side.UPSTREAM, forward))
+        entry.handler_seconds = p.perf() - t0
+        principal = entry.principal
+        if not entry.expects_response:
             # acks=0: no response will come. Kafka exempts it from request quotas; byte-rate
             # quotas still mute.
-            self.parts.metering.observer.handler_time(principal, handler)
-            self._mute_for(self._throttle_ms(principal, plan.violations), now)
+            p.metering.observer.handler_time(principal, entry.handler_seconds)
+            self._mute_for(self._throttle_ms(principal, entry.violations), now)
             return
-        entry = plan.entry
-        entry.handler_seconds, entry.violations = handler, plan.violations
-        if plan.violations:
+        if entry.violations:
             # Over quota already (produce bytes are known now): read nothing more until the
             # throttle has passed, as the broker, which reads one request at a time, would.
-            self._mute_for(throttle_ms(combine(plan.violations)[0]), now)
-        if plan.forward is not None and self.parts.metering.quotas.throttles_on_response(principal):
+            self._mute_for(throttle_ms(combine(entry.violations)[0]), now)
+        if forward is not None and p.metering.quotas.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.
             self._mute(MuteReason.RESPONSE_PENDING)
         self._await(entry, now)
 
-    def _authenticate(self, hdr: RequestHeader, parts: Parts, now: float) -> bool:
-        """A SASL frame, or any frame before authentication: True when it was taken care of here."""
-        route = self.auth.on_request(hdr.api_key, hdr.api_version, hdr.correlation_id, joined(parts)[hdr.body_offset:])
-        if route.refusal is not None:   # as Kafka: no answer, the connection closes
-            self._close("authentication_required", route.refusal)
-            return True
-        if route.verdict is None:
-            return False
-        if (verdict := route.verdict).user is not None:
-            self._adopt(verdict.user)
-        if verdict.failure is not None:   # read nothing more: the answer goes, then the connection closes
-            self._mute(MuteReason.CLOSING)
-        self._await(InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, self._principal(hdr.client_id), now,
-                             0.0, local_response=verdict.answer, exempt=True, close_after=verdict.failure), now)
-        return True
-
-    def _adopt(self, user: str) -> None:   # from now on the connection's traffic counts as `user`'s
-        if user != self.user:
-            self.user, self._principals = user, {}
-
     def _await(self, entry: InFlight, now: float) -> None:
         self.in_flight.append(entry)
         if entry.local_response is not None:
+            if entry.close_after is not None:   # read nothing more: the answer goes, then the connection closes
+                self._mute(MuteReason.CLOSING)
             self._flush_local(now)
         if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and not self.closed:   # the cap
             self._mute(MuteReason.IN_FLIGHT)
@@ -332,7 +323,8 @@ class Connection:
         self._close_if_done()
 
     def _on_response(self, head: memoryview, frame: Parts, now: float) -> None:
-        """One response: `frame` is the slices it arrived in, `head` a contiguous start of it."""
+        """The dispatcher's response side: `frame` is the slices the response arrived in, `head` a
+        contiguous start of it. Broker addresses first (any API's), then its request's handler."""
         p = self.parts
         t0 = p.perf()
         correlation_id = response_correlation_id(head)
@@ -341,14 +333,19 @@ class Connection:
             p.metering.observer.upstream_anomaly("unawaited")
             return
         entry = self.in_flight.popleft()
-        p.metering.observer.response(entry.principal, entry.api_key, sum(map(len, frame)), now - entry.sent_at)
-        body_offset = response_body_offset(entry.api_key, entry.api_version, head)
-        frame, violations = settle_response(p, entry, frame, body_offset, now)
-        if entry.api_key in SASL_APIS and (user := self.auth.on_response(entry.api_key, entry.api_version,
-                                                                          joined(frame))) is not None:
-            self._adopt(user)   # passthrough: the upstream accepted the name the client claimed
+        api, version = entry.api_key, entry.api_version
+        p.metering.observer.response(entry.principal, api, sum(map(len, frame)), now - entry.sent_at)
+        body_offset = response_body_offset(api, version, head)
+        if may_carry_addresses(api, version):
+            # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; it counts them
+            # on the way when the handler asked (`InFlight.counts`).
+            rewritten, seen = rewrite_addresses_parts(api, version, frame, body_offset, p.map_address, entry.counts)
+            p.learn_brokers(seen)
+            if rewritten is not None:
+                frame = rewritten
+        frame = entry.handler.on_response(entry, frame, body_offset, now, self.auth)
         entry.handler_seconds += p.perf() - t0
-        self._deliver(entry, frame, body_offset, violations, now)
+        self._deliver(entry, frame, body_offset, now)
         self._flush_local(now)
         cap = p.settings.max_in_flight or NO_CAP
         lifted = not self.closed and len(self.in_flight) < cap and self._unmute(MuteReason.IN_FLIGHT)
@@ -367,13 +364,12 @@ class Connection:
             self.parts.metering.observer.throttled(principal, quota_type, ms / 1000)
         return ms
 
-    def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, violations: list[Violation],
-                 now: float) -> None:
+    def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, now: float) -> None:
         """Charge the request's handler time, then KIP-219 for every version: the response goes
         now, carrying the throttle where the version has the field, and the connection is muted
         for the throttle."""
         quotas, observer = self.parts.metering.quotas, self.parts.metering.observer
-        violations = net_of_elapsed(violations, now - entry.sent_at)
+        violations = net_of_elapsed(entry.violations, now - entry.sent_at)
         if not entry.exempt:
             violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
         observer.handler_time(entry.principal, entry.handler_seconds)
@@ -381,16 +377,29 @@ class Connection:
         if not ms:
             self._send_client(frame, now)
             return
-        self._send_client(throttled_parts(self.parts, entry, frame, body_offset, ms, now), now)
+        self._send_client(self._throttled(entry, frame, body_offset, ms, now), now)
         self._mute_for(ms, now)
+
+    def _throttled(self, entry: InFlight, frame: Parts, body_offset: int, ms: int, now: float) -> Parts:
+        """The response as it goes out with a throttle (KIP-219): what its handler makes of it, with
+        `throttle_time_ms` raised where the version has the field, as views of the frame around a
+        fresh 4-byte field, never a copy of the records."""
+        frame = entry.handler.on_throttled(entry, frame, body_offset, ms, now, self.parts.settings)
+        try:
+            patched = throttle_patch_parts(entry.api_key, entry.api_version, frame, body_offset, ms)
+        except (ProtocolError, BodyError):
+            # The field is the client's hint only; the mute protects the upstream either way. A response
+            # kqp cannot walk goes out as the upstream sent it, and is counted.
+            self.parts.metering.observer.upstream_anomaly("unreadable")
+            patched = None
+        return patched if patched is not None else frame
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
         while self.in_flight and self.in_flight[0].local_response is not None:
             entry = self.in_flight.popleft()
             frame = memoryview(entry.local_response)
-            self._deliver(entry, (frame,), response_body_offset(entry.api_key, entry.api_version, frame),
-                          entry.violations, now)
+            self._deliver(entry, (frame,), response_body_offset(entry.api_key, entry.api_version, frame), now)
             if entry.close_after is not None:
                 self._close("authentication_failed", entry.close_after)
                 return
@@ -398,3 +407,4 @@ class Connection:
     def _send_client(self, parts: Parts, now: float) -> None:
         self.last_activity = now
         self._out.append(Send(Side.CLIENT, parts))
+

@@ -17,13 +17,14 @@ from kqp.protocol.parts import with_body
 from kqp.protocol.produce import produce_request_counts_parts
 from kqp.protocol.records import RecordCounts
 from kqp.quotas.manager import QuotaManager, Violation
-from kqp.quotas.model import Principal
+from kqp.quotas.model import Principal, QuotaType
 
 from .events import Parts
+from .exchange import InFlight
 from .hooks import ProxyObserver
-from .in_flight import InFlight
 
 SIZE_PREFIX = 4
+MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 
 
 class Metering:
@@ -80,3 +81,12 @@ class Metering:
         """Take a throttled Fetch's charge back: answered empty, the client got none of it."""
         if entry.fetched is not None:
             self.quotas.unrecord_fetch(entry.principal, *entry.fetched, now)
+
+
+def net_of_elapsed(violations: list[Violation], elapsed: float) -> list[Violation]:
+    """A mutation throttle counts from when it was recorded, not from when the response leaves:
+    Kafka's ControllerMutationQuota deducts the time since recording (the upstream's latency)."""
+    if elapsed <= 0 or not any(v.quota_type == MUTATION for v in violations):
+        return violations
+    return [Violation(v.quota_type, max(0.0, v.throttle_seconds - elapsed), v.key) if v.quota_type == MUTATION
+            else v for v in violations]

@@ -1,12 +1,13 @@
 """KIP-599 at the proxy: CreateTopics, DeleteTopics and CreatePartitions against
 `controller_mutation_rate`, topic by topic, as a Kafka controller enforces it.
 
-The connection core hands every request of these APIs (and every Metadata request, whose answer
-feeds the topic cache and may report auto-created topics) to `MutationGate.plan`, which returns a
-`MutationPlan`: what to forward, the quota violations known now, an optional `rewrite` of the
-upstream's response, kqp's own answer when nothing is forwarded, or that a topic lookup must run
-first. The gate is pure (the lookup's I/O is the runtime's); the core stays the one place that
-decides what is sent and muted.
+The connection core's mutation handler (`kqp.proxy.connection.handlers.mutations`) hands every
+request of these APIs (and every Metadata request, whose answer feeds the topic cache and may report
+auto-created topics) to `MutationGate.plan`, which returns a `MutationPlan`: what to forward, the
+quota violations known now, an optional `rewrite` of the upstream's response, kqp's own answer when
+nothing is forwarded, or that a topic lookup must run first. One gate serves every connection of a
+process (the topic cache is shared). The gate is pure (the lookup's I/O is the runtime's); the core
+stays the one place that decides what is sent and muted.
 
 The rules, Kafka's:
 

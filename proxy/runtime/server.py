@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
@@ -112,13 +113,15 @@ class ProxyServer:
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
                                                  on_broker=lambda b: self.listeners.ensure_broker(b.node_id),
                                                  tls=upstream_tls)
+        metering, sasl = Metering(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        admin = None if self.store is None else QuotaAdmin(frozenset(cfg.admin.principals),
+                                                           lambda: self.quotas.settings, self.store.commit)
         self.core = CoreParts(
-            metering=Metering(self.quotas, self.observer), gate=MutationGate(self.quotas, topics),
-            api_ranges=lambda: cluster.api_ranges, learn_brokers=cluster.learn,
-            map_address=self.listeners.map_address, perf=time.perf_counter, settings=core_settings(cfg),
-            sasl=SaslPolicy.from_config(cfg.sasl),
-            admin=None if self.store is None else QuotaAdmin(frozenset(cfg.admin.principals),
-                                                             lambda: self.quotas.settings, self.store.commit),
+            metering=metering,
+            handlers=standard_handlers(metering, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
+                                       admin),
+            learn_brokers=cluster.learn, map_address=self.listeners.map_address, perf=time.perf_counter,
+            settings=core_settings(cfg), sasl=sasl,
         )
         lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
                              cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls,

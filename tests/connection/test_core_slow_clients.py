@@ -8,7 +8,7 @@ from __future__ import annotations
 from helpers.playbook import connected_core, play, produce_frame, produce_response, to_client, to_upstream
 
 from kqp.proxy.connection import events as ev
-from kqp.proxy.connection.core import MAX_CLIENT_IDS
+from kqp.proxy.connection.authentication import MAX_CLIENT_IDS
 
 NOW = 100.0
 
@@ -42,4 +42,4 @@ def test_a_client_cycling_client_ids_keeps_a_bounded_principal_cache() -> None:
         request = produce_frame("t", 7, i, f"client-{i}")
         play(core, [(ev.ClientData(NOW, request), [to_upstream(request)]),
                     (ev.UpstreamData(NOW, produce_response(7, i)), [to_client(produce_response(7, i))])])
-    assert len(core._principals) <= MAX_CLIENT_IDS
+    assert len(core.auth.principals) <= MAX_CLIENT_IDS

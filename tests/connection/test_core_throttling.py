@@ -25,6 +25,7 @@ from helpers.playbook import (
     throttle_of,
     to_client,
     to_upstream,
+    topic_cache,
 )
 from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -169,7 +170,7 @@ def test_a_mutation_waits_for_its_topic_lookup_and_nothing_overtakes_it() -> Non
         (ev.ClientData(NOW, grow(3, "g", 8)), []),           # read (muted, but bytes in flight arrive), held
     ])
     assert not core.drained and core.muted(Side.CLIENT)
-    core.parts.gate.topics.learn("g", 2)                     # what the upstream's Metadata said
+    topic_cache(core).learn("g", 2)                     # what the upstream's Metadata said
     play(core, [
         (ev.TopicsLookedUp(NOW), [to_upstream(grow(1, "g", 6)), ev.Unmute(MuteReason.LOOKUP),
                                   to_upstream(metadata(2)), to_upstream(grow(3, "g", 8))]),
@@ -206,7 +207,7 @@ def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream()
     core.parts.metering.quotas.record_mutations(ADMIN, 30, NOW)     # K = 10 - 30 = -20
     request = create_topics(1, "orders", "fresh")
     play(core, [(ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()])])
-    core.parts.gate.topics.learn("orders", 3)                   # what the lookup found
+    topic_cache(core).learn("orders", 3)                   # what the lookup found
     actions = core.handle(ev.TopicsLookedUp(NOW))
     assert not [a for a in actions if isinstance(a, ev.Send) and a.side is Side.UPSTREAM]
     [answer] = [a for a in actions if isinstance(a, ev.Send)]
@@ -242,7 +243,7 @@ def test_a_metadata_request_that_may_auto_create_waits_for_a_lookup_then_charges
     response = struct.pack(">i", len(head) + len(body)) + head + bytes(body)
     play(core, [(ev.UpstreamData(NOW, response), [to_client(response)])])
     assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == 6
-    assert core.parts.gate.topics.partitions("auto") == 4
+    assert topic_cache(core).partitions("auto") == 4
 
 
 def test_closing_while_a_lookup_runs_ends_the_wait() -> None:
