@@ -50,7 +50,6 @@ from . import events as ev
 from .authentication import Authentication
 from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
 from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
-from .metering import net_of_elapsed
 from .mute import MuteState
 from .parts import CoreParts
 
@@ -135,7 +134,7 @@ class Connection:
         if e.user is not None:
             self.auth.adopt(e.user)
         self.last_activity = e.now
-        self.parts.metering.observer.connection_opened(self.listener)
+        self.parts.charging.observer.connection_opened(self.listener)
         self._mute(MuteReason.CONNECTING)
         self._out.append(ev.ConnectUpstream(self.node_id))
 
@@ -175,7 +174,7 @@ class Connection:
         self.closed = True
         self._end_mute_cause()
         self._out.append(Close(reason, message))
-        self.parts.metering.observer.connection_closed(self.listener, reason)
+        self.parts.charging.observer.connection_closed(self.listener, reason)
 
     def _write_buffer(self, e: ev.WriteBuffer) -> None:
         # The upstream reads slower than the client sends: stop reading the client, and the other
@@ -205,13 +204,13 @@ class Connection:
         if not self.throttled:
             self._mute_cause = self._cause
             if self._cause is not None:
-                self.parts.metering.observer.mute_started(*self._cause)
+                self.parts.charging.observer.mute_started(*self._cause)
         self._mute(MuteReason.THROTTLED)
         self._out.append(SetTimer(until))
 
     def _end_mute_cause(self) -> None:
         if self.throttled and self._mute_cause is not None:
-            self.parts.metering.observer.mute_ended(*self._mute_cause)
+            self.parts.charging.observer.mute_ended(*self._mute_cause)
         self._mute_cause = None
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
@@ -255,7 +254,7 @@ class Connection:
             return
         principal = auth.principal(hdr.client_id)
         if not looked_up:   # handed over again after a topic lookup: counted the first time
-            p.metering.observer.request(principal, hdr.api_key, sum(map(len, frame)))
+            p.charging.observer.request(principal, hdr.api_key, sum(map(len, frame)))
         handler = p.handlers.for_api(hdr.api_key)
         entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
         try:
@@ -266,21 +265,22 @@ class Connection:
         if forward is LOOK_UP:
             self._hold(frame)
             return
+        charging = p.charging
+        violations = charging.charge_request(entry, now)
         if forward is not None:
             self._out.append(Send(Side.UPSTREAM, forward))
         entry.handler_seconds = p.perf() - t0
         principal = entry.principal
         if not entry.expects_response:
-            # acks=0: no response will come. Kafka exempts it from request quotas; byte-rate
-            # quotas still mute.
-            p.metering.observer.handler_time(principal, entry.handler_seconds)
-            self._mute_for(self._throttle_ms(principal, entry.violations), now)
+            # acks=0: no response will come, so the request is done; Kafka exempts it from request
+            # quotas, byte-rate quotas still mute.
+            self._mute_for(self._throttle_ms(principal, charging.charge_response(entry, now)), now)
             return
-        if entry.violations:
+        if violations:
             # Over quota already (produce bytes are known now): read nothing more until the
             # throttle has passed, as the broker, which reads one request at a time, would.
-            self._mute_for(throttle_ms(combine(entry.violations)[0]), now)
-        if forward is not None and p.metering.quotas.throttles_on_response(principal):
+            self._mute_for(throttle_ms(combine(violations)[0]), now)
+        if forward is not None and charging.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.
             self._mute(MuteReason.RESPONSE_PENDING)
         self._await(entry, now)
@@ -330,11 +330,11 @@ class Connection:
         correlation_id = response_correlation_id(head)
         if not self.in_flight or self.in_flight[0].correlation_id != correlation_id:
             unawaited(self.in_flight, correlation_id, self.peer)
-            p.metering.observer.upstream_anomaly("unawaited")
+            p.charging.observer.upstream_anomaly("unawaited")
             return
         entry = self.in_flight.popleft()
         api, version = entry.api_key, entry.api_version
-        p.metering.observer.response(entry.principal, api, sum(map(len, frame)), now - entry.sent_at)
+        p.charging.observer.response(entry.principal, api, sum(map(len, frame)), now - entry.sent_at)
         body_offset = response_body_offset(api, version, head)
         if may_carry_addresses(api, version):
             # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; it counts them
@@ -361,19 +361,13 @@ class Connection:
         ms = throttle_ms(throttle)
         if ms and quota_type is not None:
             self._cause = (principal, quota_type)
-            self.parts.metering.observer.throttled(principal, quota_type, ms / 1000)
+            self.parts.charging.observer.throttled(principal, quota_type, ms / 1000)
         return ms
 
     def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, now: float) -> None:
-        """Charge the request's handler time, then KIP-219 for every version: the response goes
-        now, carrying the throttle where the version has the field, and the connection is muted
-        for the throttle."""
-        quotas, observer = self.parts.metering.quotas, self.parts.metering.observer
-        violations = net_of_elapsed(entry.violations, now - entry.sent_at)
-        if not entry.exempt:
-            violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
-        observer.handler_time(entry.principal, entry.handler_seconds)
-        ms = self._throttle_ms(entry.principal, violations)
+        """Charge the response, then KIP-219 for every version: the response goes now, carrying the
+        request's throttle where the version has the field, and the connection is muted for it."""
+        ms = self._throttle_ms(entry.principal, self.parts.charging.charge_response(entry, now))
         if not ms:
             self._send_client(frame, now)
             return
@@ -390,7 +384,7 @@ class Connection:
         except (ProtocolError, BodyError):
             # The field is the client's hint only; the mute protects the upstream either way. A response
             # kqp cannot walk goes out as the upstream sent it, and is counted.
-            self.parts.metering.observer.upstream_anomaly("unreadable")
+            self.parts.charging.observer.upstream_anomaly("unreadable")
             patched = None
         return patched if patched is not None else frame
 

@@ -5,9 +5,10 @@ to the `Handler` the registry (`handlers/registry.py`) keeps for the API key, in
 Kroxylicious' filters. The handler's request side answers what goes upstream: the frame as it came,
 a rewritten frame, or nothing (kqp answers itself: `InFlight.local_response`), or `LOOK_UP` (look
 the topics up first, then hand it the same request again). It writes on the record what the core
-must know later. When the response is back the core hands it to the same handler's response side,
-after the one step every response shares (broker addresses rewritten to kqp's listeners); and when
-the request's throttle is known, `on_throttled` may change what goes out.
+must know later, and what the request used (`Usage`), which the core charges (`charging.py`). When
+the response is back the core hands it to the same handler's response side, after the one step
+every response shares (broker addresses rewritten to kqp's listeners); and when the request's
+throttle is known, `on_throttled` may change what goes out.
 
 Handlers are process-wide: built once where the server is assembled, with the policies they
 consult (`kqp.proxy.policies`); what they need of a connection (who it is, its SASL state) comes
@@ -35,7 +36,7 @@ from .authentication import Authentication
 from .events import Parts
 from .settings import CoreSettings
 
-__all__ = ["LOOK_UP", "Handler", "InFlight", "Refused", "Request", "unawaited"]
+__all__ = ["LOOK_UP", "Handler", "InFlight", "Refused", "Request", "Usage", "unawaited"]
 
 log = logging.getLogger("kqp.connection")
 
@@ -57,6 +58,17 @@ class Refused(Exception):
         self.reason, self.message = reason, message
 
 
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a Produce request or a Fetch response moved, as its handler measured it; `Charging` turns
+    it into the charges of the quotas that count it."""
+
+    frame_bytes: int    # the whole frame, size prefix included: what the metrics count
+    quota_bytes: int    # as Kafka's byte-rate quota counts it
+    records: int = 0    # counted only when a record or batch quota, or the metrics, want them
+    batches: int = 0
+
+
 @dataclass(slots=True)
 class InFlight:
     """A request kqp has read, from its header to its response: what the core and its handler keep."""
@@ -73,8 +85,9 @@ class InFlight:
     rewrite: Rewrite | None = None         # applied to the upstream's response (KIP-599 merge, topic cache)
     exempt: bool = False                   # not charged to request quotas (Kafka's exemptions)
     expects_response: bool = True          # False: none will come (acks=0 Produce)
+    produced: Usage | None = None          # what the request carried (Produce), charged when it is read
+    fetched: Usage | None = None           # what the response carried (Fetch), charged when it is back
     counts: RecordCounts | None = None     # the response's records and batches, when they are wanted
-    fetched: tuple[int, int, int] | None = None   # Fetch response bytes, records, batches charged
     close_after: str | None = None         # close the connection once this answer is out (a failed login)
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from kqp.protocol.addresses import AddressMapper, BrokerAddress
 
+from .charging import Charging
 from .handlers.registry import Handlers
-from .metering import Metering
 from .sasl import SaslPolicy
 from .settings import CoreSettings
 
@@ -24,7 +24,7 @@ __all__ = ["CoreParts", "CoreSettings"]
 
 @dataclass(slots=True)
 class CoreParts:
-    metering: Metering
+    charging: Charging
     handlers: Handlers                                         # api key -> its handler (the dispatcher's table)
     learn_brokers: Callable[[Iterable[BrokerAddress]], None]   # brokers named in responses
     map_address: AddressMapper                                 # upstream broker -> kqp's listener

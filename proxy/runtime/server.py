@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry
 
 from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.observability.fleet_metrics import FleetCollector
@@ -113,12 +113,12 @@ class ProxyServer:
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
                                                  on_broker=lambda b: self.listeners.ensure_broker(b.node_id),
                                                  tls=upstream_tls)
-        metering, sasl = Metering(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
         admin = None if self.store is None else QuotaAdmin(frozenset(cfg.admin.principals),
                                                            lambda: self.quotas.settings, self.store.commit)
         self.core = CoreParts(
-            metering=metering,
-            handlers=standard_handlers(metering, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
+            charging=charging,
+            handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
                                        admin),
             learn_brokers=cluster.learn, map_address=self.listeners.map_address, perf=time.perf_counter,
             settings=core_settings(cfg), sasl=sasl,

@@ -2,7 +2,7 @@
 
 mitmproxy's way (`test/mitmproxy/proxy/tutils.py`): a test states a whole exchange as ordered
 (event, expected actions) steps, and `play` replays it against a real `Connection` built on real
-parts (quota manager, mutation gate, metering) with a fake handler-time clock that never moves, so
+parts (quota manager, mutation gate, charging) with a fake handler-time clock that never moves, so
 handler time is 0 and every number in a test comes from the test's own arithmetic.
 
 Frames are built with kafka-python's message classes (never a hand-written schema).
@@ -24,11 +24,11 @@ from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Action, Event, Side
 from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.metering import Metering
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.policies.mutation_gate import MutationGate
@@ -80,11 +80,11 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas or {}, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     learned: list[BrokerAddress] = []
-    metering = Metering(manager, observer or Recorder())
+    charging = Charging(manager, observer or Recorder())
     sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE)
     parts = CoreParts(
-        metering=metering,
-        handlers=standard_handlers(metering, MutationGate(manager, TopicMetadata()), sasl, api_ranges,
+        charging=charging,
+        handlers=standard_handlers(charging, MutationGate(manager, TopicMetadata()), sasl, api_ranges,
                                    admin(manager) if admin is not None else None),
         learn_brokers=learned.extend, map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
         perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle,

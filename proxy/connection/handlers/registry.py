@@ -14,8 +14,8 @@ from kqp.proxy.policies.mutation_gate import GATED_APIS, MutationGate
 from kqp.proxy.policies.quota_admin import ADMIN_APIS, QuotaAdmin
 
 from ..authentication import SASL_APIS
+from ..charging import Charging
 from ..exchange import Handler
-from ..metering import Metering
 from ..sasl import SaslPolicy
 from .api_versions import ApiVersionsHandler
 from .client_quotas import ClientQuotasHandler
@@ -47,15 +47,15 @@ class Handlers:
         return frozenset(self._by_api)
 
 
-def standard_handlers(metering: Metering, gate: MutationGate, sasl: SaslPolicy,
+def standard_handlers(charging: Charging, gate: MutationGate, sasl: SaslPolicy,
                       api_ranges: Callable[[], Mapping[int, tuple[int, int]]],
                       admin: QuotaAdmin | None = None) -> Handlers:
     """kqp's handlers. `api_ranges` is what kqp and the upstream both speak; `admin` set: kqp answers
     the quota admin API itself (else those requests go upstream like any other)."""
     advertisers = [sasl.advertised] if admin is None else [sasl.advertised, admin.advertised]
     by_api: dict[int, Handler] = {
-        ApiKey.Produce: ProduceHandler(metering),
-        ApiKey.Fetch: FetchHandler(metering),
+        ApiKey.Produce: ProduceHandler(charging),
+        ApiKey.Fetch: FetchHandler(charging),
         ApiKey.ApiVersions: ApiVersionsHandler(api_ranges, advertisers),
         **dict.fromkeys(GATED_APIS, MutationHandler(gate)),
         **dict.fromkeys(SASL_APIS, SaslHandler()),
