@@ -15,6 +15,10 @@ step every response shares (broker addresses rewritten to kqp's listeners). What
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
   `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it. At `max_in_flight`
   of them the client is read no more until one is answered (as Kafka mutes a channel, never a close).
+* Charging: each request is charged through one pair, `Charging.charge_request` when it is read
+  and `charge_response` when its response is back (`charging.py`), from what its handler says it
+  used; the violations go to the connection's throttling room (`throttling.py`), which decides the
+  request's one throttle, mutes and unmutes for it, and tells the observer.
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
   version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
   pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
@@ -42,16 +46,14 @@ from kqp.protocol.headers import parse_request_header, response_body_offset, res
 from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError
 from kqp.protocol.throttle import throttle_patch_parts
-from kqp.quotas.manager import Violation
-from kqp.quotas.model import Principal
-from kqp.quotas.throttle import combine, throttle_ms
 
 from . import events as ev
 from .authentication import Authentication
-from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
+from .events import Action, Close, MuteReason, Parts, Send, Side
 from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
 from .mute import MuteState
 from .parts import CoreParts
+from .throttling import Throttling
 
 __all__ = ["Connection"]
 
@@ -72,14 +74,12 @@ class Connection:
         self.responses = FrameDecoder(parts.settings.max_frame_bytes)
         self.in_flight: deque[InFlight] = deque()
         self.mutes = MuteState()
-        self.muted_until = 0.0
+        self.throttling = Throttling(parts.charging.observer, self.mutes)
         self.last_activity = 0.0
         self.closed = False
         self.auth = Authentication(parts.sasl)
         self._upstream_up = self._client_eof = False
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
-        self._mute_cause: tuple[Principal, str] | None = None   # whose throttle muted the connection
-        self._cause: tuple[Principal, str] | None = None        # the latest throttle's
         self._out: list[Action] = []
         self._on_event: dict[type, Callable[[ev.Event], None]] = {
             ev.ClientConnected: self._client_connected,
@@ -172,7 +172,7 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        self._end_mute_cause()
+        self.throttling.closed()
         self._out.append(Close(reason, message))
         self.parts.charging.observer.connection_closed(self.listener, reason)
 
@@ -195,33 +195,9 @@ class Connection:
     def _blocked(self) -> bool:
         return not self._upstream_up or self.mutes.blocks_requests
 
-    def _mute_for(self, ms: int, now: float) -> None:
-        """KIP-219: read nothing more from the client for `ms` milliseconds (0: no throttle)."""
-        until = now + ms / 1000
-        if not ms or until <= self.muted_until:
-            return
-        self.muted_until = until
-        if not self.throttled:
-            self._mute_cause = self._cause
-            if self._cause is not None:
-                self.parts.charging.observer.mute_started(*self._cause)
-        self._mute(MuteReason.THROTTLED)
-        self._out.append(SetTimer(until))
-
-    def _end_mute_cause(self) -> None:
-        if self.throttled and self._mute_cause is not None:
-            self.parts.charging.observer.mute_ended(*self._mute_cause)
-        self._mute_cause = None
-
     def _timer_fired(self, e: ev.TimerFired) -> None:
-        if not self.throttled:
-            return
-        if e.now < self.muted_until:   # woken early: wait for the rest
-            self._out.append(SetTimer(self.muted_until))
-            return
-        self._end_mute_cause()
-        self._unmute(MuteReason.THROTTLED)
-        self._pump(e.now)
+        if self.throttling.timer_fired(e.now, self._out):
+            self._pump(e.now)
 
     # -- requests: client -> upstream ----------------------------------------------------------
     def _client_data(self, e: ev.ClientData) -> None:
@@ -271,15 +247,16 @@ class Connection:
             self._out.append(Send(Side.UPSTREAM, forward))
         entry.handler_seconds = p.perf() - t0
         principal = entry.principal
+        throttling = self.throttling
         if not entry.expects_response:
             # acks=0: no response will come, so the request is done; Kafka exempts it from request
             # quotas, byte-rate quotas still mute.
-            self._mute_for(self._throttle_ms(principal, charging.charge_response(entry, now)), now)
+            throttling.throttle(throttling.decide(entry, charging.charge_response(entry, now)), now, self._out)
             return
         if violations:
             # Over quota already (produce bytes are known now): read nothing more until the
             # throttle has passed, as the broker, which reads one request at a time, would.
-            self._mute_for(throttle_ms(combine(violations)[0]), now)
+            throttling.hold(throttling.decide(entry, violations), now, self._out)
         if forward is not None and charging.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.
             self._mute(MuteReason.RESPONSE_PENDING)
@@ -352,27 +329,16 @@ class Connection:
         if not self.closed and ((not self.in_flight and self._unmute(MuteReason.RESPONSE_PENDING)) or lifted):
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
-    def _throttle_ms(self, principal: Principal, violations: list[Violation]) -> int:
-        """KIP-124 co-existence: one throttle, the largest of the request's quota throttles, in the
-        milliseconds Kafka sends (rounded half up; a throttle that rounds to 0 is none)."""
-        if not violations:
-            return 0
-        throttle, quota_type = combine(violations)
-        ms = throttle_ms(throttle)
-        if ms and quota_type is not None:
-            self._cause = (principal, quota_type)
-            self.parts.charging.observer.throttled(principal, quota_type, ms / 1000)
-        return ms
-
     def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, now: float) -> None:
         """Charge the response, then KIP-219 for every version: the response goes now, carrying the
         request's throttle where the version has the field, and the connection is muted for it."""
-        ms = self._throttle_ms(entry.principal, self.parts.charging.charge_response(entry, now))
-        if not ms:
+        violations = self.parts.charging.charge_response(entry, now)
+        throttle = self.throttling.decide(entry, violations) if violations else None
+        if throttle is None:
             self._send_client(frame, now)
             return
-        self._send_client(self._throttled(entry, frame, body_offset, ms, now), now)
-        self._mute_for(ms, now)
+        self._send_client(self._throttled(entry, frame, body_offset, throttle.ms, now), now)
+        self.throttling.throttle(throttle, now, self._out)
 
     def _throttled(self, entry: InFlight, frame: Parts, body_offset: int, ms: int, now: float) -> Parts:
         """The response as it goes out with a throttle (KIP-219): what its handler makes of it, with

@@ -63,9 +63,48 @@ def test_over_quota_produce_is_answered_at_once_and_mutes_before_the_next(versio
         (ev.TimerFired(NOW + x), [ev.SetTimer(pytest.approx(NOW + 0.01 + x))]),    # early: wait on
     ])
     assert core.muted(Side.CLIENT)
-    actions = core.handle(ev.TimerFired(core.muted_until))
+    actions = core.handle(ev.TimerFired(core.throttling.muted_until))
     assert actions[:2] == [ev.Unmute(MuteReason.THROTTLED), to_upstream(second)]
     assert actions[2] == ev.Mute(MuteReason.THROTTLED), "the second request is over quota too"
+
+
+def test_a_produce_over_quota_is_a_muted_connection_from_the_request_on() -> None:
+    """The mute that starts when an acks=1 Produce's bytes are read over quota is a throttle mute
+    like any other: the observer hears it start, under its cause, at once (kqp_muted_connections
+    counts the producer while it waits for its response), and end when the timer ends it. The
+    response's throttle extends the same mute and is the one counted: once per request."""
+    recorder = Recorder()
+    core = connected_core(BYTES, observer=recorder)
+    frame = produce_frame("t", 9, 1, "c")
+    x = x_of(frame)
+    play(core, [(ev.ClientData(NOW, frame),
+                 [to_upstream(frame), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))])])
+    assert recorder.mutes == [("start", "c", "producer_byte_rate")] and recorder.throttles == []
+    play(core, [(ev.UpstreamData(NOW + 0.01, produce_response(9, 1)),
+                 [to_client(produce_response(9, 1, throttle_ms=round(x * 1000))),
+                  ev.SetTimer(pytest.approx(NOW + 0.01 + x))])])
+    assert recorder.mutes == [("start", "c", "producer_byte_rate")]
+    assert recorder.throttles == [("c", "producer_byte_rate", round(x * 1000) / 1000)]
+    play(core, [(ev.TimerFired(NOW + 0.01 + x + 0.001), [ev.Unmute(MuteReason.THROTTLED)])])
+    assert recorder.mutes == [("start", "c", "producer_byte_rate"), ("end", "c", "producer_byte_rate")]
+
+
+def test_each_mute_carries_the_cause_of_the_throttle_that_holds_it() -> None:
+    """request_rate 1/s and producer_byte_rate 1000 B/s over 2 windows of 1 s. The 2nd ApiVersions
+    reads as 2 req/s: throttled (2 - 1) / 1 x 1 = 1 s under request_rate. Once that mute is over, a
+    ~30 KB Produce reads as ~30 KB/s: muted again, under producer_byte_rate, not under the
+    request_rate of the throttle before it."""
+    recorder = Recorder()
+    core = connected_core({"window_size_seconds": 1, "window_count": 2,
+                           "entities": [{"client_id": "c", "request_rate": 1, "producer_byte_rate": 1000}]},
+                          observer=recorder)
+    core.handle(ev.ClientData(NOW, api_versions(1) + api_versions(2)))
+    assert core.throttled and recorder.mutes == [("start", "c", "request_rate")]
+    play(core, [(ev.TimerFired(NOW + 1.0), [ev.Unmute(MuteReason.THROTTLED)])])
+    frame = produce_frame("t", 9, 3, "c")
+    assert core.handle(ev.ClientData(NOW + 1.0, frame))[:2] == [to_upstream(frame), ev.Mute(MuteReason.THROTTLED)]
+    assert recorder.mutes == [("start", "c", "request_rate"), ("end", "c", "request_rate"),
+                              ("start", "c", "producer_byte_rate")]
 
 
 def test_acks_zero_over_quota_is_muted_without_a_response() -> None:
@@ -96,17 +135,17 @@ def test_acks_zero_is_exempt_from_request_quotas() -> None:
     assert actions == [to_upstream(f) for f in frames], "60 acks=0 requests must not be muted by request_rate"
 
 
+def api_versions(correlation_id: int) -> bytes:
+    """An ApiVersions v2 request from client c (an empty body): kqp answers it itself."""
+    head = struct.pack(">hhih", ApiKey.ApiVersions, 2, correlation_id, 1) + b"c"
+    return struct.pack(">i", len(head)) + head
+
+
 def test_request_rate_throttles_kqps_own_answer_too() -> None:
     """request_rate 1/s over 2 windows of 1 s: Kafka's Rate measures a fresh sensor over one full
     window, so the 2nd request reads as 2 req/s, throttle (2 - 1) / 1 x 1 = 1 s (capped at a window)."""
-    import struct
     core = connected_core({"window_size_seconds": 1, "window_count": 2,
                            "entities": [{"client_id": "c", "request_rate": 1}]})
-
-    def api_versions(correlation_id: int) -> bytes:
-        head = struct.pack(">hhih", ApiKey.ApiVersions, 2, correlation_id, 1) + b"c"
-        return struct.pack(">i", len(head)) + head
-
     [first] = core.handle(ev.ClientData(NOW, api_versions(1)))
     assert isinstance(first, ev.Send) and not core.throttled
     actions = core.handle(ev.ClientData(NOW, api_versions(2)))

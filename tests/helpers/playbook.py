@@ -52,6 +52,7 @@ class Recorder(ProxyObserver):
     closed: list[str] = field(default_factory=list)
     anomalies: list[str] = field(default_factory=list)
     mutes: list[tuple[str, str, str]] = field(default_factory=list)   # ("start"|"end", client_id, quota)
+    throttles: list[tuple[str, str, float]] = field(default_factory=list)   # (client_id, quota, seconds)
     requests: list[int] = field(default_factory=list)                 # api keys, as counted
 
     def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
@@ -62,6 +63,9 @@ class Recorder(ProxyObserver):
 
     def upstream_anomaly(self, kind: str) -> None:
         self.anomalies.append(kind)
+
+    def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
+        self.throttles.append((principal.client_id, quota_type, seconds))
 
     def mute_started(self, principal: Principal, quota_type: str) -> None:
         self.mutes.append(("start", principal.client_id, quota_type))
