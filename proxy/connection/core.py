@@ -26,6 +26,12 @@ step every response shares (broker addresses rewritten to kqp's listeners). What
 * Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
+Its life is a phase (`phases.py`: CONNECTING, OPEN, DRAINING, CLOSED) moved only through the
+phases' table. The core decides when it ends: on a client's EOF or the process's shutdown it drains
+(reads no new request, delivers what is owed) and closes itself once nothing is owed; on the
+process's periodic `IdleCheck` it closes itself when idle past `connections_max_idle_ms`, muted or
+not (activity is a whole request read or a response sent, never a trickled byte).
+
 Who the client is (the `user` of every quota entity): a TLS client's mapped certificate subject,
 given with `ClientConnected`, or the name SASL establishes (`authentication.py`, which the SASL
 handler feeds; before authentication it also says which requests close the connection), else
@@ -53,6 +59,7 @@ from .events import Action, Close, MuteReason, Parts, Send, Side
 from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
 from .mute import MuteState
 from .parts import CoreParts
+from .phases import Move, Phase, next_phase
 from .throttling import Throttling
 
 __all__ = ["Connection"]
@@ -76,10 +83,10 @@ class Connection:
         self.mutes = MuteState()
         self.throttling = Throttling(parts.charging.observer, self.mutes)
         self.last_activity = 0.0
-        self.closed = False
+        self.phase = Phase.CONNECTING
         self.auth = Authentication(parts.sasl)
-        self._upstream_up = self._client_eof = False
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
+        self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
         self._on_event: dict[type, Callable[[ev.Event], None]] = {
             ev.ClientConnected: self._client_connected,
@@ -87,20 +94,21 @@ class Connection:
             ev.UpstreamConnectFailed: self._upstream_connect_failed,
             ev.ClientData: self._client_data,
             ev.UpstreamData: self._upstream_data,
-            ev.ClientEof: self._client_eof_received,
+            ev.ClientEof: self._client_eof,
             ev.ClientLost: lambda e: self._close("client_closed"),
             ev.UpstreamLost: self._upstream_lost,
             ev.WriteBuffer: self._write_buffer,
             ev.TimerFired: self._timer_fired,
             ev.TopicsLookedUp: self._topics_looked_up,
-            ev.ShutdownBegun: lambda e: self._mute(MuteReason.CLOSING),
+            ev.ShutdownBegun: self._shutdown_begun,
+            ev.IdleCheck: self._idle_check,
             ev.CloseRequested: lambda e: self._close(e.reason, e.message),
         }
 
     # -- the one entry point -------------------------------------------------------------------
     def handle(self, event: ev.Event) -> list[Action]:
         """Take one event; return what to do, in order. A closed connection ignores everything."""
-        if self.closed:
+        if self.phase is Phase.CLOSED:
             return []
         out = self._out = []
         try:
@@ -112,6 +120,10 @@ class Connection:
             log.exception("client %s: unexpected error; closing the connection", self.peer)
             self._close("internal_error")
         return out
+
+    @property
+    def closed(self) -> bool:
+        return self.phase is Phase.CLOSED
 
     @property
     def drained(self) -> bool:
@@ -138,8 +150,11 @@ class Connection:
         self._mute(MuteReason.CONNECTING)
         self._out.append(ev.ConnectUpstream(self.node_id))
 
+    def _move(self, move: Move) -> None:
+        self.phase = next_phase(self.phase, move)
+
     def _upstream_connected(self, e: ev.UpstreamConnected) -> None:
-        self._upstream_up = True
+        self._move(Move.UPSTREAM_UP)
         self._unmute(MuteReason.CONNECTING)
         self._pump(e.now)
 
@@ -153,25 +168,40 @@ class Connection:
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
         self._close("upstream_closed", f"upstream connection closed{detail}")
 
-    def _client_eof_received(self, e: ev.ClientEof) -> None:
+    def _client_eof(self, e: ev.ClientEof) -> None:
         # No more requests; what is owed (and what was read but waits for a throttle) still goes.
-        self._client_eof = True
+        self._move(Move.CLIENT_EOF)
         self._close_if_done()
 
+    def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
+        # Read no new requests (those read but not forwarded stay so); what is owed still goes.
+        self._move(Move.SHUTDOWN)
+        self._drain_reason = "shutdown"
+        self._mute(MuteReason.CLOSING)
+        self._close_if_done()
+
+    def _idle_check(self, e: ev.IdleCheck) -> None:
+        """Kafka's connections.max.idle.ms, whether or not the connection is muted."""
+        idle_ms = self.parts.settings.connections_max_idle_ms
+        if (e.now - self.last_activity) * 1000 > idle_ms:
+            self._close("idle", f"idle for more than {idle_ms} ms")
+
     def _close_if_done(self) -> None:
-        if not self._client_eof or self.closed:
+        """Draining: close once nothing is owed, or at a frame the half-closed client never finished."""
+        if self.phase is not Phase.DRAINING:
             return
-        if self.requests.buffered and not self._blocked():
+        shutdown = self._drain_reason == "shutdown"
+        if not shutdown and self.requests.buffered and not self._blocked():
             # Every whole frame has been taken: what is left is a frame the client never finished.
             self._close("protocol_error", f"truncated frame: the client closed the connection mid-frame "
                         f"({self.requests.buffered} bytes of it received)")
-        elif self.drained and not self.requests.buffered:
-            self._close("client_closed")
+        elif self.drained and (shutdown or not self.requests.buffered):
+            self._close(self._drain_reason)
 
     def _close(self, reason: str, message: str | None = None) -> None:
-        if self.closed:
+        if self.phase is Phase.CLOSED:
             return
-        self.closed = True
+        self._move(Move.CLOSE)
         self.throttling.closed()
         self._out.append(Close(reason, message))
         self.parts.charging.observer.connection_closed(self.listener, reason)
@@ -193,7 +223,7 @@ class Connection:
         return lifted
 
     def _blocked(self) -> bool:
-        return not self._upstream_up or self.mutes.blocks_requests
+        return self.phase is Phase.CONNECTING or self.mutes.blocks_requests
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
         if self.throttling.timer_fired(e.now, self._out):

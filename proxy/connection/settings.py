@@ -20,3 +20,4 @@ class CoreSettings:
     max_frame_bytes: int
     fetch_throttle: str = "deliver"   # "deliver" | "empty" (DESIGN.md: Fetch over quota)
     max_in_flight: int | None = None  # limits.max_in_flight_per_connection: stop reading at this many
+    connections_max_idle_ms: int = 600_000   # close a connection idle this long (Kafka's default: 10 min)

@@ -58,7 +58,7 @@ class EdgeWiring:
     connect_timeout: float                                   # seconds
     look_up_topics: Callable[[], Awaitable[None]]
     open_connections: set[ClientEdge]                        # for the idle reaper and shutdown
-    on_progress: Callable[[], None]    # a response went out or a connection closed (shutdown drains on it)
+    on_closed: Callable[[], None]    # a connection closed (shutdown waits for the open set to empty)
     identify: Callable[[bytes | None], str] | None = None    # TLS listeners: peer certificate (DER) -> user
     refused: Callable[[str, str, Refusal], None] | None = None   # (listener, peer, why): counted and logged
     upstream_tls: Callable[[str], dict[str, object]] = no_tls    # upstream host -> create_connection's TLS args
@@ -243,8 +243,6 @@ class ClientEdge(asyncio.Protocol):
             transport.write(action.parts[0])
         else:
             transport.writelines(action.parts)
-        if action.side is Side.CLIENT:
-            self.w.on_progress()
 
     def _set_timer(self, action: ev.SetTimer) -> None:
         if self._timer is not None:
@@ -272,7 +270,7 @@ class ClientEdge(asyncio.Protocol):
             if transport is not None:
                 transport.close()
         self.w.open_connections.discard(self)
-        self.w.on_progress()
+        self.w.on_closed()
 
 
 class UpstreamEdge(asyncio.Protocol):

@@ -68,7 +68,8 @@ def forwarding_login(config: ProxyConfig) -> UpstreamSasl | None:
 
 def core_settings(config: ProxyConfig) -> CoreSettings:
     return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle,
-                        max_in_flight=config.limits.max_in_flight_per_connection)
+                        max_in_flight=config.limits.max_in_flight_per_connection,
+                        connections_max_idle_ms=config.connections_max_idle_ms)
 
 
 class ProxyServer:
@@ -86,7 +87,7 @@ class ProxyServer:
         self.connections: set[ClientEdge] = set()
         self.endpoint: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._progress: asyncio.Event | None = None   # set while draining: a connection moved on
+        self._progress: asyncio.Event | None = None   # set while draining: a connection closed
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
         self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
@@ -128,7 +129,7 @@ class ProxyServer:
                              sasl=cfg.upstream.sasl)
         wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
                             connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
-                            open_connections=self.connections, on_progress=self._on_progress,
+                            open_connections=self.connections, on_closed=self._on_closed,
                             identify=identify, refused=refused, upstream_tls=upstream_tls,
                             upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes,
                             admission=self.admission)
@@ -244,7 +245,8 @@ class ProxyServer:
                  ",".join(f"{n}={hp}" for n, hp in sorted(self.cluster.brokers.items())))
 
     async def _reap_idle(self) -> None:
-        """Kafka's connections.max.idle.ms, enforced whether or not the connection is muted."""
+        """Kafka's connections.max.idle.ms: every connection is asked to look (`IdleCheck`); each
+        decides for itself, muted or not. Also where idle quota sensors are dropped."""
         assert self.loop is not None
         while not self.stopping.is_set():
             # Read on every pass, at least once a second: a reload may change connections_max_idle_ms.
@@ -255,13 +257,11 @@ class ProxyServer:
             # Kafka drops a quota sensor after an hour unused; so does kqp, metrics endpoint or not.
             self.quotas.expire(now, self.config.metrics.entity_expiry_seconds)
             for edge in list(self.connections):
-                if now - edge.core.last_activity > idle:
-                    edge.run(ev.CloseRequested(now, "idle", f"idle for more than "
-                                                            f"{self.config.connections_max_idle_ms} ms"))
+                edge.run(ev.IdleCheck(now))
 
     def _apply_runtime(self, config: ProxyConfig) -> None:
-        """Settings that apply live besides quotas: fetch_throttle, connections_max_idle_ms and limits
-        (to connections accepted, and requests read, from now on)."""
+        """Settings that apply live besides quotas: fetch_throttle, connections_max_idle_ms (open
+        connections included) and limits (to connections accepted, and requests read, from now on)."""
         self.config = dataclasses.replace(
             self.config, fetch_throttle=config.fetch_throttle, connections_max_idle_ms=config.connections_max_idle_ms,
             quotas=config.quotas, limits=config.limits)
@@ -276,23 +276,24 @@ class ProxyServer:
         assert self.loop is not None
         return self.quotas.update_settings(settings, self.loop.time())
 
-    def _on_progress(self) -> None:
+    def _on_closed(self) -> None:
         if self._progress is not None:
             self._progress.set()
 
     async def shutdown(self) -> None:
-        """Stop accepting, let owed responses drain for `shutdown_grace_ms`, then close everything."""
+        """Stop accepting; each connection drains what it owes and closes itself (`ShutdownBegun`);
+        after `shutdown_grace_ms` whatever is still open is closed."""
         self.stopping.set()
         loop = self.loop
         if loop is None:
             return
         await self.listeners.close()
         self.admission.close()   # sockets held for a creation-rate throttle
+        progress = self._progress = asyncio.Event()
         for edge in list(self.connections):
             edge.run(ev.ShutdownBegun(loop.time()))
         deadline = loop.time() + self.config.shutdown_grace_ms / 1000
-        progress = self._progress = asyncio.Event()
-        while any(not e.core.drained for e in self.connections) and (left := deadline - loop.time()) > 0:
+        while self.connections and (left := deadline - loop.time()) > 0:
             progress.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.wait(), left)

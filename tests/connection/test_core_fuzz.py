@@ -5,7 +5,8 @@ raises; a `Close` is always the last action and nothing follows it; no close is 
 `internal_error` (the top-level guard turns a bug into that reason, so seeing it means a bug); a
 connection that is muted is read no more (the driver below only delivers client bytes while the
 client side is read, as a transport does), and what the core buffers stays bounded by one frame
-plus one read, and the requests awaiting responses by the in-flight cap. Throttle mutes are told
+plus one read, and the requests awaiting responses by the in-flight cap; a connection is closed
+exactly when it has said `Close` (its phase moves only as its table allows). Throttle mutes are told
 to the observer in pairs: while a throttle mutes the connection exactly one `mute_started` is open
 (so its cause is never missing), none while it does not, and once the connection is closed every
 `mute_started` has had its `mute_ended`. Every bad frame ends its own connection only: the soak
@@ -88,6 +89,7 @@ def check(core: Connection, actions: list, closed_before: bool) -> None:
         assert closes == [len(actions) - 1], f"Close must be the one last action: {actions}"
         assert actions[-1].reason != "internal_error", "the core hit a bug (its guard closed with internal_error)"
         assert core.closed
+    assert core.closed == (closed_before or bool(closes)), "a connection is closed exactly when it said Close"
     assert core.requests.buffered <= MAX_FRAME + 4 + READ
     limit = core.parts.settings.max_in_flight
     assert limit is None or len(core.in_flight) <= limit
@@ -96,14 +98,14 @@ def check(core: Connection, actions: list, closed_before: bool) -> None:
 
 
 event_kinds = st.sampled_from(["client", "client", "client", "upstream", "timer", "wbuf", "eof", "lookup",
-                               "lost", "shutdown"])
+                               "lost", "shutdown", "idle"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(event_kinds, st.integers(0, 2**32 - 1)), max_size=40))
 def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tuple[str, int]]) -> None:
     recorder = Recorder()
-    core = connected_core(QUOTAS, observer=recorder, max_frame_bytes=MAX_FRAME,
+    core = connected_core(QUOTAS, observer=recorder, max_frame_bytes=MAX_FRAME, connections_max_idle_ms=2000,
                           limits={"max_in_flight_per_connection": IN_FLIGHT})
     now = 100.0
     for kind, seed in steps:
@@ -127,6 +129,8 @@ def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tup
             event = ev.ClientEof(now)
         elif kind == "lookup":
             event = ev.TopicsLookedUp(now)
+        elif kind == "idle":
+            event = ev.IdleCheck(now)
         elif kind == "lost":
             event = ev.UpstreamLost(now, "gone") if rng.random() < 0.5 else ev.ClientLost(now)
         else:

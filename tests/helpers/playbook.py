@@ -92,7 +92,7 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
                                    admin(manager) if admin is not None else None),
         learn_brokers=learned.extend, map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
         perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle,
-                                                  cfg.limits.max_in_flight_per_connection),
+                                                  cfg.limits.max_in_flight_per_connection, cfg.connections_max_idle_ms),
         sasl=sasl,
     )
     return Connection(parts, "bootstrap", None, "test-client")
