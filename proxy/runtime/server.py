@@ -111,7 +111,7 @@ class ProxyServer:
         self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
                                      lambda name, node_id, slot: ClientEdge(wiring, name, node_id, slot),
                                      reuse_port=self.reuse_port, tls=listener_tls)
-        self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
+        self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
                                                  on_broker=lambda b: self.listeners.ensure_broker(b.node_id),
                                                  tls=upstream_tls)
         charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
@@ -184,8 +184,9 @@ class ProxyServer:
 
     # -- state the endpoint reads ----------------------------------------------------------------
     def upstream_health(self) -> UpstreamHealth:
+        assert self.loop is not None
         last = self.cluster.last_refresh_ok
-        age = None if last is None else time.monotonic() - last   # the cluster stamps with time.monotonic
+        age = None if last is None else self.loop.time() - last   # the cluster stamps with the loop's clock
         return UpstreamHealth(age, 3 * self.config.upstream.metadata_refresh_ms / 1000)
 
     def readiness(self) -> tuple[bool, str]:

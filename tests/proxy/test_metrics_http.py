@@ -38,7 +38,7 @@ def get(path: str, *extra: str) -> bytes:
 
 @pytest.fixture
 async def endpoint():
-    observer = PrometheusObserver(process_metrics=False)
+    observer = PrometheusObserver(process_metrics=False, clock=asyncio.get_running_loop().time)
     state = {"ready": (False, "starting: waiting for the upstream")}
     ep = MetricsEndpoint("127.0.0.1", 0, observer.registry, lambda: state["ready"],
                          lambda: prepare_scrape(observer))

@@ -105,7 +105,7 @@ def test_human_numbers() -> None:
 
 
 def test_parses_what_the_observer_exports() -> None:
-    obs = PrometheusObserver(process_metrics=False)
+    obs = PrometheusObserver(process_metrics=False, clock=lambda: 0.0)
     obs.request(Principal("ANONYMOUS", "c"), 0, 10)
     obs.throttled(Principal("ANONYMOUS", "c"), "producer_byte_rate", 0.5)
     s = parse(generate_latest(obs.registry).decode(), 0.0)
