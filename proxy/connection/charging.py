@@ -28,6 +28,8 @@ Sizes are charged as Kafka counts them: a Produce request is its header and body
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal, QuotaType
 
@@ -42,11 +44,16 @@ MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 class Charging:
     """The quota manager and the observer, charged together for each request and response."""
 
-    __slots__ = ("observer", "quotas")
+    __slots__ = ("fetch_cap", "observer", "quotas", "throttles_on_response")
 
     def __init__(self, quotas: QuotaManager, observer: ProxyObserver) -> None:
         self.quotas = quotas
         self.observer = observer
+        # Asked of every Fetch and every forwarded request: the manager's own methods, no wrapper.
+        #: Kafka's getMaxValueInQuotaWindow: the most a Fetch may ask for (None: no consumer quota).
+        self.fetch_cap: Callable[[Principal], int | None] = quotas.fetch_max_bytes_cap
+        #: Whether a quota whose throttle is known only from the response applies (one request at a time).
+        self.throttles_on_response: Callable[[Principal], bool] = quotas.throttles_on_response
 
     # -- what the handlers ask before they read a body -----------------------------------------
     def produce_needs_counts(self, principal: Principal) -> bool:
@@ -54,14 +61,6 @@ class Charging:
 
     def fetch_needs_counts(self, principal: Principal) -> bool:
         return self.observer.wants_records or self.quotas.counts_fetch_records(principal)
-
-    def fetch_cap(self, principal: Principal) -> int | None:
-        """Kafka's getMaxValueInQuotaWindow: the most a Fetch may ask for (None: no consumer quota)."""
-        return self.quotas.fetch_max_bytes_cap(principal)
-
-    def throttles_on_response(self, principal: Principal) -> bool:
-        """Whether a quota whose throttle is known only from the response applies (one request at a time)."""
-        return self.quotas.throttles_on_response(principal)
 
     # -- the pair ------------------------------------------------------------------------------
     def charge_request(self, entry: InFlight, now: float) -> list[Violation]:
@@ -80,7 +79,9 @@ class Charging:
     def charge_response(self, entry: InFlight, now: float) -> list[Violation]:
         """Charge what the response carries and the request quotas; every violation of the request."""
         principal = entry.principal
-        violations = net_of_elapsed(entry.violations, now - entry.sent_at)
+        violations = entry.violations
+        if violations:
+            violations = net_of_elapsed(violations, now - entry.sent_at)
         fetched = entry.fetched
         if fetched is not None:
             self.observer.fetched(principal, fetched.frame_bytes, fetched.records)

@@ -32,10 +32,8 @@ phases' table. The core decides when it ends: on a client's EOF or the process's
 process's periodic `IdleCheck` it closes itself when idle past `connections_max_idle_ms`, muted or
 not (activity is a whole request read or a response sent, never a trickled byte).
 
-Who the client is (the `user` of every quota entity): a TLS client's mapped certificate subject,
-given with `ClientConnected`, or the name SASL establishes (`authentication.py`, which the SASL
-handler feeds; before authentication it also says which requests close the connection), else
-`ANONYMOUS`; `authenticated` gates Kafka's exemptions.
+Who the client is (the `user` of every quota entity) is `authentication.py`'s: a TLS client's mapped
+certificate subject (`ClientConnected`), or the name SASL establishes, else `ANONYMOUS`.
 """
 
 from __future__ import annotations
@@ -51,7 +49,6 @@ from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError
-from kqp.protocol.throttle import throttle_patch_parts
 
 from . import events as ev
 from .authentication import Authentication
@@ -70,6 +67,7 @@ log = logging.getLogger("kqp.connection")
 # 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
 SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
 NO_CAP = float("inf")   # limits.max_in_flight_per_connection null: requests in flight are not capped
+CONNECTING, DRAINING, CLOSED = Phase.CONNECTING, Phase.DRAINING, Phase.CLOSED   # looked up on every frame
 
 
 class Connection:
@@ -83,7 +81,7 @@ class Connection:
         self.mutes = MuteState()
         self.throttling = Throttling(parts.charging.observer, self.mutes)
         self.last_activity = 0.0
-        self.phase = Phase.CONNECTING
+        self.phase = CONNECTING
         self.auth = Authentication(parts.sasl)
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
@@ -108,7 +106,7 @@ class Connection:
     # -- the one entry point -------------------------------------------------------------------
     def handle(self, event: ev.Event) -> list[Action]:
         """Take one event; return what to do, in order. A closed connection ignores everything."""
-        if self.phase is Phase.CLOSED:
+        if self.phase is CLOSED:
             return []
         out = self._out = []
         try:
@@ -123,7 +121,7 @@ class Connection:
 
     @property
     def closed(self) -> bool:
-        return self.phase is Phase.CLOSED
+        return self.phase is CLOSED
 
     @property
     def drained(self) -> bool:
@@ -188,7 +186,7 @@ class Connection:
 
     def _close_if_done(self) -> None:
         """Draining: close once nothing is owed, or at a frame the half-closed client never finished."""
-        if self.phase is not Phase.DRAINING:
+        if self.phase is not DRAINING:
             return
         shutdown = self._drain_reason == "shutdown"
         if not shutdown and self.requests.buffered and not self._blocked():
@@ -199,7 +197,7 @@ class Connection:
             self._close(self._drain_reason)
 
     def _close(self, reason: str, message: str | None = None) -> None:
-        if self.phase is Phase.CLOSED:
+        if self.phase is CLOSED:
             return
         self._move(Move.CLOSE)
         self.throttling.closed()
@@ -223,7 +221,7 @@ class Connection:
         return lifted
 
     def _blocked(self) -> bool:
-        return self.phase is Phase.CONNECTING or self.mutes.blocks_requests
+        return self.phase is CONNECTING or self.mutes.blocks_requests
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
         if self.throttling.timer_fired(e.now, self._out):
@@ -239,7 +237,7 @@ class Connection:
         self._pump(e.now)
 
     def _pump(self, now: float) -> None:
-        while not self.closed and not self._blocked():
+        while self.phase is not CLOSED and not self._blocked():
             got = self.requests.next_frame_parts(SPLIT_HEAD_BYTES)
             if got is None:
                 break
@@ -261,7 +259,7 @@ class Connection:
         principal = auth.principal(hdr.client_id)
         if not looked_up:   # handed over again after a topic lookup: counted the first time
             p.charging.observer.request(principal, hdr.api_key, sum(map(len, frame)))
-        handler = p.handlers.for_api(hdr.api_key)
+        handler = p.handlers[hdr.api_key]
         entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
         try:
             forward = handler.on_request(Request(hdr, head, frame, entry, auth, looked_up))
@@ -284,8 +282,9 @@ class Connection:
             throttling.throttle(throttling.decide(entry, charging.charge_response(entry, now)), now, self._out)
             return
         if violations:
-            # Over quota already (produce bytes are known now): read nothing more until the
-            # throttle has passed, as the broker, which reads one request at a time, would.
+            # Over quota already (a Produce's bytes, a mutation the gate throttled): read nothing
+            # more until the throttle has passed, as the broker, which reads one request at a time,
+            # would; the request's throttle is decided, and counted, when its response is back.
             throttling.hold(throttling.decide(entry, violations), now, self._out)
         if forward is not None and charging.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.
@@ -298,7 +297,7 @@ class Connection:
             if entry.close_after is not None:   # read nothing more: the answer goes, then the connection closes
                 self._mute(MuteReason.CLOSING)
             self._flush_local(now)
-        if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and not self.closed:   # the cap
+        if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:   # cap
             self._mute(MuteReason.IN_FLIGHT)
 
     def _hold(self, parts: Parts) -> None:
@@ -319,7 +318,7 @@ class Connection:
     def _upstream_data(self, e: ev.UpstreamData) -> None:
         try:
             self.responses.feed(e.data)
-            while not self.closed:
+            while self.phase is not CLOSED:
                 got = self.responses.next_frame_parts(RESPONSE_HEAD_BYTES)
                 if got is None:
                     break
@@ -355,34 +354,23 @@ class Connection:
         self._deliver(entry, frame, body_offset, now)
         self._flush_local(now)
         cap = p.settings.max_in_flight or NO_CAP
-        lifted = not self.closed and len(self.in_flight) < cap and self._unmute(MuteReason.IN_FLIGHT)
-        if not self.closed and ((not self.in_flight and self._unmute(MuteReason.RESPONSE_PENDING)) or lifted):
+        open_ = self.phase is not CLOSED
+        lifted = open_ and len(self.in_flight) < cap and self._unmute(MuteReason.IN_FLIGHT)
+        if open_ and ((not self.in_flight and self._unmute(MuteReason.RESPONSE_PENDING)) or lifted):
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
     def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, now: float) -> None:
         """Charge the response, then KIP-219 for every version: the response goes now, carrying the
         request's throttle where the version has the field, and the connection is muted for it."""
         violations = self.parts.charging.charge_response(entry, now)
-        throttle = self.throttling.decide(entry, violations) if violations else None
+        throttling = self.throttling
+        throttle = throttling.decide(entry, violations) if violations else None
         if throttle is None:
             self._send_client(frame, now)
             return
-        self._send_client(self._throttled(entry, frame, body_offset, throttle.ms, now), now)
-        self.throttling.throttle(throttle, now, self._out)
-
-    def _throttled(self, entry: InFlight, frame: Parts, body_offset: int, ms: int, now: float) -> Parts:
-        """The response as it goes out with a throttle (KIP-219): what its handler makes of it, with
-        `throttle_time_ms` raised where the version has the field, as views of the frame around a
-        fresh 4-byte field, never a copy of the records."""
-        frame = entry.handler.on_throttled(entry, frame, body_offset, ms, now, self.parts.settings)
-        try:
-            patched = throttle_patch_parts(entry.api_key, entry.api_version, frame, body_offset, ms)
-        except (ProtocolError, BodyError):
-            # The field is the client's hint only; the mute protects the upstream either way. A response
-            # kqp cannot walk goes out as the upstream sent it, and is counted.
-            self.parts.charging.observer.upstream_anomaly("unreadable")
-            patched = None
-        return patched if patched is not None else frame
+        self._send_client(throttling.throttled_response(entry, frame, body_offset, throttle, now, self.parts.settings),
+                          now)
+        throttling.throttle(throttle, now, self._out)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""

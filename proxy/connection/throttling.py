@@ -8,6 +8,9 @@ response and its channel is muted for it, and the same object ends the mute when
 * `decide` turns a request's violations into its one `Throttle`: the largest throttle
   (`quotas.throttle.combine`: ties name the request quota), in the milliseconds Kafka sends
   (`throttle_ms`: rounded half up, and one that rounds to 0 is none), with its cause (whose quota);
+* `throttled_response` is the response as it goes out with the throttle (KIP-219, every version): what the
+  request's handler makes of it (`fetch_throttle: empty`), with `throttle_time_ms` raised where
+  the version has the field, as views of the frame around a fresh 4-byte field;
 * `throttle` is the request's throttle, once: the observer hears of it (`throttled`) and the client
   side is muted for it from now (KIP-219: the core has just sent the response, or for an acks=0
   Produce there is none);
@@ -29,14 +32,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kqp.protocol.errors import ProtocolError
+from kqp.protocol.records import BodyError
+from kqp.protocol.throttle import throttle_patch_parts
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal, QuotaType
 from kqp.quotas.throttle import combine, throttle_ms
 
-from .events import Action, Mute, MuteReason, SetTimer, Unmute
+from .events import Action, Mute, MuteReason, Parts, SetTimer, Unmute
 from .exchange import InFlight
 from .hooks import ProxyObserver
 from .mute import MuteState
+from .settings import CoreSettings
 
 __all__ = ["Throttle", "Throttling"]
 
@@ -85,6 +92,19 @@ class Throttling:
         throttles) is muted for at most its request's own cost (`entry.produced` or
         `entry.fetched` bytes over the quota) while the full usage stays recorded."""
         return ms / 1000
+
+    def throttled_response(self, entry: InFlight, frame: Parts, body_offset: int, throttle: Throttle, now: float,
+                           settings: CoreSettings) -> Parts:
+        """The response as it goes out with the request's throttle."""
+        frame = entry.handler.on_throttled(entry, frame, body_offset, throttle.ms, now, settings)
+        try:
+            patched = throttle_patch_parts(entry.api_key, entry.api_version, frame, body_offset, throttle.ms)
+        except (ProtocolError, BodyError):
+            # The field is the client's hint only; the mute protects the upstream either way. A
+            # response kqp cannot walk goes out as the upstream sent it, and is counted.
+            self.observer.upstream_anomaly("unreadable")
+            patched = None
+        return patched if patched is not None else frame
 
     def throttle(self, throttle: Throttle | None, now: float, out: list[Action]) -> None:
         """The request's throttle, counted once, and the mute for it from `now`."""

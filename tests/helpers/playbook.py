@@ -100,7 +100,7 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
 
 def topic_cache(core: Connection) -> TopicMetadata:
     """The topic cache behind a core's mutation gate (what a lookup would fill)."""
-    return core.parts.handlers.for_api(ApiKey.CreateTopics).gate.topics
+    return core.parts.handlers[ApiKey.CreateTopics].gate.topics
 
 
 def connected_core(quotas: dict[str, Any] | None = None, now: float = 100.0, observer: ProxyObserver | None = None,
