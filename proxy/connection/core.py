@@ -257,12 +257,13 @@ class Connection:
             self._close("authentication_required", refusal)   # as Kafka: no answer, the connection closes
             return
         principal = auth.principal(hdr.client_id)
+        size = sum(map(len, frame))
         if not looked_up:   # handed over again after a topic lookup: counted the first time
-            p.charging.observer.request(principal, hdr.api_key, sum(map(len, frame)))
+            p.charging.observer.request(principal, hdr.api_key, size)
         handler = p.handlers[hdr.api_key]
         entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
         try:
-            forward = handler.on_request(Request(hdr, head, frame, entry, auth, looked_up))
+            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up))
         except Refused as refused:
             self._close(refused.reason, refused.message)
             return

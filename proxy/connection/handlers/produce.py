@@ -29,8 +29,7 @@ class ProduceHandler(Handler):
         self.charging = charging
 
     def on_request(self, req: Request) -> Parts:
-        hdr, entry, frame = req.hdr, req.entry, req.frame
-        size = sum(map(len, frame))
+        hdr, entry, frame, size = req.hdr, req.entry, req.frame, req.size
         if self.charging.produce_needs_counts(entry.principal):
             counts = produce_request_counts_parts(hdr.api_version, frame, hdr.body_offset)
             entry.produced = Usage(size, size - SIZE_PREFIX, counts.records, counts.batches)
