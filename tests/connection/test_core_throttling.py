@@ -185,6 +185,22 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
         assert state.rate == 0, "an emptied fetch is not charged (Kafka's unrecordQuotaSensor)"
 
 
+@pytest.mark.parametrize("version", [11, 12, 16])
+@pytest.mark.parametrize("quota", ["consumer_record_rate", None])
+def test_a_fetch_responses_records_are_counted_once_when_wanted(version: int, quota: str | None) -> None:
+    """Records are counted for a record quota, or for the metrics (`wants_records`): by the core's
+    address walk, which passes every batch anyway, from v16 (NodeEndpoints), else by the handler."""
+    recorder = Recorder(wants_records=quota is None)
+    quotas = {"entities": [{"client_id": "c", quota: 1e9}]} if quota else None
+    core = connected_core(quotas, observer=recorder)
+    core.handle(ev.ClientData(NOW, fetch_request(version, 1, "c")))
+    core.handle(ev.UpstreamData(NOW, fetch_response(version, 1, records=7)))
+    assert recorder.fetched_records == [7]
+    if quota:
+        [state] = core.parts.charging.quotas.snapshot(NOW)
+        assert state.rate > 0, "the record quota was charged"
+
+
 MUTATIONS = {"window_size_seconds": 1, "window_count": 2,
              "entities": [{"client_id": "admin", "controller_mutation_rate": 5}]}
 ADMIN = Principal("ANONYMOUS", "admin")

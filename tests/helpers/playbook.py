@@ -53,6 +53,7 @@ class Recorder(ProxyObserver):
     anomalies: list[str] = field(default_factory=list)
     mutes: list[tuple[str, str, str]] = field(default_factory=list)   # ("start"|"end", client_id, quota)
     throttles: list[tuple[str, str, float]] = field(default_factory=list)   # (client_id, quota, seconds)
+    fetched_records: list[int] = field(default_factory=list)              # per Fetch response
     requests: list[int] = field(default_factory=list)                 # api keys, as counted
 
     def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
@@ -63,6 +64,9 @@ class Recorder(ProxyObserver):
 
     def upstream_anomaly(self, kind: str) -> None:
         self.anomalies.append(kind)
+
+    def fetched(self, principal: Principal, nbytes: int, records: int) -> None:
+        self.fetched_records.append(records)
 
     def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
         self.throttles.append((principal.client_id, quota_type, seconds))

@@ -41,8 +41,8 @@ class FetchHandler(Handler):
     def on_request(self, req: Request) -> Parts:
         hdr, entry = req.hdr, req.entry
         principal = entry.principal
-        if self.charging.fetch_needs_counts(principal):
-            entry.counts = RecordCounts()   # filled by the address walk (v16+), else counted on the response
+        if may_carry_addresses(FETCH, hdr.api_version) and self.charging.fetch_needs_counts(principal):
+            entry.counts = RecordCounts()   # the core's address walk (v16+) fills it on the way
         cap = self.charging.fetch_cap(principal)
         if cap is None:
             return req.frame
@@ -58,7 +58,7 @@ class FetchHandler(Handler):
             entry.fetched = Usage(size, charged)
             return frame
         counts = entry.counts
-        if counts is None or not may_carry_addresses(FETCH, entry.api_version):   # not walked yet
+        if counts is None:   # not counted on the address walk (before v16, or not wanted then)
             counts = fetch_response_counts_parts(entry.api_version, frame, body_offset)
         entry.fetched = Usage(size, charged, counts.records, counts.batches)
         return frame
