@@ -350,7 +350,8 @@ class Connection:
             p.learn_brokers(seen)
             if rewritten is not None:
                 frame = rewritten
-        frame = entry.handler.on_response(entry, frame, body_offset, now, self.auth)
+        if entry.handler.reads_responses:
+            frame = entry.handler.on_response(entry, frame, body_offset, now, self.auth)
         entry.handler_seconds += p.perf() - t0
         self._deliver(entry, frame, body_offset, now)
         self._flush_local(now)

@@ -108,6 +108,14 @@ class Handler:
     """One API family's request side and response side. This base is the default handler: the frames
     go through on their header alone, both ways."""
 
+    #: Whether this handler has a response side of its own (set for each subclass): the core skips
+    #: the call for the APIs that have none, most responses on the fast path.
+    reads_responses = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.reads_responses = cls.on_response is not Handler.on_response
+
     def on_request(self, req: Request) -> Parts | Hold | None:
         """What goes upstream (None: nothing; `LOOK_UP`: wait for a topic lookup)."""
         return req.frame
