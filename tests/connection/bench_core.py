@@ -7,7 +7,7 @@ Fetch v12, each without a quota and with one configured but never binding (a rat
 and Heartbeat v4, a header-only API. Each figure is CPU time (`time.process_time`) per
 request+response over `ITERATIONS` exchanges.
 
-    python tests/connection/bench_core.py                  # this tree: medians of 8 rounds
+    python tests/connection/bench_core.py [--rounds N]     # this tree: medians of 8 (N) rounds
     python tests/connection/bench_core.py --against DIR    # DIR (another checkout with its own .venv)
                                                            # and this tree alternately, side by side
 
@@ -112,17 +112,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--against", type=Path, help="another checkout (with .venv) to time alternately")
     parser.add_argument("--once", action="store_true", help="one round, as JSON (used by --against)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per tree (default {ROUNDS})")
     args = parser.parse_args()
     if args.once:
         print(json.dumps(once()))
         return
     if args.against is None:
-        print(table({"this tree": [once() for _ in range(ROUNDS)]}))
+        print(table({"this tree": [once() for _ in range(args.rounds)]}))
         return
     here = Path(__file__).resolve().parents[2]
     trees = {args.against.name: args.against.resolve(), "this tree": here}
     columns: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    for turn in range(ROUNDS):
+    for turn in range(args.rounds):
         for name, root in (list(trees.items()) if turn % 2 == 0 else reversed(trees.items())):
             script = root / "tests" / "connection" / "bench_core.py"
             done = subprocess.run([str(root / ".venv" / "bin" / "python"), str(script), "--once"], check=True,
