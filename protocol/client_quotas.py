@@ -3,7 +3,7 @@
 kqp answers these itself when it manages quotas (`admin.manage_quotas`). The requests are decoded
 and the responses encoded with kafka-python's message classes (Kafka's own schemas, every version
 they define); what crosses this module's edge is plain tuples, so the semantics
-(`kqp.proxy.connection.quota_admin`) never touch kafka-python objects. An entity is Kafka's list of
+(`kqp.proxy.policies.quota_admin`) never touch kafka-python objects. An entity is Kafka's list of
 ``(entity type, name)`` components, a name ``None`` meaning the type's default.
 """
 

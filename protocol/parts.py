@@ -21,20 +21,40 @@ the whole frame:
 The schema walker (:mod:`kqp.protocol.walker`) compiles a second flavour of each walk that reads
 through ``window`` and skips record data by length across parts; a frame that arrived in one part
 is read by the ordinary walk on that part, as before.
+
+Three small helpers serve the few places that do need a frame whole: `joined` (one copy, none for
+a frame in one part), and `frame_of` / `with_body` for a frame kqp builds or gives a new body.
 """
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Parts", "SplitFrame"]
+__all__ = ["Parts", "SplitFrame", "frame_of", "joined", "with_body"]
 
 #: A frame as ``transport.writelines`` takes it: buffers whose concatenation is the frame.
 Parts = tuple[Any, ...]  # memoryview | bytes each
 
 _EMPTY = memoryview(b"")
+_SIZE = struct.Struct(">i")
+
+
+def joined(parts: Parts) -> memoryview:
+    """A frame that arrived in several reads, as one buffer (one copy; one part costs none)."""
+    return memoryview(parts[0]) if len(parts) == 1 else memoryview(b"".join(parts))
+
+
+def frame_of(head: bytes | memoryview, body: bytes | memoryview) -> bytes:
+    """A whole frame: the size prefix, then `head` (a request or response header), then `body`."""
+    return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
+
+
+def with_body(frame: memoryview, body_offset: int, body: bytes) -> bytes:
+    """The frame with a new body: a new size prefix, the same header."""
+    return frame_of(frame[4:body_offset], body)
 
 
 class SplitFrame:

@@ -1,8 +1,10 @@
-"""Who a connection's user is: the one place the core asks, whatever `sasl.mode` says.
+"""Who a connection's user is: the one place the core and its handlers ask, whatever `sasl.mode` says.
 
-The core hands every SASL frame, and every frame before the client has authenticated, to
-`Authentication.on_request`, and every SaslAuthenticate response to `on_response`; it gets back
-what to do (`Route`) and whom to count the connection's traffic as from then on. The modes:
+`Authentication` holds the connection's user (a TLS client's mapped certificate subject, or the name
+SASL establishes, else ANONYMOUS) and the principals its client ids make. The SASL handler
+(`handlers/sasl.py`) hands it every SASL frame (`on_request`, which says what to do: a `Route`) and
+every SaslAuthenticate response (`on_response`); the core asks `refusal` of every other request
+before the client has authenticated. The modes:
 
 * none: nobody authenticates; the connection is authenticated from the start, its user ANONYMOUS,
   and SASL frames (an upstream's own SASL) go through unread.
@@ -17,18 +19,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kqp.protocol.apis import API_NAMES, ApiKey
+from kqp.protocol.parts import Parts, joined
+from kqp.quotas.model import ANONYMOUS, Principal
 
-from .requests import SASL_APIS
 from .sasl import Authenticator, SaslPolicy, Verdict
 from .sasl_passthrough import ClaimWatcher
 
-__all__ = ["Authentication", "Route"]
+__all__ = ["MAX_CLIENT_IDS", "SASL_APIS", "Authentication", "Route"]
+
+# Kafka's exemptions from request quotas (KIP-124): the SASL exchange itself.
+SASL_APIS = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+MAX_CLIENT_IDS = 256   # principals cached per connection (a client may name a new client id each time)
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """What the core does with a request: plan it as usual (`verdict` and `refusal` None), queue
-    kqp's own SASL answer (`verdict`), or close the connection (`refusal`, the logged reason)."""
+    """What becomes of a SASL frame: it goes upstream (`verdict` and `refusal` None), kqp's own answer
+    is queued (`verdict`), or the connection closes unanswered (`refusal`, the logged reason)."""
 
     verdict: Verdict | None = None
     refusal: str | None = None
@@ -41,14 +48,34 @@ class Authentication:
     def __init__(self, policy: SaslPolicy) -> None:
         self.mode = policy.mode
         self.authenticated = policy.mode == "none"
+        self.user = ANONYMOUS
+        self.principals: dict[str | None, Principal] = {}   # by client id, for `user`
         self._server = Authenticator(policy) if policy.mode == "terminate" else None
         self._claims = ClaimWatcher(policy.principal_claim) if policy.mode == "passthrough" else None
 
-    def concerns(self, api_key: int) -> bool:
-        """Whether a request must be shown to `on_request` before it is planned."""
-        return api_key in SASL_APIS or not self.authenticated
+    def principal(self, client_id: str | None) -> Principal:
+        """The quota principal of a request from `client_id` on this connection, now."""
+        p = self.principals.get(client_id)
+        if p is None:
+            if len(self.principals) >= MAX_CLIENT_IDS:   # a client cycling client ids: bounded memory
+                self.principals.clear()
+            p = self.principals[client_id] = Principal(self.user, client_id or "")
+        return p
+
+    def adopt(self, user: str) -> None:
+        """From now on the connection's traffic counts as `user`'s."""
+        if user != self.user:
+            self.user, self.principals = user, {}
+
+    def refusal(self, api_key: int) -> str | None:
+        """Before authentication: why a request that is no SASL frame closes the connection (kqp
+        terminates SASL, and the request is not ApiVersions), or None."""
+        if self._server is None or api_key in SASL_APIS or api_key == ApiKey.ApiVersions:
+            return None
+        return f"{API_NAMES.get(api_key, api_key)} request before SASL authentication"
 
     def on_request(self, api_key: int, version: int, correlation_id: int, body: memoryview) -> Route:
+        """A SASL frame from the client."""
         if api_key == ApiKey.SaslHandshake and version == 0:
             # Advertised for librdkafka's sake (kqp.protocol.apis), never served: v0's tokens carry no header.
             return Route(refusal="SaslHandshake v0 (unframed SASL tokens) is not supported; clients since "
@@ -56,24 +83,21 @@ class Authentication:
         if self._server is None and self._claims is None:
             return FORWARD   # mode none: an upstream's own SASL, unread
         if self._claims is not None:
-            if api_key in SASL_APIS:
-                self._claims.on_request(api_key, version, body)
+            self._claims.on_request(api_key, version, body)
             return FORWARD
         assert self._server is not None
-        if api_key in SASL_APIS:
-            verdict = self._server.on_frame(api_key, version, correlation_id, body)
-            if verdict.user is not None:
-                self.authenticated = True
-            return Route(verdict=verdict)
-        if api_key == ApiKey.ApiVersions:
-            return FORWARD   # answered by kqp, exempt from request quotas before authentication
-        return Route(refusal=f"{API_NAMES.get(api_key, api_key)} request before SASL authentication")
+        verdict = self._server.on_frame(api_key, version, correlation_id, body)
+        if verdict.user is not None:
+            self.authenticated = True
+            self.adopt(verdict.user)
+        return Route(verdict=verdict)
 
-    def on_response(self, api_key: int, version: int, frame: memoryview) -> str | None:
-        """An upstream response: the user the connection belongs to from now on, if that changed."""
+    def on_response(self, api_key: int, version: int, frame: Parts) -> None:
+        """An upstream response to a SASL frame (as the parts it arrived in): passthrough adopts the
+        claimed name once the upstream says the exchange succeeded."""
         if self._claims is None or api_key != ApiKey.SaslAuthenticate:
-            return None
-        user = self._claims.on_response(version, frame)
+            return
+        user = self._claims.on_response(version, joined(frame))
         if user is not None:
             self.authenticated = True
-        return user
+            self.adopt(user)

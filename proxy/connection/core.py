@@ -6,13 +6,19 @@ returns the actions to carry out, in order: send parts to a side, mute or unmute
 reason, set the connection's timer, look topics up, close. No asyncio, no sockets, no clock: every
 event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected. The asyncio
 edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls. This
-module is the state machine (life, muting, the FIFO, delivery); what a request costs and where it
-goes is `requests.py`, what a response becomes before delivery is `responses.py`. What it does:
+module is the state machine (life, muting, the FIFO, delivery) and its one dispatcher: each request
+goes to the handler its API key has in `CoreParts.handlers` (`handlers/`: what a request costs, what
+goes upstream, what its response becomes), and its response to the same handler, after the one
+step every response shares (broker addresses rewritten to kqp's listeners). What it does:
 
 * Frames go through as the slices they arrived in; only headers are always decoded. Responses come
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
   `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it. At `max_in_flight`
   of them the client is read no more until one is answered (as Kafka mutes a channel, never a close).
+* Charging: each request is charged through one pair, `Charging.charge_request` when it is read
+  and `charge_response` when its response is back (`charging.py`), from what its handler says it
+  used; the violations go to the connection's throttling room (`throttling.py`), which decides the
+  request's one throttle, mutes and unmutes for it, and tells the observer.
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
   version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
   pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
@@ -20,9 +26,14 @@ goes is `requests.py`, what a response becomes before delivery is `responses.py`
 * Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
-Who the client is (the `user` of every quota entity): a TLS client's mapped certificate subject,
-given with `ClientConnected`, or the name SASL establishes (`authentication.py` sees SASL frames and
-every frame before authentication), else `ANONYMOUS`; `authenticated` gates Kafka's exemptions.
+Its life is a phase (`phases.py`: CONNECTING, OPEN, DRAINING, CLOSED) moved only through the
+phases' table. The core decides when it ends: on a client's EOF or the process's shutdown it drains
+(reads no new request, delivers what is owed) and closes itself once nothing is owed; on the
+process's periodic `IdleCheck` it closes itself when idle past `connections_max_idle_ms`, muted or
+not (activity is a whole request read or a response sent, never a trickled byte).
+
+Who the client is (the `user` of every quota entity) is `authentication.py`'s: a TLS client's mapped
+certificate subject (`ClientConnected`), or the name SASL establishes, else `ANONYMOUS`.
 """
 
 from __future__ import annotations
@@ -31,33 +42,32 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
+from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses_parts
 from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
-from kqp.protocol.headers import RequestHeader, parse_request_header, response_body_offset, response_correlation_id
+from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
+from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError
-from kqp.quotas.manager import Violation
-from kqp.quotas.model import ANONYMOUS, Principal
-from kqp.quotas.throttle import combine, throttle_ms
 
 from . import events as ev
 from .authentication import Authentication
-from .events import Action, Close, MuteReason, Parts, Send, SetTimer, Side
-from .in_flight import InFlight, unawaited
-from .metering import joined
+from .events import Action, Close, MuteReason, Parts, Send, Side
+from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
 from .mute import MuteState
 from .parts import CoreParts
-from .requests import SASL_APIS, plan_request
-from .responses import net_of_elapsed, settle_response, throttled_parts
+from .phases import Move, Phase, next_phase
+from .throttling import Throttling
 
 __all__ = ["Connection"]
 
 log = logging.getLogger("kqp.connection")
 
 # How much of a split frame is read contiguously: a request's header, transactional id (at most
-# 32 KiB) and acks; a response's header (with tagged fields nobody sends today). Principals cached.
-SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES, MAX_CLIENT_IDS = 40 * 1024, 4096, 256
+# 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
+SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
 NO_CAP = float("inf")   # limits.max_in_flight_per_connection null: requests in flight are not capped
+CONNECTING, DRAINING, CLOSED = Phase.CONNECTING, Phase.DRAINING, Phase.CLOSED   # looked up on every frame
 
 
 class Connection:
@@ -69,41 +79,38 @@ class Connection:
         self.responses = FrameDecoder(parts.settings.max_frame_bytes)
         self.in_flight: deque[InFlight] = deque()
         self.mutes = MuteState()
-        self.muted_until = 0.0
+        self.throttling = Throttling(parts.charging.observer, self.mutes)
         self.last_activity = 0.0
-        self.closed = False
-        self.user = ANONYMOUS
+        self.phase = CONNECTING
         self.auth = Authentication(parts.sasl)
-        self._upstream_up = self._client_eof = False
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
-        self._principals: dict[str | None, Principal] = {}
-        self._mute_cause: tuple[Principal, str] | None = None   # whose throttle muted the connection
-        self._cause: tuple[Principal, str] | None = None        # the latest throttle's
+        self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
-        self._handlers: dict[type, Callable[[ev.Event], None]] = {
+        self._on_event: dict[type, Callable[[ev.Event], None]] = {
             ev.ClientConnected: self._client_connected,
             ev.UpstreamConnected: self._upstream_connected,
             ev.UpstreamConnectFailed: self._upstream_connect_failed,
             ev.ClientData: self._client_data,
             ev.UpstreamData: self._upstream_data,
-            ev.ClientEof: self._client_eof_received,
+            ev.ClientEof: self._client_eof,
             ev.ClientLost: lambda e: self._close("client_closed"),
             ev.UpstreamLost: self._upstream_lost,
             ev.WriteBuffer: self._write_buffer,
             ev.TimerFired: self._timer_fired,
             ev.TopicsLookedUp: self._topics_looked_up,
-            ev.ShutdownBegun: lambda e: self._mute(MuteReason.CLOSING),
+            ev.ShutdownBegun: self._shutdown_begun,
+            ev.IdleCheck: self._idle_check,
             ev.CloseRequested: lambda e: self._close(e.reason, e.message),
         }
 
     # -- the one entry point -------------------------------------------------------------------
     def handle(self, event: ev.Event) -> list[Action]:
         """Take one event; return what to do, in order. A closed connection ignores everything."""
-        if self.closed:
+        if self.phase is CLOSED:
             return []
         out = self._out = []
         try:
-            self._handlers[type(event)](event)
+            self._on_event[type(event)](event)
         except (ProtocolError, BodyError) as exc:
             self._close("protocol_error", f"bad request from client: {exc}")
         except Exception:
@@ -111,6 +118,10 @@ class Connection:
             log.exception("client %s: unexpected error; closing the connection", self.peer)
             self._close("internal_error")
         return out
+
+    @property
+    def closed(self) -> bool:
+        return self.phase is CLOSED
 
     @property
     def drained(self) -> bool:
@@ -124,17 +135,24 @@ class Connection:
     def muted(self, side: Side) -> bool:
         return self.mutes.muted(side)
 
+    @property
+    def user(self) -> str:
+        return self.auth.user
+
     # -- connection life -----------------------------------------------------------------------
     def _client_connected(self, e: ev.ClientConnected) -> None:
         if e.user is not None:
-            self.user = e.user
+            self.auth.adopt(e.user)
         self.last_activity = e.now
-        self.parts.metering.observer.connection_opened(self.listener)
+        self.parts.charging.observer.connection_opened(self.listener)
         self._mute(MuteReason.CONNECTING)
         self._out.append(ev.ConnectUpstream(self.node_id))
 
+    def _move(self, move: Move) -> None:
+        self.phase = next_phase(self.phase, move)
+
     def _upstream_connected(self, e: ev.UpstreamConnected) -> None:
-        self._upstream_up = True
+        self._move(Move.UPSTREAM_UP)
         self._unmute(MuteReason.CONNECTING)
         self._pump(e.now)
 
@@ -148,28 +166,43 @@ class Connection:
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
         self._close("upstream_closed", f"upstream connection closed{detail}")
 
-    def _client_eof_received(self, e: ev.ClientEof) -> None:
+    def _client_eof(self, e: ev.ClientEof) -> None:
         # No more requests; what is owed (and what was read but waits for a throttle) still goes.
-        self._client_eof = True
+        self._move(Move.CLIENT_EOF)
         self._close_if_done()
 
+    def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
+        # Read no new requests (those read but not forwarded stay so); what is owed still goes.
+        self._move(Move.SHUTDOWN)
+        self._drain_reason = "shutdown"
+        self._mute(MuteReason.CLOSING)
+        self._close_if_done()
+
+    def _idle_check(self, e: ev.IdleCheck) -> None:
+        """Kafka's connections.max.idle.ms, whether or not the connection is muted."""
+        idle_ms = self.parts.settings.connections_max_idle_ms
+        if (e.now - self.last_activity) * 1000 > idle_ms:
+            self._close("idle", f"idle for more than {idle_ms} ms")
+
     def _close_if_done(self) -> None:
-        if not self._client_eof or self.closed:
+        """Draining: close once nothing is owed, or at a frame the half-closed client never finished."""
+        if self.phase is not DRAINING:
             return
-        if self.requests.buffered and not self._blocked():
+        shutdown = self._drain_reason == "shutdown"
+        if not shutdown and self.requests.buffered and not self._blocked():
             # Every whole frame has been taken: what is left is a frame the client never finished.
             self._close("protocol_error", f"truncated frame: the client closed the connection mid-frame "
                         f"({self.requests.buffered} bytes of it received)")
-        elif self.drained and not self.requests.buffered:
-            self._close("client_closed")
+        elif self.drained and (shutdown or not self.requests.buffered):
+            self._close(self._drain_reason)
 
     def _close(self, reason: str, message: str | None = None) -> None:
-        if self.closed:
+        if self.phase is CLOSED:
             return
-        self.closed = True
-        self._end_mute_cause()
+        self._move(Move.CLOSE)
+        self.throttling.closed()
         self._out.append(Close(reason, message))
-        self.parts.metering.observer.connection_closed(self.listener, reason)
+        self.parts.charging.observer.connection_closed(self.listener, reason)
 
     def _write_buffer(self, e: ev.WriteBuffer) -> None:
         # The upstream reads slower than the client sends: stop reading the client, and the other
@@ -188,35 +221,11 @@ class Connection:
         return lifted
 
     def _blocked(self) -> bool:
-        return not self._upstream_up or self.mutes.blocks_requests
-
-    def _mute_for(self, ms: int, now: float) -> None:
-        """KIP-219: read nothing more from the client for `ms` milliseconds (0: no throttle)."""
-        until = now + ms / 1000
-        if not ms or until <= self.muted_until:
-            return
-        self.muted_until = until
-        if not self.throttled:
-            self._mute_cause = self._cause
-            if self._cause is not None:
-                self.parts.metering.observer.mute_started(*self._cause)
-        self._mute(MuteReason.THROTTLED)
-        self._out.append(SetTimer(until))
-
-    def _end_mute_cause(self) -> None:
-        if self.throttled and self._mute_cause is not None:
-            self.parts.metering.observer.mute_ended(*self._mute_cause)
-        self._mute_cause = None
+        return self.phase is CONNECTING or self.mutes.blocks_requests
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
-        if not self.throttled:
-            return
-        if e.now < self.muted_until:   # woken early: wait for the rest
-            self._out.append(SetTimer(self.muted_until))
-            return
-        self._end_mute_cause()
-        self._unmute(MuteReason.THROTTLED)
-        self._pump(e.now)
+        if self.throttling.timer_fired(e.now, self._out):
+            self._pump(e.now)
 
     # -- requests: client -> upstream ----------------------------------------------------------
     def _client_data(self, e: ev.ClientData) -> None:
@@ -228,7 +237,7 @@ class Connection:
         self._pump(e.now)
 
     def _pump(self, now: float) -> None:
-        while not self.closed and not self._blocked():
+        while self.phase is not CLOSED and not self._blocked():
             got = self.requests.next_frame_parts(SPLIT_HEAD_BYTES)
             if got is None:
                 break
@@ -236,71 +245,60 @@ class Connection:
             self._on_request(head, parts, now)
         self._close_if_done()
 
-    def _principal(self, client_id: str | None) -> Principal:
-        p = self._principals.get(client_id)
-        if p is None:
-            if len(self._principals) >= MAX_CLIENT_IDS:   # a client cycling client ids: bounded memory
-                self._principals.clear()
-            p = self._principals[client_id] = Principal(self.user, client_id or "")
-        return p
-
-    def _on_request(self, head: memoryview, parts: Parts, now: float, looked_up: bool = False) -> None:
-        """One request: `parts` are the slices it arrived in, `head` a contiguous start of it."""
-        t0 = self.parts.perf()
+    def _on_request(self, head: memoryview, frame: Parts, now: float, looked_up: bool = False) -> None:
+        """The dispatcher's request side: `frame` is the slices the request arrived in, `head` a
+        contiguous start of it. Its API's handler says what goes upstream and what it used."""
+        p = self.parts
+        t0 = p.perf()
         self.last_activity = now   # a whole request is activity, a trickled byte is not (slowloris)
         hdr = parse_request_header(head)
-        if self.auth.concerns(hdr.api_key) and self._authenticate(hdr, parts, now):
+        auth = self.auth
+        if not auth.authenticated and (refusal := auth.refusal(hdr.api_key)) is not None:
+            self._close("authentication_required", refusal)   # as Kafka: no answer, the connection closes
             return
-        principal = self._principal(hdr.client_id)
-        plan = plan_request(self.parts, hdr, head, parts, principal, self.auth.authenticated, now, looked_up)
-        if plan.needs_lookup:
-            self._hold(parts)
+        principal = auth.principal(hdr.client_id)
+        size = sum(map(len, frame))
+        if not looked_up:   # handed over again after a topic lookup: counted the first time
+            p.charging.observer.request(principal, hdr.api_key, size)
+        handler = p.handlers[hdr.api_key]
+        entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
+        try:
+            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up))
+        except Refused as refused:
+            self._close(refused.reason, refused.message)
             return
-        if plan.forward is not None:
-            self._out.append(Send(Side.UPSTREAM, plan.forward))
-        handler = self.parts.perf() - t0
-        if plan.entry is None:
-            # acks=0: no response will come. Kafka exempts it from request quotas; byte-rate
-            # quotas still mute.
-            self.parts.metering.observer.handler_time(principal, handler)
-            self._mute_for(self._throttle_ms(principal, plan.violations), now)
+        if forward is LOOK_UP:
+            self._hold(frame)
             return
-        entry = plan.entry
-        entry.handler_seconds, entry.violations = handler, plan.violations
-        if plan.violations:
-            # Over quota already (produce bytes are known now): read nothing more until the
-            # throttle has passed, as the broker, which reads one request at a time, would.
-            self._mute_for(throttle_ms(combine(plan.violations)[0]), now)
-        if plan.forward is not None and self.parts.metering.quotas.throttles_on_response(principal):
+        charging = p.charging
+        violations = charging.charge_request(entry, now)
+        if forward is not None:
+            self._out.append(Send(Side.UPSTREAM, forward))
+        entry.handler_seconds = p.perf() - t0
+        principal = entry.principal
+        throttling = self.throttling
+        if not entry.expects_response:
+            # acks=0: no response will come, so the request is done; Kafka exempts it from request
+            # quotas, byte-rate quotas still mute.
+            throttling.throttle(throttling.decide(entry, charging.charge_response(entry, now)), now, self._out)
+            return
+        if violations:
+            # Over quota already (a Produce's bytes, a mutation the gate throttled): read nothing
+            # more until the throttle has passed, as the broker, which reads one request at a time,
+            # would; the request's throttle is decided, and counted, when its response is back.
+            throttling.hold(throttling.decide(entry, violations), now, self._out)
+        if forward is not None and charging.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.
             self._mute(MuteReason.RESPONSE_PENDING)
         self._await(entry, now)
 
-    def _authenticate(self, hdr: RequestHeader, parts: Parts, now: float) -> bool:
-        """A SASL frame, or any frame before authentication: True when it was taken care of here."""
-        route = self.auth.on_request(hdr.api_key, hdr.api_version, hdr.correlation_id, joined(parts)[hdr.body_offset:])
-        if route.refusal is not None:   # as Kafka: no answer, the connection closes
-            self._close("authentication_required", route.refusal)
-            return True
-        if route.verdict is None:
-            return False
-        if (verdict := route.verdict).user is not None:
-            self._adopt(verdict.user)
-        if verdict.failure is not None:   # read nothing more: the answer goes, then the connection closes
-            self._mute(MuteReason.CLOSING)
-        self._await(InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, self._principal(hdr.client_id), now,
-                             0.0, local_response=verdict.answer, exempt=True, close_after=verdict.failure), now)
-        return True
-
-    def _adopt(self, user: str) -> None:   # from now on the connection's traffic counts as `user`'s
-        if user != self.user:
-            self.user, self._principals = user, {}
-
     def _await(self, entry: InFlight, now: float) -> None:
         self.in_flight.append(entry)
         if entry.local_response is not None:
+            if entry.close_after is not None:   # read nothing more: the answer goes, then the connection closes
+                self._mute(MuteReason.CLOSING)
             self._flush_local(now)
-        if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and not self.closed:   # the cap
+        if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:   # cap
             self._mute(MuteReason.IN_FLIGHT)
 
     def _hold(self, parts: Parts) -> None:
@@ -321,7 +319,7 @@ class Connection:
     def _upstream_data(self, e: ev.UpstreamData) -> None:
         try:
             self.responses.feed(e.data)
-            while not self.closed:
+            while self.phase is not CLOSED:
                 got = self.responses.next_frame_parts(RESPONSE_HEAD_BYTES)
                 if got is None:
                     break
@@ -332,65 +330,56 @@ class Connection:
         self._close_if_done()
 
     def _on_response(self, head: memoryview, frame: Parts, now: float) -> None:
-        """One response: `frame` is the slices it arrived in, `head` a contiguous start of it."""
+        """The dispatcher's response side: `frame` is the slices the response arrived in, `head` a
+        contiguous start of it. Broker addresses first (any API's), then its request's handler."""
         p = self.parts
         t0 = p.perf()
         correlation_id = response_correlation_id(head)
         if not self.in_flight or self.in_flight[0].correlation_id != correlation_id:
             unawaited(self.in_flight, correlation_id, self.peer)
-            p.metering.observer.upstream_anomaly("unawaited")
+            p.charging.observer.upstream_anomaly("unawaited")
             return
         entry = self.in_flight.popleft()
-        p.metering.observer.response(entry.principal, entry.api_key, sum(map(len, frame)), now - entry.sent_at)
-        body_offset = response_body_offset(entry.api_key, entry.api_version, head)
-        frame, violations = settle_response(p, entry, frame, body_offset, now)
-        if entry.api_key in SASL_APIS and (user := self.auth.on_response(entry.api_key, entry.api_version,
-                                                                          joined(frame))) is not None:
-            self._adopt(user)   # passthrough: the upstream accepted the name the client claimed
+        api, version = entry.api_key, entry.api_version
+        p.charging.observer.response(entry.principal, api, sum(map(len, frame)), now - entry.sent_at)
+        body_offset = response_body_offset(api, version, head)
+        if may_carry_addresses(api, version):
+            # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; it counts them
+            # on the way when the handler asked (`InFlight.counts`).
+            rewritten, seen = rewrite_addresses_parts(api, version, frame, body_offset, p.map_address, entry.counts)
+            p.learn_brokers(seen)
+            if rewritten is not None:
+                frame = rewritten
+        if entry.handler.reads_responses:
+            frame = entry.handler.on_response(entry, frame, body_offset, now, self.auth)
         entry.handler_seconds += p.perf() - t0
-        self._deliver(entry, frame, body_offset, violations, now)
+        self._deliver(entry, frame, body_offset, now)
         self._flush_local(now)
         cap = p.settings.max_in_flight or NO_CAP
-        lifted = not self.closed and len(self.in_flight) < cap and self._unmute(MuteReason.IN_FLIGHT)
-        if not self.closed and ((not self.in_flight and self._unmute(MuteReason.RESPONSE_PENDING)) or lifted):
+        open_ = self.phase is not CLOSED
+        lifted = open_ and len(self.in_flight) < cap and self._unmute(MuteReason.IN_FLIGHT)
+        if open_ and ((not self.in_flight and self._unmute(MuteReason.RESPONSE_PENDING)) or lifted):
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
-    def _throttle_ms(self, principal: Principal, violations: list[Violation]) -> int:
-        """KIP-124 co-existence: one throttle, the largest of the request's quota throttles, in the
-        milliseconds Kafka sends (rounded half up; a throttle that rounds to 0 is none)."""
-        if not violations:
-            return 0
-        throttle, quota_type = combine(violations)
-        ms = throttle_ms(throttle)
-        if ms and quota_type is not None:
-            self._cause = (principal, quota_type)
-            self.parts.metering.observer.throttled(principal, quota_type, ms / 1000)
-        return ms
-
-    def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, violations: list[Violation],
-                 now: float) -> None:
-        """Charge the request's handler time, then KIP-219 for every version: the response goes
-        now, carrying the throttle where the version has the field, and the connection is muted
-        for the throttle."""
-        quotas, observer = self.parts.metering.quotas, self.parts.metering.observer
-        violations = net_of_elapsed(violations, now - entry.sent_at)
-        if not entry.exempt:
-            violations = violations + quotas.record_request(entry.principal, entry.handler_seconds, now)
-        observer.handler_time(entry.principal, entry.handler_seconds)
-        ms = self._throttle_ms(entry.principal, violations)
-        if not ms:
+    def _deliver(self, entry: InFlight, frame: Parts, body_offset: int, now: float) -> None:
+        """Charge the response, then KIP-219 for every version: the response goes now, carrying the
+        request's throttle where the version has the field, and the connection is muted for it."""
+        violations = self.parts.charging.charge_response(entry, now)
+        throttling = self.throttling
+        throttle = throttling.decide(entry, violations) if violations else None
+        if throttle is None:
             self._send_client(frame, now)
             return
-        self._send_client(throttled_parts(self.parts, entry, frame, body_offset, ms, now), now)
-        self._mute_for(ms, now)
+        self._send_client(throttling.throttled_response(entry, frame, body_offset, throttle, now, self.parts.settings),
+                          now)
+        throttling.throttle(throttle, now, self._out)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
         while self.in_flight and self.in_flight[0].local_response is not None:
             entry = self.in_flight.popleft()
             frame = memoryview(entry.local_response)
-            self._deliver(entry, (frame,), response_body_offset(entry.api_key, entry.api_version, frame),
-                          entry.violations, now)
+            self._deliver(entry, (frame,), response_body_offset(entry.api_key, entry.api_version, frame), now)
             if entry.close_after is not None:
                 self._close("authentication_failed", entry.close_after)
                 return
@@ -398,3 +387,4 @@ class Connection:
     def _send_client(self, parts: Parts, now: float) -> None:
         self.last_activity = now
         self._out.append(Send(Side.CLIENT, parts))
+

@@ -124,14 +124,22 @@ class TopicsLookedUp:
 
 @dataclass(frozen=True, slots=True)
 class ShutdownBegun:
-    """Stop reading requests; what is owed still goes out."""
+    """Stop reading requests; what is owed still goes out, then the core closes itself (``shutdown``)."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class IdleCheck:
+    """The process's periodic look: the core closes itself (``idle``) when no whole request was read
+    and no response sent for longer than ``connections_max_idle_ms``, muted or not."""
 
     now: float
 
 
 @dataclass(frozen=True, slots=True)
 class CloseRequested:
-    """The process closes this connection (idle past connections_max_idle_ms, shutdown's deadline)."""
+    """The process closes this connection (shutdown's grace time is over)."""
 
     now: float
     reason: str
@@ -139,7 +147,8 @@ class CloseRequested:
 
 
 Event = (ClientConnected | UpstreamConnected | UpstreamConnectFailed | ClientData | UpstreamData | ClientEof
-         | ClientLost | UpstreamLost | WriteBuffer | TimerFired | TopicsLookedUp | ShutdownBegun | CloseRequested)
+         | ClientLost | UpstreamLost | WriteBuffer | TimerFired | TopicsLookedUp | ShutdownBegun | IdleCheck
+         | CloseRequested)
 
 
 # -- actions ------------------------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 Kafka's broker keeps one `ChannelMuteState`; aiohttp keeps two independent pause flags. kqp has
 several independent reasons to stop reading (see `MuteReason`), and one must never resume what
-another paused: a side is read again only when no reason is left on it. The core owns this state;
-the asyncio edge asks `muted(side)` after each event and pauses or resumes the transport to match.
+another paused: a side is read again only when no reason is left on it. The core owns this state
+(it decides whether requests already read may go on: `blocks_requests`) and says every change of a
+reason as a `Mute` or `Unmute` action; the asyncio edge keeps the reasons per side from those
+actions alone (`kqp.proxy.runtime.flow_control`). `THROTTLED` is set and lifted by the throttling
+room only (`throttling.py`).
 """
 
 from __future__ import annotations

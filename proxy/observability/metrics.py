@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -150,7 +149,10 @@ class PrometheusObserver(ProxyObserver):
             self._clock = clock
 
     def now(self) -> float:
-        return self._clock() if self._clock is not None else time.monotonic()
+        """The clock entities are stamped with: the one given, or the proxy's loop clock once bound."""
+        if self._clock is None:
+            raise RuntimeError("PrometheusObserver has no clock yet: bind() it to the loop, or give it clock=")
+        return self._clock()
 
     # -- entities ------------------------------------------------------------------------------
     def _entity(self, p: Principal) -> _Entity:

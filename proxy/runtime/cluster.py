@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -29,15 +28,16 @@ log = logging.getLogger("kqp.cluster")
 
 
 class UpstreamCluster:
-    def __init__(self, config: UpstreamConfig, max_frame_bytes: int,
+    def __init__(self, config: UpstreamConfig, max_frame_bytes: int, clock: Callable[[], float],
                  on_broker: Callable[[BrokerAddress], None] | None = None,
                  tls: Callable[[str], dict[str, Any]] = no_tls) -> None:
         self.config = config
+        self._clock = clock   # the loop's (loop.time): what readiness compares the last refresh with
         self._tls = tls
         self._max_frame = max_frame_bytes
         self.brokers: dict[int, HostPort] = {}
         self.api_ranges: dict[int, tuple[int, int]] = {}
-        self.last_refresh_ok: float | None = None     # time.monotonic() of the last good refresh
+        self.last_refresh_ok: float | None = None     # clock time of the last good refresh
         self.last_error: str | None = None
         self._on_broker = on_broker
         self._rr = itertools.count()
@@ -96,7 +96,7 @@ class UpstreamCluster:
                 continue
             self.api_ranges = common
             self.learn(brokers)
-            self.last_refresh_ok = time.monotonic()
+            self.last_refresh_ok = self._clock()
             self.last_error = None
             return
         self.last_error = "; ".join(errors) or "no upstream address configured"

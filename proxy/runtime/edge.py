@@ -3,8 +3,10 @@
 `ClientEdge` is the `asyncio.Protocol` of a client socket and owns the upstream socket
 (`UpstreamEdge`). Each callback becomes one event for the sans-io core
 (`kqp.proxy.connection.core.Connection`), stamped with the loop's time; the actions the core returns
-are carried out in order. After each event the transports' reading is set to match the core's mute
-state (uvicorn's idempotent flow control), so pausing is decided in exactly one place.
+are carried out in order. The actions are the truth: `Mute` and `Unmute` go to the side's
+`FlowControl` (`flow_control.py`: uvicorn's idempotent flow control, a side read only while none of
+its reasons is held), which pauses or resumes the transport once the event's actions are done; the
+edge never reads the core's state to decide.
 
 Events that arrive while actions are being carried out (a `write` that crosses the high-water mark
 calls `pause_writing` at once) are queued and handled after, so the core never sees re-entry.
@@ -39,6 +41,7 @@ from kqp.proxy.tls.peers import Refusal, Refused
 from .admission import Admission, Slot, peer_name
 from .cert_reload import no_tls
 from .delay import DelayDriver
+from .flow_control import FlowControl
 from .upstream_client import CLIENT_ID
 from .upstream_sasl import LoginReader, sasl_login
 
@@ -58,7 +61,7 @@ class EdgeWiring:
     connect_timeout: float                                   # seconds
     look_up_topics: Callable[[], Awaitable[None]]
     open_connections: set[ClientEdge]                        # for the idle reaper and shutdown
-    on_progress: Callable[[], None]    # a response went out or a connection closed (shutdown drains on it)
+    on_closed: Callable[[], None]    # a connection closed (shutdown waits for the open set to empty)
     identify: Callable[[bytes | None], str] | None = None    # TLS listeners: peer certificate (DER) -> user
     refused: Callable[[str, str, Refusal], None] | None = None   # (listener, peer, why): counted and logged
     upstream_tls: Callable[[str], dict[str, object]] = no_tls    # upstream host -> create_connection's TLS args
@@ -76,7 +79,7 @@ class ClientEdge(asyncio.Protocol):
         self.core = Connection(wiring.core, listener, node_id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        self._reading = {Side.CLIENT: True, Side.UPSTREAM: True}
+        self._flow = {Side.CLIENT: FlowControl(), Side.UPSTREAM: FlowControl()}
         self._timer: object | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
@@ -85,8 +88,8 @@ class ClientEdge(asyncio.Protocol):
         self._do = {
             ev.ConnectUpstream: self._connect_upstream,
             ev.Send: self._send,
-            ev.Mute: _nothing,     # reading is synced from the core's state after each event
-            ev.Unmute: _nothing,
+            ev.Mute: lambda action: self._flow[action.reason.side].mute(action.reason),
+            ev.Unmute: lambda action: self._flow[action.reason.side].unmute(action.reason),
             ev.SetTimer: self._set_timer,
             ev.LookUpTopics: self._look_up_topics,
             ev.Close: self._close,
@@ -120,19 +123,16 @@ class ClientEdge(asyncio.Protocol):
             self._running = False
 
     def _sync_reading(self) -> None:
-        for side, transport in ((Side.CLIENT, self.client), (Side.UPSTREAM, self.upstream)):
-            want = not self.core.muted(side)
-            if transport is None or self.core.closed or want == self._reading[side]:
-                continue
-            self._reading[side] = want
-            if want:
-                transport.resume_reading()
-            else:
-                transport.pause_reading()
+        """Apply the event's Mute and Unmute actions to the transports (a closing one is left alone)."""
+        if self.core.closed:
+            return
+        for flow in self._flow.values():
+            flow.sync()
 
     # -- client transport callbacks --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio subclasses
+        self._flow[Side.CLIENT].attach(self.client)  # type: ignore[arg-type]
         peer = transport.get_extra_info("peername")
         self.core.peer = peer_name(peer)
         if self.slot is None and self.w.admission is not None:
@@ -213,6 +213,7 @@ class ClientEdge(asyncio.Protocol):
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         self.upstream = transport  # type: ignore[assignment]
+        self._flow[Side.UPSTREAM].attach(transport)  # type: ignore[arg-type]
         self.run(ev.UpstreamConnected(self.now()))
 
     async def _open(self, target: HostPort) -> asyncio.BaseTransport:
@@ -243,8 +244,6 @@ class ClientEdge(asyncio.Protocol):
             transport.write(action.parts[0])
         else:
             transport.writelines(action.parts)
-        if action.side is Side.CLIENT:
-            self.w.on_progress()
 
     def _set_timer(self, action: ev.SetTimer) -> None:
         if self._timer is not None:
@@ -272,7 +271,7 @@ class ClientEdge(asyncio.Protocol):
             if transport is not None:
                 transport.close()
         self.w.open_connections.discard(self)
-        self.w.on_progress()
+        self.w.on_closed()
 
 
 class UpstreamEdge(asyncio.Protocol):
@@ -303,6 +302,3 @@ class UpstreamEdge(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, False))
 
-
-def _nothing(action: object) -> None:
-    pass

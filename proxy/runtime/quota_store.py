@@ -35,7 +35,7 @@ import yaml
 from kqp.config.admin_section import STATE_HEADER, parse_state, state_document
 from kqp.config.errors import ConfigError
 from kqp.config.loader import read_file
-from kqp.proxy.connection.quota_admin import CommitFailed
+from kqp.proxy.policies.quota_admin import CommitFailed
 from kqp.quotas.admin_layer import STATE_FILE, AdminLayer, Change, apply_changes, overlay
 from kqp.quotas.model import QuotaSettings
 

@@ -1,10 +1,16 @@
 """The proxy process: where its parts are built and wired, and its life (start, reload, drain, stop).
 
 `ProxyServer._assemble` is the one place that builds the quota manager (and, when quotas are shared,
-the fleet exchange it reports to), the topic cache and the mutation gate, the observer's bindings,
-the delay driver, the listeners and the upstream cluster, and hands each part only what it uses:
-the connection core gets `CoreParts`, each connection's asyncio edge gets `EdgeWiring`, the HTTP
-endpoint gets a registry and `readiness`.
+the fleet exchange it reports to), the process-wide policies (`kqp.proxy.policies`: the topic cache,
+the mutation gate, the quota admin), the connection core's API handler registry
+(`standard_handlers`) and its charging, the observer's bindings, the delay driver, the listeners
+and the upstream cluster, and hands each part only what it uses: the connection core gets
+`CoreParts`, each connection's asyncio edge gets `EdgeWiring`, the HTTP endpoint gets a registry
+and `readiness`. Running code reads the loop's clock (`loop.time`), handed to it here, never its own.
+
+A connection decides its own end (`kqp.proxy.connection.phases`): the idle reaper only sends each
+one an `IdleCheck`, and on shutdown each drains and closes itself; the server waits for its open
+set to empty, or for `shutdown_grace_ms`, and closes what is left.
 
 Start-up order matters for clients: kqp learns the upstream's brokers and API versions first, binds
 one listener per broker, and only then opens the bootstrap listener, so the first Metadata a client
@@ -25,16 +31,17 @@ from prometheus_client import CollectorRegistry
 
 from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.charging import Charging
+from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.metering import Metering
-from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
-from kqp.proxy.connection.quota_admin import QuotaAdmin
 from kqp.proxy.connection.sasl import SaslPolicy
-from kqp.proxy.connection.topic_metadata import TopicMetadata
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
+from kqp.proxy.policies.mutation_gate import MutationGate
+from kqp.proxy.policies.quota_admin import QuotaAdmin
+from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.proxy.tls.contexts import client_context, server_context, watched_files
 from kqp.proxy.tls.peers import PeerIdentity
 from kqp.quotas.connection_limits import ConnectionLimits
@@ -67,7 +74,8 @@ def forwarding_login(config: ProxyConfig) -> UpstreamSasl | None:
 
 def core_settings(config: ProxyConfig) -> CoreSettings:
     return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle,
-                        max_in_flight=config.limits.max_in_flight_per_connection)
+                        max_in_flight=config.limits.max_in_flight_per_connection,
+                        connections_max_idle_ms=config.connections_max_idle_ms)
 
 
 class ProxyServer:
@@ -85,7 +93,7 @@ class ProxyServer:
         self.connections: set[ClientEdge] = set()
         self.endpoint: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._progress: asyncio.Event | None = None   # set while draining: a connection moved on
+        self._progress: asyncio.Event | None = None   # set while draining: a connection closed
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
         self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
@@ -109,23 +117,25 @@ class ProxyServer:
         self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
                                      lambda name, node_id, slot: ClientEdge(wiring, name, node_id, slot),
                                      reuse_port=self.reuse_port, tls=listener_tls)
-        self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes,
+        self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
                                                  on_broker=lambda b: self.listeners.ensure_broker(b.node_id),
                                                  tls=upstream_tls)
+        charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        admin = None if self.store is None else QuotaAdmin(frozenset(cfg.admin.principals),
+                                                           lambda: self.quotas.settings, self.store.commit)
         self.core = CoreParts(
-            metering=Metering(self.quotas, self.observer), gate=MutationGate(self.quotas, topics),
-            api_ranges=lambda: cluster.api_ranges, learn_brokers=cluster.learn,
-            map_address=self.listeners.map_address, perf=time.perf_counter, settings=core_settings(cfg),
-            sasl=SaslPolicy.from_config(cfg.sasl),
-            admin=None if self.store is None else QuotaAdmin(frozenset(cfg.admin.principals),
-                                                             lambda: self.quotas.settings, self.store.commit),
+            charging=charging,
+            handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
+                                       admin),
+            learn_brokers=cluster.learn, map_address=self.listeners.map_address, perf=time.perf_counter,
+            settings=core_settings(cfg), sasl=sasl,
         )
         lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
                              cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls,
                              sasl=cfg.upstream.sasl)
         wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
                             connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
-                            open_connections=self.connections, on_progress=self._on_progress,
+                            open_connections=self.connections, on_closed=self._on_closed,
                             identify=identify, refused=refused, upstream_tls=upstream_tls,
                             upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes,
                             admission=self.admission)
@@ -180,8 +190,9 @@ class ProxyServer:
 
     # -- state the endpoint reads ----------------------------------------------------------------
     def upstream_health(self) -> UpstreamHealth:
+        assert self.loop is not None
         last = self.cluster.last_refresh_ok
-        age = None if last is None else time.monotonic() - last   # the cluster stamps with time.monotonic
+        age = None if last is None else self.loop.time() - last   # the cluster stamps with the loop's clock
         return UpstreamHealth(age, 3 * self.config.upstream.metadata_refresh_ms / 1000)
 
     def readiness(self) -> tuple[bool, str]:
@@ -241,7 +252,8 @@ class ProxyServer:
                  ",".join(f"{n}={hp}" for n, hp in sorted(self.cluster.brokers.items())))
 
     async def _reap_idle(self) -> None:
-        """Kafka's connections.max.idle.ms, enforced whether or not the connection is muted."""
+        """Kafka's connections.max.idle.ms: every connection is asked to look (`IdleCheck`); each
+        decides for itself, muted or not. Also where idle quota sensors are dropped."""
         assert self.loop is not None
         while not self.stopping.is_set():
             # Read on every pass, at least once a second: a reload may change connections_max_idle_ms.
@@ -252,13 +264,11 @@ class ProxyServer:
             # Kafka drops a quota sensor after an hour unused; so does kqp, metrics endpoint or not.
             self.quotas.expire(now, self.config.metrics.entity_expiry_seconds)
             for edge in list(self.connections):
-                if now - edge.core.last_activity > idle:
-                    edge.run(ev.CloseRequested(now, "idle", f"idle for more than "
-                                                            f"{self.config.connections_max_idle_ms} ms"))
+                edge.run(ev.IdleCheck(now))
 
     def _apply_runtime(self, config: ProxyConfig) -> None:
-        """Settings that apply live besides quotas: fetch_throttle, connections_max_idle_ms and limits
-        (to connections accepted, and requests read, from now on)."""
+        """Settings that apply live besides quotas: fetch_throttle, connections_max_idle_ms (open
+        connections included) and limits (to connections accepted, and requests read, from now on)."""
         self.config = dataclasses.replace(
             self.config, fetch_throttle=config.fetch_throttle, connections_max_idle_ms=config.connections_max_idle_ms,
             quotas=config.quotas, limits=config.limits)
@@ -273,23 +283,24 @@ class ProxyServer:
         assert self.loop is not None
         return self.quotas.update_settings(settings, self.loop.time())
 
-    def _on_progress(self) -> None:
+    def _on_closed(self) -> None:
         if self._progress is not None:
             self._progress.set()
 
     async def shutdown(self) -> None:
-        """Stop accepting, let owed responses drain for `shutdown_grace_ms`, then close everything."""
+        """Stop accepting; each connection drains what it owes and closes itself (`ShutdownBegun`);
+        after `shutdown_grace_ms` whatever is still open is closed."""
         self.stopping.set()
         loop = self.loop
         if loop is None:
             return
         await self.listeners.close()
         self.admission.close()   # sockets held for a creation-rate throttle
+        progress = self._progress = asyncio.Event()
         for edge in list(self.connections):
             edge.run(ev.ShutdownBegun(loop.time()))
         deadline = loop.time() + self.config.shutdown_grace_ms / 1000
-        progress = self._progress = asyncio.Event()
-        while any(not e.core.drained for e in self.connections) and (left := deadline - loop.time()) > 0:
+        while self.connections and (left := deadline - loop.time()) > 0:
             progress.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.wait(), left)

@@ -1,7 +1,7 @@
 """The topic lookup a mutation request may wait for: an all-topics Metadata request to the upstream.
 
 DeleteTopics and CreatePartitions cost the partitions a topic has now (KIP-599); when the topic
-cache (`kqp.proxy.connection.topic_metadata`) does not know a topic, the connection core asks for
+cache (`kqp.proxy.policies.topic_metadata`) does not know a topic, the connection core asks for
 a lookup and waits. The lookup asks for *every* topic: a request naming a topic may make an
 upstream auto-create it (Tansu does), which would turn a DeleteTopics of a missing topic into a
 create. Lookups run one at a time; a connection needing one while another runs awaits the same one.
@@ -17,7 +17,7 @@ from typing import Any
 from kqp.config.model import HostPort, UpstreamSasl
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
-from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.policies.topic_metadata import TopicMetadata
 
 from .cert_reload import no_tls
 from .upstream_client import UpstreamClient

@@ -186,14 +186,18 @@ def test_a_frame_over_the_limit_closes_before_it_is_buffered() -> None:
     assert close.reason == "protocol_error" and "exceeds the maximum of 1024 bytes" in (close.message or "")
 
 
-def test_shutdown_reads_no_new_request_but_delivers_what_is_owed() -> None:
+def test_shutdown_reads_no_new_request_but_delivers_what_is_owed_then_closes() -> None:
     core = connected_core()
     first, second = produce_frame("t", 7, 1, "c"), produce_frame("t", 7, 2, "c")
     play(core, [
         (ev.ClientData(NOW, first), [to_upstream(first)]),
         (ev.ShutdownBegun(NOW), [ev.Mute(MuteReason.CLOSING)]),
         (ev.ClientData(NOW, second), []),
-        (ev.UpstreamData(NOW, produce_response(7, 1)), [to_client(produce_response(7, 1))]),
+        # Nothing is owed any more: the core closes itself; the process only waits for that.
+        (ev.UpstreamData(NOW, produce_response(7, 1)), [to_client(produce_response(7, 1)), ev.Close("shutdown")]),
+        (ev.CloseRequested(NOW, "shutdown"), []),
     ])
-    assert core.drained
-    play(core, [(ev.CloseRequested(NOW, "shutdown"), [ev.Close("shutdown")])])
+
+
+def test_shutdown_with_nothing_owed_closes_at_once() -> None:
+    play(connected_core(), [(ev.ShutdownBegun(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close("shutdown")])])

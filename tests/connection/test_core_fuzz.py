@@ -5,9 +5,13 @@ raises; a `Close` is always the last action and nothing follows it; no close is 
 `internal_error` (the top-level guard turns a bug into that reason, so seeing it means a bug); a
 connection that is muted is read no more (the driver below only delivers client bytes while the
 client side is read, as a transport does), and what the core buffers stays bounded by one frame
-plus one read, and the requests awaiting responses by the in-flight cap. Every bad frame ends its
-own connection only: the soak feeds 100k random frames (`KQP_SOAK_FRAMES` raises it, proxy/README.md
-"Tests"), each to a connection of its own, next to one healthy connection that keeps working.
+plus one read, and the requests awaiting responses by the in-flight cap; a connection is closed
+exactly when it has said `Close` (its phase moves only as its table allows). Throttle mutes are told
+to the observer in pairs: while a throttle mutes the connection exactly one `mute_started` is open
+(so its cause is never missing), none while it does not, and once the connection is closed every
+`mute_started` has had its `mute_ended`. Every bad frame ends its own connection only: the soak
+feeds 100k random frames (`KQP_SOAK_FRAMES` raises it, proxy/README.md "Tests"), each to a connection
+of its own, next to one healthy connection that keeps working; their mutes balance too.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 import random
 import struct
 
-from helpers.playbook import connected_core, produce_frame, produce_response
+from helpers.playbook import Recorder, connected_core, produce_frame, produce_response
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +75,11 @@ def mangled(frame: bytes, rng: random.Random) -> bytes:
     return rng.randbytes(rng.randrange(1, 64))
 
 
+def open_mutes(recorder: Recorder) -> int:
+    """`mute_started` calls not yet balanced by a `mute_ended`."""
+    return sum(1 if kind == "start" else -1 for kind, _, _ in recorder.mutes)
+
+
 def check(core: Connection, actions: list, closed_before: bool) -> None:
     assert isinstance(actions, list)
     if closed_before:
@@ -80,21 +89,24 @@ def check(core: Connection, actions: list, closed_before: bool) -> None:
         assert closes == [len(actions) - 1], f"Close must be the one last action: {actions}"
         assert actions[-1].reason != "internal_error", "the core hit a bug (its guard closed with internal_error)"
         assert core.closed
+    assert core.closed == (closed_before or bool(closes)), "a connection is closed exactly when it said Close"
     assert core.requests.buffered <= MAX_FRAME + 4 + READ
     limit = core.parts.settings.max_in_flight
     assert limit is None or len(core.in_flight) <= limit
     if core.throttled:
-        assert core.muted(Side.CLIENT) and core.muted_until > 0
+        assert core.muted(Side.CLIENT) and core.throttling.muted_until > 0
 
 
 event_kinds = st.sampled_from(["client", "client", "client", "upstream", "timer", "wbuf", "eof", "lookup",
-                               "lost", "shutdown"])
+                               "lost", "shutdown", "idle"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(event_kinds, st.integers(0, 2**32 - 1)), max_size=40))
 def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tuple[str, int]]) -> None:
-    core = connected_core(QUOTAS, max_frame_bytes=MAX_FRAME, limits={"max_in_flight_per_connection": IN_FLIGHT})
+    recorder = Recorder()
+    core = connected_core(QUOTAS, observer=recorder, max_frame_bytes=MAX_FRAME, connections_max_idle_ms=2000,
+                          limits={"max_in_flight_per_connection": IN_FLIGHT})
     now = 100.0
     for kind, seed in steps:
         rng = random.Random(seed)
@@ -110,19 +122,26 @@ def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tup
             data = rng.choice(RESPONSES) if rng.random() < 0.8 else rng.randbytes(rng.randrange(1, 40))
             event = ev.UpstreamData(now, data)
         elif kind == "timer":
-            event = ev.TimerFired(max(now, core.muted_until) if rng.random() < 0.7 else now)
+            event = ev.TimerFired(max(now, core.throttling.muted_until) if rng.random() < 0.7 else now)
         elif kind == "wbuf":
             event = ev.WriteBuffer(now, rng.choice(list(Side)), rng.random() < 0.5)
         elif kind == "eof":
             event = ev.ClientEof(now)
         elif kind == "lookup":
             event = ev.TopicsLookedUp(now)
+        elif kind == "idle":
+            event = ev.IdleCheck(now)
         elif kind == "lost":
             event = ev.UpstreamLost(now, "gone") if rng.random() < 0.5 else ev.ClientLost(now)
         else:
             event = ev.ShutdownBegun(now)
         closed_before = core.closed
         check(core, core.handle(event), closed_before)
+        throttled = core.throttled and not core.closed
+        assert open_mutes(recorder) == (1 if throttled else 0), \
+            f"a throttle mute without its cause, or an unbalanced one: {recorder.mutes}"
+    core.handle(ev.ClientLost(now))
+    assert open_mutes(recorder) == 0, f"every mute_started is ended by the close: {recorder.mutes}"
 
 
 SOAK_FRAMES = int(os.environ.get("KQP_SOAK_FRAMES", "100000"))
@@ -130,8 +149,9 @@ SOAK_FRAMES = int(os.environ.get("KQP_SOAK_FRAMES", "100000"))
 
 def test_a_soak_of_100k_random_frames_ends_only_the_connections_that_sent_them() -> None:
     rng = random.Random(int(os.environ.get("KQP_SOAK_SEED", "20261122")))
-    healthy = connected_core(max_frame_bytes=MAX_FRAME)
-    good = produce_frame("t", 9, 1, "c", records=1)
+    recorder = Recorder()
+    healthy = connected_core(QUOTAS, observer=recorder, max_frame_bytes=MAX_FRAME)
+    good = produce_frame("t", 9, 1, "healthy", records=1)   # a client no quota names
     reasons: dict[str, int] = {}
     for i in range(SOAK_FRAMES):
         core = Connection(healthy.parts, "bootstrap", None)   # the parts a process's connections share
@@ -145,9 +165,13 @@ def test_a_soak_of_100k_random_frames_ends_only_the_connections_that_sent_them()
             check(core, actions, False)
         if core.closed:
             reasons[actions[-1].reason] = reasons.get(actions[-1].reason, 0) + 1
+        else:   # one awaiting a response it will never get: the client goes
+            core.handle(ev.ClientLost(100.0))
         if i % 10_000 == 0:   # the healthy connection next to them is unaffected
             assert healthy.handle(ev.ClientData(100.0, good)) == [ev.Send(Side.UPSTREAM, (good,))]
             assert healthy.handle(ev.UpstreamData(100.0, produce_response(9, 1))) == [
                 ev.Send(Side.CLIENT, (produce_response(9, 1),))]
     assert "internal_error" not in reasons, reasons
+    healthy.handle(ev.ClientLost(100.0))
+    assert open_mutes(recorder) == 0, "every connection's mutes are ended by its close"
     assert reasons.get("protocol_error", 0) > SOAK_FRAMES // 2, reasons

@@ -21,8 +21,9 @@ from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.messages import decode_response, encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
-from kqp.proxy.connection.quota_admin import CommitFailed, QuotaAdmin
+from kqp.proxy.policies.quota_admin import CommitFailed, QuotaAdmin
 from kqp.quotas.admin_layer import AdminLayer, Change, apply_changes, overlay
+from kqp.quotas.manager import QuotaManager
 
 NOW = 100.0
 ENTITIES = [
@@ -38,9 +39,9 @@ ENTITIES = [
 class Store:
     """The runtime store's semantics without the file: commits land in `layer`, or fail when told to."""
 
-    def __init__(self, core: Connection) -> None:
-        self.core, self.layer, self.fail = core, {}, False
-        self.manager = core.parts.metering.quotas
+    def __init__(self, manager: QuotaManager) -> None:
+        self.layer, self.fail = {}, False
+        self.manager = manager
         self.base = self.manager.settings
         self.commits: list[tuple[list[Change], str]] = []
 
@@ -54,12 +55,17 @@ class Store:
 
 def admin_core(principals: tuple[str, ...] = ("User:ANONYMOUS",), quotas: dict[str, Any] | None = None,
                ) -> tuple[Connection, Store]:
-    core = connected_core(quotas if quotas is not None else {"entities": ENTITIES})
-    store = Store(core)
-    core.parts.admin = QuotaAdmin(frozenset(principals), lambda: store.manager.settings, store.commit)
+    stores: list[Store] = []
+
+    def admin(manager: QuotaManager) -> QuotaAdmin:
+        store = Store(manager)
+        stores.append(store)
+        return QuotaAdmin(frozenset(principals), lambda: manager.settings, store.commit)
+
     # An upstream that speaks neither API: kqp still advertises and answers both.
-    core.parts.api_ranges = lambda: {k: r for k, r in kqp_ranges().items() if k not in (48, 49)}
-    return core, store
+    core = connected_core(quotas if quotas is not None else {"entities": ENTITIES}, admin=admin,
+                          api_ranges=lambda: {k: r for k, r in kqp_ranges().items() if k not in (48, 49)})
+    return core, stores[0]
 
 
 _ids = iter(range(1, 1 << 30))

@@ -25,6 +25,7 @@ from helpers.playbook import (
     throttle_of,
     to_client,
     to_upstream,
+    topic_cache,
 )
 from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -62,9 +63,48 @@ def test_over_quota_produce_is_answered_at_once_and_mutes_before_the_next(versio
         (ev.TimerFired(NOW + x), [ev.SetTimer(pytest.approx(NOW + 0.01 + x))]),    # early: wait on
     ])
     assert core.muted(Side.CLIENT)
-    actions = core.handle(ev.TimerFired(core.muted_until))
+    actions = core.handle(ev.TimerFired(core.throttling.muted_until))
     assert actions[:2] == [ev.Unmute(MuteReason.THROTTLED), to_upstream(second)]
     assert actions[2] == ev.Mute(MuteReason.THROTTLED), "the second request is over quota too"
+
+
+def test_a_produce_over_quota_is_a_muted_connection_from_the_request_on() -> None:
+    """The mute that starts when an acks=1 Produce's bytes are read over quota is a throttle mute
+    like any other: the observer hears it start, under its cause, at once (kqp_muted_connections
+    counts the producer while it waits for its response), and end when the timer ends it. The
+    response's throttle extends the same mute and is the one counted: once per request."""
+    recorder = Recorder()
+    core = connected_core(BYTES, observer=recorder)
+    frame = produce_frame("t", 9, 1, "c")
+    x = x_of(frame)
+    play(core, [(ev.ClientData(NOW, frame),
+                 [to_upstream(frame), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))])])
+    assert recorder.mutes == [("start", "c", "producer_byte_rate")] and recorder.throttles == []
+    play(core, [(ev.UpstreamData(NOW + 0.01, produce_response(9, 1)),
+                 [to_client(produce_response(9, 1, throttle_ms=round(x * 1000))),
+                  ev.SetTimer(pytest.approx(NOW + 0.01 + x))])])
+    assert recorder.mutes == [("start", "c", "producer_byte_rate")]
+    assert recorder.throttles == [("c", "producer_byte_rate", round(x * 1000) / 1000)]
+    play(core, [(ev.TimerFired(NOW + 0.01 + x + 0.001), [ev.Unmute(MuteReason.THROTTLED)])])
+    assert recorder.mutes == [("start", "c", "producer_byte_rate"), ("end", "c", "producer_byte_rate")]
+
+
+def test_each_mute_carries_the_cause_of_the_throttle_that_holds_it() -> None:
+    """request_rate 1/s and producer_byte_rate 1000 B/s over 2 windows of 1 s. The 2nd ApiVersions
+    reads as 2 req/s: throttled (2 - 1) / 1 x 1 = 1 s under request_rate. Once that mute is over, a
+    ~30 KB Produce reads as ~30 KB/s: muted again, under producer_byte_rate, not under the
+    request_rate of the throttle before it."""
+    recorder = Recorder()
+    core = connected_core({"window_size_seconds": 1, "window_count": 2,
+                           "entities": [{"client_id": "c", "request_rate": 1, "producer_byte_rate": 1000}]},
+                          observer=recorder)
+    core.handle(ev.ClientData(NOW, api_versions(1) + api_versions(2)))
+    assert core.throttled and recorder.mutes == [("start", "c", "request_rate")]
+    play(core, [(ev.TimerFired(NOW + 1.0), [ev.Unmute(MuteReason.THROTTLED)])])
+    frame = produce_frame("t", 9, 3, "c")
+    assert core.handle(ev.ClientData(NOW + 1.0, frame))[:2] == [to_upstream(frame), ev.Mute(MuteReason.THROTTLED)]
+    assert recorder.mutes == [("start", "c", "request_rate"), ("end", "c", "request_rate"),
+                              ("start", "c", "producer_byte_rate")]
 
 
 def test_acks_zero_over_quota_is_muted_without_a_response() -> None:
@@ -95,17 +135,17 @@ def test_acks_zero_is_exempt_from_request_quotas() -> None:
     assert actions == [to_upstream(f) for f in frames], "60 acks=0 requests must not be muted by request_rate"
 
 
+def api_versions(correlation_id: int) -> bytes:
+    """An ApiVersions v2 request from client c (an empty body): kqp answers it itself."""
+    head = struct.pack(">hhih", ApiKey.ApiVersions, 2, correlation_id, 1) + b"c"
+    return struct.pack(">i", len(head)) + head
+
+
 def test_request_rate_throttles_kqps_own_answer_too() -> None:
     """request_rate 1/s over 2 windows of 1 s: Kafka's Rate measures a fresh sensor over one full
     window, so the 2nd request reads as 2 req/s, throttle (2 - 1) / 1 x 1 = 1 s (capped at a window)."""
-    import struct
     core = connected_core({"window_size_seconds": 1, "window_count": 2,
                            "entities": [{"client_id": "c", "request_rate": 1}]})
-
-    def api_versions(correlation_id: int) -> bytes:
-        head = struct.pack(">hhih", ApiKey.ApiVersions, 2, correlation_id, 1) + b"c"
-        return struct.pack(">i", len(head)) + head
-
     [first] = core.handle(ev.ClientData(NOW, api_versions(1)))
     assert isinstance(first, ev.Send) and not core.throttled
     actions = core.handle(ev.ClientData(NOW, api_versions(2)))
@@ -141,8 +181,24 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
         from kafka.protocol.consumer import FetchResponse
         decoded = FetchResponse.decode(delivered[8:], version=11)
         assert decoded.responses == [] and decoded.session_id == 7
-        [state] = [s for s in core.parts.metering.quotas.snapshot(NOW) if s.quota_type == "consumer_byte_rate"]
+        [state] = [s for s in core.parts.charging.quotas.snapshot(NOW) if s.quota_type == "consumer_byte_rate"]
         assert state.rate == 0, "an emptied fetch is not charged (Kafka's unrecordQuotaSensor)"
+
+
+@pytest.mark.parametrize("version", [11, 12, 16])
+@pytest.mark.parametrize("quota", ["consumer_record_rate", None])
+def test_a_fetch_responses_records_are_counted_once_when_wanted(version: int, quota: str | None) -> None:
+    """Records are counted for a record quota, or for the metrics (`wants_records`): by the core's
+    address walk, which passes every batch anyway, from v16 (NodeEndpoints), else by the handler."""
+    recorder = Recorder(wants_records=quota is None)
+    quotas = {"entities": [{"client_id": "c", quota: 1e9}]} if quota else None
+    core = connected_core(quotas, observer=recorder)
+    core.handle(ev.ClientData(NOW, fetch_request(version, 1, "c")))
+    core.handle(ev.UpstreamData(NOW, fetch_response(version, 1, records=7)))
+    assert recorder.fetched_records == [7]
+    if quota:
+        [state] = core.parts.charging.quotas.snapshot(NOW)
+        assert state.rate > 0, "the record quota was charged"
 
 
 MUTATIONS = {"window_size_seconds": 1, "window_count": 2,
@@ -169,12 +225,12 @@ def test_a_mutation_waits_for_its_topic_lookup_and_nothing_overtakes_it() -> Non
         (ev.ClientData(NOW, grow(3, "g", 8)), []),           # read (muted, but bytes in flight arrive), held
     ])
     assert not core.drained and core.muted(Side.CLIENT)
-    core.parts.gate.topics.learn("g", 2)                     # what the upstream's Metadata said
+    topic_cache(core).learn("g", 2)                     # what the upstream's Metadata said
     play(core, [
         (ev.TopicsLookedUp(NOW), [to_upstream(grow(1, "g", 6)), ev.Unmute(MuteReason.LOOKUP),
                                   to_upstream(metadata(2)), to_upstream(grow(3, "g", 8))]),
     ])
-    [state] = core.parts.metering.quotas.snapshot(NOW)
+    [state] = core.parts.charging.quotas.snapshot(NOW)
     # The cache says g has 2 partitions until the first grow's answer arrives, so the second one
     # is charged 8 - 2 = 6: 10 - 4 - 6 = 0 tokens left.
     assert state.tokens == 0
@@ -203,10 +259,10 @@ def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream()
     which finds it. kqp then answers alone (nothing is admitted): 36 for orders, 89 for fresh,
     throttled 4 s and muted."""
     core = connected_core(MUTATIONS)
-    core.parts.metering.quotas.record_mutations(ADMIN, 30, NOW)     # K = 10 - 30 = -20
+    core.parts.charging.quotas.record_mutations(ADMIN, 30, NOW)     # K = 10 - 30 = -20
     request = create_topics(1, "orders", "fresh")
     play(core, [(ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()])])
-    core.parts.gate.topics.learn("orders", 3)                   # what the lookup found
+    topic_cache(core).learn("orders", 3)                   # what the lookup found
     actions = core.handle(ev.TopicsLookedUp(NOW))
     assert not [a for a in actions if isinstance(a, ev.Send) and a.side is Side.UPSTREAM]
     [answer] = [a for a in actions if isinstance(a, ev.Send)]
@@ -215,7 +271,7 @@ def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream()
     assert decoded.throttle_time_ms == 4000
     assert ev.Mute(MuteReason.THROTTLED) in actions and ev.SetTimer(pytest.approx(NOW + 4)) in actions
     assert actions[-1] == ev.Unmute(MuteReason.LOOKUP)
-    assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == -20, "neither topic spent anything"
+    assert core.parts.charging.quotas.mutation_tokens(ADMIN, NOW) == -20, "neither topic spent anything"
 
 
 def test_a_metadata_request_that_may_auto_create_waits_for_a_lookup_then_charges() -> None:
@@ -241,8 +297,8 @@ def test_a_metadata_request_that_may_auto_create_waits_for_a_lookup_then_charges
     head = struct.pack(">i", 1) + b"\x00"             # Metadata v9: flexible response header
     response = struct.pack(">i", len(head) + len(body)) + head + bytes(body)
     play(core, [(ev.UpstreamData(NOW, response), [to_client(response)])])
-    assert core.parts.metering.quotas.mutation_tokens(ADMIN, NOW) == 6
-    assert core.parts.gate.topics.partitions("auto") == 4
+    assert core.parts.charging.quotas.mutation_tokens(ADMIN, NOW) == 6
+    assert topic_cache(core).partitions("auto") == 4
 
 
 def test_closing_while_a_lookup_runs_ends_the_wait() -> None:

@@ -147,9 +147,6 @@ def test_throttled_is_the_share_of_time_the_client_spent_muted(scene: Scene) -> 
         assert shown[name] == pytest.approx(truth[name], abs=0.08), text
 
 
-@pytest.mark.xfail(strict=True, reason="proxy/connection/core.py mutes a request found over quota on arrival "
-                   "without reporting mute_started when the connection had no throttle before: the first mute "
-                   "of each connection is missing from kqp_muted_seconds_total (see FIDELITY_NOTES.md)")
 def test_muted_seconds_add_up_to_the_throttles_the_clients_were_told(scene: Scene) -> None:
     # The counter behind THROTTLED: the throttle time each client was told, but for the part of a
     # last mute that its connection's close cut short.

@@ -2,7 +2,7 @@
 
 mitmproxy's way (`test/mitmproxy/proxy/tutils.py`): a test states a whole exchange as ordered
 (event, expected actions) steps, and `play` replays it against a real `Connection` built on real
-parts (quota manager, mutation gate, metering) with a fake handler-time clock that never moves, so
+parts (quota manager, mutation gate, charging) with a fake handler-time clock that never moves, so
 handler time is 0 and every number in a test comes from the test's own arithmetic.
 
 Frames are built with kafka-python's message classes (never a hand-written schema).
@@ -11,7 +11,7 @@ Frames are built with kafka-python's message classes (never a hand-written schem
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,19 +24,21 @@ from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
+from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Action, Event, Side
+from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.metering import Metering
-from kqp.proxy.connection.mutation_gate import MutationGate
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
-from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.policies.mutation_gate import MutationGate
+from kqp.proxy.policies.quota_admin import QuotaAdmin
+from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 
 __all__ = ["Recorder", "connected_core", "fetch_request", "fetch_response", "make_core", "play",
-           "produce_frame", "produce_response", "throttle_of", "to_client", "to_upstream"]
+           "produce_frame", "produce_response", "throttle_of", "to_client", "to_upstream", "topic_cache"]
 
 _SIZE = struct.Struct(">i")
 SERVER_NONCE = "kqp-server-nonce"
@@ -50,6 +52,8 @@ class Recorder(ProxyObserver):
     closed: list[str] = field(default_factory=list)
     anomalies: list[str] = field(default_factory=list)
     mutes: list[tuple[str, str, str]] = field(default_factory=list)   # ("start"|"end", client_id, quota)
+    throttles: list[tuple[str, str, float]] = field(default_factory=list)   # (client_id, quota, seconds)
+    fetched_records: list[int] = field(default_factory=list)              # per Fetch response
     requests: list[int] = field(default_factory=list)                 # api keys, as counted
 
     def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
@@ -61,6 +65,12 @@ class Recorder(ProxyObserver):
     def upstream_anomaly(self, kind: str) -> None:
         self.anomalies.append(kind)
 
+    def fetched(self, principal: Principal, nbytes: int, records: int) -> None:
+        self.fetched_records.append(records)
+
+    def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
+        self.throttles.append((principal.client_id, quota_type, seconds))
+
     def mute_started(self, principal: Principal, quota_type: str) -> None:
         self.mutes.append(("start", principal.client_id, quota_type))
 
@@ -68,21 +78,33 @@ class Recorder(ProxyObserver):
         self.mutes.append(("end", principal.client_id, quota_type))
 
 
-def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | None = None, **config: Any) -> Connection:
-    """A `Connection` on real parts, not yet connected. A `sasl` section gets a fixed SCRAM server
-    nonce (`SERVER_NONCE`), so a SCRAM exchange can be stated byte for byte."""
+def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | None = None, *,
+              admin: Callable[[QuotaManager], QuotaAdmin] | None = None,
+              api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges, **config: Any) -> Connection:
+    """A `Connection` on real parts, not yet connected, with kqp's handlers (`standard_handlers`) on
+    them. `admin` builds the quota admin policy from the quota manager (kqp then manages quotas);
+    `api_ranges` is what the upstream speaks. A `sasl` section gets a fixed SCRAM server nonce
+    (`SERVER_NONCE`), so a SCRAM exchange can be stated byte for byte."""
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas or {}, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     learned: list[BrokerAddress] = []
+    charging = Charging(manager, observer or Recorder())
+    sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE)
     parts = CoreParts(
-        metering=Metering(manager, observer or Recorder()), gate=MutationGate(manager, TopicMetadata()),
-        api_ranges=kqp_ranges, learn_brokers=learned.extend,
-        map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
+        charging=charging,
+        handlers=standard_handlers(charging, MutationGate(manager, TopicMetadata()), sasl, api_ranges,
+                                   admin(manager) if admin is not None else None),
+        learn_brokers=learned.extend, map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
         perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle,
-                                                  cfg.limits.max_in_flight_per_connection),
-        sasl=SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE),
+                                                  cfg.limits.max_in_flight_per_connection, cfg.connections_max_idle_ms),
+        sasl=sasl,
     )
     return Connection(parts, "bootstrap", None, "test-client")
+
+
+def topic_cache(core: Connection) -> TopicMetadata:
+    """The topic cache behind a core's mutation gate (what a lookup would fill)."""
+    return core.parts.handlers[ApiKey.CreateTopics].gate.topics
 
 
 def connected_core(quotas: dict[str, Any] | None = None, now: float = 100.0, observer: ProxyObserver | None = None,

@@ -13,8 +13,8 @@ import pytest
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.mutations import TopicMutation
-from kqp.proxy.connection.broker_checks import Refusal, Verdict, verdict
-from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.policies.broker_checks import Refusal, Verdict, verdict
+from kqp.proxy.policies.topic_metadata import TopicMetadata
 
 DEFAULT = 3     # the controller's num.partitions in these cases
 

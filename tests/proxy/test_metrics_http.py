@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import time
 
 import pytest
 
@@ -38,7 +37,7 @@ def get(path: str, *extra: str) -> bytes:
 
 @pytest.fixture
 async def endpoint():
-    observer = PrometheusObserver(process_metrics=False)
+    observer = PrometheusObserver(process_metrics=False, clock=asyncio.get_running_loop().time)
     state = {"ready": (False, "starting: waiting for the upstream")}
     ep = MetricsEndpoint("127.0.0.1", 0, observer.registry, lambda: state["ready"],
                          lambda: prepare_scrape(observer))
@@ -107,7 +106,7 @@ def assembled_server(ready: bool, last_ok: float | None, stopping: bool = False,
 
 
 async def test_readiness_reasons() -> None:
-    now = time.monotonic()
+    now = asyncio.get_running_loop().time()   # the cluster stamps its refreshes with the loop's clock
     ok, why = assembled_server(True, now - 1).readiness()
     assert ok and why.startswith("ready")
     ok, why = assembled_server(False, None, error="127.0.0.1:1: ConnectionRefusedError").readiness()

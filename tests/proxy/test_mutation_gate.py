@@ -29,8 +29,8 @@ from kqp.protocol.apis import ApiKey
 from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.messages import encode_request
 from kqp.protocol.mutations import THROTTLING_QUOTA_EXCEEDED
-from kqp.proxy.connection.mutation_gate import GATED_APIS, MutationGate, MutationPlan
-from kqp.proxy.connection.topic_metadata import TopicMetadata
+from kqp.proxy.policies.mutation_gate import GATED_APIS, MutationGate, MutationPlan
+from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.proxy.runtime.topic_lookup import TopicLookup
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from kqp.config.errors import ConfigError
-from kqp.proxy.connection.quota_admin import CommitFailed
+from kqp.proxy.policies.quota_admin import CommitFailed
 from kqp.proxy.runtime.quota_store import QuotaStore, read_state
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings

@@ -1,12 +1,13 @@
 """KIP-599 at the proxy: CreateTopics, DeleteTopics and CreatePartitions against
 `controller_mutation_rate`, topic by topic, as a Kafka controller enforces it.
 
-The connection core hands every request of these APIs (and every Metadata request, whose answer
-feeds the topic cache and may report auto-created topics) to `MutationGate.plan`, which returns a
-`MutationPlan`: what to forward, the quota violations known now, an optional `rewrite` of the
-upstream's response, kqp's own answer when nothing is forwarded, or that a topic lookup must run
-first. The gate is pure (the lookup's I/O is the runtime's); the core stays the one place that
-decides what is sent and muted.
+The connection core's mutation handler (`kqp.proxy.connection.handlers.mutations`) hands every
+request of these APIs (and every Metadata request, whose answer feeds the topic cache and may report
+auto-created topics) to `MutationGate.plan`, which returns a `MutationPlan`: what to forward, the
+quota violations known now, an optional `rewrite` of the upstream's response, kqp's own answer when
+nothing is forwarded, or that a topic lookup must run first. One gate serves every connection of a
+process (the topic cache is shared). The gate is pure (the lookup's I/O is the runtime's); the core
+stays the one place that decides what is sent and muted.
 
 The rules, Kafka's:
 
@@ -46,7 +47,7 @@ may auto-create is looked up, to know whether it existed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kqp.protocol.apis import ApiKey, message_classes
@@ -59,17 +60,16 @@ from kqp.protocol.mutations import (
     mutation_request,
     split_mutation_request,
 )
+from kqp.protocol.parts import frame_of, with_body
 from kqp.protocol.records import BodyError
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal, QuotaType
 from kqp.quotas.throttle import throttle_ms
 
 from .broker_checks import Verdict, verdict
-from .in_flight import Rewrite
-from .metering import frame_of, with_body
 from .topic_metadata import TopicMetadata, topic_id_of
 
-__all__ = ["GATED_APIS", "MutationGate", "MutationPlan"]
+__all__ = ["GATED_APIS", "MutationGate", "MutationPlan", "Rewrite"]
 
 log = logging.getLogger("kqp.mutations")
 
@@ -83,6 +83,9 @@ DEFAULT_NUM_PARTITIONS = 1
 # (AutoTopicCreationManager).
 AUTO_CREATE_SECONDS = 30.0
 MAX_AUTO_CREATES = 1000     # awaited at once; the oldest give way
+#: Applied to the upstream's whole response frame (with its body offset and the loop time) before
+#: delivery; returns the whole frame to deliver (the same object when nothing changes).
+Rewrite = Callable[[memoryview, int, float], "memoryview | bytes"]
 _RESULTS_FIELD = {ApiKey.CreateTopics: "topics", ApiKey.DeleteTopics: "responses", ApiKey.CreatePartitions: "results"}
 
 

@@ -1,6 +1,7 @@
 """Kafka's quota admin API answered by kqp: DescribeClientQuotas and AlterClientQuotas.
 
-With `admin.manage_quotas` the connection core hands these requests to `QuotaAdmin.answer`, which
+With `admin.manage_quotas` the connection core's client-quotas handler
+(`kqp.proxy.connection.handlers.client_quotas`) hands these requests to `QuotaAdmin.answer`, which
 returns kqp's own whole response frame; it waits its turn in the in-flight FIFO like ApiVersions,
 and is charged to request quotas like any request a broker handles. Without it they go upstream.
 

@@ -1,0 +1,38 @@
+"""ApiVersions, answered by kqp: what the upstream and kqp both speak, and the APIs kqp answers itself.
+
+The answer is the intersection of the upstream's ranges with what kqp serves (`CoreParts`'s
+`api_ranges`, refreshed from the upstream), with the versions of the APIs kqp answers itself laid
+over it (SASL when kqp terminates it, the quota admin API when kqp manages quotas): each such
+policy is an `advertiser`. It waits its turn in the in-flight FIFO like any answer. Before
+authentication it is exempt from request quotas, as the broker's authenticator answers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from kqp.protocol.api_versions import encode_api_versions_response
+
+from ..exchange import Handler, Request
+
+__all__ = ["ApiVersionsHandler"]
+
+Ranges = Mapping[int, tuple[int, int]]
+
+
+class ApiVersionsHandler(Handler):
+    def __init__(self, api_ranges: Callable[[], Ranges], advertisers: Sequence[Callable[[Ranges], Ranges]]) -> None:
+        self.api_ranges = api_ranges
+        self.advertisers = tuple(advertisers)
+
+    def on_request(self, req: Request) -> None:
+        hdr, entry = req.hdr, req.entry
+        # Issue 20 ("client software"): ApiVersions v3+ names the client's software (KIP-511
+        # client_software_name and _version); reading them here and keeping them on `req.auth`,
+        # the connection's identity, is the place to say which clients do not back off.
+        ranges = self.api_ranges()
+        for advertise in self.advertisers:
+            ranges = advertise(ranges)
+        entry.local_response = encode_api_versions_response(hdr.api_version, hdr.correlation_id, ranges)
+        entry.exempt = not req.auth.authenticated
+        return None

@@ -1,0 +1,65 @@
+"""The per-API handler registry: api key -> handler, built once where the server is assembled.
+
+`standard_handlers` is the one wiring of kqp's handlers to the process-wide parts they consult; the
+server calls it in `ProxyServer._assemble` (and the playbook tests with their own parts). Every
+dependency is an argument: no handler finds anything by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from kqp.protocol.apis import API_NAMES, ApiKey
+from kqp.proxy.policies.mutation_gate import GATED_APIS, MutationGate
+from kqp.proxy.policies.quota_admin import ADMIN_APIS, QuotaAdmin
+
+from ..authentication import SASL_APIS
+from ..charging import Charging
+from ..exchange import Handler
+from ..sasl import SaslPolicy
+from .api_versions import ApiVersionsHandler
+from .client_quotas import ClientQuotasHandler
+from .fetch import FetchHandler
+from .mutations import MutationHandler
+from .produce import ProduceHandler
+from .sasl import SaslHandler
+
+__all__ = ["Handlers", "standard_handlers"]
+
+PASS_THROUGH = Handler()   # every API without a handler of its own: the header only, both ways
+
+
+class Handlers(dict[int, Handler]):
+    """api key -> the handler of its family; every other API gets `default`. A dict, filled for every
+    api key kqp knows, so the dispatcher's lookup is one C-level `[]` on every request."""
+
+    def __init__(self, by_api: Mapping[int, Handler], default: Handler = PASS_THROUGH) -> None:
+        super().__init__(dict.fromkeys(API_NAMES, default))
+        self.update(by_api)
+        self.default = default
+
+    def __missing__(self, api_key: int) -> Handler:
+        return self.default
+
+    @property
+    def apis(self) -> frozenset[int]:
+        """The api keys with a handler of their own."""
+        return frozenset(api for api, handler in self.items() if handler is not self.default)
+
+
+def standard_handlers(charging: Charging, gate: MutationGate, sasl: SaslPolicy,
+                      api_ranges: Callable[[], Mapping[int, tuple[int, int]]],
+                      admin: QuotaAdmin | None = None) -> Handlers:
+    """kqp's handlers. `api_ranges` is what kqp and the upstream both speak; `admin` set: kqp answers
+    the quota admin API itself (else those requests go upstream like any other)."""
+    advertisers = [sasl.advertised] if admin is None else [sasl.advertised, admin.advertised]
+    by_api: dict[int, Handler] = {
+        ApiKey.Produce: ProduceHandler(charging),
+        ApiKey.Fetch: FetchHandler(charging),
+        ApiKey.ApiVersions: ApiVersionsHandler(api_ranges, advertisers),
+        **dict.fromkeys(GATED_APIS, MutationHandler(gate)),
+        **dict.fromkeys(SASL_APIS, SaslHandler()),
+    }
+    if admin is not None:
+        by_api.update(dict.fromkeys(ADMIN_APIS, ClientQuotasHandler(admin)))
+    return Handlers(by_api)

@@ -1,0 +1,85 @@
+"""The throttling room alone: one throttle per request, and mutes told to the observer in pairs.
+
+Pure: violations are written by hand, the loop time is a number, the observer a recorder. The
+rules are KafkaApis' (the largest throttle wins, ties name the request quota, Java's Math.round to
+whole milliseconds, 0 ms is no throttle) and ThrottledChannel's (the mute ends when its time is up,
+or with the connection).
+"""
+
+from __future__ import annotations
+
+from helpers.playbook import Recorder
+
+from kqp.proxy.connection.events import Mute, MuteReason, SetTimer, Unmute
+from kqp.proxy.connection.exchange import Handler, InFlight
+from kqp.proxy.connection.mute import MuteState
+from kqp.proxy.connection.throttling import Throttle, Throttling
+from kqp.quotas.manager import Violation
+from kqp.quotas.model import Principal, QuotaKey, QuotaType
+
+NOW = 100.0
+P = Principal("ANONYMOUS", "c")
+KEY = QuotaKey("", "c")
+BYTES, RATE, MUTATION = QuotaType.PRODUCER_BYTE_RATE, QuotaType.REQUEST_RATE, QuotaType.CONTROLLER_MUTATION_RATE
+
+
+def entry() -> InFlight:
+    return InFlight(1, 0, 9, P, NOW, Handler())
+
+
+def room() -> tuple[Throttling, Recorder, MuteState]:
+    recorder, mutes = Recorder(), MuteState()
+    return Throttling(recorder, mutes), recorder, mutes
+
+
+def test_the_largest_throttle_wins_and_ties_name_the_request_quota() -> None:
+    throttling, _, _ = room()
+    # 0.25 s of bytes against 0.75 s of requests: the request quota's 750 ms.
+    assert throttling.decide(entry(), [Violation(BYTES, 0.25, KEY), Violation(RATE, 0.75, KEY)]) == \
+        Throttle(750, 0.75, P, RATE)
+    # A tie: KafkaApis' `bandwidth > request` sends it to the request quota.
+    assert throttling.decide(entry(), [Violation(BYTES, 0.5, KEY), Violation(RATE, 0.5, KEY)]).quota_type is RATE
+
+
+def test_a_throttle_that_rounds_to_0_ms_is_none() -> None:
+    throttling, _, _ = room()
+    assert throttling.decide(entry(), []) is None
+    assert throttling.decide(entry(), [Violation(BYTES, 0.0004, KEY)]) is None     # Math.round(0.4) = 0
+    assert throttling.decide(entry(), [Violation(BYTES, 0.0005, KEY)]).ms == 1      # half up: 1 ms
+
+
+def test_a_throttle_is_counted_once_and_mutes_until_its_time_is_up() -> None:
+    throttling, recorder, mutes = room()
+    out: list = []
+    throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 2.0, KEY)]), NOW, out)
+    assert out == [Mute(MuteReason.THROTTLED), SetTimer(NOW + 2.0)] and MuteReason.THROTTLED in mutes
+    assert recorder.throttles == [("c", BYTES, 2.0)] and recorder.mutes == [("start", "c", BYTES)]
+    out.clear()
+    assert not throttling.timer_fired(NOW + 1.0, out) and out == [SetTimer(NOW + 2.0)]   # early: wait on
+    out.clear()
+    assert throttling.timer_fired(NOW + 2.0, out) and out == [Unmute(MuteReason.THROTTLED)]
+    assert recorder.mutes == [("start", "c", BYTES), ("end", "c", BYTES)] and not throttling.muted
+
+
+def test_a_held_mute_is_counted_with_its_response_not_twice() -> None:
+    throttling, recorder, _ = room()
+    out: list = []
+    throttling.hold(throttling.decide(entry(), [Violation(BYTES, 2.0, KEY)]), NOW, out)   # read over quota
+    assert recorder.mutes == [("start", "c", BYTES)] and recorder.throttles == []
+    # The response, 10 ms later, brings the request's throttle: counted now, the mute runs from now.
+    throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 2.0, KEY)]), NOW + 0.01, out)
+    assert recorder.throttles == [("c", BYTES, 2.0)] and recorder.mutes == [("start", "c", BYTES)]
+    assert out[-1] == SetTimer(NOW + 2.01)
+
+
+def test_a_longer_throttle_of_another_cause_takes_the_mute_over_and_a_shorter_one_does_not() -> None:
+    throttling, recorder, _ = room()
+    out: list = []
+    throttling.throttle(throttling.decide(entry(), [Violation(RATE, 1.0, KEY)]), NOW, out)
+    throttling.throttle(throttling.decide(entry(), [Violation(MUTATION, 0.5, KEY)]), NOW, out)   # ends sooner
+    assert recorder.mutes == [("start", "c", RATE)]
+    throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 3.0, KEY)]), NOW, out)      # holds longer
+    assert recorder.mutes == [("start", "c", RATE), ("end", "c", RATE), ("start", "c", BYTES)]
+    assert throttling.cause == (P, BYTES) and throttling.muted_until == NOW + 3.0
+    throttling.closed()   # the connection closes while muted: the mute ends with it
+    assert recorder.mutes[-1] == ("end", "c", BYTES) and not throttling.muted
