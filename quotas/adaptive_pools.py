@@ -28,9 +28,10 @@ scaled by the instances (adaptive_fleet.py). Every function takes `now`; nothing
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from kqp.quotas.adaptive import AdaptiveBudget, AdaptiveState, BudgetChange, adaptive_floor
+from kqp.quotas.adaptive import AdaptiveBudget, AdaptiveState, BudgetChange, Reason, adaptive_floor
 from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest, FleetBudget, Report
 from kqp.quotas.fleet import FleetLedger
 from kqp.quotas.model import QuotaSettings, QuotaType
@@ -38,7 +39,7 @@ from kqp.quotas.pool_ledger import PoolLedger
 from kqp.quotas.pool_membership import static_keys
 from kqp.quotas.upstream_signals import SignalCollector, WindowSignals
 
-__all__ = ["UNIT", "AdaptivePool", "fleet_failed", "fleet_merge", "fleet_request"]
+__all__ = ["UNIT", "AdaptivePool", "AdaptiveView", "fleet_failed", "fleet_merge", "fleet_request"]
 
 #: The unit a pool's quota type counts, as an index into the (bytes, records, batches, requests) the
 #: proxy reports for each answered request.
@@ -46,6 +47,14 @@ UNIT = {QuotaType.PRODUCER_BYTE_RATE: 0, QuotaType.CONSUMER_BYTE_RATE: 0, QuotaT
         QuotaType.CONSUMER_RECORD_RATE: 1, QuotaType.PRODUCER_BATCH_RATE: 2, QuotaType.CONSUMER_BATCH_RATE: 2,
         QuotaType.REQUEST_RATE: 3}
 CATCH_UP = 60   # idle windows closed at most at once: 0.95^60 = 5% of the budget is left by idle decay
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveView:
+    """What metrics show of an adaptive pool: the law's state and its changes so far, by reason."""
+
+    state: AdaptiveState
+    changes: Mapping[str, int]
 
 
 def bounds(ledger: PoolLedger, settings: QuotaSettings) -> tuple[float, float, float]:
@@ -61,7 +70,7 @@ def bounds(ledger: PoolLedger, settings: QuotaSettings) -> tuple[float, float, f
 class AdaptivePool:
     """One adaptive (pool, quota type): see the module docstring."""
 
-    __slots__ = ("collector", "fleet", "law", "ledger", "name", "unit", "window")
+    __slots__ = ("_seen", "collector", "counts", "fleet", "law", "ledger", "name", "unit", "window")
 
     def __init__(self, ledger: PoolLedger, settings: QuotaSettings, now: float) -> None:
         self.ledger = ledger
@@ -69,6 +78,8 @@ class AdaptivePool:
         self.unit = UNIT[ledger.quota_type]
         self.collector = SignalCollector()
         self.law = AdaptiveBudget(*bounds(ledger, settings), now=self._time(now))
+        self.counts: dict[str, int] = dict.fromkeys(Reason, 0)   # changes of budget by reason: a counter
+        self._seen: BudgetChange | None = None      # the last change counted
         self.window = ledger.index(now)   # the first window not closed yet
         fleet = ledger.fleet
         self.fleet: FleetBudget | None = None
@@ -92,10 +103,14 @@ class AdaptivePool:
         self.ledger.on_window = self.close
 
     # -- what the proxy reports ------------------------------------------------------------------
-    def observe(self, broker: int, latency: float | None, units: tuple[float, float, float, float],
+    def observe(self, now: float, broker: int, latency: float | None, units: tuple[float, float, float, float],
                 upstream_throttle_ms: int) -> None:
-        """An answered request of a member: its latency (None: not the broker's, e.g. a Fetch that
-        may have waited), its (bytes, records, batches, requests), the upstream's throttle on it."""
+        """A member's request answered at `now`: its latency (None: not the broker's, e.g. a Fetch that
+        may have waited), its (bytes, records, batches, requests), the upstream's throttle on it. An
+        answer that is the first event of a window closes the window before (it belongs to this one)."""
+        ledger = self.ledger
+        if ledger.index(now) > ledger.window:
+            ledger.reallocate(now)
         self.collector.response(broker, latency, units[self.unit], upstream_throttle_ms)
 
     def timeouts(self, count: int) -> None:
@@ -123,11 +138,11 @@ class AdaptivePool:
         gap = last - first + 1
         if self.fleet is None and gap > 1 and not self.collector.empty:
             self.law.update((last + 1) * seconds, self.collector.take(gap * seconds), demand)
-            return self.law.budget
+            return self.counted()
         for idle in range(max(first, last - CATCH_UP), last):
             self._close_one(idle, WindowSignals(seconds), demand)
         self._close_one(last, self.collector.take(seconds), demand)
-        return self.law.budget
+        return self.counted()
 
     def _close_one(self, window: int, signals: WindowSignals, demand: float) -> None:
         fleet = self.ledger.fleet
@@ -139,8 +154,18 @@ class AdaptivePool:
         self.fleet.close_window(window, Report(signals, demand / max(1, n)))
 
     # -- what is shown -----------------------------------------------------------------------------
-    def state(self) -> AdaptiveState:
-        return self.law.state()
+    def counted(self) -> float:
+        """Count the law's changes since the last call, by reason; returns the budget."""
+        changes, seen = self.law.changes, self._seen
+        for change in reversed(changes):
+            if change is seen:
+                break
+            self.counts[change.reason] = self.counts.get(change.reason, 0) + 1
+        self._seen = changes[-1] if changes else None
+        return self.law.budget
+
+    def view(self) -> AdaptiveView:
+        return AdaptiveView(self.law.state(), dict(self.counts))
 
     def changes(self, now: float) -> list[BudgetChange]:
         """The law's recent changes of budget, dated on the loop's clock (the caller's `now`)."""
@@ -182,7 +207,7 @@ def fleet_merge(pools: Iterable[AdaptivePool], request: AdaptiveRequest, reply: 
         pool = by_name.get(sent.name)
         if pool is not None and pool.fleet is not None:
             pool.fleet.merge(view, reply.now, instances)
-            pool.ledger.set_budget(pool.law.budget, now)
+            pool.ledger.set_budget(pool.counted(), now)
 
 
 def fleet_failed(pools: Iterable[AdaptivePool]) -> None:

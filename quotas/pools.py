@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kqp.quotas.adaptive import BudgetChange
-from kqp.quotas.adaptive_pools import AdaptivePool
+from kqp.quotas.adaptive_pools import AdaptivePool, AdaptiveView
 from kqp.quotas.fleet import FleetLedger
 from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
 from kqp.quotas.pool_ledger import Member, PoolLedger
@@ -64,6 +64,7 @@ class PoolState:
     lent: float           # what members using less than their fair share lend the others
     topics: tuple[str, ...]
     members: tuple[MemberState, ...]
+    adaptive: AdaptiveView | None = None   # an adaptive pool's law: target, latency, changes
 
 
 class PoolBook:
@@ -107,6 +108,10 @@ class PoolBook:
         #: (Produce, Fetch): whether an adaptive pool may watch a principal's answered requests of the kind.
         self.watch_kinds = tuple(any(a.ledger.quota_type in {t for t, _ in types} | {QuotaType.REQUEST_RATE}
                                      for a in self.adaptive.values()) for types in KIND_TYPES[:2])
+        #: (Produce, Fetch): whether the proxy must look further into the kind at all, for a topic pool
+        #: of its byte rate or an adaptive pool watching it (else it reads headers and sizes only).
+        self.reads = (QuotaType.PRODUCER_BYTE_RATE in self.topic_types or self.watch_kinds[0],
+                      QuotaType.CONSUMER_BYTE_RATE in self.topic_types or self.watch_kinds[1])
         self._watch: dict[Principal, tuple[tuple[AdaptivePool, ...], tuple[AdaptivePool, ...]]] = {}
         self._entries: dict[Principal, tuple[tuple[Entry, ...], ...]] = {}
         self._topic_members: dict[Principal, dict[PoolLedger, Membership]] = {}
@@ -283,9 +288,10 @@ class PoolBook:
             members = tuple(MemberState(
                 key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
                 m.fair, m.borrowed) for key, m in ledger.members.items() if m.fair > 0)   # the active ones
+            adaptive = self.adaptive.get((ledger.pool.name, ledger.quota_type))
             out.append(PoolState(ledger.pool.name, ledger.quota_type, ledger.budget, ledger.ceiling,
                                  sum(m.usage for m in members) + ledger.unseen, ledger.lent, ledger.pool.topics,
-                                 members))
+                                 members, None if adaptive is None else adaptive.view()))
         return out
 
 

@@ -162,6 +162,7 @@ class Connection:
     def _upstream_lost(self, e: ev.UpstreamLost) -> None:
         detail = f": {e.message}" if e.message else ""
         if self.in_flight:
+            self.parts.charging.upstream_lost(self.in_flight)
             head = self.in_flight[0]
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
         self._close("upstream_closed", f"upstream connection closed{detail}")
@@ -263,7 +264,7 @@ class Connection:
         handler = p.handlers[hdr.api_key]
         entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
         try:
-            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up))
+            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up, self.node_id))
         except Refused as refused:
             self._close(refused.reason, refused.message)
             return

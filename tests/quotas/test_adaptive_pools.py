@@ -53,9 +53,10 @@ def produce(m: QuotaManager, p: Principal, nbytes: float, now: float) -> float:
     return combine(m.record_produce(p, int(nbytes), 1, 1, now))[0]
 
 
-def answered(pool: AdaptivePool, latency: float, nbytes: float, count: int = 5, broker: int = 1) -> None:
+def answered(pool: AdaptivePool, latency: float, nbytes: float, count: int = 5, broker: int = 1,
+             at: float = 0.1) -> None:
     for _ in range(count):
-        pool.observe(broker, latency, (nbytes / count, 1, 1, 1), 0)
+        pool.observe(at, broker, latency, (nbytes / count, 1, 1, 1), 0)
 
 
 def test_a_new_adaptive_pool_divides_its_floor_and_its_members_use_a_token_bucket() -> None:
@@ -197,7 +198,7 @@ def test_a_fetch_watched_but_not_latency_still_counts_its_delivery() -> None:
     [pool] = m.pools.adaptive.values()
     m.record_fetch(A1, 1000, 1, 1, 0.05)
     for _ in range(5):
-        pool.observe(1, None, (20_000, 1, 1, 1), 0)   # waited on max_wait_ms: no latency sample
+        pool.observe(0.1, 1, None, (20_000, 1, 1, 1), 0)   # waited on max_wait_ms: no latency sample
     m.record_fetch(A1, 1000, 1, 1, 0.25)
     assert pool.law.latency is None and pool.law.delivered == pytest.approx(100_000 / W)
     assert not math.isnan(m.pools.ledgers[("ingest", QuotaType.CONSUMER_BYTE_RATE)].budget)
