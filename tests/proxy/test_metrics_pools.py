@@ -77,3 +77,30 @@ def test_member_series_go_with_the_members() -> None:
     obs.expire()                        # and expired with the entities
     assert m.pools.member_count == 0
     assert value(obs, "kqp_pool_budget", POOL) == B   # the pool itself stays
+
+
+def test_adaptive_pool_series() -> None:
+    """An adaptive pool of 10 MB/s, target 100 ms: it starts at its floor (1%: 100 kB/s). Five answers
+    at 20 ms carrying 40 kB in window 0 (D = 200 kB/s), then window 1's first charge closes window 0:
+    slow start to min(2 x 100k, 2 x 200k) = 200 kB/s, one change of reason slow_start."""
+    clock = Clock()
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "pools": [
+        {"name": "ingest", "producer_byte_rate": 10_000_000, "members": [{"client_id_prefix": "job-"}],
+         "adaptive": {"target_latency_ms": 100}}]}), 0.0)
+    obs = PrometheusObserver(entity_expiry_seconds=30, clock=clock, process_metrics=False)
+    obs.bind(clock, m)
+    assert value(obs, "kqp_pool_budget", POOL) == 100_000
+    assert value(obs, "kqp_pool_adaptive_target_seconds", POOL) == 0.1
+    assert value(obs, "kqp_pool_adaptive_floor", POOL) == 100_000
+    assert math.isnan(value(obs, "kqp_pool_adaptive_latency_seconds", POOL))   # nothing answered yet
+    assert value(obs, "kqp_pool_adaptive_changes_total", {**POOL, "reason": "slow_start"}) == 0
+    m.record_produce(Principal("ANONYMOUS", "job-a-1"), 1000, 1, 1, 0.05)
+    [pool] = m.pools.adaptive.values()
+    for _ in range(5):
+        pool.observe(0.1, 1, 0.020, (8000, 1, 1, 1), 0)
+    clock.t = 0.21
+    m.record_produce(Principal("ANONYMOUS", "job-a-1"), 1000, 1, 1, clock.t)
+    assert value(obs, "kqp_pool_budget", POOL) == 200_000
+    assert value(obs, "kqp_pool_adaptive_latency_seconds", POOL) == pytest.approx(0.020, rel=0.1)
+    assert value(obs, "kqp_pool_adaptive_delivered", POOL) == pytest.approx(200_000)
+    assert value(obs, "kqp_pool_adaptive_changes_total", {**POOL, "reason": "slow_start"}) == 1
