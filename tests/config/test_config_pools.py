@@ -175,3 +175,9 @@ def test_an_adaptive_pool_refuses_a_sampled_rate_written_out() -> None:
     for data in ({"pools": [adaptive]}, {"algorithm": "token_bucket", "pools": [adaptive]}):
         settings = quota_settings_from(data)
         assert quota_settings_from(quota_document(settings)) == settings
+
+
+def test_a_topic_pool_cannot_be_adaptive() -> None:
+    topic_pool = {"name": "t", "producer_byte_rate": 100, "topics": ["events"], "adaptive": {"target_latency_ms": 100}}
+    with pytest.raises(ConfigError, match=r"quotas.pools\[0\].adaptive: applies to a pool of members"):
+        quota_settings_from({"pools": [topic_pool]})
