@@ -17,7 +17,8 @@ its own on the forwarding loop: a timer could fire between two windows' charges 
 agree with the ledger on window boundaries anyway. Windows in which no member charged anything
 (the pool was idle) are closed at the next charge as idle windows, at most `CATCH_UP` of them. A
 broker that answers nothing stops the clients sending (their in-flight limit), and so the charges;
-its answers' latency, or its timeouts and disconnects, reach the law when they come.
+the members' oldest unanswered Produce is then the window's latency (the law's stall signal),
+and its answers' latency, timeouts and disconnects reach the law when they come.
 
 In a fleet (cluster scope, or `--workers`) a `FleetBudget` is the law's replica: each closed window
 becomes a report; the fleet exchange (`fleet_exchange`) sends the reports, adopts the fleet's state
@@ -47,6 +48,7 @@ UNIT = {QuotaType.PRODUCER_BYTE_RATE: 0, QuotaType.CONSUMER_BYTE_RATE: 0, QuotaT
         QuotaType.CONSUMER_RECORD_RATE: 1, QuotaType.PRODUCER_BATCH_RATE: 2, QuotaType.CONSUMER_BATCH_RATE: 2,
         QuotaType.REQUEST_RATE: 3}
 CATCH_UP = 60   # idle windows closed at most at once: 0.95^60 = 5% of the budget is left by idle decay
+PENDING_MAX = 60.0   # s: a send not heard of for this long is dropped (its answer was lost to kqp's view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +72,16 @@ def bounds(ledger: PoolLedger, settings: QuotaSettings) -> tuple[float, float, f
 class AdaptivePool:
     """One adaptive (pool, quota type): see the module docstring."""
 
-    __slots__ = ("_seen", "collector", "counts", "fleet", "law", "ledger", "name", "unit", "window")
+    __slots__ = ("_seen", "collector", "counts", "fleet", "law", "ledger", "name", "pending", "unit", "window")
 
     def __init__(self, ledger: PoolLedger, settings: QuotaSettings, now: float) -> None:
         self.ledger = ledger
         self.name = f"{ledger.pool.name}:{ledger.quota_type}"
         self.unit = UNIT[ledger.quota_type]
         self.collector = SignalCollector()
+        #: The members' Produce requests forwarded and not answered yet: a token -> when it was sent, the
+        #: oldest first (for the stall signal: a broker that answers nothing is as slow as its oldest wait).
+        self.pending: dict[object, float] = {}
         self.law = AdaptiveBudget(*bounds(ledger, settings), now=self._time(now))
         self.counts: dict[str, int] = dict.fromkeys(Reason, 0)   # changes of budget by reason: a counter
         self._seen: BudgetChange | None = None      # the last change counted
@@ -113,6 +118,24 @@ class AdaptivePool:
             ledger.reallocate(now)
         self.collector.response(broker, latency, units[self.unit], upstream_throttle_ms)
 
+    def sent(self, token: object, at: float) -> None:
+        """A member's Produce forwarded at `at` (`token` names it until `answered`)."""
+        self.pending[token] = at
+
+    def answered(self, token: object) -> None:
+        """That Produce was answered, or will never be (its connection closed)."""
+        self.pending.pop(token, None)
+
+    def _stalled(self, now: float) -> float:
+        """The oldest unanswered Produce's age (0: none); sends older than `PENDING_MAX` are forgotten."""
+        pending = self.pending
+        while pending:
+            token, at = next(iter(pending.items()))
+            if now - at <= PENDING_MAX:
+                return max(0.0, now - at)
+            del pending[token]
+        return 0.0
+
     def timeouts(self, count: int) -> None:
         for _ in range(count):
             self.collector.timeout()
@@ -137,11 +160,11 @@ class AdaptivePool:
         seconds = self.ledger.settings.window_size_seconds
         gap = last - first + 1
         if self.fleet is None and gap > 1 and not self.collector.empty:
-            self.law.update((last + 1) * seconds, self.collector.take(gap * seconds), demand)
+            self.law.update((last + 1) * seconds, self.collector.take(gap * seconds, self._stalled(now)), demand)
             return self.counted()
         for idle in range(max(first, last - CATCH_UP), last):
             self._close_one(idle, WindowSignals(seconds), demand)
-        self._close_one(last, self.collector.take(seconds), demand)
+        self._close_one(last, self.collector.take(seconds, self._stalled(now)), demand)
         return self.counted()
 
     def _close_one(self, window: int, signals: WindowSignals, demand: float) -> None:

@@ -274,6 +274,10 @@ class PoolBook:
         self.ledgers[(pool, quota_type)].set_budget(budget, now)
 
     def expire(self, now: float, idle_seconds: float) -> int:
+        """Drop idle members; and the process's periodic upkeep (every second at most) closes adaptive
+        pools' windows that no charge or answer closed: a broker answering nothing stalls the charges."""
+        for pool in self.adaptive.values():
+            pool.ledger.reallocate(now)
         return sum(ledger.expire(now, idle_seconds) for ledger in self.ledgers.values())
 
     @property

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal, QuotaType
 
@@ -111,11 +112,17 @@ class Charging:
             if fetched.topics is not None:
                 self.quotas.record_topic_bytes(entry.principal, FETCHED, fetched.topics, now, refund=True)
 
-    def upstream_lost(self, in_flight: Iterable[InFlight]) -> None:
-        """The upstream connection went away with these requests unanswered: each adaptive pool
-        watching one of them hears of one disconnect (issue 22)."""
-        for pool in {pool: None for entry in in_flight for pool in entry.handler.watching}:
-            pool.disconnect()
+    def unanswered(self, in_flight: Iterable[InFlight], upstream_lost: bool) -> None:
+        """The connection closed with these requests unanswered: the adaptive pools watching them stop
+        waiting for them, and each hears of one disconnect if the upstream went away (issue 22)."""
+        watching: dict[AdaptivePool, None] = {}
+        for entry in in_flight:
+            for pool in entry.handler.watching:
+                pool.answered(entry)
+                watching[pool] = None
+        if upstream_lost:
+            for pool in watching:
+                pool.disconnect()
 
 
 def net_of_elapsed(violations: list[Violation], elapsed: float) -> list[Violation]:

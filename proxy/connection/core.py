@@ -162,7 +162,6 @@ class Connection:
     def _upstream_lost(self, e: ev.UpstreamLost) -> None:
         detail = f": {e.message}" if e.message else ""
         if self.in_flight:
-            self.parts.charging.upstream_lost(self.in_flight)
             head = self.in_flight[0]
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
         self._close("upstream_closed", f"upstream connection closed{detail}")
@@ -202,6 +201,8 @@ class Connection:
             return
         self._move(Move.CLOSE)
         self.throttling.closed()
+        if self.in_flight:   # adaptive pools stop waiting for these (issue 22)
+            self.parts.charging.unanswered(self.in_flight, reason == "upstream_closed")
         self._out.append(Close(reason, message))
         self.parts.charging.observer.connection_closed(self.listener, reason)
 

@@ -84,9 +84,10 @@ class TopicUsage(Usage):
         self.topics, self.reading = topics, reading
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class InFlight:
-    """A request kqp has read, from its header to its response: what the core and its handler keep."""
+    """A request kqp has read, from its header to its response: what the core and its handler keep.
+    Compared and hashed by identity: adaptive pools key their unanswered Produce requests by it."""
 
     correlation_id: int
     api_key: int

@@ -226,3 +226,19 @@ def test_metadata_answers_teach_the_topic_cache_ids_while_a_topic_pool_exists() 
     head = struct.pack(">i", 1) + b"\x00"
     core.handle(ev.UpstreamData(NOW + 0.01, struct.pack(">i", len(head) + len(body)) + head + bytes(body)))
     assert topic_cache(core).name(EVENTS_ID) == "events"
+
+
+def test_a_members_produce_is_pending_until_answered_or_its_connection_closes() -> None:
+    """The pool's stall signal (adaptive_pools.py) reads the oldest unanswered Produce: an answer, a
+    client gone or an upstream lost each end the wait; only the upstream lost is a disconnect."""
+    pool = pool_of(core := watched_core(), QuotaType.PRODUCER_BYTE_RATE)
+    core.handle(ev.ClientData(NOW, produce(1, "job-a-1", {"t": 1})[0]))
+    assert list(pool.pending.values()) == [NOW]
+    core.handle(ev.UpstreamData(NOW + 0.05, produce_answer(1)))
+    assert pool.pending == {}
+    for lost, disconnects in ((ev.ClientLost(NOW + 0.2), 0), (ev.UpstreamLost(NOW + 0.2, "reset"), 1)):
+        pool = pool_of(core := watched_core(), QuotaType.PRODUCER_BYTE_RATE)
+        core.handle(ev.ClientData(NOW + 0.1, produce(2, "job-a-1", {"t": 1})[0]))
+        assert len(pool.pending) == 1
+        core.handle(lost)
+        assert pool.pending == {} and taken(pool).disconnects == disconnects

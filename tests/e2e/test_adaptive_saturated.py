@@ -16,12 +16,14 @@ kqp_pool_adaptive_delivered, kqp_pool_adaptive_changes_total), scraped every win
 from what the relay let through to the broker; the bystander's delivery latency from its own
 delivery reports. The figures asserted are the issue's. The pool in cluster scope, through two kqp
 instances sharing a real Redis, one job on each, must run one law for the fleet
-(`test_two_instances_run_one_law_for_the_fleet`).
+(`test_two_instances_run_one_law_for_the_fleet`). KQP_ADAPTIVE_RUN_PNG=file draws the first run
+(helpers/adaptive_plot.py: the picture in deploy/images/adaptive-run.png).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
 import statistics
 import threading
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.adaptive_plot import draw_run
 from helpers.names import unique_topic
 from helpers.observability import metrics_url, sample, scrape
 from helpers.quota_clients import ProduceRun, confluent_flood
@@ -105,6 +108,7 @@ class Outcome:
     jobs: dict[str, ProduceRun] = field(default_factory=dict)
     rate: Callable[[float, float, str], float] = lambda a, b, prefix: 0.0   # job bytes/s the broker took
     rows: list[Row] = field(default_factory=list)
+    samples: list[tuple[float, float]] = field(default_factory=list)   # the bystander's (at, latency)
 
     def table(self, start: float = 0.0, end: float = math.inf) -> str:
         lines = ["\n    t  budget kB/s  latency ms  delivered kB/s  why"]
@@ -163,6 +167,7 @@ def run_pool(relay: SaturatedUpstream, kqp: Any, *, adaptive: bool) -> Outcome:
         return taken / (b - a)
 
     out.rate, out.rows = rate, trace.rows
+    out.samples = [(at - started, latency) for at, latency in probe.samples]
     assert process.stop(signal.SIGTERM) == 0
     return out
 
@@ -190,6 +195,10 @@ def test_an_adaptive_pool_protects_the_bystander_and_follows_the_broker(relay: S
     trace = adaptive.table()
     print(trace)
     print(summary(adaptive, static))
+    if picture := os.environ.get("KQP_ADAPTIVE_RUN_PNG"):   # the README's figure, from this run
+        draw_run(Path(picture), adaptive.rows, [(0.0, C), (RISE, 2 * C)], 0.1,
+                 {"bystander, static pool": static.samples, "bystander, adaptive pool": adaptive.samples},
+                 "Adaptive pool (ceiling 10 MB/s, target 100 ms) on a saturated Tansu, kqp run")
     # The bystander: p99 delivery latency at most 0.5 s, and at most a quarter of the static run's.
     mine, theirs = p99(adaptive.bystander), p99(static.bystander)
     assert theirs > 2.0, f"static p99 {theirs:.2f} s: the broker was not saturated"

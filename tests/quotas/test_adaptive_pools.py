@@ -202,3 +202,30 @@ def test_a_fetch_watched_but_not_latency_still_counts_its_delivery() -> None:
     m.record_fetch(A1, 1000, 1, 1, 0.25)
     assert pool.law.latency is None and pool.law.delivered == pytest.approx(100_000 / W)
     assert not math.isnan(m.pools.ledgers[("ingest", QuotaType.CONSUMER_BYTE_RATE)].budget)
+
+
+def test_a_broker_answering_nothing_is_as_slow_as_the_oldest_unanswered_produce() -> None:
+    """No answer and no charge after a Produce forwarded at 0.05: the process's upkeep (`expire`, once
+    a second at most) closes window 0 at 0.25 with the send's age, 0.2 s, as the window's latency."""
+    m = manager()
+    pool = adaptive(m)
+    pool.law.budget = ledger(m).budget = 500_000.0
+    produce(m, A1, 1000, 0.05)
+    pool.sent("r1", 0.05)
+    m.expire(0.25, 3600.0)
+    # Nothing delivered, so the cut is anchored on B: min(B, B (1 + τ/L) / 2) = 500k x (1 + 0.1/0.2) / 2
+    # = 375 kB/s, dated at the window's end.
+    assert pool.window == 1 and pool.law.reason is Reason.STALLED
+    assert ledger(m).budget == pytest.approx(375_000)
+    pool.answered("r1")                 # answered (or its connection closed): no longer a stall
+    m.expire(0.45, 3600.0)
+    assert pool.law.reason is not Reason.STALLED and pool.pending == {}
+
+
+def test_a_send_unanswered_for_pending_max_is_forgotten() -> None:
+    m = manager()
+    pool = adaptive(m)
+    pool.sent("lost", 0.05)
+    pool.sent("recent", 61.0)
+    produce(m, A1, 1000, 61.05)         # closes windows 0..304: `lost` is 61 s old, over PENDING_MAX = 60 s
+    assert list(pool.pending) == ["recent"]

@@ -72,6 +72,8 @@ class ProduceHandler(Handler):
             usage = TopicUsage(usage, sizes, reading)
         if acks != 0 and (watching := pools.watching(principal, PRODUCE)):
             entry.handler = self.watchers.get(watching, req.node)
+            for pool in watching:
+                pool.sent(entry, entry.sent_at)
         return usage
 
 
@@ -84,6 +86,8 @@ class WatchedProduce(Handler):
     def on_response(self, entry: InFlight, frame: Parts, body_offset: int, now: float,
                     auth: Authentication) -> Parts:
         signals = produce_response_signals(entry.api_version, frame, body_offset)
+        for pool in self.watching:
+            pool.answered(entry)
         report(self.watching, now, self.node, now - entry.sent_at, entry.produced, signals.throttle_ms,
                signals.timeouts)
         return frame
