@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
 from helpers.quota_frames import produce_frame, record_batch
 from kqp.config.loader import parse_config
+from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
@@ -37,8 +39,8 @@ from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 
 __all__ = ["Recorder", "connected", "connected_core", "connecting", "fetch_request", "fetch_response",
-           "kqp_listener", "make_core", "play", "produce_frame", "produce_response", "throttle_of", "to_client",
-           "to_upstream", "topic_cache"]
+           "kqp_listener", "make_core", "metadata_response", "play", "produce_frame", "produce_response",
+           "throttle_of", "to_client", "to_upstream", "topic_cache"]
 
 _SIZE = struct.Struct(">i")
 SERVER_NONCE = "kqp-server-nonce"
@@ -178,6 +180,14 @@ def fetch_response(version: int, correlation_id: int, records: int, session_id: 
                          responses=[FetchResponse.FetchableTopicResponse(topic="t", partitions=[part])]
                          ).encode(version=version)
     return _framed(correlation_id, bytes(body), flexible_header=version >= 12)
+
+
+def metadata_response(correlation_id: int, *brokers: BrokerAddress, version: int = 9) -> bytes:
+    """A Metadata response (v9+: flexible header) naming `brokers` and no topic."""
+    body = MetadataResponse(version=version, throttle_time_ms=0, brokers=[
+        MetadataResponse.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=None)
+        for b in brokers], cluster_id=None, controller_id=1, topics=[]).encode(version=version)
+    return _framed(correlation_id, bytes(body), flexible_header=version >= 9)
 
 
 def throttle_of(frame: bytes, api_key: int, version: int) -> int:
