@@ -72,7 +72,7 @@ class Establishing:
         self._mute(MuteReason.CONNECTING)
         self._out.append(ev.ConnectUpstream(self.node_id))
         self._await_upstream(e.now)
-        self._on_event[ev.TimerFired] = self._setup_timer
+        self._on_event[ev.TimerFired] = self._deadline_timer
 
     def _await_upstream(self, now: float) -> None:
         self._deadline = now + self.parts.settings.connect_timeout_ms / 1000
@@ -94,7 +94,7 @@ class Establishing:
     def _upstream_connect_failed(self, e: ev.UpstreamConnectFailed) -> None:
         self._close("upstream_unknown" if e.unknown_broker else "upstream_unreachable", e.message)
 
-    def _setup_timer(self, e: ev.TimerFired) -> None:
+    def _deadline_timer(self, e: ev.TimerFired) -> None:
         if e.now < self._deadline:   # woken early: wait for the rest
             self._out.append(SetTimer(self._deadline))
             return
