@@ -166,37 +166,26 @@ class TopicBytes:
     def add_from(self, buf: Buffer, pos: int, end: int) -> None:
         self._add(end - pos)
         if self._watermark > 0 and not self.more:
-            self.more = _last_offset(buf, pos, end) + 1 < self._watermark
+            self.more = _last_offset(lambda _pos, _size: (buf, 0), pos, end) + 1 < self._watermark
 
     def add_from_parts(self, frame: SplitFrame, start: int, end: int) -> None:
         self._add(end - start)
         if self._watermark > 0 and not self.more:
-            self.more = _last_offset_parts(frame, start, end) + 1 < self._watermark
+            self.more = _last_offset(frame.window, start, end) + 1 < self._watermark
 
     def _add(self, n: int) -> None:
         self.sizes[self._topic] = self.sizes.get(self._topic, 0) + n
         self.records_bytes += n
 
 
-def _last_offset(buf: Buffer, pos: int, end: int) -> int:
-    """The last offset of the last whole batch in ``buf[pos:end]`` (-1: none is whole). A magic 2
-    batch ends at base offset + lastOffsetDelta; a legacy entry's offset is its last (a compressed
-    wrapper carries its last inner offset)."""
+def _last_offset(window: Callable[[int, int], tuple[Buffer, int]], pos: int, end: int) -> int:
+    """The last offset of the last whole batch in bytes ``pos`` up to ``end`` (-1: none is whole), each
+    batch header read through ``window`` (a frame's parts: ``SplitFrame.window``, a copy only where
+    cut). A magic 2 batch ends at base offset + lastOffsetDelta; a legacy entry's offset is its last
+    (a compressed wrapper carries its last inner offset)."""
     last = -1
     while end - pos >= _UP_TO_MAGIC:
-        offset, size = _ENTRY(buf, pos)
-        if size < 0 or pos + _LOG_OVERHEAD + size > end:
-            break
-        last = offset + _I32(buf, pos + 23)[0] if buf[pos + 16] == 2 else offset
-        pos += _LOG_OVERHEAD + size
-    return last
-
-
-def _last_offset_parts(frame: SplitFrame, pos: int, end: int) -> int:
-    """`_last_offset` across parts: each batch header read from a window (a copy only where cut)."""
-    last = -1
-    while end - pos >= _UP_TO_MAGIC:
-        buf, start = frame.window(pos, _UP_TO_DELTA)
+        buf, start = window(pos, _UP_TO_DELTA)
         at = pos - start
         offset, size = _ENTRY(buf, at)
         if size < 0 or pos + _LOG_OVERHEAD + size > end:
