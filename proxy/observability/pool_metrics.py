@@ -6,15 +6,20 @@ as Kafka's quota metrics are tagged: `user`, `client_id` (empty when the member 
 prefix group) and `client_id_prefix` (empty unless it is a prefix group). Members are listed while
 they take part in the division; one silent for a span drops out, and its series with it, so label
 sets expire with the members (and the members with `metrics.entity_expiry_seconds`, as sensors).
+
+`budget_changes` is `kqp explain`'s view of the same pools: an adaptive pool's recent changes of
+budget, each as a JSON-ready record, from `PoolBook.adaptive_changes`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kqp.quotas.manager import QuotaManager
 from kqp.quotas.pools import PoolState
 
 POOL = ("pool", "quota")
@@ -75,3 +80,16 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
             demand.add_metric(who, m.demand)
     yield from (budget, ceiling, usage, lent, members, allocation, fair, used, borrowed, demand, latency, target,
                 floor, delivered, changes)
+
+
+def budget_changes(quotas: QuotaManager, clock: Callable[[], float]) -> Callable[[str], list[dict[str, Any]]]:
+    """A provider of a pool's recent changes of budget (an empty list for a pool that is not adaptive),
+    oldest first: when (loop time, and seconds ago), the quota type, the budget before and after, why,
+    the latency the law read and its target, and the line `kqp explain` prints."""
+    def changes(pool: str) -> list[dict[str, Any]]:
+        now = clock()
+        return [{"at": c.at, "ago_seconds": now - c.at, "quota": str(quota_type), "old": c.old, "budget": c.new,
+                 "reason": str(c.reason), "latency_seconds": c.latency, "target_seconds": c.target,
+                 "text": c.describe()}
+                for quota_type, c in quotas.pools.adaptive_changes(now).get(pool, [])]
+    return changes
