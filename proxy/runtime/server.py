@@ -110,6 +110,8 @@ class ProxyServer:
         # The state file's changes over the config file's quotas, in force from the first request.
         self.quotas = QuotaManager(self.store.effective if self.store else cfg.quotas, loop.time(),
                                    self.fleet.ledger if self.fleet else None)
+        if self.fleet is not None:   # adaptive pools run one law for the fleet, through the same exchange
+            self.fleet.adaptive_pools = lambda: self.quotas.pools.adaptive.values()
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)
