@@ -124,8 +124,10 @@ class ProxyServer:
                                                  on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
         charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        readers = cfg.admin.describe_principals
         admin = (None if self.store is None
-                 else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings))
+                 else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings,
+                                 None if readers is None else frozenset(readers)))
         self.core = CoreParts(
             charging=charging,
             handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
