@@ -12,7 +12,9 @@ refused, counted and logged under the client's address, while a confluent-kafka 
 served throughout and its messages are consumed back through HAProxy. Then the refusals: a
 balancer outside `trusted` (HAProxy with `source 127.0.0.7`), a balancer without the header, a
 direct client from outside `trusted`, and a malformed header, each closing its own connection with
-its reason counted in `kqp_connections_closed_total`, the producer still served.
+its reason counted in `kqp_connections_closed_total`, the producer still served. Last, the same with
+TLS on kqp's listeners: HAProxy passes TLS through, so kqp reads the header, then does the handshake,
+and the per-IP limit (checked before the handshake) still counts the real clients.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from helpers.names import unique_group, unique_topic
 from helpers.net import free_port, split_host_port
 from helpers.observability import metrics_url, scrape
 from helpers.steady_producer import SteadyProducer
+from helpers.tls import TlsFiles
 from helpers.topics import ensure_topic
 
 pytestmark = [pytest.mark.e2e,
@@ -41,11 +44,11 @@ UNTRUSTED_SOURCE = "127.0.0.7"
 PER_IP = 3
 
 
-def behind_haproxy(kqp: Any, upstream: Any, directory: Path) -> tuple[Any, str, HaProxy, dict[str, str]]:
+def behind_haproxy(kqp: Any, upstream: Any, directory: Path, **config: Any) -> tuple[Any, str, HaProxy, dict[str, str]]:
     """kqp (PROXY header required from 127.0.0.1) and HAProxy in front of every listener it has."""
     proxy = kqp(upstream, advertised_host=BALANCER, metrics={"listen": "127.0.0.1:0"},
                 limits={"max_connections_per_ip": PER_IP},
-                proxy_protocol={"mode": "required", "trusted": ["127.0.0.1/32"], "header_timeout_ms": 3000})
+                proxy_protocol={"mode": "required", "trusted": ["127.0.0.1/32"], "header_timeout_ms": 3000}, **config)
     host, bootstrap_port = split_host_port(proxy.bootstrap)
     brokers = {int(node): int(port) for node, port in
                re.findall(r"broker (\d+) listener on [^ ]+:(\d+)", proxy.logs())}
@@ -131,3 +134,29 @@ def test_untrusted_missing_and_malformed_headers_close_with_counted_reasons(tans
     assert f"{UNTRUSTED_SOURCE} is not in proxy_protocol.trusted" in logged, logged
     assert "127.0.0.5 is not in proxy_protocol.trusted" in logged, logged
     assert "no PROXY header" in logged and "malformed PROXY header" in logged, logged
+
+
+def test_on_tls_listeners_the_header_comes_first_and_limits_still_count_real_clients(tansu: Any, kqp: Any,
+                                                                                      tmp_path: Path) -> None:
+    # HAProxy in TCP mode passes TLS through: its header, then the client's handshake, on one stream.
+    certs = TlsFiles(tmp_path / "tls")
+    certs.issue_server(hosts=(BALANCER, "127.0.0.1"))
+    proxy, url, balancer, front = behind_haproxy(kqp, tansu, tmp_path / "haproxy",
+                                                 tls={"cert": str(certs.server_cert), "key": str(certs.server_key)})
+    context = certs.context()
+    with balancer, SteadyProducer(front["bootstrap"], tansu.kind, topic_via=str(tansu),
+                                  **certs.librdkafka()) as producer:
+        held = [context.wrap_socket(connect_from("127.0.0.2", front["bootstrap"]), server_hostname=BALANCER)
+                for _ in range(PER_IP)]
+        assert all(served(sock) for sock in held)
+        with pytest.raises(OSError):   # admitted before the handshake, so refused during it
+            with context.wrap_socket(connect_from("127.0.0.2", front["bootstrap"]), server_hostname=BALANCER) as over:
+                served(over)
+        wait_until(lambda: closed_total(url, "max_connections_per_ip") == 1, "the refusal counted")
+        with context.wrap_socket(connect_from("127.0.0.3", front["bootstrap"]), server_hostname=BALANCER) as other:
+            assert served(other)   # another client is not held to 127.0.0.2's count
+        producer.progressed()
+        for sock in held:
+            sock.close()
+    assert not producer.errors, producer.errors
+    assert not [r for r in ("tls_plaintext", "tls_handshake_failed") if closed_total(url, r)], proxy.logs()[-3000:]
