@@ -58,7 +58,9 @@ class HaProxy:
             raise
 
     def _config(self, frontends: list[Frontend]) -> str:
-        lines = ["global", "  maxconn 2000", "defaults", "  mode tcp", "  timeout connect 5s",
+        # retries 0: HAProxy would connect again when kqp closes a connection at once (a refusal), and
+        # tests count kqp's refusals one per client connection.
+        lines = ["global", "  maxconn 2000", "defaults", "  mode tcp", "  retries 0", "  timeout connect 5s",
                  "  timeout client 120s", "  timeout server 120s",
                  "frontend probe", f"  bind {self.probe[0]}:{self.probe[1]}", "  tcp-request connection reject"]
         for front in frontends:
