@@ -367,6 +367,7 @@ def test_behind_a_balancer_the_real_client_is_admitted_and_named() -> None:
         edge = ClientEdge(h.wiring, "bootstrap", None, real_peer=(client_ip, 5000))
         transport = FakeTransport(edge, peer=("10.0.0.1", 41000))
         edge.connection_made(transport)  # type: ignore[arg-type]
+        h.loop.run_ready()
         return edge, transport
 
     first, _ = accept("10.9.0.2")
