@@ -154,6 +154,7 @@ class ProxyProtocolConfig:
             address = ipaddress.ip_address(ip)
         except ValueError:
             return False
+        address = getattr(address, "ipv4_mapped", None) or address   # a dual-stack listener's IPv4 peer
         return any(address in network for network in self.trusted if network.version == address.version)
 
 

@@ -40,6 +40,7 @@ def test_read_as_given() -> None:
 @pytest.mark.parametrize(("ip", "trusted"), [
     ("10.200.3.4", True), ("11.0.0.1", False), ("127.0.0.1", True), ("127.0.0.2", False),
     ("fd00::1", True), ("fe80::1", False), ("not-an-ip", False),
+    ("::ffff:10.1.2.3", True), ("::ffff:11.1.2.3", False),   # IPv4 peers of a dual-stack ([::]) listener
 ])
 def test_trusted_networks(ip: str, trusted: bool) -> None:
     config = parse_config({"proxy_protocol": {"mode": "optional", "trusted": ["10.0.0.0/8", "127.0.0.1/32",
