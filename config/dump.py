@@ -88,6 +88,8 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
         "limits": dataclasses.asdict(cfg.limits),
         "sasl": _sasl(cfg.sasl, reveal_secrets),
         "admin": {"manage_quotas": cfg.admin.manage_quotas, "principals": list(cfg.admin.principals),
+                  "describe_principals": (None if cfg.admin.describe_principals is None
+                                          else list(cfg.admin.describe_principals)),
                   "state_file": cfg.admin.state_file},
         "proxy_protocol": proxy_protocol_document(cfg.proxy_protocol),
     }

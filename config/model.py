@@ -265,6 +265,7 @@ class AdminConfig:
     manage_quotas: bool
     principals: tuple[str, ...]        # Kafka's form, User:NAME
     state_file: str | None
+    describe_principals: tuple[str, ...] | None = None   # None: everyone may describe
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from kqp.config.model import FleetConfig
 from kqp.config.pool_section import SHARE_KEYS, member_share, pool_document, pools_from, share_document, share_value
 from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
 from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings, QuotaType
-from kqp.quotas.pool_spec import MemberShare
+from kqp.quotas.pool_spec import MemberShare, PoolSpec
 
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 _algorithm = choice(*ALGORITHMS)
@@ -150,6 +150,7 @@ def quota_section(data: object, *, path: str = "quotas",
         values = read_section(data, path, QUOTA_FIELDS)
         fleet = fleet_config(values["scope"], values["cluster"], path)
         entities, algorithms, shares, member_paths = values["entities"]
+        _check_adaptive_algorithm(data, values["pools"], path)
         if member_paths and not values["pools"]:
             entity, where = next(iter(member_paths.items()))
             if entity not in entities and shares[entity] == MemberShare():
@@ -170,6 +171,18 @@ def quota_section(data: object, *, path: str = "quotas",
     return settings, fleet
 
 
+def _check_adaptive_algorithm(data: object, pools: tuple[PoolSpec, ...], path: str) -> None:
+    """An adaptive pool's members measure with a token bucket whatever quotas.algorithm says
+    (quotas/pool_ledger.py): a `sampled` written out would be silently overridden for them."""
+    adaptive = next((pool.name for pool in pools if pool.adaptive is not None), None)
+    if adaptive is not None and isinstance(data, Mapping) and data.get("algorithm") == SAMPLED:
+        raise ConfigError(child(path, "algorithm"), f"sampled, but the members of adaptive pool {adaptive} "
+                          "measure with a token bucket (Kafka's sampled rate lets a span's unused quota through "
+                          "at once, which overruns a budget held near the upstream's capacity); leave "
+                          "algorithm out (entity quotas then measure with the sampled rate, the default) or set "
+                          "token_bucket")
+
+
 def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) -> dict[str, object]:
     """The ``quotas:`` section that :func:`quota_section` reads back as ``settings`` (and ``fleet``)."""
     entries: list[dict[str, object]] = []
@@ -187,9 +200,10 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
     document: dict[str, object] = {
         "window_size_seconds": settings.window_size_seconds,
         "window_count": settings.window_count,
-        "algorithm": settings.algorithm,
         "entities": entries,
     }
+    if settings.algorithm != SAMPLED:   # the default goes unwritten: an adaptive pool refuses it written out
+        document["algorithm"] = settings.algorithm
     if settings.pools:
         document["pools"] = [pool_document(pool) for pool in settings.pools]
     if fleet is not None:

@@ -1,15 +1,20 @@
-"""What a settings change changes, one line per quota, pool or share, for the reload log.
+"""What a settings change changes: one line per quota, pool or share for the log, and one
+`EntityChange` per entity for the audit trail.
 
-The only description of quota changes in kqp: a config reload and an admin change both go through
-`QuotaManager.update_settings`, which logs these lines with what the change did to the measurements
-(sensors restarted or released). Entities are named by Kafka's config paths, pools by their names.
+A config reload and an admin change both go through `QuotaManager.update_settings`, which logs the
+lines of `describe_changes` with what the change did to the measurements (sensors restarted or
+released). `entity_changes` is the same comparison as data, for issue 23's audit trail: each entity
+whose quota values in force differ, with all of them before and after (not only the keys that
+changed, so one record reads on its own). Entities are named by Kafka's config paths, pools by their
+names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from kqp.quotas.model import QUOTA_TYPES, QuotaSettings
+from kqp.quotas.model import QUOTA_TYPES, EntitySpec, QuotaSettings
 from kqp.quotas.pool_spec import MemberShare, PoolSpec
 
 
@@ -81,3 +86,28 @@ def _share(share: MemberShare | None) -> dict[str, float]:
         return {}
     bounds = {"min_share": share.min_share} if share.min_share else {}
     return {"weight": share.weight, **bounds, **({"max_share": share.max_share} if share.max_share != 1 else {})}
+
+
+@dataclass(frozen=True)
+class EntityChange:
+    """One entity's quotas in force before and after a change, by quota type ({}: none)."""
+
+    entity: EntitySpec
+    before: Mapping[str, float]
+    after: Mapping[str, float]
+
+
+def entity_changes(old: QuotaSettings, new: QuotaSettings) -> list[EntityChange]:
+    """Each entity whose quota values differ between `old` and `new`, in entity-path order, its values
+    in `QUOTA_TYPES` order. Windows, algorithms and pools are not entity values: `describe_changes`
+    names them."""
+    def values(settings: QuotaSettings, spec: EntitySpec) -> dict[str, float]:
+        held = settings.entities.get(spec, {})
+        return {str(key): held[key] for key in QUOTA_TYPES if key in held}
+
+    changes: list[EntityChange] = []
+    for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
+        before, after = values(old, spec), values(new, spec)
+        if before != after:
+            changes.append(EntityChange(spec, before, after))
+    return changes

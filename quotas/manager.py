@@ -326,6 +326,8 @@ class QuotaManager:
         """
         if (self._pooled[FETCH] or self._pooled[REQUEST]) and self.pools.applies(p, _ON_RESPONSE):
             return True
+        if self.pools.reads[FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE):
+            return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
         if not self._on_response:
             return False
         return not _ON_RESPONSE.isdisjoint(resolutions(self._settings, p))

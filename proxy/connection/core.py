@@ -192,6 +192,8 @@ class Connection(Establishing, Awaiting):
             return
         self._move(Move.CLOSE)
         self.throttling.closed()
+        if self.in_flight:   # adaptive pools stop waiting for these (issue 22)
+            self.parts.charging.unanswered(self.in_flight, reason == "upstream_closed")
         self._out.append(Close(reason, message))
         self.parts.charging.observer.connection_closed(self.listener, reason)
 
@@ -254,7 +256,7 @@ class Connection(Establishing, Awaiting):
         handler = p.handlers[hdr.api_key]
         entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
         try:
-            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up))
+            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up, self.node_id))
         except Refused as refused:
             self._close(refused.reason, refused.message)
             return

@@ -38,9 +38,11 @@ from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
+from kqp.proxy.observability import quota_audit
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
+from kqp.proxy.observability.quota_audit import QuotaAudit
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.policies.topic_metadata import TopicMetadata
@@ -100,6 +102,7 @@ class ProxyServer:
         self._progress: asyncio.Event | None = None   # set while draining: a connection closed
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
+        self.audit = QuotaAudit()   # every change of the quotas in force: logged per entity, counted
         self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
 
     # -- assembly --------------------------------------------------------------------------------
@@ -111,6 +114,8 @@ class ProxyServer:
         # The state file's changes over the config file's quotas, in force from the first request.
         self.quotas = QuotaManager(self.store.effective if self.store else cfg.quotas, loop.time(),
                                    self.fleet.ledger if self.fleet else None)
+        if self.fleet is not None:   # adaptive pools run one law for the fleet, through the same exchange
+            self.fleet.adaptive_pools = lambda: self.quotas.pools.adaptive.values()
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)
@@ -125,8 +130,10 @@ class ProxyServer:
                                                  on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
         charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        readers = cfg.admin.describe_principals
         admin = (None if self.store is None
-                 else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings))
+                 else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings,
+                                 None if readers is None else frozenset(readers)))
         self.core = CoreParts(
             charging=charging,
             handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
@@ -154,9 +161,10 @@ class ProxyServer:
         admin = self.config.admin
         if not admin.manage_quotas or admin.state_file is None:
             return None
-        store = QuotaStore(admin.state_file, self.config.quotas, self.update_settings)
+        store = QuotaStore(admin.state_file, self.config.quotas, self.update_settings, self.audit)
         log.info("kqp answers the quota admin API (alter: %s); state file %s holds %d entities",
                  ", ".join(admin.principals), admin.state_file, len(store.layer))
+        self.audit.record(self.config.quotas, store.effective, None, quota_audit.STATE_FILE)   # its changes, at start
         return store
 
     def _header_reader(self, loop: asyncio.AbstractEventLoop) -> HeaderReader | None:
@@ -197,6 +205,7 @@ class ProxyServer:
             registry = observer.registry
             if self.fleet is not None:
                 registry.register(FleetCollector(self.fleet.status))
+            registry.register(self.audit)
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
@@ -294,7 +303,12 @@ class ProxyServer:
 
     def update_quotas(self, settings: QuotaSettings) -> list[str]:
         """A config reload's quotas: the base layer, under the admin API's changes when kqp manages quotas."""
-        return self.update_settings(settings) if self.store is None else self.store.rebase(settings)
+        if self.store is not None:
+            return self.store.rebase(settings)   # audited by the store, which keeps the history
+        before = self.quotas.settings
+        lines = self.update_settings(settings)
+        self.audit.record(before, settings, None, quota_audit.RELOAD)
+        return lines
 
     def update_settings(self, settings: QuotaSettings) -> list[str]:
         assert self.loop is not None
