@@ -258,10 +258,12 @@ class Close:
 
 Action = ConnectUpstream | Send | Mute | Unmute | SetTimer | LookUpTopics | EnsureListeners | CommitQuotas | Close
 
-#: Why a listener refused a client before its connection began (a TLS listener's handshake and
-#: identity checks, and `limits:`; the core never sees these connections).
+#: Why a listener refused a client before its connection began (a load balancer's PROXY header, a TLS
+#: listener's handshake and identity checks, and `limits:`; the core never sees these connections).
+PROXY_HEADER_REASONS = ("proxy_header_untrusted", "proxy_header_malformed", "proxy_header_missing",
+                        "proxy_header_timeout")
 REFUSAL_REASONS = ("tls_plaintext", "tls_certificate_expired", "tls_certificate_rejected", "tls_handshake_failed",
-                   "tls_principal_unmapped", *LIMIT_REASONS)
+                   "tls_principal_unmapped", *LIMIT_REASONS, *PROXY_HEADER_REASONS)
 
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",

@@ -27,7 +27,9 @@ it, and counted and logged with the handshake refusals. The upstream socket gets
 `EdgeWiring.upstream_tls` when `upstream.tls` is on.
 
 `limits:` (`admission.py`): a plaintext client is admitted here, when its connection is made; a TLS
-listener admits before the handshake and hands the edge its `Slot`. Either way the edge releases
+listener admits before the handshake and hands the edge its `Slot`. Behind a load balancer that
+writes a PROXY header (`proxy_protocol.py`) the listener hands the edge the real client's address,
+which is then what is admitted and what the logs name (`10.1.2.3:5000 via 10.0.0.7:41000`). Either way the edge releases
 the slot when the client's socket is lost, and a refused client never reaches the core.
 """
 
@@ -83,9 +85,11 @@ class EdgeWiring:
 class ClientEdge(asyncio.Protocol):
     """One client connection: its socket, its upstream socket, its core."""
 
-    def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None, slot: Slot | None = None) -> None:
+    def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None, slot: Slot | None = None,
+                 real_peer: object = None) -> None:
         self.w = wiring
         self.slot = slot   # admitted by a TLS listener already; else admitted in connection_made
+        self.real_peer = real_peer   # the client a load balancer's PROXY header named; None: the socket's peer
         self.core = Connection(wiring.core, listener, node_id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -147,6 +151,9 @@ class ClientEdge(asyncio.Protocol):
         self._flow[Side.CLIENT].attach(self.client)  # type: ignore[arg-type]
         peer = transport.get_extra_info("peername")
         self.core.peer = peer_name(peer)
+        if self.real_peer is not None:   # behind a balancer: the client is who its header says
+            self.core.peer = f"{peer_name(self.real_peer)} via {self.core.peer}"
+            peer = self.real_peer
         if self.slot is None and self.w.admission is not None:
             # admit() is synchronous: nothing can be read before it answers, so only a refused
             # connection is paused (held unread for its throttle, or already closing).

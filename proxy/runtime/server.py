@@ -59,6 +59,7 @@ from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
 from .fleet_sync import FleetSync, open_fleet
 from .listeners import ListenerSet, ListenerTls
+from .proxy_protocol import HeaderReader
 from .quota_store import QuotaStore
 from .refusals import RefusalLog
 from .reload import ConfigReloader
@@ -123,8 +124,8 @@ class ProxyServer:
         listener_tls, identify = self._listener_tls(refused)
         upstream_tls = self._upstream_tls()
         self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
-                                     lambda name, node_id, slot: ClientEdge(wiring, name, node_id, slot),
-                                     reuse_port=self.reuse_port, tls=listener_tls)
+                                     lambda name, node_id, slot, peer: ClientEdge(wiring, name, node_id, slot, peer),
+                                     reuse_port=self.reuse_port, tls=listener_tls, header=self._header_reader(loop))
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
                                                  on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
@@ -165,6 +166,14 @@ class ProxyServer:
                  ", ".join(admin.principals), admin.state_file, len(store.layer))
         self.audit.record(self.config.quotas, store.effective, None, quota_audit.STATE_FILE)   # its changes, at start
         return store
+
+    def _header_reader(self, loop: asyncio.AbstractEventLoop) -> HeaderReader | None:
+        """`proxy_protocol:`: the listeners' PROXY-header step, its refusals logged as `kqp.proxy_protocol`."""
+        config = self.config.proxy_protocol
+        if config.mode == "off":
+            return None
+        refused = RefusalLog(self.observer, loop.time, logger=logging.getLogger("kqp.proxy_protocol"))
+        return HeaderReader(loop, config, refused)
 
     def _listener_tls(self, refused: RefusalLog) -> tuple[ListenerTls | None, Callable[[bytes | None], str] | None]:
         """The listeners' TLS (a context that follows its files) and the certificate-to-user mapping."""
