@@ -1,24 +1,22 @@
 """One client connection and its one upstream connection, as a sans-io state machine.
 
-`Connection.handle(event)` takes one event (`kqp.proxy.connection.events`: bytes from either side,
-the upstream connected or lost, the client's EOF, a timer, a write buffer over its mark) and
-returns the actions to carry out, in order: send parts to a side, mute or unmute with a named
-reason, set the connection's timer, look topics up, close. No asyncio, no sockets, no clock: every
-event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected. The asyncio
-edge (`kqp.proxy.runtime.edge`) only converts callbacks into events and actions into calls. This
-module is the state machine (life, muting, the FIFO, delivery) and its one dispatcher: each request
-goes to the handler its API key has in `CoreParts.handlers` (`handlers/`: what a request costs, what
-goes upstream, what its response becomes), and its response to the same handler, after the one
-step every response shares (broker addresses rewritten to kqp's listeners). What it does:
+`Connection.handle(event)` takes one event (`events.py`: bytes from either side, the upstream
+connected or lost, the client's EOF, a timer, a write buffer over its mark) and returns the actions
+to carry out, in order: send parts to a side, mute or unmute with a named reason, set the timer,
+look topics up, close. No asyncio, no sockets, no clock: every event carries the loop time, and the
+handler-time clock (`CoreParts.perf`) is injected; the asyncio edge (`kqp.proxy.runtime.edge`) only
+converts. This module is the state machine (life, muting, the FIFO, delivery) and its one
+dispatcher: each request goes to the handler its API key has in `CoreParts.handlers` (`handlers/`:
+what a request costs, what goes upstream, what its response becomes), and its response to the same
+handler, after the step every response shares (broker addresses rewritten to kqp's listeners).
 
 * Frames go through as the slices they arrived in; only headers are always decoded. Responses come
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
   `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it. At `max_in_flight`
   of them the client is read no more until one is answered (as Kafka mutes a channel, never a close).
-* Charging: each request is charged through one pair, `Charging.charge_request` when it is read
-  and `charge_response` when its response is back (`charging.py`), from what its handler says it
-  used; the violations go to the connection's throttling room (`throttling.py`), which decides the
-  request's one throttle, mutes and unmutes for it, and tells the observer.
+* Charging: each request is charged through one pair (`charging.py`: when it is read, and when its
+  response is back); the violations go to the throttling room (`throttling.py`), which decides the
+  request's one throttle (paced for a client that does not back off), mutes for it, tells the observer.
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
   version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
   pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
@@ -26,14 +24,13 @@ step every response shares (broker addresses rewritten to kqp's listeners). What
 * Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
-Its life is a phase (`phases.py`: CONNECTING, OPEN, DRAINING, CLOSED) moved only through the
-phases' table. The core decides when it ends: on a client's EOF or the process's shutdown it drains
-(reads no new request, delivers what is owed) and closes itself once nothing is owed; on the
-process's periodic `IdleCheck` it closes itself when idle past `connections_max_idle_ms`, muted or
-not (activity is a whole request read or a response sent, never a trickled byte).
-
-Who the client is (the `user` of every quota entity) is `authentication.py`'s: a TLS client's mapped
-certificate subject (`ClientConnected`), or the name SASL establishes, else `ANONYMOUS`.
+Its life is a phase (`phases.py`) moved only through the phases' table. The core decides when it
+ends: on a client's EOF (what it left unforwarded is dropped: `giving_up.py`) or the process's
+shutdown it drains (reads no new request, delivers what is owed) and closes once nothing is owed; on
+the periodic `IdleCheck` it closes when idle past `connections_max_idle_ms`, muted or not (activity
+is a whole request read or a response sent, never a trickled byte). Who the client is (the `user` of
+every quota entity) is `authentication.py`'s: a TLS client's mapped certificate subject, or the name
+SASL establishes, else `ANONYMOUS`.
 """
 
 from __future__ import annotations
@@ -54,6 +51,7 @@ from . import events as ev
 from .authentication import Authentication
 from .events import Action, Close, MuteReason, Parts, Send, Side
 from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
+from .giving_up import drop_unforwarded
 from .mute import MuteState
 from .parts import CoreParts
 from .phases import Move, Phase, next_phase
@@ -79,10 +77,10 @@ class Connection:
         self.responses = FrameDecoder(parts.settings.max_frame_bytes)
         self.in_flight: deque[InFlight] = deque()
         self.mutes = MuteState()
-        self.throttling = Throttling(parts.charging.observer, self.mutes)
         self.last_activity = 0.0
         self.phase = CONNECTING
         self.auth = Authentication(parts.sasl)
+        self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
@@ -93,7 +91,7 @@ class Connection:
             ev.ClientData: self._client_data,
             ev.UpstreamData: self._upstream_data,
             ev.ClientEof: self._client_eof,
-            ev.ClientLost: lambda e: self._close("client_closed"),
+            ev.ClientLost: lambda e: (self._give_up("reset its connection"), self._close("client_closed")),
             ev.UpstreamLost: self._upstream_lost,
             ev.WriteBuffer: self._write_buffer,
             ev.TimerFired: self._timer_fired,
@@ -166,10 +164,18 @@ class Connection:
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
         self._close("upstream_closed", f"upstream connection closed{detail}")
 
-    def _client_eof(self, e: ev.ClientEof) -> None:
-        # No more requests; what is owed (and what was read but waits for a throttle) still goes.
+    def _client_eof(self, e: ev.ClientEof | ev.TimerFired) -> None:
+        # Kafka clients never half-close: it is gone. What is owed still goes; what it left unforwarded
+        # is dropped, nothing more read (giving_up.py). Unblocked, all left is a partial frame.
         self._move(Move.CLIENT_EOF)
+        if self._blocked():
+            self._mute(MuteReason.CLOSING)
+            self._give_up("closed its connection")
         self._close_if_done()
+
+    def _give_up(self, how: str) -> None:
+        drop_unforwarded(self.requests, self._held, self.peer, self.parts.charging.observer, how)
+        self._held = None
 
     def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
         # Read no new requests (those read but not forwarded stay so); what is owed still goes.
@@ -224,7 +230,9 @@ class Connection:
         return self.phase is CONNECTING or self.mutes.blocks_requests
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
-        if self.throttling.timer_fired(e.now, self._out):
+        if e.client_gone:   # closed while muted: what it left is dropped before anything more is read
+            self._client_eof(e)
+        if self.throttling.timer_fired(e.now, self._out, e.unread):
             self._pump(e.now)
 
     # -- requests: client -> upstream ----------------------------------------------------------

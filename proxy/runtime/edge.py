@@ -42,6 +42,7 @@ from .admission import Admission, Slot, peer_name
 from .cert_reload import no_tls
 from .delay import DelayDriver
 from .flow_control import FlowControl
+from .socket_probe import peer_gone, unread_bytes
 from .upstream_client import CLIENT_ID
 from .upstream_sasl import LoginReader, sasl_login
 
@@ -81,6 +82,7 @@ class ClientEdge(asyncio.Protocol):
         self.upstream: asyncio.Transport | None = None
         self._flow = {Side.CLIENT: FlowControl(), Side.UPSTREAM: FlowControl()}
         self._timer: object | None = None
+        self._unread_mark: int | None = None   # the client's unread bytes at the last NoteUnread
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
         self._refused = False
@@ -91,6 +93,7 @@ class ClientEdge(asyncio.Protocol):
             ev.Mute: lambda action: self._flow[action.reason.side].mute(action.reason),
             ev.Unmute: lambda action: self._flow[action.reason.side].unmute(action.reason),
             ev.SetTimer: self._set_timer,
+            ev.NoteUnread: lambda action: setattr(self, "_unread_mark", unread_bytes(self.client)),
             ev.LookUpTopics: self._look_up_topics,
             ev.Close: self._close,
         }
@@ -185,7 +188,10 @@ class ClientEdge(asyncio.Protocol):
     def on_delay(self, now: float) -> None:
         """The delay queue's callback (`DelayDriver`): this connection's timer is due."""
         self._timer = None
-        self.run(ev.TimerFired(now))
+        # What the muted socket holds, unread (socket_probe.py): the back-off probe and the give-up rule.
+        unread, mark = unread_bytes(self.client), self._unread_mark
+        self.run(ev.TimerFired(now, None if unread is None or mark is None else max(0, unread - mark),
+                               peer_gone(self.client)))
 
     # -- actions ---------------------------------------------------------------------------------
     def _spawn(self, work: Awaitable[None]) -> None:

@@ -75,7 +75,7 @@ def forwarding_login(config: ProxyConfig) -> UpstreamSasl | None:
 def core_settings(config: ProxyConfig) -> CoreSettings:
     return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle,
                         max_in_flight=config.limits.max_in_flight_per_connection,
-                        connections_max_idle_ms=config.connections_max_idle_ms)
+                        connections_max_idle_ms=config.connections_max_idle_ms, pacing=config.quotas.pacing)
 
 
 class ProxyServer:

@@ -55,12 +55,20 @@ class Recorder(ProxyObserver):
     throttles: list[tuple[str, str, float]] = field(default_factory=list)   # (client_id, quota, seconds)
     fetched_records: list[int] = field(default_factory=list)              # per Fetch response
     requests: list[int] = field(default_factory=list)                 # api keys, as counted
+    dropped: list[int] = field(default_factory=list)                  # requests dropped, per give-up
+    ignored: list[tuple[str, str, str]] = field(default_factory=list)  # (software, version, reason)
 
     def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
         self.requests.append(api_key)
 
     def connection_closed(self, listener: str, reason: str) -> None:
         self.closed.append(reason)
+
+    def requests_dropped(self, count: int) -> None:
+        self.dropped.append(count)
+
+    def throttle_ignored(self, software: str, version: str, reason: str) -> None:
+        self.ignored.append((software, version, reason))
 
     def upstream_anomaly(self, kind: str) -> None:
         self.anomalies.append(kind)
@@ -80,11 +88,13 @@ class Recorder(ProxyObserver):
 
 def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | None = None, *,
               admin: Callable[[QuotaManager], QuotaAdmin] | None = None,
-              api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges, **config: Any) -> Connection:
+              api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges, pacing: bool = False,
+              **config: Any) -> Connection:
     """A `Connection` on real parts, not yet connected, with kqp's handlers (`standard_handlers`) on
     them. `admin` builds the quota admin policy from the quota manager (kqp then manages quotas);
     `api_ranges` is what the upstream speaks. A `sasl` section gets a fixed SCRAM server nonce
-    (`SERVER_NONCE`), so a SCRAM exchange can be stated byte for byte."""
+    (`SERVER_NONCE`), so a SCRAM exchange can be stated byte for byte. `pacing` is off unless asked
+    (issue 20): a playbook states the broker's behaviour unless it is about kqp's pacing."""
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas or {}, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     learned: list[BrokerAddress] = []
@@ -96,7 +106,8 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
                                    admin(manager) if admin is not None else None),
         learn_brokers=learned.extend, map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
         perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle,
-                                                  cfg.limits.max_in_flight_per_connection, cfg.connections_max_idle_ms),
+                                                  cfg.limits.max_in_flight_per_connection, cfg.connections_max_idle_ms,
+                                                  pacing),
         sasl=sasl,
     )
     return Connection(parts, "bootstrap", None, "test-client")
@@ -108,9 +119,9 @@ def topic_cache(core: Connection) -> TopicMetadata:
 
 
 def connected_core(quotas: dict[str, Any] | None = None, now: float = 100.0, observer: ProxyObserver | None = None,
-                   **config: Any) -> Connection:
+                   pacing: bool = False, **config: Any) -> Connection:
     """A `Connection` whose client and upstream are both connected at `now`."""
-    core = make_core(quotas, observer, **config)
+    core = make_core(quotas, observer, pacing=pacing, **config)
     play(core, [
         (ev.ClientConnected(now), [ev.Mute(ev.MuteReason.CONNECTING), ev.ConnectUpstream(None)]),
         (ev.UpstreamConnected(now), [ev.Unmute(ev.MuteReason.CONNECTING)]),
