@@ -36,6 +36,7 @@ from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
+from kqp.proxy.connection.views import ConnectionView, connection_view
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
@@ -177,6 +178,7 @@ class ProxyServer:
         if isinstance(observer, PrometheusObserver):
             assert self.loop is not None
             observer.bind(self.loop.time, self.quotas, self.upstream_health, self.readiness)
+            observer.clients.connections = self.connection_views
             registry = observer.registry
             if self.fleet is not None:
                 registry.register(FleetCollector(self.fleet.status))
@@ -189,6 +191,12 @@ class ProxyServer:
         log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
 
     # -- state the endpoint reads ----------------------------------------------------------------
+    def connection_views(self) -> list[ConnectionView]:
+        """The open connections as metrics and `kqp explain` see them: views of the cores, never the edges."""
+        assert self.loop is not None
+        now = self.loop.time()
+        return [connection_view(edge.core, now) for edge in list(self.connections) if not edge.core.closed]
+
     def upstream_health(self) -> UpstreamHealth:
         assert self.loop is not None
         last = self.cluster.last_refresh_ok
