@@ -37,6 +37,7 @@ from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.views import ConnectionView, connection_view
+from kqp.proxy.observability.explain import BudgetChanges, Explainer
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
@@ -98,6 +99,8 @@ class ProxyServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
         self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
+        # kqp explain's adaptive-budget changes per pool (explain.BudgetChanges), plugged in at assembly.
+        self.budget_changes: BudgetChanges | None = None
 
     # -- assembly --------------------------------------------------------------------------------
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -185,8 +188,10 @@ class ProxyServer:
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
+        recent = observer.recent if isinstance(observer, PrometheusObserver) else None
+        explain = Explainer(self.quotas, self.connection_views, self.loop.time, recent, self.budget_changes)
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
-                                        lambda: prepare_scrape(observer))
+                                        lambda: prepare_scrape(observer), explain)
         await self.endpoint.start()
         log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
 
