@@ -22,8 +22,9 @@ replica that the exchange also debits with the others' mutations.
 
 Pacing (issue 20, beyond Kafka): `pace` is how long to mute a client that does not back off by
 itself for one recording, instead of the whole throttle: the recording's own cost, `value / limit`
-seconds of quota, queued behind the key's earlier paced recordings (`paced_until`, a virtual clock
-as GCRA keeps one), never more than the throttle. While a key stays over quota its requests are
+seconds of quota, queued behind the costs of the key's earlier recordings over quota (`paced_until`,
+a virtual clock as GCRA keeps one: each adds its whole cost, even one whose throttle was shorter),
+never more than the throttle. While a key stays over quota its requests are
 then spaced by their costs, whichever connection sends them, so n connections share the limit
 rather than get it n times. Shared, the limit paced at is this process's part of it, in proportion
 to its share of the fleet's usage, so the processes' paced rates add up to the limit.
@@ -127,9 +128,11 @@ class QuotaSensor:
         if limit <= 0:   # a blocked key (quota 0): no cost can be paid, the throttle stands
             return throttle
         start = self.paced_until if self.paced_until > now else now
-        pace = min(start + value / limit - now, throttle)
-        self.paced_until = now + pace
-        return pace
+        # The whole cost joins the queue even when the throttle is shorter: a request let through by a
+        # short throttle (the sampled rate forgetting an old burst) is paid back by the later paces,
+        # so pacing never lets a key run above the quota for longer than Kafka's throttles would.
+        self.paced_until = start + value / limit
+        return min(self.paced_until - now, throttle)
 
     def throttle(self, now: float) -> float:
         """Seconds of throttle the quota asks for at `now`; 0 within quota."""

@@ -14,11 +14,22 @@ client sends meanwhile waits in the kernel. When a throttled response goes out t
 bytes unread (`NoteUnread`): those were sent before the client could know. Halfway through the mute
 the timer fires (`probe_at`) and the edge says how many arrived since (`TimerFired.unread`). A
 client that backs off sends nothing before its throttle is over, so a byte that arrived is a request
-sent while it should have been waiting. Halfway rather than at the end: a client that waits exactly
-the throttle sends again the moment it is over, and a timer fired a little late would catch it; a
-probe read after the mute ended says nothing. (Bytes the client wrote before it read the response
-but that were still crossing the network when the response left would count as sent during the
-mute: a sidecar or LAN hop delivers them long before half a mute has passed.)
+sent while it should have been waiting. A client that ignores the throttle, even one that sends only
+when a response frees one of its in-flight slots (Sarama), refills the slot the throttled response
+freed: seen. Halfway rather than at the end: a client that waits exactly its throttle sends again
+the moment it is over, and a timer fired a little late would catch it; a probe read after the mute
+ended says nothing. Three guards keep an honest client from being misjudged:
+
+* a response that went to the client less than `GRACE_SECONDS` before the throttled one (a
+  pipelining client's earlier answers, often in the same write) frees slots the client may refill
+  at once, and rightly: such a throttle is not probed;
+* a mute shorter than `MIN_PROBED_MUTE` is not probed: half of it is too short for a reaction;
+* it takes `STRIKES` probes in a row that saw the client send to judge it, so one stray request
+  never does (a probe that saw nothing starts the count again).
+
+(Bytes the client wrote before it read the response but that were still crossing the network when
+the response left would count as sent during the mute: a sidecar or LAN hop delivers them long
+before half a mute has passed, and the strikes absorb one.)
 
 The verdict is the connection's: `HONOURS` (it waited out a throttle), `IGNORES` (by version, or
 seen sending during a throttle: sticky for the connection's life), `UNKNOWN` (never throttled on a
@@ -45,6 +56,9 @@ __all__ = ["BY_VERSION", "HONOURS", "IGNORES", "OBSERVED", "UNKNOWN", "BackOff",
 
 HONOURS, IGNORES, UNKNOWN = "yes", "no", "unknown"
 BY_VERSION, OBSERVED = "version", "observed"   # why a client does not back off
+GRACE_SECONDS = 0.1     # a response this recent before the throttled one may be refilled: not probed
+MIN_PROBED_MUTE = 0.08  # half of a shorter mute leaves the client no time to show itself: not probed
+STRIKES = 2             # probes in a row that must see the client send before it is judged not to back off
 
 
 def backs_off(api_key: int, api_version: int, expects_response: bool = True) -> bool:
@@ -56,7 +70,7 @@ def backs_off(api_key: int, api_version: int, expects_response: bool = True) -> 
 class BackOff:
     """One connection's client: whether it backs off, and the probe that finds out."""
 
-    __slots__ = ("auth", "observer", "probe_at", "reason", "used", "verdict")
+    __slots__ = ("answered_at", "auth", "observer", "probe_at", "reason", "strikes", "used", "verdict")
 
     def __init__(self, auth: Authentication, observer: ProxyObserver) -> None:
         self.auth = auth
@@ -65,6 +79,8 @@ class BackOff:
         self.reason: str | None = None            # BY_VERSION or OBSERVED once it IGNORES
         self.used: tuple[int, int] | None = None  # the last throttled request's (api key, version)
         self.probe_at: float | None = None        # a probe in progress: when its timer reads it
+        self.answered_at = float("-inf")          # when the last unthrottled response went out
+        self.strikes = 0                          # probes in a row that saw the client send
 
     @property
     def seen_ignoring(self) -> bool:
@@ -82,6 +98,10 @@ class BackOff:
         api, version = self.used
         return "unknown", f"{API_NAMES.get(api, api)} v{version}"
 
+    def answered(self, now: float) -> None:
+        """An unthrottled response went to the client at `now`: it may refill that slot at once."""
+        self.answered_at = now
+
     def throttled(self, request: tuple[int, int], blind: bool, now: float, muted_until: float,
                   out: list[Action]) -> bool:
         """A throttle was given to `request` (api key, version), its client `blind` to it (it cannot
@@ -95,9 +115,10 @@ class BackOff:
         if self.seen_ignoring:
             self._ignored(OBSERVED)
             return False
-        if self.probe_at is not None or muted_until <= now:
+        mute = muted_until - now
+        if self.probe_at is not None or mute < MIN_PROBED_MUTE or now - self.answered_at < GRACE_SECONDS:
             return False
-        self.probe_at = now + (muted_until - now) / 2
+        self.probe_at = now + mute / 2
         out.append(NoteUnread())
         return True
 
@@ -108,11 +129,15 @@ class BackOff:
         self.probe_at = None
         if unread is None or now >= muted_until:   # the socket cannot say, or the timer came too late
             return
-        if unread > 0:
+        if unread == 0:
+            self.strikes = 0
+            if self.verdict == UNKNOWN:
+                self.verdict = HONOURS
+            return
+        self.strikes += 1
+        if self.strikes >= STRIKES:
             self.verdict, self.reason = IGNORES, OBSERVED
             self._ignored(OBSERVED)
-        elif self.verdict == UNKNOWN:
-            self.verdict = HONOURS
 
     def ended(self) -> None:
         """The mute ended (or the connection closed): a probe not yet read says nothing."""

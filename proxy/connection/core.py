@@ -377,6 +377,7 @@ class Connection:
         throttle = throttling.decide(entry, violations) if violations else None
         if throttle is None:
             self._send_client(frame, now)
+            throttling.answered(now)
             return
         self._send_client(throttling.throttled_response(entry, frame, body_offset, throttle, now, self.parts.settings),
                           now)

@@ -33,7 +33,8 @@ quotas/sensor.py) when that is shorter. The full usage stays recorded, so the ra
 connection is muted, as a broker's does; a client that honours it (a mixed-version client, or one
 misjudged) waits exactly as long as kqp mutes it, and a client that ignores it does not care. While
 a connection is throttled the room also runs `BackOff`'s probe (the timer fires halfway through the
-mute too) and tells it each throttle, so the observer learns which clients do not back off.
+mute too) and tells it each throttle and each unthrottled response (`answered`), so the observer
+learns which clients do not back off.
 """
 
 from __future__ import annotations
@@ -141,6 +142,11 @@ class Throttling:
             moved = True
         if moved:
             out.append(SetTimer(self._wake_at()))
+
+    def answered(self, now: float) -> None:
+        """A response went to the client unthrottled (the back-off probe gives it a grace)."""
+        if self.backoff is not None:
+            self.backoff.answered(now)
 
     def hold(self, throttle: Throttle | None, now: float, out: list[Action]) -> None:
         """Mute from `now` for a throttle known as the request is read; it is counted with the response."""

@@ -149,17 +149,26 @@ def api_versions(correlation_id: int) -> bytes:
 
 
 def test_request_rate_throttles_kqps_own_answer_too() -> None:
-    """request_rate 1/s over 2 windows of 1 s: Kafka's Rate measures a fresh sensor over one full
-    window, so the 2nd request reads as 2 req/s, throttle (2 - 1) / 1 x 1 = 1 s (capped at a window)."""
+    """request_rate 1/s over 2 windows of 1 s: Kafka's Rate measures a fresh sensor over the time
+    elapsed plus one window, so the 2nd request, 0.2 s later, reads as 2 / 1.2 req/s, throttle
+    X = 2 / 1 - 1.2 = 0.8 s (U / T - W)."""
     core = connected_core({"window_size_seconds": 1, "window_count": 2,
                            "entities": [{"client_id": "c", "request_rate": 1}]})
     [first] = core.handle(ev.ClientData(NOW, api_versions(1)))
     assert isinstance(first, ev.Send) and not core.throttled
-    actions = core.handle(ev.ClientData(NOW, api_versions(2)))
+    at = NOW + 0.2   # past the back-off probe's grace after the first answer (backoff.py)
+    actions = core.handle(ev.ClientData(at, api_versions(2)))
     assert [type(a) for a in actions] == [ev.Send, ev.Mute, ev.NoteUnread, ev.SetTimer]
     # ApiVersions v2 throttles itself (KIP-219): the timer first reads the back-off probe, at half the mute.
-    assert actions[1] == ev.Mute(MuteReason.THROTTLED) and actions[3] == ev.SetTimer(pytest.approx(NOW + 0.5))
-    assert core.throttling.muted_until == pytest.approx(NOW + 1.0)
+    assert actions[1] == ev.Mute(MuteReason.THROTTLED) and actions[3] == ev.SetTimer(pytest.approx(at + 0.4))
+    assert core.throttling.muted_until == pytest.approx(at + 0.8)
+    # Had it come within the grace, its client might only be refilling the slot the first answer
+    # freed: that throttle (2 - 1.05 = 0.95 s) is not probed, and the timer is the mute's end.
+    again = connected_core({"window_size_seconds": 1, "window_count": 2,
+                            "entities": [{"client_id": "c", "request_rate": 1}]})
+    again.handle(ev.ClientData(NOW, api_versions(1)))
+    actions = again.handle(ev.ClientData(NOW + 0.05, api_versions(2)))
+    assert actions[1:] == [ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + 1.0))]
 
 
 FETCH = {"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id": "c", "consumer_byte_rate": 1000}]}

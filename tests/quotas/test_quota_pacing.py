@@ -33,11 +33,14 @@ def only(violations: list[Violation]) -> Violation:
 
 def test_a_request_is_paced_by_its_own_cost_while_its_key_stays_over_quota() -> None:
     m = manager(producer_byte_rate=T)
-    # 12 000 B at t=0: U = 12 000, X = 12 - 10 = 2 s; its cost, 12 s, is longer: the pace is X.
-    first = only(m.record_produce(P, 12_000, 1, 1, 0.0))
+    # 10 000 B at t=0 is Kafka's allowance for a fresh sensor (U / 1000 - 10 = 0: no throttle).
+    assert m.record_produce(P, 10_000, 1, 1, 0.0) == []
+    # 2000 B more: X = 12 - 10 = 2 s, and its own cost is 2 s: the pace is 2 s.
+    first = only(m.record_produce(P, 2000, 1, 1, 0.0))
     assert first.throttle_seconds == pytest.approx(2.0) and first.pace_seconds == pytest.approx(2.0)
-    # The paced client's next 1000 B at t=2 (the end of its mute): U = 13 000, X = 3 s; its own cost
-    # is 1000 / 1000 = 1 s, and nothing paced is queued after t=2: muted 1 s.
+    # The paced client's next 1000 B at t=2 (the end of its mute): U = 13 000, X = 3 s (a young
+    # sensor's window stays 10 s, so waiting does not lower X); its own cost is 1000 / 1000 = 1 s and
+    # nothing is queued after t=2: muted 1 s.
     second = only(m.record_produce(P, 1000, 1, 1, 2.0))
     assert second.throttle_seconds == pytest.approx(3.0) and second.pace_seconds == pytest.approx(1.0)
     # And again at t=3: U = 14 000, X = 4 s, pace 1 s. The throttles grow, the pace does not: each
@@ -48,7 +51,8 @@ def test_a_request_is_paced_by_its_own_cost_while_its_key_stays_over_quota() -> 
 
 def test_requests_of_one_key_queue_behind_each_other_whatever_connection_sends_them() -> None:
     m = manager(producer_byte_rate=T)
-    m.record_produce(P, 12_000, 1, 1, 0.0)          # paced until t=2
+    m.record_produce(P, 10_000, 1, 1, 0.0)
+    m.record_produce(P, 2000, 1, 1, 0.0)            # over quota: paced until t=2
     # Two connections of the same client id send 1000 B each at t=2: the first is paced 1 s (until
     # t=3), the second queues behind it, 3 + 1 - 2 = 2 s: together 2000 B in 2 s, the quota, not twice it.
     a = only(m.record_produce(P, 1000, 1, 1, 2.0))
@@ -58,49 +62,57 @@ def test_requests_of_one_key_queue_behind_each_other_whatever_connection_sends_t
     assert m.record_produce(Q, 1000, 1, 1, 2.0) == []
 
 
-def test_the_pace_never_exceeds_the_throttle() -> None:
+def test_the_pace_never_exceeds_the_throttle_and_what_a_short_throttle_let_through_is_still_owed() -> None:
     m = manager(producer_byte_rate=T)
-    # 11 000 B: X = 1 s, cost 11 s: the pace is the throttle, and the key's clock stops at t=1.
-    assert only(m.record_produce(P, 11_000, 1, 1, 0.0)).pace_seconds == pytest.approx(1.0)
-    # 500 B at t=1: U = 11 500, X = 1.5 s; cost 0.5 s after t=1: paced 0.5 s.
-    assert only(m.record_produce(P, 500, 1, 1, 1.0)).pace_seconds == pytest.approx(0.5)
+    # 12 000 B in one request: X = 2 s, but it costs 12 s of quota: the pace is the throttle, 2 s,
+    # and the key's clock moves the whole 12 s on (to t=12).
+    first = only(m.record_produce(P, 12_000, 1, 1, 0.0))
+    assert first.pace_seconds == pytest.approx(2.0)
+    # 1000 B at t=2: X = 13 - 10 = 3 s; the queue says 12 + 1 - 2 = 11 s: the throttle, 3 s. Pacing
+    # never undercuts what is owed: the sampled rate's short throttles (an old burst forgotten) are
+    # paid back by the next paces, so a paced key never runs above the quota for longer than under Kafka.
+    assert only(m.record_produce(P, 1000, 1, 1, 2.0)).pace_seconds == pytest.approx(3.0)
 
 
 def test_each_quota_type_paces_by_its_own_unit() -> None:
-    # request_rate 2/s: each request costs 1 / 2 = 0.5 s. 22 requests at t=0 read as 22 / 10 = 2.2/s,
-    # X = (2.2 - 2) / 2 x 10 = 1 s (capped at one window: 1 s); the key's clock is at t=1 then. One
-    # more at t=5: 23 / 10 = 2.3/s, X capped at 1 s; nothing queued after t=5: paced 0.5 s.
+    # request_rate 2/s: each request costs 1 / 2 = 0.5 s. The 21st request at t=0 reads as 2.1/s,
+    # X = (2.1 - 2) / 2 x 10 = 0.5 s (clock to t=0.5); the 22nd, 2.2/s, X = 1 s (capped at one window;
+    # clock to t=1). One more at t=5: 2.3/s, X capped at 1 s; nothing queued after t=5: paced 0.5 s.
     m = manager(request_rate=2)
     for _ in range(22):
         m.record_request(P, 0.0, 0.0)
     rate = only(m.record_request(P, 0.0, 5.0))
     assert rate.throttle_seconds == pytest.approx(1.0) and rate.pace_seconds == pytest.approx(0.5)
-    # request_percentage 50: 6 s of handler time at t=0 is 600 percent-seconds, 60 % over 10 s:
-    # X = (60 - 50) / 50 x 10 = 2 s, capped at 1 s. At t=1.5, 60 ms (6 percent-seconds) costs
-    # 6 / 50 = 0.12 s.
+    # request_percentage 50: 5 s of handler time at t=0 is 500 percent-seconds, the allowance; 0.1 s
+    # more (10) reads as 51 %: X = (51 - 50) / 50 x 10 = 0.2 s, its cost 10 / 50 = 0.2 s. At t=1 (the
+    # window still 10 s), 60 ms more (6 percent-seconds): 51.6 %, X = 0.32 s; it costs 6 / 50 = 0.12 s.
     m = manager(request_percentage=50)
-    m.record_request(P, 6.0, 0.0)
-    v = only(m.record_request(P, 0.06, 1.5))
-    assert v.throttle_seconds == pytest.approx(1.0) and v.pace_seconds == pytest.approx(0.12)
-    # producer_record_rate 100/s: 1200 records at t=0 (X = 12 - 10 = 2 s); at t=2 a batch of 50
-    # records costs 0.5 s. consumer_byte_rate as producer_byte_rate, on the response's bytes.
+    m.record_request(P, 5.0, 0.0)
+    m.record_request(P, 0.1, 0.0)
+    v = only(m.record_request(P, 0.06, 1.0))
+    assert v.throttle_seconds == pytest.approx(0.32) and v.pace_seconds == pytest.approx(0.12)
+    # producer_record_rate 100/s: 1000 records are the allowance, 200 more throttle X = 2 s (cost 2 s);
+    # at t=2 a batch of 50 records costs 0.5 s. consumer_byte_rate as producer_byte_rate, on the
+    # response's bytes.
     m = manager(producer_record_rate=100, consumer_byte_rate=T)
-    m.record_produce(P, 0, 1200, 1, 0.0)
+    m.record_produce(P, 0, 1000, 1, 0.0)
+    m.record_produce(P, 0, 200, 1, 0.0)
     assert only(m.record_produce(P, 0, 50, 1, 2.0)).pace_seconds == pytest.approx(0.5)
-    m.record_fetch(P, 12_000, 0, 0, 0.0)
+    m.record_fetch(P, 10_000, 0, 0, 0.0)
+    m.record_fetch(P, 2000, 0, 0, 0.0)
     assert only(m.record_fetch(P, 1000, 0, 0, 2.0)).pace_seconds == pytest.approx(1.0)
 
 
 def test_permissive_mutations_pace_by_partitions_over_the_rate_and_strict_rejections_not_at_all() -> None:
-    # controller_mutation_rate 5/s, a bucket of 5 x 11 = 55 tokens. 65 partitions at t=0: -10 tokens,
-    # throttle 10 / 5 = 2 s; cost 65 / 5 = 13 s, so the pace is the throttle.
+    # controller_mutation_rate 5/s, a bucket of 5 x 11 = 55 tokens: 55 partitions at t=0 empty it.
+    # 5 more: -5 tokens, throttle 5 / 5 = 1 s, and their cost is 5 / 5 = 1 s: a token bucket's
+    # throttle is already what is owed, so pacing gives the same.
     m = manager(controller_mutation_rate=5)
-    first = only(m.record_mutations(P, 65, 0.0))
-    assert first.throttle_seconds == pytest.approx(2.0) and first.pace_seconds == pytest.approx(2.0)
-    # 5 more at t=2 (tokens back to 0, now -5: throttle 1 s): cost 5 / 5 = 1 s.
-    assert only(m.record_mutations(P, 5, 2.0)).pace_seconds == pytest.approx(1.0)
+    assert m.record_mutations(P, 55, 0.0) == []
+    first = only(m.record_mutations(P, 5, 0.0))
+    assert first.throttle_seconds == pytest.approx(1.0) and first.pace_seconds == pytest.approx(1.0)
     # Strict (CreateTopics v6+): a rejected topic recorded nothing, so there is no cost to pace by.
-    rejected = m.admit_mutations(P, 5, 2.5)
+    rejected = m.admit_mutations(P, 5, 0.5)
     assert rejected is not None and rejected.pace_seconds is None
 
 
@@ -119,7 +131,8 @@ def test_a_pool_member_is_paced_by_its_allocation() -> None:
     m = QuotaManager(quota_settings_from({
         "entities": [{"client_id_prefix": "jo"}],
         "pools": [{"name": "p", "producer_byte_rate": T, "members": [{"client_id_prefix": "jo"}]}]}), 0.0)
-    m.record_produce(P, 12_000, 1, 1, 0.0)
+    m.record_produce(P, 10_000, 1, 1, 0.0)
+    m.record_produce(P, 2000, 1, 1, 0.0)
     v = only(m.record_produce(P, 1000, 1, 1, 2.0))
     assert v.pool == "p" and v.pace_seconds == pytest.approx(1.0)
 
