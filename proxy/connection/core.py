@@ -1,36 +1,37 @@
 """One client connection and its one upstream connection, as a sans-io state machine.
 
-`Connection.handle(event)` takes one event (`events.py`: bytes from either side, the upstream
-connected or lost, the client's EOF, a timer, a write buffer over its mark) and returns the actions
-to carry out, in order: send parts to a side, mute or unmute with a named reason, set the timer,
-look topics up, close. No asyncio, no sockets, no clock: every event carries the loop time, and the
-handler-time clock (`CoreParts.perf`) is injected; the asyncio edge (`kqp.proxy.runtime.edge`) only
-converts. This module is the state machine (life, muting, the FIFO, delivery) and its one
-dispatcher: each request goes to the handler its API key has in `CoreParts.handlers` (`handlers/`:
-what a request costs, what goes upstream, what its response becomes), and its response to the same
-handler, after the step every response shares (broker addresses rewritten to kqp's listeners).
+`Connection.handle(event)` takes one event (`events.py`: bytes from either side, the upstream up or
+lost, the client's EOF, a timer, a write buffer over its mark, the runtime's answers) and returns
+the actions to carry out, in order: send parts to a side, mute or unmute with a named reason, set
+the connection's timer, ask the runtime for an effect, close. No asyncio, no sockets, no clock:
+every event carries the loop time, and the handler-time clock (`CoreParts.perf`) is injected; the
+asyncio edge (`kqp.proxy.runtime.edge`) only converts. This module is the state machine (its life,
+muting, the FIFO, delivery) and its one dispatcher: each request goes to the handler its API key has
+in `CoreParts.handlers` (`handlers/`), and its response to the same handler, after the one step every
+response shares (broker addresses rewritten to kqp's listeners). Two parts live beside it:
+`establishing.py` (the way to OPEN: the connect deadline and kqp's upstream login) and `awaiting.py`
+(what waits for the runtime: a topic lookup, a quota commit, listeners for new brokers).
 
 * Frames go through as the slices they arrived in; only headers are always decoded. Responses come
   back in request order (Kafka guarantees it), so the requests awaiting one are a FIFO of
-  `InFlight` records; kqp's own answers (ApiVersions, SASL) wait their turn in it. At `max_in_flight`
-  of them the client is read no more until one is answered (as Kafka mutes a channel, never a close).
-* Charging: each request is charged through one pair (`charging.py`: when it is read, and when its
-  response is back); the violations go to the throttling room (`throttling.py`), which decides the
-  request's one throttle (paced for a client that does not back off), mutes for it, tells the observer.
+  `InFlight` records; kqp's own answers wait their turn in it. At `max_in_flight` of them the
+  client is read no more until one is answered (as Kafka mutes a channel, never a close).
+* Charging: one pair, `Charging.charge_request` when a request is read and `charge_response` when
+  its response is back (`charging.py`); the violations go to the throttling room (`throttling.py`),
+  which decides the request's one throttle (paced for a client that does not back off), mutes
+  and unmutes for it, and tells the observer.
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
-  version has the field, and the client side is muted for the throttle (`SetTimer`); what a client
-  pipelined meanwhile waits, unforwarded. Produce bytes over quota mute at once (a broker reads one
-  request at a time); an acks=0 Produce has no response and is muted only.
+  version has the field, and the client side is muted for the throttle (`SetTimer`). Produce bytes
+  over quota mute at once (a broker reads one request at a time); an acks=0 Produce is muted only.
 * Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
 Its life is a phase (`phases.py`) moved only through the phases' table. The core decides when it
 ends: on a client's EOF (what it left unforwarded is dropped: `giving_up.py`) or the process's
-shutdown it drains (reads no new request, delivers what is owed) and closes once nothing is owed; on
-the periodic `IdleCheck` it closes when idle past `connections_max_idle_ms`, muted or not (activity
-is a whole request read or a response sent, never a trickled byte). Who the client is (the `user` of
-every quota entity) is `authentication.py`'s: a TLS client's mapped certificate subject, or the name
-SASL establishes, else `ANONYMOUS`.
+shutdown it drains (reads no new request, delivers what is owed) and closes itself once nothing is
+owed; on the process's periodic `IdleCheck` it closes itself when idle past
+`connections_max_idle_ms`, muted or not (activity is a whole request read or a response sent, never
+a trickled byte). Who the client is, is `authentication.py`'s.
 """
 
 from __future__ import annotations
@@ -39,16 +40,18 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from kqp.protocol.addresses import may_carry_addresses, rewrite_addresses_parts
+from kqp.protocol.addresses import BrokerAddress, may_carry_addresses
 from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
-from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError
+from kqp.proxy.policies.quota_admin import PendingCommit
 
 from . import events as ev
 from .authentication import Authentication
+from .awaiting import NO_CAP, Awaiting, ResponseHeld
+from .establishing import Establishing
 from .events import Action, Close, MuteReason, Parts, Send, Side
 from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
 from .giving_up import drop_unforwarded
@@ -56,6 +59,7 @@ from .mute import MuteState
 from .parts import CoreParts
 from .phases import Move, Phase, next_phase
 from .throttling import Throttling
+from .upstream_login import UpstreamAuthError, UpstreamLogin
 
 __all__ = ["Connection"]
 
@@ -64,11 +68,10 @@ log = logging.getLogger("kqp.connection")
 # How much of a split frame is read contiguously: a request's header, transactional id (at most
 # 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
 SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
-NO_CAP = float("inf")   # limits.max_in_flight_per_connection null: requests in flight are not capped
 CONNECTING, DRAINING, CLOSED = Phase.CONNECTING, Phase.DRAINING, Phase.CLOSED   # looked up on every frame
 
 
-class Connection:
+class Connection(Establishing, Awaiting):
     """The client side and the upstream side of one proxied connection."""
 
     def __init__(self, parts: CoreParts, listener: str, node_id: int | None, peer: str = "?") -> None:
@@ -82,6 +85,11 @@ class Connection:
         self.auth = Authentication(parts.sasl)
         self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
+        self._committing: tuple[InFlight, PendingCommit] | None = None   # an answer waiting for its commit
+        self._held_response: tuple[memoryview, Parts] | None = None      # a response waiting for listeners
+        self._missing: list[BrokerAddress] = []
+        self._login: UpstreamLogin | None = None
+        self._deadline = 0.0
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
         self._on_event: dict[type, Callable[[ev.Event], None]] = {
@@ -96,6 +104,8 @@ class Connection:
             ev.WriteBuffer: self._write_buffer,
             ev.TimerFired: self._timer_fired,
             ev.TopicsLookedUp: self._topics_looked_up,
+            ev.ListenersReady: self._listeners_ready,
+            ev.QuotasCommitted: self._quotas_committed,
             ev.ShutdownBegun: self._shutdown_begun,
             ev.IdleCheck: self._idle_check,
             ev.CloseRequested: lambda e: self._close(e.reason, e.message),
@@ -111,6 +121,8 @@ class Connection:
             self._on_event[type(event)](event)
         except (ProtocolError, BodyError) as exc:
             self._close("protocol_error", f"bad request from client: {exc}")
+        except UpstreamAuthError as exc:   # kqp's own login (`establishing.py`)
+            self._close("upstream_auth_failed", str(exc))
         except Exception:
             # The one top-level guard: a bug closes this connection only, loudly.
             log.exception("client %s: unexpected error; closing the connection", self.peer)
@@ -138,24 +150,8 @@ class Connection:
         return self.auth.user
 
     # -- connection life -----------------------------------------------------------------------
-    def _client_connected(self, e: ev.ClientConnected) -> None:
-        if e.user is not None:
-            self.auth.adopt(e.user)
-        self.last_activity = e.now
-        self.parts.charging.observer.connection_opened(self.listener)
-        self._mute(MuteReason.CONNECTING)
-        self._out.append(ev.ConnectUpstream(self.node_id))
-
     def _move(self, move: Move) -> None:
         self.phase = next_phase(self.phase, move)
-
-    def _upstream_connected(self, e: ev.UpstreamConnected) -> None:
-        self._move(Move.UPSTREAM_UP)
-        self._unmute(MuteReason.CONNECTING)
-        self._pump(e.now)
-
-    def _upstream_connect_failed(self, e: ev.UpstreamConnectFailed) -> None:
-        self._close("upstream_unknown" if e.unknown_broker else "upstream_unreachable", e.message)
 
     def _upstream_lost(self, e: ev.UpstreamLost) -> None:
         detail = f": {e.message}" if e.message else ""
@@ -302,26 +298,14 @@ class Connection:
 
     def _await(self, entry: InFlight, now: float) -> None:
         self.in_flight.append(entry)
-        if entry.local_response is not None:
-            if entry.close_after is not None:   # read nothing more: the answer goes, then the connection closes
+        if (answer := entry.local_response) is not None:
+            if isinstance(answer, PendingCommit):   # the answer waits for the state file (`awaiting.py`)
+                self._await_commit(entry, answer)
+            elif entry.close_after is not None:   # read nothing more: the answer goes, then the connection closes
                 self._mute(MuteReason.CLOSING)
             self._flush_local(now)
         if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:   # cap
             self._mute(MuteReason.IN_FLIGHT)
-
-    def _hold(self, parts: Parts) -> None:
-        """Look topics up before planning this request again, reading nothing more meanwhile: the
-        connection's order is kept."""
-        self._held = parts
-        self._mute(MuteReason.LOOKUP)
-        self._out.append(ev.LookUpTopics())
-
-    def _topics_looked_up(self, e: ev.TopicsLookedUp) -> None:
-        parts, self._held = self._held, None
-        if parts is not None:
-            self._on_request(joined(parts), parts, e.now, looked_up=True)
-        self._unmute(MuteReason.LOOKUP)
-        self._pump(e.now)
 
     # -- responses: upstream -> client ---------------------------------------------------------
     def _upstream_data(self, e: ev.UpstreamData) -> None:
@@ -332,14 +316,17 @@ class Connection:
                 if got is None:
                     break
                 self._on_response(*got, e.now)
+        except ResponseHeld:   # what follows waits behind it until its listeners are ready (`awaiting.py`)
+            pass
         except (ProtocolError, BodyError) as exc:
             self._close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
         self._close_if_done()
 
-    def _on_response(self, head: memoryview, frame: Parts, now: float) -> None:
+    def _on_response(self, head: memoryview, frame: Parts, now: float, counted: bool = False) -> None:
         """The dispatcher's response side: `frame` is the slices the response arrived in, `head` a
-        contiguous start of it. Broker addresses first (any API's), then its request's handler."""
+        contiguous start of it. Broker addresses first (any API's), then its request's handler.
+        `counted`: it waited for listeners and has been counted already."""
         p = self.parts
         t0 = p.perf()
         correlation_id = response_correlation_id(head)
@@ -349,15 +336,14 @@ class Connection:
             return
         entry = self.in_flight.popleft()
         api, version = entry.api_key, entry.api_version
-        p.charging.observer.response(entry.principal, api, sum(map(len, frame)), now - entry.sent_at)
+        if not counted:
+            p.charging.observer.response(entry.principal, api, sum(map(len, frame)), now - entry.sent_at)
         body_offset = response_body_offset(api, version, head)
         if may_carry_addresses(api, version):
-            # Fetch v16+: the walk to the NodeEndpoints tag passes every batch; it counts them
-            # on the way when the handler asked (`InFlight.counts`).
-            rewritten, seen = rewrite_addresses_parts(api, version, frame, body_offset, p.map_address, entry.counts)
-            p.learn_brokers(seen)
-            if rewritten is not None:
-                frame = rewritten
+            # kqp's listener for every broker named (held when there is none yet: `awaiting.py`);
+            # Fetch v16+: the walk to the NodeEndpoints tag counts the batches on the way when the
+            # handler asked (`InFlight.counts`).
+            frame = self._kqps_addresses(entry, head, frame, body_offset, counted)
         if entry.handler.reads_responses:
             frame = entry.handler.on_response(entry, frame, body_offset, now, self.auth)
         entry.handler_seconds += p.perf() - t0

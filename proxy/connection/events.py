@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from kqp.protocol.addresses import BrokerAddress
+from kqp.quotas.admin_layer import Change
 from kqp.quotas.connection_limits import LIMIT_REASONS
 
 Buffer = bytes | memoryview
@@ -36,15 +38,20 @@ class MuteReason(enum.Enum):
     THROTTLED = "throttled"              # KIP-219: until the delay queue fires
     RESPONSE_PENDING = "response_pending"  # a response-time quota: one request at a time, as a broker reads
     BACKPRESSURE = "backpressure"        # the upstream's write buffer is over its high-water mark
-    CONNECTING = "connecting"            # the upstream connection is not established yet
+    CONNECTING = "connecting"            # the upstream connection is not established (or logged in) yet
     LOOKUP = "lookup"                    # a mutation request waits for topic metadata (KIP-599 costs)
+    COMMIT = "commit"                    # an AlterClientQuotas answer waits for the state file's commit
     CLOSING = "closing"                  # shutdown: read no new requests, let owed responses drain
     CLIENT_SLOW = "client_slow"          # the client's write buffer is full: stop reading the upstream
+    LISTENERS = "listeners"              # a response names a broker kqp has no listener for yet
     IN_FLIGHT = "in_flight"              # limits.max_in_flight_per_connection requests await responses
 
     @property
     def side(self) -> Side:
-        return Side.UPSTREAM if self is MuteReason.CLIENT_SLOW else Side.CLIENT
+        return Side.UPSTREAM if self in _UPSTREAM_SIDE else Side.CLIENT
+
+
+_UPSTREAM_SIDE = frozenset({MuteReason.CLIENT_SLOW, MuteReason.LISTENERS})   # stop reading responses
 
 
 # -- events -------------------------------------------------------------------------------------
@@ -61,7 +68,10 @@ class ClientConnected:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamConnected:
+    """The upstream socket is up (its TLS handshake done); ``address`` names it in log lines."""
+
     now: float
+    address: str = "?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +139,24 @@ class TopicsLookedUp:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenersReady:
+    """The answer to ``EnsureListeners``: kqp listens for those brokers now, or ``error`` says which
+    it could not listen for and why."""
+
+    now: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotasCommitted:
+    """The answer to ``CommitQuotas``: the change is written and in force, or ``error`` says why nothing
+    changed."""
+
+    now: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ShutdownBegun:
     """Stop reading requests; what is owed still goes out, then the core closes itself (``shutdown``)."""
 
@@ -153,8 +181,8 @@ class CloseRequested:
 
 
 Event = (ClientConnected | UpstreamConnected | UpstreamConnectFailed | ClientData | UpstreamData | ClientEof
-         | ClientLost | UpstreamLost | WriteBuffer | TimerFired | TopicsLookedUp | ShutdownBegun | IdleCheck
-         | CloseRequested)
+         | ClientLost | UpstreamLost | WriteBuffer | TimerFired | TopicsLookedUp | ListenersReady | QuotasCommitted
+         | ShutdownBegun | IdleCheck | CloseRequested)
 
 
 # -- actions ------------------------------------------------------------------------------------
@@ -216,6 +244,23 @@ class LookUpTopics:
 
 
 @dataclass(frozen=True, slots=True)
+class EnsureListeners:
+    """Listen for these brokers (bind their listeners, record their upstream addresses), then send
+    ``ListenersReady``: a response names them and waits, unrewritten, until kqp has a port for each."""
+
+    brokers: tuple[BrokerAddress, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitQuotas:
+    """Write these quota changes to the state file and put them in force, then send ``QuotasCommitted``.
+    ``who`` is the principal that asked (Kafka's form, ``User:ops``), for the log and an audit trail."""
+
+    changes: tuple[Change, ...]
+    who: str
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     """Close both sockets. ``reason`` is a metrics label; ``message`` is logged when set."""
 
@@ -223,7 +268,8 @@ class Close:
     message: str | None = None
 
 
-Action = ConnectUpstream | Send | Mute | Unmute | SetTimer | NoteUnread | LookUpTopics | Close
+Action = (ConnectUpstream | Send | Mute | Unmute | SetTimer | NoteUnread | LookUpTopics | EnsureListeners | CommitQuotas
+          | Close)
 
 #: Why a listener refused a client before its connection began (a TLS listener's handshake and
 #: identity checks, and `limits:`; the core never sees these connections).
@@ -232,5 +278,5 @@ REFUSAL_REASONS = ("tls_plaintext", "tls_certificate_expired", "tls_certificate_
 
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
-                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error", "authentication_failed",
-                 "authentication_required", *REFUSAL_REASONS)
+                 "upstream_unreachable", "upstream_unknown", "upstream_protocol_error", "upstream_auth_failed",
+                 "listener_unavailable", "authentication_failed", "authentication_required", *REFUSAL_REASONS)

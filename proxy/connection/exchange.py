@@ -5,7 +5,8 @@ to the `Handler` the registry (`handlers/registry.py`) keeps for the API key, in
 Kroxylicious' filters. The handler's request side answers what goes upstream: the frame as it came,
 a rewritten frame, or nothing (kqp answers itself: `InFlight.local_response`), or `LOOK_UP` (look
 the topics up first, then hand it the same request again). It writes on the record what the core
-must know later, and what the request used (`Usage`), which the core charges (`charging.py`). When
+must know later, and what the request used (`Usage`), which the core charges (`charging.py`); an answer
+that needs the runtime first is a `PendingCommit` there (the core emits `CommitQuotas`). When
 the response is back the core hands it to the same handler's response side, after the one step
 every response shares (broker addresses rewritten to kqp's listeners); and when the request's
 throttle is known, `on_throttled` may change what goes out.
@@ -29,6 +30,7 @@ from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import RequestHeader
 from kqp.protocol.records import RecordCounts
 from kqp.proxy.policies.mutation_gate import Rewrite
+from kqp.proxy.policies.quota_admin import PendingCommit
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal
 
@@ -81,7 +83,8 @@ class InFlight:
     handler: Handler                       # the API's handler; its response side runs on the response
     handler_seconds: float = 0.0
     violations: list[Violation] = field(default_factory=list)   # quotas exceeded when the request was read
-    local_response: bytes | None = None    # kqp's own answer, sent when its turn comes
+    local_response: bytes | PendingCommit | None = None   # kqp's own answer, sent when its turn comes
+                                           # (a PendingCommit: once the state file is committed)
     rewrite: Rewrite | None = None         # applied to the upstream's response (KIP-599 merge, topic cache)
     exempt: bool = False                   # not charged to request quotas (Kafka's exemptions)
     expects_response: bool = True          # False: none will come (acks=0 Produce)

@@ -16,7 +16,7 @@ from .events import MuteReason, Side
 # Reasons that also stop the core forwarding requests it has already read (backpressure only
 # stops reading more: what was read before may still go out).
 BLOCKING = frozenset({MuteReason.THROTTLED, MuteReason.RESPONSE_PENDING, MuteReason.CONNECTING,
-                      MuteReason.CLOSING, MuteReason.LOOKUP, MuteReason.IN_FLIGHT})
+                      MuteReason.CLOSING, MuteReason.LOOKUP, MuteReason.COMMIT, MuteReason.IN_FLIGHT})
 
 
 class MuteState:

@@ -9,25 +9,29 @@ built with them (`handlers/registry.py`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kqp.protocol.addresses import AddressMapper, BrokerAddress
+from kqp.config.model import UpstreamSasl
 
 from .charging import Charging
 from .handlers.registry import Handlers
 from .sasl import SaslPolicy
 from .settings import CoreSettings
 
-__all__ = ["CoreParts", "CoreSettings"]
+__all__ = ["CoreParts", "CoreSettings", "ListenerLookup"]
+
+#: (node id, upstream host, upstream port) -> kqp's (host, port) for that broker, or None when kqp has
+#: no listener for it yet or knows it at another address (the core then asks for `EnsureListeners`).
+ListenerLookup = Callable[[int, str, int], "tuple[str, int] | None"]
 
 
 @dataclass(slots=True)
 class CoreParts:
     charging: Charging
     handlers: Handlers                                         # api key -> its handler (the dispatcher's table)
-    learn_brokers: Callable[[Iterable[BrokerAddress]], None]   # brokers named in responses
-    map_address: AddressMapper                                 # upstream broker -> kqp's listener
+    listener_for: ListenerLookup                               # upstream broker -> kqp's listener
     perf: Callable[[], float]   # handler-time clock (time.perf_counter), injected so the core reads none
     settings: CoreSettings      # a reload assigns a new one
     sasl: SaslPolicy = field(default_factory=SaslPolicy)   # who authenticates clients (`sasl.mode`) and against what
+    upstream_sasl: UpstreamSasl | None = None   # kqp's own login on each upstream connection (LOGGING_IN)

@@ -9,5 +9,6 @@ whole process and consulted by the core's API handlers:
 * `quota_admin`: Kafka's quota admin API (DescribeClientQuotas, AlterClientQuotas) answered by kqp.
 
 Like the core they are sans-io: no clock (`now` is an argument), no socket, no event loop. What
-needs I/O (the topic lookup, the state-file commit) is the runtime's, behind an injected callable.
+needs I/O (the topic lookup, the state-file commit) is asked for by the core as an action, carried
+out by the runtime and answered with an event (`kqp.proxy.connection.awaiting`).
 """

@@ -26,8 +26,11 @@ The semantics are the KRaft controller's (ClientQuotaControlManager, ClientQuota
 
 Quota keys are Kafka's (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`,
 `controller_mutation_rate`) and kqp's own under the names its YAML uses (`request_rate`,
-`producer_record_rate`, ...). The core stays pure: the change is handed to the injected `commit`
-(the runtime writes the state file, then swaps the settings in as a reload does).
+`producer_record_rate`, ...). The policy stays pure: an Alter that changes something is answered
+with a `PendingCommit` (the changes, who asked, and how to answer once they are committed); the
+core emits it as the `CommitQuotas` action, the runtime writes the state file off the event loop and
+swaps the settings in as a reload does, and the answer is built from its `QuotasCommitted` event.
+validate_only, refused and all-invalid requests are answered at once and commit nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.client_quotas import (
@@ -48,7 +52,7 @@ from kqp.protocol.client_quotas import (
 from kqp.quotas.admin_layer import Change
 from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, Principal, QuotaSettings, QuotaType
 
-__all__ = ["ADMIN_APIS", "CommitFailed", "QuotaAdmin"]
+__all__ = ["ADMIN_APIS", "PendingCommit", "QuotaAdmin"]
 
 ADMIN_APIS = frozenset({ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas})
 UNKNOWN_SERVER_ERROR, CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, INVALID_REQUEST = -1, 31, 35, 42
@@ -62,8 +66,17 @@ INTEGRAL = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE
 _RANGES = kqp_ranges()
 
 
-class CommitFailed(Exception):
-    """The state file could not be written: nothing changed (the message says why)."""
+Results = list[tuple[int, "str | None", tuple]]   # per Alter entry: error code, message, entity
+
+
+@dataclass(frozen=True)
+class PendingCommit:
+    """An AlterClientQuotas answer that needs the state file first: `changes` by `who` (Kafka's form,
+    `User:ops`) are committed, then `answer(error)` is the response (`error` None: committed)."""
+
+    changes: tuple[Change, ...]
+    who: str
+    answer: Callable[[str | None], bytes]
 
 
 class Refused(Exception):
@@ -76,14 +89,14 @@ class Refused(Exception):
 class QuotaAdmin:
     principals: frozenset[str]                            # Kafka's form: User:ops
     settings: Callable[[], QuotaSettings]                 # the quotas in force
-    commit: Callable[[list[Change], str], None]           # (changes, who) -> written and applied, or CommitFailed
 
     def advertised(self, ranges: Mapping[int, tuple[int, int]]) -> Mapping[int, tuple[int, int]]:
         """kqp answers both APIs at every version its codec knows, whatever the upstream speaks."""
         return {**ranges, **{api: _RANGES[api] for api in ADMIN_APIS}}
 
     def answer(self, principal: Principal, api_key: int, version: int, correlation_id: int,
-               body: memoryview) -> bytes:
+               body: memoryview) -> bytes | PendingCommit:
+        """kqp's whole response frame, or the commit it waits for."""
         if api_key == ApiKey.DescribeClientQuotas:
             try:
                 entries = self._describe(decode_describe(version, body))
@@ -91,7 +104,11 @@ class QuotaAdmin:
                 return encode_describe_response(version, correlation_id, refused.code, refused.message, [])
             return encode_describe_response(version, correlation_id, 0, None, entries)
         entries, validate_only = decode_alter(version, body)
-        return encode_alter_response(version, correlation_id, self._alter(principal, entries, validate_only))
+        results, changes = self._alter(principal, entries)
+        if not changes or validate_only:
+            return encode_alter_response(version, correlation_id, results)
+        return PendingCommit(tuple(changes), f"User:{principal.user}",
+                             partial(_committed, version, correlation_id, results))
 
     # -- describe ------------------------------------------------------------------------------
     def _describe(self, flt: DescribeFilter) -> list:
@@ -132,10 +149,11 @@ class QuotaAdmin:
         return found
 
     # -- alter ---------------------------------------------------------------------------------
-    def _alter(self, principal: Principal, entries: list[AlterEntry], validate_only: bool) -> list:
+    def _alter(self, principal: Principal, entries: list[AlterEntry]) -> tuple[Results, list[Change]]:
+        """Each entry's result as the controller validates it, and the changes of the valid ones."""
         if f"User:{principal.user}" not in self.principals:
-            return [(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.", e.entity) for e in entries]
-        results: list[tuple[int, str | None, tuple]] = []
+            return [(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.", e.entity) for e in entries], []
+        results: Results = []
         changes: list[Change] = []
         seen: set[EntitySpec] = set()
         for entry in entries:
@@ -149,13 +167,16 @@ class QuotaAdmin:
                 continue
             changes.append((spec, ops))
             results.append((0, None, entry.entity))
-        if changes and not validate_only:
-            try:
-                self.commit(changes, f"User:{principal.user}")
-            except CommitFailed as failed:
-                return [(UNKNOWN_SERVER_ERROR, f"not changed: {failed}", entity) if code == 0 else (code, msg, entity)
-                        for code, msg, entity in results]
-        return results
+        return results, changes
+
+
+def _committed(version: int, correlation_id: int, results: Results, error: str | None) -> bytes:
+    """The Alter answer once its commit is done: a failed commit changed nothing, so every entry that
+    was to apply says why (UNKNOWN_SERVER_ERROR, as before a commit could fail); the refused say why not."""
+    if error is not None:
+        results = [(UNKNOWN_SERVER_ERROR, f"not changed: {error}", entity) if code == 0 else (code, msg, entity)
+                   for code, msg, entity in results]
+    return encode_alter_response(version, correlation_id, results)
 
 
 def _components(spec: EntitySpec) -> dict[str, str | None]:

@@ -9,7 +9,16 @@ its reasons is held), which pauses or resumes the transport once the event's act
 edge never reads the core's state to decide.
 
 Events that arrive while actions are being carried out (a `write` that crosses the high-water mark
-calls `pause_writing` at once) are queued and handled after, so the core never sees re-entry.
+calls `pause_writing` at once, an effect answered at once) are queued and handled after, so the core
+never sees re-entry.
+
+The effects the core asks for are the runtime's: `ConnectUpstream` opens the upstream socket (its
+deadline is the core's timer), `LookUpTopics` and `CommitQuotas` run as tasks of this connection
+(the commit writes the state file in a thread: `quota_store.py`) and answer with their event,
+`EnsureListeners` binds what is missing and answers at once (a bind is synchronous: the port is
+known when it returns). A task that fails unexpectedly closes this connection only (`internal_error`).
+The loop is `EdgeWiring.loop`, its clock and its tasks included, so a test drives the edge with a
+fake loop and fake transports (`tests/proxy/test_edge.py`).
 
 On a TLS listener the client transport arrives with its handshake done (`listeners.py`); the edge
 reads the peer certificate and hands the user it maps to (`EdgeWiring.identify`) to the core with
@@ -27,24 +36,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 
-from kqp.config.model import HostPort, UpstreamSasl
+from kqp.config.model import HostPort
+from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.errors import ProtocolError
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
 from kqp.proxy.connection.parts import CoreParts
 from kqp.proxy.tls.peers import Refusal, Refused
+from kqp.quotas.admin_layer import Change
 
 from .admission import Admission, Slot, peer_name
 from .cert_reload import no_tls
 from .delay import DelayDriver
 from .flow_control import FlowControl
+from .quota_store import CommitFailed
 from .socket_probe import peer_gone, unread_bytes
-from .upstream_client import CLIENT_ID
-from .upstream_sasl import LoginReader, sasl_login
 
 log = logging.getLogger("kqp.connection")
 
@@ -59,16 +69,16 @@ class EdgeWiring:
     core: CoreParts
     delay: DelayDriver
     upstream_for: Callable[[int | None], HostPort | None]   # where a listener's connections go
-    connect_timeout: float                                   # seconds
     look_up_topics: Callable[[], Awaitable[None]]
+    ensure_listeners: Callable[[tuple[BrokerAddress, ...]], str | None]   # bound and recorded; or what failed
     open_connections: set[ClientEdge]                        # for the idle reaper and shutdown
     on_closed: Callable[[], None]    # a connection closed (shutdown waits for the open set to empty)
     identify: Callable[[bytes | None], str] | None = None    # TLS listeners: peer certificate (DER) -> user
     refused: Callable[[str, str, Refusal], None] | None = None   # (listener, peer, why): counted and logged
     upstream_tls: Callable[[str], dict[str, object]] = no_tls    # upstream host -> create_connection's TLS args
-    upstream_sasl: UpstreamSasl | None = None   # kqp's own login on every upstream connection
-    max_frame_bytes: int = 100 * 1024 * 1024    # for the login's frames
     admission: Admission | None = None          # limits: connection counts and creation rates
+    # admin.manage_quotas: (changes, who) -> written (off the loop) and in force, or CommitFailed
+    commit_quotas: Callable[[tuple[Change, ...], str], Awaitable[None]] | None = None
 
 
 class ClientEdge(asyncio.Protocol):
@@ -94,7 +104,9 @@ class ClientEdge(asyncio.Protocol):
             ev.Unmute: lambda action: self._flow[action.reason.side].unmute(action.reason),
             ev.SetTimer: self._set_timer,
             ev.NoteUnread: lambda action: setattr(self, "_unread_mark", unread_bytes(self.client)),
-            ev.LookUpTopics: self._look_up_topics,
+            ev.LookUpTopics: lambda action: self._spawn(self._look_up_topics()),
+            ev.EnsureListeners: self._ensure_listeners,
+            ev.CommitQuotas: lambda action: self._spawn(self._commit_quotas(action)),
             ev.Close: self._close,
         }
 
@@ -194,23 +206,36 @@ class ClientEdge(asyncio.Protocol):
                                peer_gone(self.client)))
 
     # -- actions ---------------------------------------------------------------------------------
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = self.w.loop.create_task(work)  # type: ignore[arg-type]
+    def _spawn(self, work: Coroutine[object, object, None]) -> None:
+        task = self.w.loop.create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._effect_done)
+
+    def _effect_done(self, task: asyncio.Task[None]) -> None:
+        """An effect's task ended: one that failed unexpectedly closes this connection only, loudly."""
+        self._tasks.discard(task)
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        log.error("client %s: unexpected error in an effect of the connection; closing it", self.core.peer,
+                  exc_info=exc)
+        self.run(ev.CloseRequested(self.now(), "internal_error"))
 
     def _connect_upstream(self, action: ev.ConnectUpstream) -> None:
         self._spawn(self._connect(action.node_id))
 
     async def _connect(self, node_id: int | None) -> None:
+        """The upstream socket, its callbacks on `UpstreamEdge`; no deadline here: the core's timer
+        closes the connection (and so cancels this) when `upstream.connect_timeout_ms` has passed."""
         target = self.w.upstream_for(node_id)
         if target is None:
             self.run(ev.UpstreamConnectFailed(self.now(), f"kqp knows no upstream address for broker {node_id}",
                                               unknown_broker=True))
             return
         try:
-            transport = await self._open(target)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
+            transport, _ = await self.w.loop.create_connection(
+                lambda: UpstreamEdge(self), target.host, target.port,
+                **self.w.upstream_tls(target.host))  # type: ignore[arg-type]
+        except (OSError, ProtocolError) as exc:   # a refusal, a TLS failure (ssl.SSLError is an OSError)
             self.run(ev.UpstreamConnectFailed(self.now(), f"upstream {target} unreachable: "
                                                           f"{exc or type(exc).__name__}"))
             return
@@ -220,27 +245,7 @@ class ClientEdge(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         self.upstream = transport  # type: ignore[assignment]
         self._flow[Side.UPSTREAM].attach(transport)  # type: ignore[arg-type]
-        self.run(ev.UpstreamConnected(self.now()))
-
-    async def _open(self, target: HostPort) -> asyncio.BaseTransport:
-        """The upstream socket, its callbacks on `UpstreamEdge`, logged in with `upstream.sasl` when
-        set: the login's answers go to a `LoginReader` until it is done, so nothing reaches the core
-        before `UpstreamConnected`."""
-        transport, protocol = await asyncio.wait_for(
-            self.w.loop.create_connection(lambda: UpstreamEdge(self), target.host, target.port,
-                                          **self.w.upstream_tls(target.host)),  # type: ignore[arg-type]
-            self.w.connect_timeout)
-        if self.w.upstream_sasl is not None:
-            reader = protocol.login = LoginReader(transport, self.w.connect_timeout,  # type: ignore[arg-type]
-                                                  self.w.max_frame_bytes, CLIENT_ID)
-            try:
-                await sasl_login(reader.request, self.w.upstream_sasl, str(target))
-            except BaseException:
-                transport.close()
-                raise
-            finally:
-                protocol.login = None
-        return transport
+        self.run(ev.UpstreamConnected(self.now(), str(target)))
 
     def _send(self, action: ev.Send) -> None:
         transport = self.client if action.side is Side.CLIENT else self.upstream
@@ -258,12 +263,22 @@ class ClientEdge(asyncio.Protocol):
         if action.at is not None:
             self._timer = self.w.delay.schedule(self, action.at)
 
-    def _look_up_topics(self, action: ev.LookUpTopics) -> None:
-        async def look_up() -> None:
-            await self.w.look_up_topics()
-            self.run(ev.TopicsLookedUp(self.now()))
+    async def _look_up_topics(self) -> None:
+        await self.w.look_up_topics()
+        self.run(ev.TopicsLookedUp(self.now()))
 
-        self._spawn(look_up())
+    def _ensure_listeners(self, action: ev.EnsureListeners) -> None:
+        # Answered at once: the event is queued and handled right after this one's actions.
+        self.run(ev.ListenersReady(self.now(), self.w.ensure_listeners(action.brokers)))
+
+    async def _commit_quotas(self, action: ev.CommitQuotas) -> None:
+        assert self.w.commit_quotas is not None, "CommitQuotas comes only from the quota admin's handler"
+        try:
+            await self.w.commit_quotas(action.changes, action.who)
+        except CommitFailed as failed:
+            self.run(ev.QuotasCommitted(self.now(), str(failed)))
+            return
+        self.run(ev.QuotasCommitted(self.now()))
 
     def _close(self, action: ev.Close) -> None:
         if action.message:
@@ -281,25 +296,18 @@ class ClientEdge(asyncio.Protocol):
 
 
 class UpstreamEdge(asyncio.Protocol):
-    """The upstream socket of a connection: its callbacks become the client edge's events (or, while
-    kqp logs in with upstream.sasl, the login's)."""
+    """The upstream socket of a connection: its callbacks become the client edge's events (kqp's
+    own login on it included: the core reads its answers)."""
 
-    __slots__ = ("edge", "login")
+    __slots__ = ("edge",)
 
     def __init__(self, edge: ClientEdge) -> None:
         self.edge = edge
-        self.login: LoginReader | None = None
 
     def data_received(self, data: bytes) -> None:
-        if self.login is not None:
-            self.login.feed(data)
-            return
         self.edge.run(ev.UpstreamData(self.edge.now(), data))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.login is not None:
-            self.login.lost(exc)
-            return
         self.edge.run(ev.UpstreamLost(self.edge.now(), str(exc) if exc else None))
 
     def pause_writing(self) -> None:          # the upstream reads slower than the client sends

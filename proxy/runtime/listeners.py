@@ -1,8 +1,11 @@
 """kqp's listening sockets: one bootstrap listener, and one listener per upstream broker node id.
 
 A broker's listener is bound synchronously (socket, bind, listen) the moment kqp first hears of the
-broker, so the port can be written into the very response that named it; accepting starts a moment
-later and the kernel's backlog holds any client that is quicker than that.
+broker: from its own Metadata refresh, or from a response that names a broker kqp has no listener
+for, which the connection core holds until the edge has carried out its `EnsureListeners`
+(`listen_for`), so the port can be written into the very response that named it. Accepting starts a
+moment later and the kernel's backlog holds any client that is quicker than that. The core asks
+`lookup`'s answer, which binds nothing, for every broker a response names.
 
 With `tls:` every listener accepts its sockets itself, from a readiness callback as asyncio's
 servers do, and hands each to the loop's `connect_accepted_socket` with the current TLS context
@@ -21,7 +24,7 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kqp.config.model import HostPort
@@ -155,9 +158,32 @@ class ListenerSet:
                 slot.release()
             raise
 
-    def map_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
-        """The AddressMapper for response rewriting: every broker becomes one of kqp's ports."""
-        return self.advertised_host, self.ensure_broker(node_id)
+    def listen_for(self, node_ids: Iterable[int]) -> str | None:
+        """A listener for each broker that has none yet; None when all are bound, else what failed."""
+        failed = []
+        for node_id in node_ids:
+            try:
+                self.ensure_broker(node_id)
+            except OSError as exc:
+                failed.append(f"broker {node_id} on {self._listen.host}:{self._broker_port(node_id)}: "
+                              f"{exc.strerror or exc}")
+        if failed:
+            log.warning("kqp cannot listen for %s", "; ".join(failed))
+        return "; ".join(failed) or None
+
+    def lookup(self, known: Mapping[int, HostPort]) -> Callable[[int, str, int], tuple[str, int] | None]:
+        """The connection core's `listener_for`: kqp's address for a broker it listens for, named at the
+        upstream address `known` (the cluster's brokers) has for it; None for any other (new, or moved),
+        for which the core asks `EnsureListeners`. Binds nothing."""
+        ports, host = self.broker_ports, self.advertised_host
+
+        def listener_for(node_id: int, upstream_host: str, upstream_port: int) -> tuple[str, int] | None:
+            port = ports.get(node_id)
+            if port is None or known.get(node_id) != HostPort(upstream_host, upstream_port):
+                return None
+            return host, port
+
+        return listener_for
 
     async def settle(self) -> None:
         """Wait until every listener bound so far is accepting."""

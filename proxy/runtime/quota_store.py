@@ -5,18 +5,27 @@ config reload: `rebase`) and the admin API's (the state file: `commit`), and han
 `apply`, the quota manager's `update_settings`: an admin change goes through exactly the path of a
 config reload, so measurements and token buckets carry over.
 
-A commit holds an exclusive lock (`flock` on `<state file>.lock`) while it re-reads the file, applies
-the change and writes the result atomically: a temporary file in the same directory, fsync, rename
-over the state file, fsync of the directory. Re-reading under the lock is what lets several
-processes share one state file (`kqp run --workers N`, or kqp instances mounting one volume): each
-sees the others' changes and none overwrites them. Every process also polls the file's stat (as the
-config reloader does), so a change another process wrote is in force here within a poll.
+A commit (the connection core's `CommitQuotas` action, carried out by the edge) holds an exclusive
+lock (`flock` on `<state file>.lock`) while it re-reads the file, applies the change and writes the
+result atomically: a temporary file in the same directory, fsync, rename over the state file, fsync
+of the directory. Re-reading under the lock is what lets several processes share one state file
+(`kqp run --workers N`, or kqp instances mounting one volume): each sees the others' changes and none
+overwrites them. Every process also polls the file's stat (as the config reloader does), so a change
+another process wrote is in force here within a poll.
 
-The write blocks the event loop for one fsync: AlterClientQuotas is rare, and answering it only
-once the change is durable is what Kafka's controller does too. A file that cannot be read or
-written leaves everything as it was: at start kqp refuses to run; later, the change is refused
-(UNKNOWN_SERVER_ERROR naming the file) or, for a file changed under kqp, the running layer is kept
-and the error logged.
+The write and its fsyncs run in one thread of the store's own (`commit` awaits it), never on the
+event loop; the new settings are then put in force on the loop, as a reload's are. One thread, so
+commits from several connections of a process are written, and put in force, in the order they were
+asked, each reading what the one before wrote (the `flock` orders them across processes). The
+AlterClientQuotas answer goes only once the change is durable, as Kafka's controller answers. A file
+that cannot be read or written leaves everything as it was: at start kqp refuses to run; later, the
+change is refused (UNKNOWN_SERVER_ERROR naming the file) or, for a file changed under kqp, the running
+layer is kept and the error logged.
+
+Every change of the quotas in force passes `_put` with who made it and where it came from (the admin
+API, the state file changed on disk, a config reload), the settings before and after: the one place
+issue 23's audit trail (a structured event per entity with its before/after, a metric, a bounded
+history) hooks in.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ import fcntl
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 
 import yaml
@@ -35,13 +45,21 @@ import yaml
 from kqp.config.admin_section import STATE_HEADER, parse_state, state_document
 from kqp.config.errors import ConfigError
 from kqp.config.loader import read_file
-from kqp.proxy.policies.quota_admin import CommitFailed
-from kqp.quotas.admin_layer import STATE_FILE, AdminLayer, Change, apply_changes, overlay
+from kqp.quotas.admin_layer import CONFIG_FILE, STATE_FILE, AdminLayer, Change, apply_changes, overlay
 from kqp.quotas.model import QuotaSettings
 
 from .reload import POLL_SECONDS, file_stamp
 
+__all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "read_state", "write_atomically"]
+
 log = logging.getLogger("kqp.admin")
+
+ADMIN_API = "admin API"   # where a change came from, besides the state file (on disk) and the config file
+Stamp = tuple[int, int, int, float] | None
+
+
+class CommitFailed(Exception):
+    """The state file could not be written: nothing changed (the message says why)."""
 
 
 def read_state(path: str) -> AdminLayer:
@@ -81,6 +99,8 @@ class QuotaStore:
         self.layer = read_state(path)   # a file that does not load stops kqp here
         self._apply = apply
         self._stamp = file_stamp(path)
+        self._writer: ThreadPoolExecutor | None = None   # one thread: commits in the order asked
+        self._writing = 0   # commits under way: the watch leaves the file to them meanwhile
 
     @property
     def effective(self) -> QuotaSettings:
@@ -88,8 +108,8 @@ class QuotaStore:
 
     def rebase(self, base: QuotaSettings) -> list[str]:
         """A config reload: the new base, with the admin layer still over it."""
-        self.base = base
-        return self._apply(self.effective)
+        before, self.base = self.effective, base
+        return self._changed(before, None, CONFIG_FILE)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -100,29 +120,56 @@ class QuotaStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def commit(self, changes: list[Change], who: str) -> None:
-        """Write `changes` to the state file, then put them in force (CommitFailed: nothing changed)."""
+    async def commit(self, changes: Iterable[Change], who: str, loop: asyncio.AbstractEventLoop) -> None:
+        """Write `changes` to the state file in the store's thread, then put them in force on the loop
+        (CommitFailed: nothing changed)."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kqp-state-file")
+        self._writing += 1
+        try:
+            layer, stamp = await loop.run_in_executor(self._writer, self._write, list(changes), who, self.base)
+        finally:
+            self._writing -= 1
+        self._stamp = stamp
+        self._put(layer, who, ADMIN_API)
+
+    def _write(self, changes: list[Change], who: str, base: QuotaSettings) -> tuple[AdminLayer, Stamp]:
+        """The state file re-read under the lock, changed, written and synced (the store's thread)."""
         try:
             with self._locked():
-                layer = apply_changes(read_state(self.path), self.base, changes)
+                layer = apply_changes(read_state(self.path), base, changes)
                 text = STATE_HEADER + yaml.safe_dump(state_document(layer), sort_keys=False)
                 write_atomically(self.path, text)
-                self._stamp = file_stamp(self.path)
+                return layer, file_stamp(self.path)
         except ConfigError as exc:
             log.error("quota change by %s refused: %s", who, exc)
             raise CommitFailed(str(exc)) from None
         except OSError as exc:
             log.error("quota change by %s refused: cannot write %s: %s", who, self.path, exc)
             raise CommitFailed(f"cannot write the state file {self.path}: {exc.strerror or exc}") from None
-        self._put(layer, f"by {who}")
 
-    def _put(self, layer: AdminLayer, how: str) -> None:
-        self.layer = layer
+    def close(self) -> None:
+        """No more commits; one under way still finishes (the interpreter waits for its thread)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)
+            self._writer = None
+
+    def _put(self, layer: AdminLayer, who: str | None, source: str) -> None:
+        before, self.layer = self.effective, layer
+        self._changed(before, who, source)
+
+    def _changed(self, before: QuotaSettings, who: str | None, source: str) -> list[str]:
+        """The quotas in force become `self.effective` (were `before`), changed by `who` from `source`.
+        Issue 23's audit trail hooks in here: one event per entity changed, before and after."""
         lines = self._apply(self.effective)
+        if source == CONFIG_FILE:
+            return lines   # the reloader logs a reload's lines itself
+        how = f"by {who}" if who else "on disk"
         for line in lines:
             log.info("quota change %s (%s %s): %s", how, STATE_FILE, self.path, line)
         if not lines:
             log.info("admin state file %s changed %s: no quota in force changed", self.path, how)
+        return lines
 
     def refresh(self) -> None:
         """The file changed under kqp (another worker or instance wrote it): take it, or keep the
@@ -134,13 +181,13 @@ class QuotaStore:
             log.error("admin state file changed but does not load; keeping the quotas in force: %s", exc)
             return
         if layer != self.layer:
-            self._put(layer, "on disk")
+            self._put(layer, None, STATE_FILE)
 
     async def watch(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), POLL_SECONDS)
-            if file_stamp(self.path) != self._stamp:
+            if not self._writing and file_stamp(self.path) != self._stamp:
                 try:
                     self.refresh()
                 except Exception:   # as ConfigReloader._reload_guarded: a dead task would stop every later change

@@ -26,10 +26,12 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 
 from kqp.config.model import ProxyConfig, UpstreamSasl
+from kqp.protocol.addresses import BrokerAddress
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.handlers.registry import standard_handlers
@@ -77,7 +79,8 @@ def forwarding_login(config: ProxyConfig) -> UpstreamSasl | None:
 def core_settings(config: ProxyConfig) -> CoreSettings:
     return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle,
                         max_in_flight=config.limits.max_in_flight_per_connection,
-                        connections_max_idle_ms=config.connections_max_idle_ms, pacing=config.quotas.pacing)
+                        connections_max_idle_ms=config.connections_max_idle_ms,
+                        connect_timeout_ms=config.upstream.connect_timeout_ms, pacing=config.quotas.pacing)
 
 
 class ProxyServer:
@@ -122,27 +125,32 @@ class ProxyServer:
                                      lambda name, node_id, slot: ClientEdge(wiring, name, node_id, slot),
                                      reuse_port=self.reuse_port, tls=listener_tls)
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
-                                                 on_broker=lambda b: self.listeners.ensure_broker(b.node_id),
+                                                 on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
         charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
-        admin = None if self.store is None else QuotaAdmin(frozenset(cfg.admin.principals),
-                                                           lambda: self.quotas.settings, self.store.commit)
+        admin = (None if self.store is None
+                 else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings))
         self.core = CoreParts(
             charging=charging,
             handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
                                        admin),
-            learn_brokers=cluster.learn, map_address=self.listeners.map_address, perf=time.perf_counter,
-            settings=core_settings(cfg), sasl=sasl,
+            listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter,
+            settings=core_settings(cfg), sasl=sasl, upstream_sasl=forwarding_login(cfg),
         )
         lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
                              cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls,
                              sasl=cfg.upstream.sasl)
         wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
-                            connect_timeout=cfg.upstream.connect_timeout_ms / 1000, look_up_topics=lookup,
+                            look_up_topics=lookup, ensure_listeners=self._ensure_listeners,
                             open_connections=self.connections, on_closed=self._on_closed,
-                            identify=identify, refused=refused, upstream_tls=upstream_tls,
-                            upstream_sasl=forwarding_login(cfg), max_frame_bytes=cfg.max_frame_bytes,
-                            admission=self.admission)
+                            identify=identify, refused=refused, upstream_tls=upstream_tls, admission=self.admission,
+                            commit_quotas=None if self.store is None else partial(self.store.commit, loop=loop))
+
+    def _ensure_listeners(self, brokers: tuple[BrokerAddress, ...]) -> str | None:
+        """The core's `EnsureListeners`: the brokers' upstream addresses recorded (new ones bound
+        through the cluster's `on_broker`), then any still without a listener tried again; what failed."""
+        self.cluster.learn(brokers)
+        return self.listeners.listen_for(b.node_id for b in brokers)
 
     def _quota_store(self) -> QuotaStore | None:
         """`admin.manage_quotas`: the state file's changes over the config file's quotas, from the start."""
@@ -323,6 +331,8 @@ class ProxyServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.store is not None:
+            self.store.close()
         if self.endpoint is not None:
             await self.endpoint.close()
 

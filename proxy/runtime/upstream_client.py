@@ -3,7 +3,8 @@
 Not on the forwarding path: client traffic goes through the connection core as opaque frames. This
 client uses asyncio streams and kqp's codec, one request at a time, with a deadline on every step
 (the TLS handshake, with `upstream.tls`, included in the connect deadline). With `upstream.sasl` set
-it logs in first (`upstream_sasl.py`).
+it logs in first, driving the connection core's sans-io login (`kqp.proxy.connection.upstream_login`,
+the one implementation of the exchange) with its own request/response.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any
 from kqp.config.model import UpstreamSasl
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.messages import decode_response, encode_request
+from kqp.proxy.connection.upstream_login import CLIENT_ID, UpstreamLogin
 
 from .cert_reload import no_tls
-from .upstream_sasl import sasl_login
 
-CLIENT_ID = "kqp"
+__all__ = ["CLIENT_ID", "UpstreamClient"]
 
 
 class UpstreamClient:
@@ -43,11 +44,16 @@ class UpstreamClient:
         )
         if self._sasl is not None:
             try:
-                await sasl_login(self.request, self._sasl, f"{self.host}:{self.port}")
+                await self._log_in(UpstreamLogin(self._sasl, f"{self.host}:{self.port}"))
             except BaseException:
                 await self.__aexit__()
                 raise
         return self
+
+    async def _log_in(self, login: UpstreamLogin) -> None:
+        frame: bytes | None = login.start()
+        while frame is not None:
+            frame = login.receive(await self._exchange(frame))
 
     async def __aexit__(self, *exc: object) -> None:
         if self._writer is not None:
@@ -57,22 +63,28 @@ class UpstreamClient:
             except (OSError, TimeoutError):
                 pass
 
-    async def request_frame(self, api_key: int, api_version: int, **fields: Any) -> memoryview:
-        """Send one request, return the whole response frame (with its size prefix)."""
+    async def _exchange(self, request: bytes) -> memoryview:
+        """Send one whole request frame, return the next whole response frame (size prefix included)."""
         assert self._reader is not None and self._writer is not None, "use as an async context manager"
-        correlation_id = next(self._ids)
-        self._writer.write(encode_request(api_key, api_version, correlation_id, CLIENT_ID, **fields))
+        if self._writer.is_closing():   # the upstream hung up (uvloop raises RuntimeError on a write then)
+            raise ConnectionResetError(f"upstream {self.host}:{self.port} closed the connection")
+        self._writer.write(request)
         await asyncio.wait_for(self._writer.drain(), self.timeout)
         head = await asyncio.wait_for(self._reader.readexactly(4), self.timeout)
         (size,) = struct.unpack(">i", head)
         if size < 4 or size > self._max:
             raise ProtocolError(f"upstream {self.host}:{self.port} sent a frame of size {size}")
-        body = await asyncio.wait_for(self._reader.readexactly(size), self.timeout)
-        (got,) = struct.unpack_from(">i", body, 0)
+        return memoryview(head + await asyncio.wait_for(self._reader.readexactly(size), self.timeout))
+
+    async def request_frame(self, api_key: int, api_version: int, **fields: Any) -> memoryview:
+        """Send one request, return the whole response frame (with its size prefix)."""
+        correlation_id = next(self._ids)
+        frame = await self._exchange(encode_request(api_key, api_version, correlation_id, CLIENT_ID, **fields))
+        (got,) = struct.unpack_from(">i", frame, 4)
         if got != correlation_id:
             raise ProtocolError(f"upstream {self.host}:{self.port} answered correlation id {got}, "
                                 f"expected {correlation_id}")
-        return memoryview(head + body)
+        return frame
 
     async def request(self, api_key: int, api_version: int, **fields: Any) -> Any:
         frame = await self.request_frame(api_key, api_version, **fields)

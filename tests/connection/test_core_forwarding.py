@@ -11,7 +11,9 @@ import struct
 
 from helpers.playbook import (
     Recorder,
+    connected,
     connected_core,
+    connecting,
     make_core,
     play,
     produce_frame,
@@ -37,9 +39,9 @@ def test_requests_wait_for_the_upstream_connection() -> None:
     core = make_core()
     request = produce_frame("t", 7, 1, "c")
     play(core, [
-        (ev.ClientConnected(NOW), [ev.Mute(MuteReason.CONNECTING), ev.ConnectUpstream(None)]),
+        connecting(NOW),
         (ev.ClientData(NOW, request), []),                      # read, but nowhere to go yet
-        (ev.UpstreamConnected(NOW), [ev.Unmute(MuteReason.CONNECTING), to_upstream(request)]),
+        connected(NOW, to_upstream(request)),
     ])
     assert core.muted(Side.CLIENT) is False
 
@@ -157,8 +159,7 @@ def test_an_unreachable_upstream_closes_with_its_reason() -> None:
 def test_a_response_nobody_awaits_is_dropped_and_counted() -> None:
     recorder = Recorder()
     core = make_core(observer=recorder)
-    play(core, [(ev.ClientConnected(NOW), [ev.Mute(MuteReason.CONNECTING), ev.ConnectUpstream(None)]),
-                (ev.UpstreamConnected(NOW), [ev.Unmute(MuteReason.CONNECTING)])])
+    play(core, [connecting(NOW), connected(NOW)])
     acks0, second = produce_frame("t", 9, 1, "c", acks=0), produce_frame("t", 9, 2, "c")
     play(core, [
         (ev.ClientData(NOW, acks0 + second), [to_upstream(acks0), to_upstream(second)]),

@@ -6,7 +6,10 @@ raises; a `Close` is always the last action and nothing follows it; no close is 
 connection that is muted is read no more (the driver below only delivers client bytes while the
 client side is read, as a transport does), and what the core buffers stays bounded by one frame
 plus one read, and the requests awaiting responses by the in-flight cap; a connection is closed
-exactly when it has said `Close` (its phase moves only as its table allows). Throttle mutes are told
+exactly when it has said `Close` (its phase moves only as its table allows). The runtime's answers
+come at random too (a lookup done, listeners bound or not, a commit done or failed), solicited or
+not: a Metadata answer may name a broker kqp has no listener for (the response is held), an
+AlterClientQuotas waits for its commit. Throttle mutes are told
 to the observer in pairs: while a throttle mutes the connection exactly one `mute_started` is open
 (so its cause is never missing), none while it does not, and once the connection is closed every
 `mute_started` has had its `mute_ended`. Every bad frame ends its own connection only: the soak
@@ -20,15 +23,25 @@ import os
 import random
 import struct
 
-from helpers.playbook import Recorder, connected_core, produce_frame, produce_response
+from helpers.playbook import (
+    Recorder,
+    connected_core,
+    kqp_listener,
+    metadata_response,
+    produce_frame,
+    produce_response,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka.protocol.admin import AlterClientQuotasRequest as Alter
 
+from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Close, Side
+from kqp.proxy.policies.quota_admin import QuotaAdmin
 
 MAX_FRAME = 64 * 1024
 READ = 4096   # the most one ClientData carries here
@@ -42,17 +55,34 @@ def valid_requests() -> list[bytes]:
     from kafka.protocol.admin.topics import CreateTopicsRequest
     topic = CreateTopicsRequest.CreatableTopic(name="t", num_partitions=2, replication_factor=1, assignments=[],
                                                configs=[])
+    alter = Alter.EntryData(entity=[Alter.EntryData.EntityData(entity_type="user", entity_name="a")],
+                            ops=[Alter.EntryData.OpData(key="request_rate", value=5.0, remove=False)])
     return [
         produce_frame("t", 9, 1, "c", records=2),
         produce_frame("t", 3, 2, "c", records=1, acks=0),
         encode_request(ApiKey.Metadata, 9, 3, "c", topics=None, allow_auto_topic_creation=False),
         encode_request(ApiKey.ApiVersions, 3, 4, "c", client_software_name="x", client_software_version="1"),
         encode_request(ApiKey.CreateTopics, 7, 5, "admin", topics=[topic], timeout_ms=100, validate_only=False),
+        encode_request(ApiKey.AlterClientQuotas, 1, 6, "c", entries=[alter], validate_only=False),
     ]
 
 
+class Listening:
+    """kqp's listeners: broker 1 from the start, others once a `ListenersReady` without error binds them."""
+
+    def __init__(self) -> None:
+        self.nodes = {1}
+
+    def __call__(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
+        return kqp_listener(node_id, host, port) if node_id in self.nodes else None
+
+
 VALID = valid_requests()
-RESPONSES = [produce_response(9, 1), produce_response(9, 7), b"\x00\x00\x00\x08\x00\x00\x00\x01abcd"]
+# correlation id -> the upstream's answers to that request of VALID (a Metadata answer may name a new broker)
+ANSWERS = {1: [produce_response(9, 1)],
+           3: [metadata_response(3, BrokerAddress(1, "b", 9092)), metadata_response(3, BrokerAddress(2, "b", 9092))]}
+RESPONSES = [produce_response(9, 1), produce_response(9, 7), b"\x00\x00\x00\x08\x00\x00\x00\x01abcd",
+             metadata_response(3, BrokerAddress(1, "b", 9092)), metadata_response(3, BrokerAddress(2, "b", 9092))]
 
 
 def mangled(frame: bytes, rng: random.Random) -> bytes:
@@ -98,15 +128,16 @@ def check(core: Connection, actions: list, closed_before: bool) -> None:
 
 
 event_kinds = st.sampled_from(["client", "client", "client", "upstream", "timer", "wbuf", "eof", "lookup",
-                               "lost", "shutdown", "idle"])
+                               "lost", "shutdown", "idle", "listeners", "committed"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(event_kinds, st.integers(0, 2**32 - 1)), max_size=40))
 def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tuple[str, int]]) -> None:
-    recorder = Recorder()
+    recorder, listening = Recorder(), Listening()
     core = connected_core(QUOTAS, observer=recorder, max_frame_bytes=MAX_FRAME, connections_max_idle_ms=2000,
-                          limits={"max_in_flight_per_connection": IN_FLIGHT})
+                          limits={"max_in_flight_per_connection": IN_FLIGHT}, listener_for=listening,
+                          admin=lambda manager: QuotaAdmin(frozenset({"User:ANONYMOUS"}), lambda: manager.settings))
     now = 100.0
     for kind, seed in steps:
         rng = random.Random(seed)
@@ -119,8 +150,21 @@ def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tup
             cut = rng.randrange(1, len(data) + 1) if rng.random() < 0.3 else len(data)
             event: ev.Event = ev.ClientData(now, data[:min(cut, READ)])
         elif kind == "upstream":
-            data = rng.choice(RESPONSES) if rng.random() < 0.8 else rng.randbytes(rng.randrange(1, 40))
+            if core.muted(Side.UPSTREAM):
+                continue     # as for the client: a paused transport delivers nothing
+            due = core.in_flight[0].correlation_id if core.in_flight else None
+            if due in ANSWERS and rng.random() < 0.6:   # the answer the oldest request awaits
+                data = rng.choice(ANSWERS[due])
+            else:
+                data = rng.choice(RESPONSES) if rng.random() < 0.8 else rng.randbytes(rng.randrange(1, 40))
             event = ev.UpstreamData(now, data)
+        elif kind == "listeners":
+            bound = rng.random() < 0.7
+            if bound:
+                listening.nodes.add(2)
+            event = ev.ListenersReady(now, None if bound else "cannot bind")
+        elif kind == "committed":
+            event = ev.QuotasCommitted(now, None if rng.random() < 0.7 else "disk full")
         elif kind == "timer":
             event = ev.TimerFired(max(now, core.throttling.muted_until) if rng.random() < 0.7 else now)
         elif kind == "wbuf":

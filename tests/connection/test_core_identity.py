@@ -8,7 +8,8 @@ bob, with no quota of his own, is not throttled by the same bytes.
 from __future__ import annotations
 
 import pytest
-from helpers.playbook import make_core, play, produce_frame, to_upstream
+from helpers.playbook import connected as upstream_up
+from helpers.playbook import connecting, make_core, play, produce_frame, to_upstream
 
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
@@ -22,10 +23,7 @@ ALICE_QUOTA = {"window_size_seconds": 1, "window_count": 11,
 
 def connected(user: str | None) -> Connection:
     core = make_core(ALICE_QUOTA)
-    play(core, [
-        (ev.ClientConnected(NOW, user=user), [ev.Mute(MuteReason.CONNECTING), ev.ConnectUpstream(None)]),
-        (ev.UpstreamConnected(NOW), [ev.Unmute(MuteReason.CONNECTING)]),
-    ])
+    play(core, [connecting(NOW, user), upstream_up(NOW)])
     return core
 
 

@@ -13,6 +13,7 @@ import pytest
 from helpers.playbook import (
     Recorder,
     connected_core,
+    connecting,
     make_core,
     play,
     produce_frame,
@@ -51,7 +52,7 @@ def test_a_client_that_closes_before_the_upstream_is_up_has_nothing_forwarded() 
     core = make_core(observer=recorder)
     request = produce_frame("t", 9, 1, "c")
     play(core, [
-        (ev.ClientConnected(NOW), [ev.Mute(MuteReason.CONNECTING), ev.ConnectUpstream(None)]),
+        connecting(NOW),
         (ev.ClientData(NOW, request), []),
         (ev.ClientEof(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close("client_closed")]),
         (ev.UpstreamConnected(NOW), []),
@@ -78,10 +79,14 @@ def test_the_table_allows_exactly_the_drawn_moves() -> None:
     assert next_phase(Phase.OPEN, Move.CLIENT_EOF) is Phase.DRAINING
     assert next_phase(Phase.OPEN, Move.SHUTDOWN) is Phase.DRAINING
     assert next_phase(Phase.DRAINING, Move.SHUTDOWN) is Phase.DRAINING
+    assert next_phase(Phase.CONNECTING, Move.LOGIN_STARTED) is Phase.LOGGING_IN
     assert next_phase(Phase.LOGGING_IN, Move.LOGGED_IN) is Phase.OPEN
+    # A client that half-closed while kqp was logging in still has what it sent forwarded once it is.
+    assert next_phase(Phase.DRAINING, Move.LOGGED_IN) is Phase.DRAINING
     assert all(next_phase(phase, Move.CLOSE) is Phase.CLOSED for phase in Phase if phase is not Phase.CLOSED)
     for phase, move in [(Phase.OPEN, Move.UPSTREAM_UP), (Phase.CLOSED, Move.CLOSE), (Phase.CLOSED, Move.CLIENT_EOF),
-                        (Phase.OPEN, Move.LOGGED_IN), (Phase.DRAINING, Move.LOGGED_IN)]:
+                        (Phase.OPEN, Move.LOGGED_IN), (Phase.OPEN, Move.LOGIN_STARTED),
+                        (Phase.LOGGING_IN, Move.UPSTREAM_UP), (Phase.CONNECTING, Move.LOGGED_IN)]:
         with pytest.raises(IllegalTransition):
             next_phase(phase, move)
 

@@ -1,14 +1,17 @@
 """DescribeClientQuotas and AlterClientQuotas answered by the connection core (`admin.manage_quotas`).
 
-No sockets: a connected core on real parts (helpers.playbook) with a real `QuotaAdmin`, whose commit
-is the in-memory half of the runtime's store (the admin layer laid over the config file's quotas,
-swapped in with `QuotaManager.update_settings`); the state file itself is tests/proxy/test_quota_store.py's.
+No sockets: a connected core on real parts (helpers.playbook) with a real `QuotaAdmin`. An Alter that
+changes something is answered once its commit is done: the core emits `CommitQuotas`, which the test
+carries out as the runtime's store would without the file (the admin layer laid over the config
+file's quotas, swapped in with `QuotaManager.update_settings`), and answers with `QuotasCommitted`;
+the state file itself is tests/proxy/test_quota_store.py's, the edge's part tests/proxy/test_edge.py's.
 Kafka's semantics (ClientQuotasImage.describe, ClientQuotaControlManager.alterClientQuotas) are
 stated per case: filters, strict matching, validation errors, removal, validate_only, authorisation.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import pytest
@@ -21,7 +24,7 @@ from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.messages import decode_response, encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
-from kqp.proxy.policies.quota_admin import CommitFailed, QuotaAdmin
+from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.quotas.admin_layer import AdminLayer, Change, apply_changes, overlay
 from kqp.quotas.manager import QuotaManager
 
@@ -43,14 +46,16 @@ class Store:
         self.layer, self.fail = {}, False
         self.manager = manager
         self.base = self.manager.settings
-        self.commits: list[tuple[list[Change], str]] = []
+        self.commits: list[tuple[tuple[Change, ...], str]] = []
 
-    def commit(self, changes: list[Change], who: str) -> None:
+    def commit(self, action: ev.CommitQuotas) -> str | None:
+        """Carry the action out; the error `QuotasCommitted` carries (None: committed)."""
         if self.fail:
-            raise CommitFailed("disk full")
-        self.commits.append((changes, who))
-        self.layer: AdminLayer = apply_changes(self.layer, self.base, changes)
+            return "disk full"
+        self.commits.append((action.changes, action.who))
+        self.layer: AdminLayer = apply_changes(self.layer, self.base, action.changes)
         self.manager.update_settings(overlay(self.base, self.layer), NOW)
+        return None
 
 
 def admin_core(principals: tuple[str, ...] = ("User:ANONYMOUS",), quotas: dict[str, Any] | None = None,
@@ -58,22 +63,30 @@ def admin_core(principals: tuple[str, ...] = ("User:ANONYMOUS",), quotas: dict[s
     stores: list[Store] = []
 
     def admin(manager: QuotaManager) -> QuotaAdmin:
-        store = Store(manager)
-        stores.append(store)
-        return QuotaAdmin(frozenset(principals), lambda: manager.settings, store.commit)
+        stores.append(Store(manager))
+        return QuotaAdmin(frozenset(principals), lambda: manager.settings)
 
     # An upstream that speaks neither API: kqp still advertises and answers both.
     core = connected_core(quotas if quotas is not None else {"entities": ENTITIES}, admin=admin,
                           api_ranges=lambda: {k: r for k, r in kqp_ranges().items() if k not in (48, 49)})
+    STORES[core] = stores[0]
     return core, stores[0]
 
 
+STORES: weakref.WeakKeyDictionary[Connection, Store] = weakref.WeakKeyDictionary()   # the store of each core
 _ids = iter(range(1, 1 << 30))
 
 
 def call(core: Connection, api: int, version: int, **fields: Any) -> Any:
-    """One request through the core; kqp's answer, decoded (nothing may go upstream)."""
+    """One request through the core; kqp's answer, decoded (nothing may go upstream). An Alter that
+    commits is answered once the core's `Store` has carried the commit out."""
     actions = core.handle(ev.ClientData(NOW, encode_request(api, version, next(_ids), "cli", **fields)))
+    commits = [a for a in actions if isinstance(a, ev.CommitQuotas)]
+    if commits:
+        store = STORES[core]
+        assert len(commits) == 1, actions
+        assert ev.Mute(ev.MuteReason.COMMIT) in actions and not [a for a in actions if isinstance(a, ev.Send)]
+        actions = core.handle(ev.QuotasCommitted(NOW, store.commit(commits[0])))
     sends = [a for a in actions if isinstance(a, ev.Send)]
     assert [s.side for s in sends] == [ev.Side.CLIENT], actions
     return decode_response(api, version, memoryview(b"".join(sends[0].parts)))

@@ -113,8 +113,8 @@ async def test_what_tansus_own_authentication_serves(tmp_path: Path) -> None:
     # `tansu user create` needs an unauthenticated broker: every login is refused.
     # Should this test fail, Tansu has grown what the double stands in for.
     from kqp.config.model import UpstreamSasl
+    from kqp.proxy.connection.upstream_login import UpstreamAuthError
     from kqp.proxy.runtime.upstream_client import UpstreamClient
-    from kqp.proxy.runtime.upstream_sasl import UpstreamAuthError
 
     with launch.tansu(tmp_path / "tansu-auth.log", authentication=True) as bootstrap:
         host, port = bootstrap.addresses[0]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
 from helpers.quota_frames import produce_frame, record_batch
@@ -29,7 +30,7 @@ from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Action, Event, Side
 from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.parts import CoreParts, CoreSettings
+from kqp.proxy.connection.parts import CoreParts, CoreSettings, ListenerLookup
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
@@ -37,11 +38,13 @@ from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 
-__all__ = ["Recorder", "connected_core", "fetch_request", "fetch_response", "make_core", "play",
-           "produce_frame", "produce_response", "throttle_of", "to_client", "to_upstream", "topic_cache"]
+__all__ = ["Recorder", "connected", "connected_core", "connecting", "fetch_request", "fetch_response",
+           "kqp_listener", "make_core", "metadata_response", "play", "produce_frame", "produce_response",
+           "throttle_of", "to_client", "to_upstream", "topic_cache"]
 
 _SIZE = struct.Struct(">i")
 SERVER_NONCE = "kqp-server-nonce"
+CONNECT_TIMEOUT_MS = 10_000   # upstream.connect_timeout_ms's default
 
 
 @dataclass
@@ -86,29 +89,34 @@ class Recorder(ProxyObserver):
         self.mutes.append(("end", principal.client_id, quota_type))
 
 
+def kqp_listener(node_id: int, host: str, port: int) -> tuple[str, int]:
+    """The listener lookup of a kqp that listens for every broker: port 19100 + node id."""
+    return "127.0.0.1", 19100 + node_id
+
+
 def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | None = None, *,
               admin: Callable[[QuotaManager], QuotaAdmin] | None = None,
-              api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges, pacing: bool = False,
-              **config: Any) -> Connection:
+              api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges,
+              listener_for: ListenerLookup = kqp_listener, pacing: bool = False, **config: Any) -> Connection:
     """A `Connection` on real parts, not yet connected, with kqp's handlers (`standard_handlers`) on
     them. `admin` builds the quota admin policy from the quota manager (kqp then manages quotas);
-    `api_ranges` is what the upstream speaks. A `sasl` section gets a fixed SCRAM server nonce
-    (`SERVER_NONCE`), so a SCRAM exchange can be stated byte for byte. `pacing` is off unless asked
-    (issue 20): a playbook states the broker's behaviour unless it is about kqp's pacing."""
+    `api_ranges` is what the upstream speaks; `listener_for` which brokers kqp listens for. A `sasl`
+    section gets a fixed SCRAM server nonce (`SERVER_NONCE`), so a SCRAM exchange can be stated byte
+    for byte; `upstream.sasl` in `config` makes the core log in upstream (not in passthrough).
+    `pacing` is off unless asked (issue 20): a playbook states the broker's behaviour unless it is
+    about kqp's pacing."""
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas or {}, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
-    learned: list[BrokerAddress] = []
     charging = Charging(manager, observer or Recorder())
     sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE)
     parts = CoreParts(
         charging=charging,
         handlers=standard_handlers(charging, MutationGate(manager, TopicMetadata()), sasl, api_ranges,
                                    admin(manager) if admin is not None else None),
-        learn_brokers=learned.extend, map_address=lambda node_id, host, port: ("127.0.0.1", 19100 + node_id),
-        perf=lambda: 0.0, settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle,
-                                                  cfg.limits.max_in_flight_per_connection, cfg.connections_max_idle_ms,
-                                                  pacing),
-        sasl=sasl,
+        listener_for=listener_for, perf=lambda: 0.0,
+        settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle, cfg.limits.max_in_flight_per_connection,
+                              cfg.connections_max_idle_ms, cfg.upstream.connect_timeout_ms, pacing),
+        sasl=sasl, upstream_sasl=None if cfg.sasl.mode == "passthrough" else cfg.upstream.sasl,
     )
     return Connection(parts, "bootstrap", None, "test-client")
 
@@ -118,14 +126,23 @@ def topic_cache(core: Connection) -> TopicMetadata:
     return core.parts.handlers[ApiKey.CreateTopics].gate.topics
 
 
+def connecting(now: float, user: str | None = None, timeout_ms: int = CONNECT_TIMEOUT_MS) -> tuple[Event, list[Action]]:
+    """The playbook step of a client's arrival: the upstream is asked for, within the connect timeout."""
+    return (ev.ClientConnected(now, user), [ev.Mute(ev.MuteReason.CONNECTING), ev.ConnectUpstream(None),
+                                            ev.SetTimer(now + timeout_ms / 1000)])
+
+
+def connected(now: float, *then: Action) -> tuple[Event, list[Action]]:
+    """The playbook step of the upstream coming up (no login): the deadline cleared, the client read,
+    and `then` (what the client had sent meanwhile)."""
+    return (ev.UpstreamConnected(now), [ev.SetTimer(None), ev.Unmute(ev.MuteReason.CONNECTING), *then])
+
+
 def connected_core(quotas: dict[str, Any] | None = None, now: float = 100.0, observer: ProxyObserver | None = None,
                    pacing: bool = False, **config: Any) -> Connection:
     """A `Connection` whose client and upstream are both connected at `now`."""
     core = make_core(quotas, observer, pacing=pacing, **config)
-    play(core, [
-        (ev.ClientConnected(now), [ev.Mute(ev.MuteReason.CONNECTING), ev.ConnectUpstream(None)]),
-        (ev.UpstreamConnected(now), [ev.Unmute(ev.MuteReason.CONNECTING)]),
-    ])
+    play(core, [connecting(now), connected(now)])
     return core
 
 
@@ -173,6 +190,14 @@ def fetch_response(version: int, correlation_id: int, records: int, session_id: 
                          responses=[FetchResponse.FetchableTopicResponse(topic="t", partitions=[part])]
                          ).encode(version=version)
     return _framed(correlation_id, bytes(body), flexible_header=version >= 12)
+
+
+def metadata_response(correlation_id: int, *brokers: BrokerAddress, version: int = 9) -> bytes:
+    """A Metadata response (v9+: flexible header) naming `brokers` and no topic."""
+    body = MetadataResponse(version=version, throttle_time_ms=0, brokers=[
+        MetadataResponse.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=None)
+        for b in brokers], cluster_id=None, controller_id=1, topics=[]).encode(version=version)
+    return _framed(correlation_id, bytes(body), flexible_header=version >= 9)
 
 
 def throttle_of(frame: bytes, api_key: int, version: int) -> int:

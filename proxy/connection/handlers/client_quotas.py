@@ -2,6 +2,8 @@
 
 The answer is the quota admin policy's (`kqp.proxy.policies.quota_admin`); it waits its turn in the
 in-flight FIFO like ApiVersions, and is charged to request quotas like any request a broker handles.
+An Alter that changes something answers once the state file is committed: the policy's
+`PendingCommit` goes on the record as its answer-to-be, and the core emits it as `CommitQuotas`.
 Without `admin.manage_quotas` no handler is registered for these APIs and they go upstream.
 """
 
