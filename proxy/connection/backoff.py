@@ -34,7 +34,7 @@ before half a mute has passed, and the strikes absorb one.)
 The verdict is the connection's: `HONOURS` (it waited out a throttle), `IGNORES` (by version, or
 seen sending during a throttle: sticky for the connection's life), `UNKNOWN` (never throttled on a
 version that throttles itself). The throttling room paces the requests of versions without
-client-side throttling and every request of a connection seen not to back off; the observer counts
+client-side throttling (a connection seen not to back off is not paced: throttling.py says why); the observer counts
 each throttle given to a client that does not back off, by its software: KIP-511's names from
 ApiVersions v3+ (`Authentication.software`), else "unknown" and the throttled request's API and
 version.

@@ -25,10 +25,11 @@ the first and starts the second, so `kqp_muted_connections` counts each muted co
 under the throttle holding it now. The mute reason `THROTTLED` is set and lifted only here.
 
 Pacing (issue 20, `quotas.pacing`, beyond Kafka) is decided in `_paced`: a request whose client
-does not back off by itself (a version without client-side throttling, an acks=0 Produce, or a
-connection seen sending while throttled: backoff.py) gets the pace of the violation that decides its
-throttle (`Violation.pace_seconds`: its own cost, queued behind the entity's other paced requests,
-quotas/sensor.py) when that is shorter. The full usage stays recorded, so the rate is still held.
+cannot back off by itself (a version without client-side throttling, or an acks=0 Produce) gets the
+pace of the violation that decides its throttle (`Violation.pace_seconds`: its own cost, queued
+behind the entity's other paced requests, quotas/sensor.py) when that is shorter. The full usage
+stays recorded, so the rate is still held. A connection seen sending while throttled (backoff.py) is
+counted and shown, not paced (why: `_paced`).
 `throttle_time_ms` then says the paced mute: the field always tells the client how long its
 connection is muted, as a broker's does; a client that honours it (a mixed-version client, or one
 misjudged) waits exactly as long as kqp mutes it, and a client that ignores it does not care. While
@@ -110,12 +111,16 @@ class Throttling:
 
     def _paced(self, worst: Violation, blind: bool) -> tuple[float, bool]:
         """The throttle `worst` asks for, as Kafka's broker mutes for it; or, paced, its pace: for a
-        client that does not back off (`blind`, or seen sending while throttled) when it is shorter."""
+        client that cannot back off (`blind`) when it is shorter."""
         pace = worst.pace_seconds
         if pace is None or pace >= worst.throttle_seconds or not self.pacing():
             return worst.throttle_seconds, False
-        if blind or (self.backoff is not None and self.backoff.seen_ignoring):
+        if blind:
             return pace, True
+        # A connection seen not to back off (backoff.py) is counted and shown but not paced: paced by
+        # its cost, librdkafka and aiokafka (which never back off) ran 1.2-1.5x their quota over some
+        # spans in tests/e2e/test_quota_producers.py, as a pace never pays back the burst the sampled
+        # rate lets through when old samples expire. Until the pace accounts for that, Kafka's mute.
         return worst.throttle_seconds, False
 
     def throttled_response(self, entry: InFlight, frame: Parts, body_offset: int, throttle: Throttle, now: float,

@@ -122,11 +122,12 @@ def probe(core: Connection, start: float, end: float, arrived: int) -> None:
     play(core, [(ev.TimerFired((start + end) / 2, arrived), [ev.SetTimer(approx(end))])])
 
 
-def test_a_newer_client_seen_sending_while_throttled_is_paced_from_then_on() -> None:
+def test_a_newer_client_seen_sending_while_throttled_is_counted_not_paced() -> None:
     """Produce v9 backs off by itself, so kqp probes: in B's mute, and again in C's, the edge says
     bytes arrived since the throttled response went out (a Sarama-like client refilling the slot
     it freed, whatever throttle_time_ms says). Two probes in a row: it does not back off, and D's
-    throttle is paced and counted under its software."""
+    throttle is counted under its software. It keeps the broker's throttle: a pace would not pay back
+    the sampled rate's echoes (throttling.py `_paced`)."""
     recorder = Recorder()
     scene = Scene(9)
     d = pb.produce_frame("t", 9, 4, "c", records=1)
@@ -145,7 +146,7 @@ def test_a_newer_client_seen_sending_while_throttled_is_paced_from_then_on() -> 
     assert core.throttling.backoff.verdict == IGNORES
     assert recorder.ignored == [("sarama", "1.22.0", "observed")]
     muted = next_throttle(core, c_end, d)
-    assert muted == approx(scene.cost(d)), "paced: its own cost, not the broker's throttle"
+    assert muted > 3 * scene.cost(d), "the broker's throttle, not its own cost"
     core.handle(ev.UpstreamData(c_end + LATENCY, pb.produce_response(9, 4)))
     assert recorder.ignored == [("sarama", "1.22.0", "observed")] * 2
 

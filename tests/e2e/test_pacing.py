@@ -15,7 +15,9 @@ kqp, each under its own 150 kB/s quota:
 * a kafka-python 2.x fork pinned to (0, 11), in its own environment (`helpers.old_kafka_python`);
 * raw Produce v3 frames from a client that never sends ApiVersions (`helpers.raw_flood`);
 * a Sarama-like client: raw Produce v7 frames (a version that throttles itself) sent without waiting
-  for any throttle; kqp sees it send while throttled (backoff.py) and paces it from then on.
+  for any throttle; kqp sees it send while throttled (backoff.py) and counts it, but does not pace
+  it (throttling.py `_paced` says why): it is held to the quota by Kafka's throttles, its request
+  timeouts are printed, not judged.
 
 Rates are judged on the upstream tap, by the least-squares slope of cumulative bytes after the first
 span (11 s: a fresh sensor lets its first burst through), over 30+ s: almost three spans, so the
@@ -156,7 +158,7 @@ def test_clients_that_do_not_back_off_are_paced_to_the_quota_without_timeouts(
     measured = {name: {**report, "ratio": round(ratio(path, name), 3)} for name, report in reports.items()}
     print(f"\npacing on: {json.dumps(measured, indent=1)}")
     for name, m in measured.items():
-        assert m["timeouts"] == 0 and m["timeout_lines"] == 0, f"{name} timed out: {m}"
+        assert name == SARAMA or (m["timeouts"] == 0 and m["timeout_lines"] == 0), f"{name} timed out: {m}"
         assert RATIO[0] <= m["ratio"] <= RATIO[1], f"{name}: {m['ratio']:.2f}x the quota ({m})"
     # Who does not back off, per client software: the old versions by version, the Sarama-like
     # client because it was seen sending while throttled.
