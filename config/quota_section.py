@@ -34,6 +34,15 @@ from kqp.quotas.pool_spec import MemberShare, PoolSpec
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 _algorithm = choice(*ALGORITHMS)
 
+
+def _on_off(value: object, path: str) -> bool:
+    """YAML's on/off (read as true/false), or the words in quotes."""
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return value == "on"
+    raise ConfigError(path, f"must be on or off, got {shown(value)}")
+
 # KIP-124: request_percentage is a percent of one thread, so 0 would forbid all work and values
 # above 100 (more than one thread's worth) are meaningful. Every other quota is a rate where 0 is
 # a legitimate "block this entity" setting, as in Kafka.
@@ -130,6 +139,7 @@ QUOTA_FIELDS = {
     "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
     "entities": Field(_entities, []),
     "pools": Field(pools_from, []),  # capacity pools (pool_section.py)
+    "pacing": Field(_on_off, True),  # issue 20: pace clients that do not back off (off: the broker's mutes)
     **FLEET_FIELDS,  # scope and cluster: where usage is shared (fleet_section.py)
 }
 
@@ -167,6 +177,7 @@ def quota_section(data: object, *, path: str = "quotas",
         algorithms=algorithms,
         pools=values["pools"],
         shares=shares,
+        pacing=values["pacing"],
     )
     return settings, fleet
 
@@ -200,6 +211,7 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
     document: dict[str, object] = {
         "window_size_seconds": settings.window_size_seconds,
         "window_count": settings.window_count,
+        "pacing": "on" if settings.pacing else "off",
         "entities": entries,
     }
     if settings.algorithm != SAMPLED:   # the default goes unwritten: an adaptive pool refuses it written out

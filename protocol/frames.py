@@ -71,6 +71,15 @@ class FrameDecoder:
         """
         return self._size > 0 and (self._need < 0 or self._size < self._need)
 
+    def discard(self) -> int:
+        """Drop every byte held (their connection gives up on them); how many there were. A sticky
+        error stays: the stream is still broken."""
+        dropped = self._size
+        self._chunks.clear()
+        self._trickle.clear()
+        self._first, self._pos, self._size, self._need = None, 0, 0, -1
+        return dropped
+
     def feed(self, data: bytes) -> None:
         """Take ownership of ``data`` (immutable bytes from the transport); validates a new size prefix."""
         if self._error is not None:

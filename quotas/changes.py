@@ -68,6 +68,8 @@ def describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
         )
     if old.algorithm != new.algorithm:
         lines.append(f"quotas.algorithm {old.algorithm} -> {new.algorithm}")
+    if old.pacing != new.pacing:
+        lines.append(f"quotas.pacing {'on' if old.pacing else 'off'} -> {'on' if new.pacing else 'off'}")
     for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
         a, b = old.algorithms.get(spec), new.algorithms.get(spec)
         if a != b and spec in old.entities and spec in new.entities:

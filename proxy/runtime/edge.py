@@ -56,6 +56,7 @@ from .cert_reload import no_tls
 from .delay import DelayDriver
 from .flow_control import FlowControl
 from .quota_store import CommitFailed
+from .socket_probe import peer_gone, unread_bytes
 
 log = logging.getLogger("kqp.connection")
 
@@ -95,6 +96,7 @@ class ClientEdge(asyncio.Protocol):
         self.upstream: asyncio.Transport | None = None
         self._flow = {Side.CLIENT: FlowControl(), Side.UPSTREAM: FlowControl()}
         self._timer: object | None = None
+        self._unread_mark: int | None = None   # the client's unread bytes at the last NoteUnread
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
         self._refused = False
@@ -105,6 +107,7 @@ class ClientEdge(asyncio.Protocol):
             ev.Mute: lambda action: self._flow[action.reason.side].mute(action.reason),
             ev.Unmute: lambda action: self._flow[action.reason.side].unmute(action.reason),
             ev.SetTimer: self._set_timer,
+            ev.NoteUnread: lambda action: setattr(self, "_unread_mark", unread_bytes(self.client)),
             ev.LookUpTopics: lambda action: self._spawn(self._look_up_topics()),
             ev.EnsureListeners: self._ensure_listeners,
             ev.CommitQuotas: lambda action: self._spawn(self._commit_quotas(action)),
@@ -204,7 +207,10 @@ class ClientEdge(asyncio.Protocol):
     def on_delay(self, now: float) -> None:
         """The delay queue's callback (`DelayDriver`): this connection's timer is due."""
         self._timer = None
-        self.run(ev.TimerFired(now))
+        # What the muted socket holds, unread (socket_probe.py): the back-off probe and the give-up rule.
+        unread, mark = unread_bytes(self.client), self._unread_mark
+        self.run(ev.TimerFired(now, None if unread is None or mark is None else max(0, unread - mark),
+                               peer_gone(self.client)))
 
     # -- actions ---------------------------------------------------------------------------------
     def _spawn(self, work: Coroutine[object, object, None]) -> None:

@@ -38,10 +38,13 @@ from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
+from kqp.proxy.connection.views import ConnectionView, connection_view
 from kqp.proxy.observability import quota_audit
+from kqp.proxy.observability.explain import Explainer
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
+from kqp.proxy.observability.pool_metrics import budget_changes
 from kqp.proxy.observability.quota_audit import QuotaAudit
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
@@ -81,7 +84,7 @@ def core_settings(config: ProxyConfig) -> CoreSettings:
     return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle,
                         max_in_flight=config.limits.max_in_flight_per_connection,
                         connections_max_idle_ms=config.connections_max_idle_ms,
-                        connect_timeout_ms=config.upstream.connect_timeout_ms)
+                        connect_timeout_ms=config.upstream.connect_timeout_ms, pacing=config.quotas.pacing)
 
 
 class ProxyServer:
@@ -202,6 +205,7 @@ class ProxyServer:
         if isinstance(observer, PrometheusObserver):
             assert self.loop is not None
             observer.bind(self.loop.time, self.quotas, self.upstream_health, self.readiness)
+            observer.clients.connections = self.connection_views
             registry = observer.registry
             if self.fleet is not None:
                 registry.register(FleetCollector(self.fleet.status))
@@ -209,12 +213,21 @@ class ProxyServer:
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
+        recent = observer.recent if isinstance(observer, PrometheusObserver) else None
+        explain = Explainer(self.quotas, self.connection_views, self.loop.time, recent,
+                            budget_changes(self.quotas, self.loop.time))
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
-                                        lambda: prepare_scrape(observer))
+                                        lambda: prepare_scrape(observer), explain)
         await self.endpoint.start()
         log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
 
     # -- state the endpoint reads ----------------------------------------------------------------
+    def connection_views(self) -> list[ConnectionView]:
+        """The open connections as metrics and `kqp explain` see them: views of the cores, never the edges."""
+        assert self.loop is not None
+        now = self.loop.time()
+        return [connection_view(edge.core, now) for edge in list(self.connections) if not edge.core.closed]
+
     def upstream_health(self) -> UpstreamHealth:
         assert self.loop is not None
         last = self.cluster.last_refresh_ok
