@@ -97,7 +97,7 @@ def test_explain_says_which_entity_throttles_a_client_why_and_how_it_behaves(kqp
     [pool] = doc["pools"]
     assert (pool["pool"], pool["quota_type"], pool["configured_budget"]) == ("shared", "producer_byte_rate", 1_000_000)
     assert pool["member"]["active"] and pool["member"]["key"]["client_id_prefix"] == "explain-"
-    assert pool["member"]["allocation"] > 0 and pool["budget_changes"] == []   # not adaptive: the provider answers, with nothing
+    assert pool["member"]["allocation"] > 0 and pool["budget_changes"] == []   # not adaptive: none
     # The text, as an operator reads it.
     assert text.returncode == 0, text.stderr
     for line in ("/client-id-prefixes/explain-", "honours throttles: no (observed)", "explain-test 1.0",
