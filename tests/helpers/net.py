@@ -72,3 +72,22 @@ def read_until_eof(sock: socket.socket, timeout: float) -> tuple[bytes, bool]:
         if not data:
             return b"".join(chunks), True
         chunks.append(data)
+
+
+def unread_by_peer(sock: socket.socket) -> int | None:
+    """Bytes `sock` sent that its IPv4 loopback peer has not read yet: the receive queue of the
+    peer's socket as Linux shows it in /proc/net/tcp (a muted kqp leaves requests there). None
+    when that cannot be known (another platform, or the connection is gone)."""
+    def hex_address(address: tuple[str, int]) -> str:   # as /proc/net/tcp prints it (little-endian host)
+        return f"{socket.inet_aton(address[0])[::-1].hex().upper()}:{address[1]:04X}"
+
+    try:
+        peer, mine = hex_address(sock.getpeername()), hex_address(sock.getsockname())
+        with open("/proc/net/tcp", encoding="ascii") as table:
+            for line in table:
+                fields = line.split()   # sl local_address rem_address st tx_queue:rx_queue ...
+                if fields[1:3] == [peer, mine]:
+                    return int(fields[4].split(":")[1], 16)
+    except OSError:
+        return None
+    return None
