@@ -174,9 +174,9 @@ class QuotaManager:
             res = found.get(quota_type)
             if res is None:
                 continue
-            t = self._sensor(quota_type, res, now).charge(values[index], now)
-            if t > 0:
-                out.append(Violation(quota_type, t, res.key))
+            sensor = self._sensor(quota_type, res, now)
+            if (t := sensor.charge(values[index], now)) > 0:
+                out.append(Violation(quota_type, t, res.key, line=sensor.line))
         return out
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
@@ -217,7 +217,7 @@ class QuotaManager:
         for quota_type, index in self._fetch:
             res = found.get(quota_type)
             if res is not None:
-                self._sensor(quota_type, res, now).add(-values[index], now)
+                self._sensor(quota_type, res, now).refund(values[index], now)
 
     def record_request(self, p: Principal, handler_seconds: float, now: float) -> list[Violation]:
         """Charge one request: `request_rate` counts 1, `request_percentage` the handler time.

@@ -150,7 +150,8 @@ class PoolBook:
                 member = ledger.add(found, now)
             t = ledger.charge(member, values[index], now)
             if t > 0:
-                out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name))
+                out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
+                                     line=member.sensor.line))
 
     def refund(self, p: Principal, kind: int, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
@@ -224,7 +225,8 @@ class PoolBook:
                 continue
             t = ledger.charge(member, nbytes, now)
             if t > 0:
-                out.append(Violation(quota_type, t, found.key, ledger.pool.name))
+                out.append(Violation(quota_type, t, found.key, ledger.pool.name,
+                                     line=member.sensor.line))
         return out
 
     # -- upkeep and views --------------------------------------------------------------------------
