@@ -16,6 +16,7 @@ from kqp.proxy.connection.mute import MuteState
 from kqp.proxy.connection.throttling import Throttle, Throttling
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal, QuotaKey, QuotaType
+from kqp.quotas.throttle import ThrottleLine
 
 NOW = 100.0
 P = Principal("ANONYMOUS", "c")
@@ -83,3 +84,22 @@ def test_a_longer_throttle_of_another_cause_takes_the_mute_over_and_a_shorter_on
     assert throttling.cause == (P, BYTES) and throttling.muted_until == NOW + 3.0
     throttling.closed()   # the connection closes while muted: the mute ends with it
     assert recorder.mutes[-1] == ("end", "c", BYTES) and not throttling.muted
+
+
+def test_the_gate_follows_the_lines_of_rate_violations_and_their_principal_only() -> None:
+    """`gate` holds a request of the throttled request's API while a line of that throttle is more
+    than a millisecond ahead (another connection of the key was charged since); a request quota's
+    violation keeps no line (KIP-124 caps it at one window), and another principal is not held."""
+    throttling, _, _ = room()
+    line, out = ThrottleLine(NOW + 2.0), []
+    throttling.throttle(throttling.decide(entry(), [Violation(RATE, 0.5, KEY, line=line)]), NOW, out)
+    assert throttling.timer_fired(NOW + 0.5, out) and not throttling.gate(0, P, NOW + 0.5, out)
+    throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 0.5, KEY, line=line)]), NOW + 0.5, out)
+    assert throttling.timer_fired(NOW + 1.0, out)
+    out.clear()
+    assert not throttling.gate(1, P, NOW + 1.0, out), "a Fetch is not held for a Produce's line"
+    assert not throttling.gate(0, Principal("ANONYMOUS", "d"), NOW + 1.0, out)
+    assert throttling.gate(0, P, NOW + 1.0, out) and out == [Mute(MuteReason.THROTTLED), SetTimer(NOW + 2.0)]
+    assert throttling.timer_fired(NOW + 2.0, out)
+    line.until = NOW + 2.0009   # moved by under a millisecond: a rounding, not a sibling's usage
+    assert not throttling.gate(0, P, NOW + 2.0, out)
