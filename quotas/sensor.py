@@ -60,7 +60,7 @@ class QuotaSensor:
             shared.on_others = self.bucket.record   # the others' mutations debit this replica
         self.last_record = now
         self.last_throttle = 0.0
-        self.line = ThrottleLine(now)   # when the latest check says the key is within its quota
+        self.line = ThrottleLine(now, self.span)   # when the latest check says the key is within its quota
 
     def set_limit(self, limit: float) -> None:
         """Apply a new limit to the existing measurement, as Kafka swaps a live metric's quota.

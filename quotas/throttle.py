@@ -46,10 +46,11 @@ class ThrottleLine:
     used since (quotas/README.md, "Several connections of one key"). Mutable by design: a snapshot
     would go stale the moment another connection is charged."""
 
-    __slots__ = ("until",)
+    __slots__ = ("span", "until")
 
-    def __init__(self, until: float) -> None:
+    def __init__(self, until: float, span: float) -> None:
         self.until = until
+        self.span = span   # window_count x window_size of the sensor: the most the gate holds a request
 
 
 @dataclass(frozen=True, slots=True)

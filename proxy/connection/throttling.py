@@ -66,6 +66,10 @@ THROTTLED = MuteReason.THROTTLED
 # A line closer than this does not gate: a mute rounded to whole milliseconds (Kafka's unit) may end
 # up to half of one before its own line, and a connection must never wait for its own throttle twice.
 GATE_SLACK_SECONDS = 0.001
+# The most the gate holds one request, untold (its client counts it against its request timeout, 30 s
+# by default in the Java client and librdkafka): a third of that, or the quota's span if shorter.
+# Past it the request goes, past the line, as Kafka's connections' do.
+GATE_MAX_SECONDS = 10.0
 Cause = tuple[Principal, QuotaType]
 
 
@@ -84,7 +88,7 @@ class Throttle:
 
 
 class Throttling:
-    __slots__ = ("cause", "lines", "muted_until", "mutes", "observer")
+    __slots__ = ("cause", "gated_since", "lines", "muted_until", "mutes", "observer")
 
     def __init__(self, observer: ProxyObserver, mutes: MuteState) -> None:
         self.observer = observer
@@ -93,6 +97,7 @@ class Throttling:
         self.cause: Cause | None = None   # set exactly while the mute is on
         # api key -> the lines of this connection's last throttle of a request of that API, with its cause
         self.lines: dict[int, tuple[tuple[ThrottleLine, ...], Cause]] = {}
+        self.gated_since: float | None = None   # when the gate first held the request it holds
 
     @property
     def muted(self) -> bool:
@@ -147,17 +152,20 @@ class Throttling:
     def gate(self, api_key: int, principal: Principal, now: float, out: list[Action]) -> bool:
         """Whether a request of `api_key` from `principal`, just read, must wait for its key's line
         (other connections' usage holds the key over quota past this connection's own throttle):
-        then the connection is muted until that line, and the caller reads the request again then."""
+        then the connection is muted until that line, and the caller reads the request again then.
+        One request is held at most the quota's span, and `GATE_MAX_SECONDS`, in all."""
         found = self.lines.get(api_key)
         if found is None:
             return False
         lines, cause = found
-        if cause[0] != principal:
-            return False
         until = max(line.until for line in lines)
-        if until - now <= GATE_SLACK_SECONDS:
+        since = now if self.gated_since is None else self.gated_since
+        cap = min(GATE_MAX_SECONDS, *(line.span for line in lines))
+        if cause[0] != principal or until - now <= GATE_SLACK_SECONDS or now - since >= cap:
+            self.gated_since = None
             return False
-        self._mute_until(until, cause, out)
+        self.gated_since = since
+        self._mute_until(min(until, since + cap), cause, out)
         return True
 
     def _mute(self, throttle: Throttle, now: float, out: list[Action]) -> None:

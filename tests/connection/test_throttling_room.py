@@ -91,7 +91,7 @@ def test_the_gate_follows_the_lines_of_rate_violations_and_their_principal_only(
     than a millisecond ahead (another connection of the key was charged since); a request quota's
     violation keeps no line (KIP-124 caps it at one window), and another principal is not held."""
     throttling, _, _ = room()
-    line, out = ThrottleLine(NOW + 2.0), []
+    line, out = ThrottleLine(NOW + 2.0, 11.0), []
     throttling.throttle(throttling.decide(entry(), [Violation(RATE, 0.5, KEY, line=line)]), NOW, out)
     assert throttling.timer_fired(NOW + 0.5, out) and not throttling.gate(0, P, NOW + 0.5, out)
     throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 0.5, KEY, line=line)]), NOW + 0.5, out)
@@ -103,3 +103,24 @@ def test_the_gate_follows_the_lines_of_rate_violations_and_their_principal_only(
     assert throttling.timer_fired(NOW + 2.0, out)
     line.until = NOW + 2.0009   # moved by under a millisecond: a rounding, not a sibling's usage
     assert not throttling.gate(0, P, NOW + 2.0, out)
+
+
+def test_the_gate_holds_one_request_a_span_at_most_and_never_more_than_ten_seconds() -> None:
+    """A client counts the gate's wait, which it was not told, against its request timeout (30 s by
+    default): one request is held, in all, no longer than the quota's span (here 2.2 s), nor 10 s."""
+    for span, cap in ((2.2, 2.2), (30.0, 10.0)):
+        throttling, _, _ = room()
+        line, out = ThrottleLine(NOW + 1.0, span), []
+        throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 0.5, KEY, line=line)]), NOW, out)
+        assert throttling.timer_fired(NOW + 0.5, out)
+        out.clear()
+        assert throttling.gate(0, P, NOW + 0.5, out) and out[-1] == SetTimer(NOW + 1.0)   # the line
+        # At the line the key's other connections have moved it far ahead: held again, but only
+        # until its cap from when it was first held, 100.5 + cap.
+        line.until = NOW + 100.0
+        assert throttling.timer_fired(NOW + 1.0, out)
+        out.clear()
+        assert throttling.gate(0, P, NOW + 1.0, out) and out[-1] == SetTimer(NOW + 0.5 + cap)
+        assert throttling.timer_fired(NOW + 0.5 + cap, out)
+        assert not throttling.gate(0, P, NOW + 0.5 + cap, out), "held its cap: it goes"
+        assert throttling.gated_since is None, "the next request has a cap of its own"
