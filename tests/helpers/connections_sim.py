@@ -4,7 +4,9 @@ throttling room, nothing else.
 A producer keeps one connection per broker that leads its partitions; every one of them charges the
 same sensor. Each of the `connections` here is a client that honours `throttle_time_ms` (librdkafka
 and the Java client do, per broker, KIP-219): it has one request of `request_bytes` in flight at a
-time and sends the next as soon as the throttle it was told has passed (plus `client_gap`). kqp's
+time and sends the next as soon as the throttle it was told has passed (plus `client_gap`); with
+`backs_off=False` it sends it at once (librdkafka does not back off), and it waits in the muted
+socket instead, which comes to the same for the rate: what kqp reads is what its mutes let in. kqp's
 side is the connection core's, step for step, with the real parts: a request is read when its
 connection is not muted (`resume` after a mute ends, as the edge reads again on the next loop turn),
 first through `Throttling.gate` (with `gate=False`: skipped, Kafka's behaviour), then charged
@@ -55,7 +57,8 @@ class _Conn:
 
 def simulate(connections: int, quota: float, seconds: float, *, request_bytes: int = 16384,
              window_size: float = 0.2, window_count: int = 11, latency: float = 0.002, client_gap: float = 0.0005,
-             resume: float = 0.0002, gate: bool = True, jitter: float = 0.0, seed: int = 1) -> ConnectionsRun:
+             resume: float = 0.0002, gate: bool = True, jitter: float = 0.0, seed: int = 1,
+             backs_off: bool = True) -> ConnectionsRun:
     """Run `connections` producers of one client id flat out for `seconds`; `jitter`: request sizes
     uniform in `request_bytes` x (1 +- jitter), the same for a given `seed`."""
     rnd = random.Random(seed)
@@ -127,5 +130,6 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
             out = []
             conn.room.throttle(throttle, now, out)
             timers(index, out)
-            push(now + (throttle.ms / 1000 if throttle else 0.0) + client_gap, "send", index)
+            told = throttle.ms / 1000 if throttle is not None and backs_off else 0.0
+            push(now + told + client_gap, "send", index)
     return run
