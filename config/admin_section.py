@@ -2,7 +2,8 @@
 
 ``admin.manage_quotas: true`` has kqp answer DescribeClientQuotas and AlterClientQuotas itself;
 ``principals`` (Kafka's form, ``User:ops``; an unauthenticated connection is ``User:ANONYMOUS``)
-may alter; ``state_file`` keeps the changes across restarts. The state file is YAML (JSON is YAML
+may alter; ``describe_principals``, when set, are the only others who may describe (unset: everyone
+may, as before it existed); ``state_file`` keeps the changes across restarts. The state file is YAML (JSON is YAML
 too), written by kqp, readable by people::
 
     # written by kqp: quota changes made through Kafka's admin API
@@ -54,6 +55,9 @@ def _principals(value: object, path: str) -> tuple[str, ...]:
 ADMIN_FIELDS = {
     "manage_quotas": Field(boolean, False),
     "principals": Field(_principals, []),
+    # None (unset): every client may describe, as before this key existed; a list, even empty: only
+    # those listed and `principals` may (a broker's DESCRIBE_CONFIGS on the cluster).
+    "describe_principals": Field(optional(_principals), None),
     "state_file": Field(optional(name), None),
 }
 

@@ -13,6 +13,7 @@ import base64
 import dataclasses
 
 from kqp.config.model import HostPort, ProxyConfig, SaslConfig, UserSecret
+from kqp.config.proxy_protocol_section import proxy_protocol_document
 from kqp.config.quota_section import quota_document
 from kqp.config.tls_section import tls_document
 
@@ -87,7 +88,10 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
         "limits": dataclasses.asdict(cfg.limits),
         "sasl": _sasl(cfg.sasl, reveal_secrets),
         "admin": {"manage_quotas": cfg.admin.manage_quotas, "principals": list(cfg.admin.principals),
+                  "describe_principals": (None if cfg.admin.describe_principals is None
+                                          else list(cfg.admin.describe_principals)),
                   "state_file": cfg.admin.state_file},
+        "proxy_protocol": proxy_protocol_document(cfg.proxy_protocol),
     }
     if cfg.tls is not None:
         document["tls"] = tls_document(cfg.tls, reveal_secrets=reveal_secrets)

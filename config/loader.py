@@ -30,6 +30,7 @@ from kqp.config.model import (
     ProxyConfig,
     UpstreamConfig,
 )
+from kqp.config.proxy_protocol_section import OPTIONAL_MAX_FRAME_BYTES, proxy_protocol_section
 from kqp.config.quota_section import quota_section
 from kqp.config.sasl_section import sasl_config, upstream_sasl
 from kqp.config.schema import (
@@ -91,6 +92,7 @@ TOP_FIELDS = {
     "tls": Field(tls_section, None),
     "sasl": Field(sasl_config, {}),
     "admin": Field(admin_config, {}),
+    "proxy_protocol": Field(proxy_protocol_section, {}),
 }
 
 
@@ -199,6 +201,9 @@ def _parse(data: object, source: str | None) -> ProxyConfig:
     if values["broker_port_base"] is None:
         values["broker_port_base"] = _default_port_base(listen.port)
     _check_port_collisions(values)
+    if values["proxy_protocol"].mode == "optional" and values["max_frame_bytes"] >= OPTIONAL_MAX_FRAME_BYTES:
+        raise ConfigError("proxy_protocol.mode", f"optional needs max_frame_bytes below {OPTIONAL_MAX_FRAME_BYTES} "
+                          "(a larger frame's first byte could start a PROXY header); use required")
     values["broker_ports"] = MappingProxyType(values["broker_ports"])
     return ProxyConfig(**values, source=source, document=_freeze(data))
 

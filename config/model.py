@@ -11,6 +11,7 @@ builds them.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -95,6 +96,10 @@ class Secret:
     __str__ = __repr__
 
 
+# proxy_protocol.mode and proxy_protocol.listeners (`config/proxy_protocol_section.py`).
+PROXY_PROTOCOL_MODES = ("off", "optional", "required")
+PROXY_PROTOCOL_LISTENERS = ("bootstrap", "brokers")
+
 # Kafka's ssl.client.auth values.
 CLIENT_AUTH_MODES = ("required", "requested", "none")
 
@@ -126,6 +131,31 @@ class UpstreamTlsConfig:
     key_password_file: str | None
     server_hostname: str | None
     verify_hostname: bool
+
+
+@dataclass(frozen=True)
+class ProxyProtocolConfig:
+    """``proxy_protocol:``: whether listeners read a load balancer's PROXY header, and from whom."""
+
+    mode: str                                                              # off, optional, required
+    trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]     # the balancers' networks
+    listeners: tuple[str, ...]                                             # bootstrap, brokers
+    header_timeout_ms: int
+
+    def applies_to(self, listener: str) -> bool:
+        """Whether listener `listener` (``bootstrap`` or ``broker-<id>``) reads the header."""
+        if self.mode == "off":
+            return False
+        return ("bootstrap" if listener == "bootstrap" else "brokers") in self.listeners
+
+    def trusts(self, ip: str) -> bool:
+        """Whether a connection from `ip` (a socket's peer) may carry a header."""
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        address = getattr(address, "ipv4_mapped", None) or address   # a dual-stack listener's IPv4 peer
+        return any(address in network for network in self.trusted if network.version == address.version)
 
 
 @dataclass(frozen=True)
@@ -235,6 +265,7 @@ class AdminConfig:
     manage_quotas: bool
     principals: tuple[str, ...]        # Kafka's form, User:NAME
     state_file: str | None
+    describe_principals: tuple[str, ...] | None = None   # None: everyone may describe
 
 
 @dataclass(frozen=True)
@@ -257,6 +288,7 @@ class ProxyConfig:
     tls: TlsConfig | None
     sasl: SaslConfig
     admin: AdminConfig
+    proxy_protocol: ProxyProtocolConfig
     source: str | None
     # The validated input this config was built from. CLI overrides are applied to it and parsed
     # again, so a value the file left to its default (advertised_host follows listen, the broker

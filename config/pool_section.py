@@ -160,6 +160,9 @@ def _pool(entry: object, path: str) -> PoolSpec:
                                 "(only a topic pool may leave them out, to take everyone)")
     adaptive = None if fields.get("adaptive") is None else _adaptive(fields["adaptive"], child(path, "adaptive"),
                                                                      budgets)
+    if adaptive is not None and topics:
+        raise ConfigError(child(path, "adaptive"), "applies to a pool of members (their requests' latency), not to "
+                                                   "a topic pool; make the pool's members a principal pool")
     return PoolSpec(pool_name, budgets, members, topics, adaptive)
 
 

@@ -29,10 +29,19 @@ from kqp.config.model import FleetConfig
 from kqp.config.pool_section import SHARE_KEYS, member_share, pool_document, pools_from, share_document, share_value
 from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
 from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings, QuotaType
-from kqp.quotas.pool_spec import MemberShare
+from kqp.quotas.pool_spec import MemberShare, PoolSpec
 
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 _algorithm = choice(*ALGORITHMS)
+
+
+def _on_off(value: object, path: str) -> bool:
+    """YAML's on/off (read as true/false), or the words in quotes."""
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return value == "on"
+    raise ConfigError(path, f"must be on or off, got {shown(value)}")
 
 # KIP-124: request_percentage is a percent of one thread, so 0 would forbid all work and values
 # above 100 (more than one thread's worth) are meaningful. Every other quota is a rate where 0 is
@@ -130,6 +139,7 @@ QUOTA_FIELDS = {
     "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
     "entities": Field(_entities, []),
     "pools": Field(pools_from, []),  # capacity pools (pool_section.py)
+    "pacing": Field(_on_off, True),  # issue 20: pace clients that do not back off (off: the broker's mutes)
     **FLEET_FIELDS,  # scope and cluster: where usage is shared (fleet_section.py)
 }
 
@@ -150,6 +160,7 @@ def quota_section(data: object, *, path: str = "quotas",
         values = read_section(data, path, QUOTA_FIELDS)
         fleet = fleet_config(values["scope"], values["cluster"], path)
         entities, algorithms, shares, member_paths = values["entities"]
+        _check_adaptive_algorithm(data, values["pools"], path)
         if member_paths and not values["pools"]:
             entity, where = next(iter(member_paths.items()))
             if entity not in entities and shares[entity] == MemberShare():
@@ -166,8 +177,21 @@ def quota_section(data: object, *, path: str = "quotas",
         algorithms=algorithms,
         pools=values["pools"],
         shares=shares,
+        pacing=values["pacing"],
     )
     return settings, fleet
+
+
+def _check_adaptive_algorithm(data: object, pools: tuple[PoolSpec, ...], path: str) -> None:
+    """An adaptive pool's members measure with a token bucket whatever quotas.algorithm says
+    (quotas/pool_ledger.py): a `sampled` written out would be silently overridden for them."""
+    adaptive = next((pool.name for pool in pools if pool.adaptive is not None), None)
+    if adaptive is not None and isinstance(data, Mapping) and data.get("algorithm") == SAMPLED:
+        raise ConfigError(child(path, "algorithm"), f"sampled, but the members of adaptive pool {adaptive} "
+                          "measure with a token bucket (Kafka's sampled rate lets a span's unused quota through "
+                          "at once, which overruns a budget held near the upstream's capacity); leave "
+                          "algorithm out (entity quotas then measure with the sampled rate, the default) or set "
+                          "token_bucket")
 
 
 def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) -> dict[str, object]:
@@ -187,9 +211,11 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
     document: dict[str, object] = {
         "window_size_seconds": settings.window_size_seconds,
         "window_count": settings.window_count,
-        "algorithm": settings.algorithm,
+        "pacing": "on" if settings.pacing else "off",
         "entities": entries,
     }
+    if settings.algorithm != SAMPLED:   # the default goes unwritten: an adaptive pool refuses it written out
+        document["algorithm"] = settings.algorithm
     if settings.pools:
         document["pools"] = [pool_document(pool) for pool in settings.pools]
     if fleet is not None:

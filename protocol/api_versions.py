@@ -8,6 +8,10 @@ a v0 body with UNSUPPORTED_VERSION and kqp's own ApiVersions range, so the clien
 version both understand. The response header is
 always v0 (KIP-511).
 
+A client's ApiVersions v3+ request names its software (KIP-511: ``client_software_name`` and
+``client_software_version``); :func:`client_software` reads them, for saying which client
+libraries honour throttles.
+
 kqp learns an upstream's ranges with one probe, :class:`ApiVersionsProbe`, which follows Kafka's
 client rule (``NetworkClient.handleApiVersionsResponse``): ask with a version; an upstream that does
 not support it answers UNSUPPORTED_VERSION in the v0 layout with its own ApiVersions range, and the
@@ -28,11 +32,12 @@ Two test upstreams do not conform, and the rules above cover both without a case
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kafka.protocol.metadata import ApiVersionsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from .apis import ApiKey, decodable_range
 from .errors import ProtocolError
@@ -42,6 +47,7 @@ __all__ = [
     "PROBE_VERSION",
     "UNSUPPORTED_VERSION",
     "ApiVersionsProbe",
+    "client_software",
     "decode_api_versions_response",
     "encode_api_versions_response",
     "intersect_ranges",
@@ -55,6 +61,10 @@ PROBE_VERSION = 3
 #: Sent at v3+: Kafka refuses a v3+ request with an empty software name (INVALID_REQUEST) and
 #: otherwise only labels its connection metrics with these.
 CLIENT_SOFTWARE = {"client_software_name": "kqp", "client_software_version": "0"}
+
+#: KIP-511's pattern for client_software_name and _version (ApiVersionsRequest.isValid).
+_KIP_511_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+SOFTWARE_NAME_MAX = 64
 
 _RANGE = decodable_range(ApiKey.ApiVersions)
 assert _RANGE is not None
@@ -85,6 +95,28 @@ def encode_api_versions_response(
         version=version, error_code=error_code, api_keys=api_keys, throttle_time_ms=throttle_ms
     ).encode(version=version)
     return _I32.pack(4 + len(body)) + _I32.pack(correlation_id) + body
+
+
+def client_software(request_version: int, body: memoryview | bytes) -> tuple[str, str] | None:
+    """KIP-511's (client_software_name, client_software_version) from an ApiVersions request body
+    ("invalid" for a name KIP-511 forbids), or None: before v3 there are none, and a version kqp
+    does not know or a body it cannot read names nobody (kqp answers it all the same)."""
+    if not 3 <= request_version <= _MAX:
+        return None
+    try:
+        decoded = ApiVersionsRequest.decode(bytes(body), version=request_version)
+    except (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError):   # messages.DECODE_ERRORS
+        return None
+    return (_software_name(decoded.client_software_name),   # type: ignore[attr-defined]
+            _software_name(decoded.client_software_version))   # type: ignore[attr-defined]
+
+
+def _software_name(value: str | None) -> str:
+    """KIP-511's rule for both names (a broker answers INVALID_REQUEST otherwise): "invalid" for a
+    name that breaks it; at most SOFTWARE_NAME_MAX characters, as they label metrics."""
+    if value is None or not _KIP_511_NAME.fullmatch(value):
+        return "invalid"
+    return value[:SOFTWARE_NAME_MAX]
 
 
 def intersect_ranges(

@@ -71,6 +71,15 @@ class FrameDecoder:
         """
         return self._size > 0 and (self._need < 0 or self._size < self._need)
 
+    def discard(self) -> int:
+        """Drop every byte held (their connection gives up on them); how many there were. A sticky
+        error stays: the stream is still broken."""
+        dropped = self._size
+        self._chunks.clear()
+        self._trickle.clear()
+        self._first, self._pos, self._size, self._need = None, 0, 0, -1
+        return dropped
+
     def feed(self, data: bytes) -> None:
         """Take ownership of ``data`` (immutable bytes from the transport); validates a new size prefix."""
         if self._error is not None:
@@ -119,12 +128,13 @@ class FrameDecoder:
         # never lost to an error that belongs to the frame after it.
         return frame
 
-    def next_frame_parts(self, head_bytes: int) -> tuple[memoryview, tuple[memoryview, ...]] | None:
+    def next_frame_parts(self, head_bytes: int) -> tuple[memoryview, tuple[bytes | memoryview, ...]] | None:
         """One whole frame as ``(head, parts)`` without joining a frame that spans chunks.
 
-        ``parts`` are views whose concatenation is the frame (for ``transport.writelines``); ``head``
-        is a contiguous start of the frame of at least ``head_bytes`` bytes (or all of it), for
-        reading its header.
+        ``parts`` are buffers whose concatenation is the frame (for ``transport.writelines``): views,
+        and the received ``bytes`` themselves where the frame covers a whole read; ``head`` is a
+        contiguous start of the frame of at least ``head_bytes`` bytes (or all of it), for reading
+        its header.
         A frame inside one chunk comes back as ``(frame, (frame,))``; a split frame costs at most a
         copy of its first ``head_bytes``, so a large frame can be forwarded without the full copy
         (readers of its body take the parts: :mod:`kqp.protocol.parts`).
@@ -146,30 +156,35 @@ class FrameDecoder:
         self._need = -1
         head_len = min(head_bytes, need)
         # The first part is often a read's last few bytes: copy the head only, never the frame.
-        head = parts[0] if len(parts[0]) >= head_len else memoryview(SplitFrame(parts).copy(0, head_len))
+        head = memoryview(parts[0]) if len(parts[0]) >= head_len else memoryview(SplitFrame(parts).copy(0, head_len))
         return head, parts
 
-    def _take_parts(self, need: int) -> list[memoryview]:
-        parts: list[memoryview] = []
-        missing = need
-        while missing:
-            first = self._first if self._first is not None else memoryview(self._chunks[0])
-            avail = len(first) - self._pos
-            if avail <= missing:
-                parts.append(first[self._pos :])
-                missing -= avail
-                self._drop_first()
-            else:
-                parts.append(first[self._pos : self._pos + missing])
+    def _take_parts(self, need: int) -> list[bytes | memoryview]:
+        """Cut ``need`` bytes off the front: a chunk they cover whole goes as it is (the received
+        ``bytes``, no view made: a large frame is mostly such chunks), the first from the read
+        offset and the last up to the cut as views."""
+        chunks = self._chunks
+        parts: list[bytes | memoryview] = []
+        pos = self._pos
+        while need:
+            chunk = chunks[0]
+            avail = len(chunk) - pos
+            if avail > need:   # the cut falls inside this chunk, which stays for the next frame
+                first = self._first if self._first is not None else memoryview(chunk)
+                parts.append(first[pos : pos + need])
                 self._first = first
-                self._pos += missing
-                missing = 0
+                pos += need
+                break
+            if pos:
+                parts.append((self._first if self._first is not None else memoryview(chunk))[pos:])
+            else:
+                parts.append(chunk)
+            chunks.popleft()
+            self._first = None
+            pos = 0
+            need -= avail
+        self._pos = pos
         return parts
-
-    def _drop_first(self) -> None:
-        self._chunks.popleft()
-        self._first = None
-        self._pos = 0
 
     def _take_joined(self, need: int) -> bytes:
         """Cut ``need`` bytes that span several chunks: the one copy a split frame costs."""

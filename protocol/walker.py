@@ -193,6 +193,10 @@ class _Emitter:
         if not self.flexible:  # a compact length cannot be below -1
             self.emit(depth, "elif n < -1:", "    raise BodyError(f'negative length {n}')")
 
+    def element_size(self, item: dict) -> int | None:
+        """An array element's constant size (skipped as ``n * size``), or None to walk each element."""
+        return fixed_size(item, self.version, self.flexible)
+
     def array(self, field: dict, element: str, depth: int) -> None:
         self.read_count(depth, "array")
         # No element is smaller than a byte (Kafka's generated readers reason the same way), so a
@@ -203,7 +207,7 @@ class _Emitter:
             item: dict = {"type": element}
         else:
             item = {"type": element, "fields": field.get("fields", []), "versions": "0+"}
-        size = fixed_size(item, self.version, self.flexible)
+        size = self.element_size(item)
         if size is not None:
             self.emit(depth + 1, f"pos += n * {size}")
         else:

@@ -1,15 +1,20 @@
-"""What a settings change changes, one line per quota, pool or share, for the reload log.
+"""What a settings change changes: one line per quota, pool or share for the log, and one
+`EntityChange` per entity for the audit trail.
 
-The only description of quota changes in kqp: a config reload and an admin change both go through
-`QuotaManager.update_settings`, which logs these lines with what the change did to the measurements
-(sensors restarted or released). Entities are named by Kafka's config paths, pools by their names.
+A config reload and an admin change both go through `QuotaManager.update_settings`, which logs the
+lines of `describe_changes` with what the change did to the measurements (sensors restarted or
+released). `entity_changes` is the same comparison as data, for issue 23's audit trail: each entity
+whose quota values in force differ, with all of them before and after (not only the keys that
+changed, so one record reads on its own). Entities are named by Kafka's config paths, pools by their
+names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from kqp.quotas.model import QUOTA_TYPES, QuotaSettings
+from kqp.quotas.model import QUOTA_TYPES, EntitySpec, QuotaSettings
 from kqp.quotas.pool_spec import MemberShare, PoolSpec
 
 
@@ -63,6 +68,8 @@ def describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
         )
     if old.algorithm != new.algorithm:
         lines.append(f"quotas.algorithm {old.algorithm} -> {new.algorithm}")
+    if old.pacing != new.pacing:
+        lines.append(f"quotas.pacing {'on' if old.pacing else 'off'} -> {'on' if new.pacing else 'off'}")
     for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
         a, b = old.algorithms.get(spec), new.algorithms.get(spec)
         if a != b and spec in old.entities and spec in new.entities:
@@ -81,3 +88,28 @@ def _share(share: MemberShare | None) -> dict[str, float]:
         return {}
     bounds = {"min_share": share.min_share} if share.min_share else {}
     return {"weight": share.weight, **bounds, **({"max_share": share.max_share} if share.max_share != 1 else {})}
+
+
+@dataclass(frozen=True)
+class EntityChange:
+    """One entity's quotas in force before and after a change, by quota type ({}: none)."""
+
+    entity: EntitySpec
+    before: Mapping[str, float]
+    after: Mapping[str, float]
+
+
+def entity_changes(old: QuotaSettings, new: QuotaSettings) -> list[EntityChange]:
+    """Each entity whose quota values differ between `old` and `new`, in entity-path order, its values
+    in `QUOTA_TYPES` order. Windows, algorithms and pools are not entity values: `describe_changes`
+    names them."""
+    def values(settings: QuotaSettings, spec: EntitySpec) -> dict[str, float]:
+        held = settings.entities.get(spec, {})
+        return {str(key): held[key] for key in QUOTA_TYPES if key in held}
+
+    changes: list[EntityChange] = []
+    for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
+        before, after = values(old, spec), values(new, spec)
+        if before != after:
+            changes.append(EntityChange(spec, before, after))
+    return changes

@@ -221,3 +221,74 @@ def resolve_key(settings: QuotaSettings, quota_type: QuotaType, key: QuotaKey) -
     if found is None or found.key != key:
         return None
     return found
+
+
+_SHARED = {"client": "one sensor per <user, client id>", "user": "one sensor for all the user's clients",
+           "client-id": "one sensor for every user of the client id", "client-id-prefix": "one sensor for the group"}
+
+
+class Rung(NamedTuple):
+    """One precedence level for one principal, as `kqp explain` shows it: the entity this level
+    would name, what such an entity sets, which quota types it decides, and why (or why not)."""
+
+    level: str                     # "1" to "8", or a prefix level "1p", "4p", "7p"
+    path: str                      # the entity's config path for this principal
+    configured: dict[str, float]   # the quotas an entity at this path sets (empty: none is configured)
+    matched: tuple[str, ...]       # the quota types this level decides for the principal
+    reason: str
+
+
+def _candidates(settings: QuotaSettings, principal: Principal) -> list[tuple[str, str, EntitySpec | None, str | None]]:
+    """Every level, most specific first: (level, path, its entity, why it cannot apply or None)."""
+    user, client = principal.user, principal.client_id
+    no_user = None if user != "" else "an empty user names no entity"
+    no_client = None if client != "" else ("an empty client id names no client: Kafka resolves it through the user "
+                                           "levels (3 and 6) only")
+
+    def rung(level: str, u: str | None, c: str | None, why: str | None, prefix: str | None = None
+             ) -> tuple[str, str, EntitySpec | None, str | None]:
+        template = EntitySpec(u if u != "" else "<user>", c if c != "" else ("<client-id>" if prefix is None else None),
+                              prefix)
+        return level, template.path, None if why else template, why
+
+    def prefixed(level: str, u: str | None, why: str | None) -> list[tuple[str, str, EntitySpec | None, str | None]]:
+        found = settings.prefixes.get(u)
+        out = []
+        for prefix in sorted(found[1], key=lambda p: (-len(p), p)) if found else ():
+            miss = None if client.startswith(prefix) else f"the client id does not start with {prefix!r}"
+            out.append(rung(level, u, None, why or no_client or miss, prefix))
+        return out
+
+    return [rung("1", user, client, no_user or no_client), *prefixed("1p", user, no_user),
+            rung("2", user, DEFAULT, no_user or no_client), rung("3", user, None, no_user),
+            rung("4", DEFAULT, client, no_client), *prefixed("4p", DEFAULT, None),
+            rung("5", DEFAULT, DEFAULT, no_client), rung("6", DEFAULT, None, None),
+            rung("7", None, client, no_client), *prefixed("7p", None, None), rung("8", None, DEFAULT, no_client)]
+
+
+def ladder(settings: QuotaSettings, principal: Principal) -> list[Rung]:
+    """The whole precedence ladder for `principal`, most specific first, with the quota types each
+    level decides (as `resolutions` does) and the reason every other level did not."""
+    found = resolutions(settings, principal)
+    decided: dict[EntitySpec, list[str]] = {}
+    for quota_type, res in found.items():
+        decided.setdefault(res.entity, []).append(quota_type)
+    candidates = _candidates(settings, principal)
+    level_of = {spec: level for level, _, spec, _ in candidates if spec is not None}
+    out: list[Rung] = []
+    for level, path, spec, why_not in candidates:
+        configured = {} if spec is None else {str(t): v for t, v in settings.entities.get(spec, {}).items()}
+        matched = tuple(sorted(str(t) for t in decided.get(spec, ()))) if spec is not None else ()
+        if why_not is not None:
+            reason = f"does not apply: {why_not}"
+        elif matched:
+            reason = f"matched: decides {', '.join(matched)}, {_SHARED[sharing(spec)]}"   # type: ignore[arg-type]
+        elif configured:
+            above = sorted({level_of.get(found[t].entity, "?") for t in configured if t in found})
+            reason = f"shadowed: sets {', '.join(configured)}, which level {', '.join(above)} decided first"
+        elif spec in settings.shares:
+            reason = "names a pool member and sets no quota of its own"
+        else:
+            reason = "not configured"
+        out.append(Rung(level, path, configured, matched, reason))
+    return out

@@ -3,8 +3,8 @@
 One `QuotaManager` holds every sensor, keyed by quota type and `QuotaKey` (Kafka keeps one
 ClientQuotaManager per quota type; here one object holds them all so a request's several quotas
 resolve with one cache lookup). Each `record_*` call records first and then checks, as Kafka's
-`Sensor.record` does, and returns one `Violation` per quota exceeded; `throttle.combine` turns
-them into the request's throttle (the largest wins, KIP-124 co-existence).
+`Sensor.record` does, and returns one `Violation` per quota exceeded, with its pace for clients that
+do not back off (issue 20; sensor.py); `throttle.combine` turns them into the request's throttle.
 
 Fast path: the manager knows which quota types any entity configures at all. A `record_*` whose
 types are all unconfigured returns at once, without resolving the principal; otherwise the cost is
@@ -19,9 +19,7 @@ Shared quotas (cluster scope, `--workers`): given a `FleetLedger`, every sensor 
 `SharedUsage`, so recording also notes the usage for the next exchange and throttles are computed on
 the fleet's rate (fleet.py). The manager keeps the ledger's sensors in step with its own: a sensor
 released here is forgotten there, and new windows restart both.
-
-Time is an argument everywhere (`now`, seconds on a monotonic clock): this module never reads a
-clock, so tests drive it with plain numbers.
+Time is an argument everywhere (`now`, monotonic seconds): this module never reads a clock.
 """
 
 from __future__ import annotations
@@ -176,7 +174,7 @@ class QuotaManager:
                 continue
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(values[index], now)) > 0:
-                out.append(Violation(quota_type, t, res.key, line=sensor.line))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line))
         return out
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
@@ -239,9 +237,9 @@ class QuotaManager:
             if res is None:
                 continue
             value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
-            t = self._sensor(quota_type, res, now).charge(value, now)
-            if t > 0:
-                out.append(Violation(quota_type, t, res.key))
+            sensor = self._sensor(quota_type, res, now)
+            if (t := sensor.charge(value, now)) > 0:
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now)))
         return out
 
     # -- controller mutations (KIP-599) --------------------------------------------------------
@@ -252,8 +250,9 @@ class QuotaManager:
         res = resolutions(self._settings, p).get(MUTATION)
         if res is None:
             return []
-        t = self._sensor(MUTATION, res, now).charge(partitions, now)
-        return [Violation(MUTATION, t, res.key)] if t > 0 else []
+        if (t := (sensor := self._sensor(MUTATION, res, now)).charge(partitions, now)) <= 0:
+            return []
+        return [Violation(MUTATION, t, res.key, None, sensor.pace(partitions, t, now))]
 
     def mutation_tokens_available(self, p: Principal, now: float) -> bool:
         """Kafka's strict admit rule: a mutation is accepted iff the bucket has tokens >= 0.
@@ -326,6 +325,8 @@ class QuotaManager:
         """
         if (self._pooled[FETCH] or self._pooled[REQUEST]) and self.pools.applies(p, _ON_RESPONSE):
             return True
+        if self.pools.reads[FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE):
+            return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
         if not self._on_response:
             return False
         return not _ON_RESPONSE.isdisjoint(resolutions(self._settings, p))
@@ -353,6 +354,10 @@ class QuotaManager:
     def limits(self, p: Principal) -> dict[QuotaType, tuple[QuotaKey, float]]:
         """The quota in force for `p`, per configured quota type, with the key it is charged to."""
         return {t: (r.key, r.limit) for t, r in resolutions(self._settings, p).items()}
+
+    def sensor(self, quota_type: QuotaType, key: QuotaKey) -> QuotaSensor | None:
+        """The sensor of `key` for `quota_type`, if one is measuring (for `kqp explain`)."""
+        return self._sensors[quota_type].get(key)
 
     @property
     def sensor_count(self) -> int:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kqp.quotas.adaptive import BudgetChange
+from kqp.quotas.adaptive_pools import AdaptivePool, AdaptiveView
 from kqp.quotas.fleet import FleetLedger
 from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
 from kqp.quotas.pool_ledger import Member, PoolLedger
@@ -62,6 +64,7 @@ class PoolState:
     lent: float           # what members using less than their fair share lend the others
     topics: tuple[str, ...]
     members: tuple[MemberState, ...]
+    adaptive: AdaptiveView | None = None   # an adaptive pool's law: target, latency, changes
 
 
 class PoolBook:
@@ -70,21 +73,27 @@ class PoolBook:
     def __init__(self, settings: QuotaSettings, now: float, fleet: FleetLedger | None = None) -> None:
         self._fleet = fleet
         self.ledgers: dict[tuple[str, QuotaType], PoolLedger] = {}
+        self.adaptive: dict[tuple[str, QuotaType], AdaptivePool] = {}
         self._build(settings, now)
 
     def _build(self, settings: QuotaSettings, now: float) -> int:
         """New settings over the current ledgers; returns how many members were released."""
         self.settings = settings
         old, released = self.ledgers, 0
+        old_adaptive, self.adaptive = self.adaptive, {}
         self.ledgers = {}
         for pool in settings.pools:
             for quota_type in map(QuotaType, pool.budgets):
-                ledger = old.pop((pool.name, quota_type), None)
+                key = (pool.name, quota_type)
+                ledger = old.pop(key, None)
                 if ledger is None:
                     ledger = PoolLedger(pool, quota_type, settings, now, self._fleet)
                 else:
                     released += _carry_over(ledger, pool, settings, now)
-                self.ledgers[(pool.name, quota_type)] = ledger
+                self.ledgers[key] = ledger
+                ledger.on_window = None
+                if pool.adaptive is not None:
+                    self.adaptive[key] = _adaptive(old_adaptive.get(key), ledger, settings, now)
                 if self._fleet is not None:
                     self._watch_static(ledger, now)
                 ledger.divide(now)
@@ -96,6 +105,14 @@ class PoolBook:
         self.kinds = tuple(any(ledger.quota_type in {t for t, _ in types} for ledger in principal)
                            for types in KIND_TYPES)
         self.topic_types = frozenset(ledger.quota_type for ledger in self.ledgers.values() if ledger.pool.topics)
+        #: (Produce, Fetch): whether an adaptive pool may watch a principal's answered requests of the kind.
+        self.watch_kinds = tuple(any(a.ledger.quota_type in {t for t, _ in types} | {QuotaType.REQUEST_RATE}
+                                     for a in self.adaptive.values()) for types in KIND_TYPES[:2])
+        #: (Produce, Fetch): whether the proxy must look further into the kind at all, for a topic pool
+        #: of its byte rate or an adaptive pool watching it (else it reads headers and sizes only).
+        self.reads = (QuotaType.PRODUCER_BYTE_RATE in self.topic_types or self.watch_kinds[0],
+                      QuotaType.CONSUMER_BYTE_RATE in self.topic_types or self.watch_kinds[1])
+        self._watch: dict[Principal, tuple[tuple[AdaptivePool, ...], tuple[AdaptivePool, ...]]] = {}
         self._entries: dict[Principal, tuple[tuple[Entry, ...], ...]] = {}
         self._topic_members: dict[Principal, dict[PoolLedger, Membership]] = {}
         self._covering: dict[tuple[QuotaType, str], tuple[PoolLedger, ...]] = {}
@@ -114,7 +131,7 @@ class PoolBook:
         """Swap settings; `restart` (new quota windows): every pool measures afresh."""
         if restart:
             released = sum(len(ledger.members) for ledger in self.ledgers.values())
-            self.ledgers = {}   # the fleet ledger has forgotten every sensor already
+            self.ledgers, self.adaptive = {}, {}   # the fleet ledger has forgotten every sensor already
             self._build(settings, now)
         else:
             released = self._build(settings, now)
@@ -151,7 +168,7 @@ class PoolBook:
             t = ledger.charge(member, values[index], now)
             if t > 0:
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
-                                     line=member.sensor.line))
+                                     member.sensor.pace(values[index], t, now), line=member.sensor.line))
 
     def refund(self, p: Principal, kind: int, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
@@ -162,6 +179,30 @@ class PoolBook:
     def pools_of(self, p: Principal, kind: int) -> tuple[PoolLedger, ...]:
         """The principal pools that charge `p`'s requests of `kind` (to attribute, say, their latency)."""
         return tuple(ledger for ledger, _, _ in self._entries_of(p)[kind])
+
+    def watching(self, p: Principal, kind: int) -> tuple[AdaptivePool, ...]:
+        """The adaptive pools that `p`'s answered requests of `kind` (PRODUCE or FETCH) report to: its
+        principal pools of that kind's types, and of request_rate (issue 22)."""
+        found = self._watch.get(p)
+        if found is None:
+            if len(self._watch) >= MAX_CACHED:
+                self._watch.clear()
+            entries = self._entries_of(p)
+            found = self._watch[p] = tuple(tuple(
+                self.adaptive[key] for key in dict.fromkeys((ledger.pool.name, ledger.quota_type)
+                                                            for ledger, _, _ in (*entries[k], *entries[REQUEST]))
+                if key in self.adaptive) for k in (PRODUCE, FETCH))
+        return found[kind]
+
+    def adaptive_changes(self, now: float) -> dict[str, list[tuple[QuotaType, BudgetChange]]]:
+        """Each adaptive pool's recent changes of budget, oldest first, dated on the clock of `now`
+        (for `kqp explain`: `BudgetChange.describe()` says each in a line)."""
+        out: dict[str, list[tuple[QuotaType, BudgetChange]]] = {}
+        for (name, quota_type), pool in self.adaptive.items():
+            out.setdefault(name, []).extend((quota_type, change) for change in pool.changes(now))
+        for changes in out.values():
+            changes.sort(key=lambda item: item[1].at)
+        return out
 
     def applies(self, p: Principal, types: frozenset[QuotaType]) -> bool:
         """Whether a principal pool of one of `types` takes `p`."""
@@ -225,7 +266,7 @@ class PoolBook:
                 continue
             t = ledger.charge(member, nbytes, now)
             if t > 0:
-                out.append(Violation(quota_type, t, found.key, ledger.pool.name,
+                out.append(Violation(quota_type, t, found.key, ledger.pool.name, member.sensor.pace(nbytes, t, now),
                                      line=member.sensor.line))
         return out
 
@@ -235,6 +276,10 @@ class PoolBook:
         self.ledgers[(pool, quota_type)].set_budget(budget, now)
 
     def expire(self, now: float, idle_seconds: float) -> int:
+        """Drop idle members; and the process's periodic upkeep (every second at most) closes adaptive
+        pools' windows that no charge or answer closed: a broker answering nothing stalls the charges."""
+        for pool in self.adaptive.values():
+            pool.ledger.reallocate(now)
         return sum(ledger.expire(now, idle_seconds) for ledger in self.ledgers.values())
 
     @property
@@ -249,10 +294,19 @@ class PoolBook:
             members = tuple(MemberState(
                 key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
                 m.fair, m.borrowed) for key, m in ledger.members.items() if m.fair > 0)   # the active ones
+            adaptive = self.adaptive.get((ledger.pool.name, ledger.quota_type))
             out.append(PoolState(ledger.pool.name, ledger.quota_type, ledger.budget, ledger.ceiling,
                                  sum(m.usage for m in members) + ledger.unseen, ledger.lent, ledger.pool.topics,
-                                 members))
+                                 members, None if adaptive is None else adaptive.view()))
         return out
+
+
+def _adaptive(found: AdaptivePool | None, ledger: PoolLedger, settings: QuotaSettings, now: float) -> AdaptivePool:
+    """An adaptive pool's law: the one it had, with the new settings, while its ledger persists."""
+    if found is None or found.ledger is not ledger:
+        return AdaptivePool(ledger, settings, now)
+    found.reconfigure(settings, now)
+    return found
 
 
 def _carry_over(ledger: PoolLedger, pool: PoolSpec, settings: QuotaSettings, now: float) -> int:

@@ -20,6 +20,15 @@ measures against the fleet: its own samples plus the others' (fleet.py), at the 
 fleet is reachable and at its share (`FleetLedger.scale`) while it is not. Its token bucket is a
 replica that the exchange also debits with the others' mutations.
 
+Pacing (issue 20, beyond Kafka): `pace` is how long to mute a client that does not back off by
+itself for one recording, instead of the whole throttle: the recording's own cost, `value / limit`
+seconds of quota, queued behind the costs of the key's earlier recordings over quota (`paced_until`,
+a virtual clock as GCRA keeps one: each adds its whole cost, even one whose throttle was shorter),
+never more than the throttle. While a key stays over quota its requests are
+then spaced by their costs, whichever connection sends them, so n connections share the limit
+rather than get it n times. Shared, the limit paced at is this process's part of it, in proportion
+to its share of the fleet's usage, so the processes' paced rates add up to the limit.
+
 Every check also moves the sensor's `line` (`ThrottleLine`): `now + throttle`, when the key is back
 within its quota by this check. The violations hand it on by reference, so a connection throttled
 earlier learns what the key's other connections were admitted since (the connection core's gate:
@@ -40,8 +49,8 @@ from kqp.quotas.token_bucket import TokenBucket
 class QuotaSensor:
     """Measurement, limit and last throttle of one `(quota type, QuotaKey)`."""
 
-    __slots__ = ("_scale", "bucket", "cap", "entity", "last_record", "last_throttle", "limit", "line", "rate",
-                 "shared", "span")
+    __slots__ = ("_scale", "bucket", "cap", "entity", "last_record", "last_throttle", "limit", "line", "paced_until",
+                 "rate", "shared", "span")
 
     def __init__(self, limit: float, window_size: float, window_count: int, now: float, *,
                  cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None,
@@ -60,6 +69,7 @@ class QuotaSensor:
             shared.on_others = self.bucket.record   # the others' mutations debit this replica
         self.last_record = now
         self.last_throttle = 0.0
+        self.paced_until = now   # when the key's paced recordings so far are paid for (`pace`)
         self.line = ThrottleLine(now, self.span)   # when the latest check says the key is within its quota
 
     def set_limit(self, limit: float) -> None:
@@ -108,6 +118,27 @@ class QuotaSensor:
 
     def measure(self, now: float) -> float:
         return self.observe(now)[0]
+
+    def local_rate(self, now: float) -> float:
+        """This process's own rate, without the fleet's usage (equal to `measure` unless shared)."""
+        return self.rate.observe(now)[0]
+
+    def pace(self, value: float, throttle: float, now: float) -> float:
+        """The mute for a client that does not back off, for a recording of `value` that earned
+        `throttle` at `now`: its cost queued behind the key's earlier paced ones, at most `throttle`."""
+        limit = self.limit * self._scale
+        if self.shared is not None:
+            fleet = self.measure(now)
+            if fleet > 0:
+                limit *= min(1.0, self.local_rate(now) / fleet)
+        if limit <= 0:   # a blocked key (quota 0): no cost can be paid, the throttle stands
+            return throttle
+        start = self.paced_until if self.paced_until > now else now
+        # The whole cost joins the queue even when the throttle is shorter: a request let through by a
+        # short throttle (the sampled rate forgetting an old burst) is paid back by the later paces,
+        # so pacing never lets a key run above the quota for longer than Kafka's throttles would.
+        self.paced_until = start + value / limit
+        return min(self.paced_until - now, throttle)
 
     def throttle(self, now: float) -> float:
         """Seconds of throttle the quota asks for at `now`; 0 within quota."""

@@ -17,6 +17,10 @@ client waits once, and while it waits every rate falls together. `combine` does 
 Throttles are seconds as floats until the proxy writes a response; `throttle_ms` turns one into
 the `throttle_time_ms` Kafka would send: Java's Math.round of the milliseconds (half up), so a
 throttle under half a millisecond is 0, which is no throttle at all (no mute either).
+
+Pacing (issue 20, beyond Kafka): a violation also carries `pace_seconds`, how long to mute a client
+that does not back off by itself (sensor.py, `QuotaSensor.pace`); the largest throttle's violation
+(`largest`) is the one whose pace applies, so its cause decides which cost caps the mute.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class Violation:
     throttle_seconds: float
     key: QuotaKey
     pool: str | None = None
+    # Pacing (issue 20): the mute for a client that does not back off, at most `throttle_seconds`;
+    # None: not paced (a KIP-599 strict rejection recorded nothing to pace by).
+    pace_seconds: float | None = None
     # The sensor's line (producer and consumer rates only): what the key's later checks, whichever
     # connection makes them, say of when it is back within its quota (`ThrottleLine`).
     line: ThrottleLine | None = field(default=None, compare=False, repr=False)
@@ -85,25 +92,28 @@ def capped(throttle: float, cap: float) -> float:
     return cap if throttle > cap else throttle
 
 
-def combine(violations: Iterable[Violation]) -> tuple[float, QuotaType | None]:
-    """The throttle one request gets from all its violations, and the quota type that caused it.
-
-    The largest throttle wins; ties go to the request quotas as in KafkaApis. No violations (or
-    only zero throttles) give ``(0.0, None)``.
-    """
-    best_time = 0.0
-    best_type: QuotaType | None = None
+def largest(violations: Iterable[Violation]) -> Violation | None:
+    """The violation whose throttle one request gets: the largest; ties go to the request quotas as
+    in KafkaApis. None when there are none (or only zero throttles)."""
+    best: Violation | None = None
     for violation in violations:
         t = violation.throttle_seconds
         if t <= 0:
             continue
         if (
-            best_type is None
-            or t > best_time
-            or (t == best_time and _RANK.get(violation.quota_type, 99) < _RANK.get(best_type, 99))
+            best is None
+            or t > best.throttle_seconds
+            or (t == best.throttle_seconds and _RANK.get(violation.quota_type, 99) < _RANK.get(best.quota_type, 99))
         ):
-            best_time, best_type = t, violation.quota_type
-    return best_time, best_type
+            best = violation
+    return best
+
+
+def combine(violations: Iterable[Violation]) -> tuple[float, QuotaType | None]:
+    """The throttle one request gets from all its violations, and the quota type that caused it
+    (`largest`'s); no violations (or only zero throttles) give ``(0.0, None)``."""
+    best = largest(violations)
+    return (0.0, None) if best is None else (best.throttle_seconds, best.quota_type)
 
 
 def throttle_ms(seconds: float) -> int:

@@ -146,6 +146,11 @@ class SignalCollector:
         if upstream_throttle_ms > 0:
             self.throttled += 1
 
+    @property
+    def empty(self) -> bool:
+        """Nothing answered and nothing went wrong since the last `take`."""
+        return not (self._latency or self.delivered or self.throttled or self.timeouts or self.disconnects)
+
     def timeout(self) -> None:
         self.timeouts += 1
 

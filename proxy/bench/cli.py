@@ -22,8 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from . import chart, kqp_target, profile_summary, report
-from .references import REFERENCES, TLS_WORKLOADS, CellSettings, Reference, redis_unavailable, workers_reference
-from .runner import WORKLOADS, Plan, Runner, run_rounds, workdir_for
+from .references import (
+    REFERENCES,
+    TLS_WORKLOADS,
+    CellSettings,
+    Reference,
+    baseline_reference,
+    redis_unavailable,
+    workers_reference,
+)
+from .runner import PROFILED, WORKLOADS, Plan, Runner, run_rounds, workdir_for
 
 SHORT = Plan(rounds=1, produce_seconds=1.2, consume_megabytes=24, latency_seconds=0.8, latency_rate=1000,
              connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000)
@@ -47,8 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--busy", type=float, default=0.0, metavar="SECONDS",
                         help="add the busy workload: as many connections as the connections hold, each producing "
                              "and fetching once a second for SECONDS (1000 for 60 s: the issue's load test)")
-    parser.add_argument("--profile", action="store_true",
-                        help="py-spy record kqp during the first batched produce run")
+    parser.add_argument("--profile", nargs="?", const="produce", metavar="WORKLOADS",
+                        help="after the rounds, py-spy record kqp during one more run of each of these "
+                             f"(comma-separated: {', '.join(PROFILED)}; default produce)")
+    parser.add_argument("--baseline", action="append", default=[], metavar="[LABEL=]PATH",
+                        help="also run the kqp build in checkout PATH (run by PATH/.venv/bin/python), no quotas, "
+                             "as kqp-LABEL (default kqp-baseline) in the same rounds: before/after, paired by round")
+    parser.add_argument("--workloads", help="run only these workloads (comma-separated, of: "
+                        + ", ".join(WORKLOADS) + ")")
     return parser
 
 
@@ -126,6 +140,21 @@ def _run(args: argparse.Namespace) -> int:
             print(f"kqp bench: unknown references: {', '.join(sorted(unknown))}", file=sys.stderr)
             return 2
         references = [ref for ref in references if ref.name in wanted]
+    try:
+        baselines = [baseline_reference(spec) for spec in args.baseline]
+    except ValueError as exc:
+        print(f"kqp bench: --baseline: {exc}", file=sys.stderr)
+        return 2
+    if len({ref.name for ref in references + baselines}) < len(references) + len(baselines):
+        print("kqp bench: --baseline: two references with one name; give each baseline its own LABEL=",
+              file=sys.stderr)
+        return 2
+    references += baselines
+    profiled_workloads = [name.strip() for name in args.profile.split(",")] if args.profile else []
+    if unknown := [name for name in profiled_workloads if name not in PROFILED]:
+        print(f"kqp bench: --profile: cannot profile {', '.join(unknown)} (only {', '.join(PROFILED)})",
+              file=sys.stderr)
+        return 2
 
     support = kqp_target.probe()
     plans = {ref.name: list(ref.workloads or (TLS_WORKLOADS if ref.tls else BASE_WORKLOADS)) for ref in references}
@@ -144,6 +173,13 @@ def _run(args: argparse.Namespace) -> int:
         plans["kqp"].append("produce-parallel")
         if "direct" in plans:
             plans["direct"].append("produce-parallel")  # what two producers get with no proxy
+    if args.workloads:
+        only = {name.strip() for name in args.workloads.split(",")}
+        if unknown := only - set(WORKLOADS):
+            print(f"kqp bench: unknown workloads: {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        plans = {name: [w for w in workloads if w in only] for name, workloads in plans.items()}
+        references = [ref for ref in references if plans[ref.name]]
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -151,44 +187,50 @@ def _run(args: argparse.Namespace) -> int:
     runner = Runner(plan, settings, log=lambda line: print(line, flush=True), py_spy=py_spy)
     if not support.available:
         for ref in references:
-            if ref.kind == "kqp":
+            if ref.kind == "kqp" and not ref.command:
                 runner.unavailable[ref.name] = support.reason
+    for ref in baselines:
+        if not (found := kqp_target.probe(list(ref.command))).available:
+            runner.unavailable[ref.name] = found.reason
     no_redis = redis_unavailable()
     if no_redis is not None:
         for ref in references:
             if ref.kqp_variant.endswith("-cluster"):
                 runner.unavailable.setdefault(ref.name, no_redis)
     started = time.monotonic()
-    profiled: dict[str, Any] | None = None
-    profile = out / "profile-kqp-produce.txt"
+    profiled: dict[str, dict[str, Any]] = {}
     try:
         run_rounds(runner, references, plans)
         kqp_ref = next((ref for ref in references if ref.name == "kqp"), None)
-        if py_spy is not None and kqp_ref is not None and runner.status(kqp_ref.name)[0] == "ok":
-            runner.log("profiling kqp under batched produce (py-spy, not counted in the medians)")
-            profiled = _profile(runner, kqp_ref, profile)
+        if kqp_ref is not None and runner.status(kqp_ref.name)[0] == "ok":
+            for workload in profiled_workloads:
+                runner.log(f"profiling kqp under {workload} (py-spy, not counted in the medians)")
+                if (found := _profile(runner, kqp_ref, workload, out / f"profile-kqp-{workload}.txt")) is not None:
+                    profiled[workload] = found
     finally:
         runner.close()
 
     results = _results(runner, references, plans, plan, tansu_bin, workers_ref, time.monotonic() - started)
-    if profiled is not None:
+    if profiled:
         results["profile"] = profiled
     json_path = report.write_json(results, out)
     chart_path = chart.write_chart(results, out)
     print()
     print(report.table(results))
     print(f"\nresults: {json_path}; chart: {chart_path}; logs: {settings.workdir}")
-    if profiled is not None and profile.exists():
-        text = profile_summary.summarize(profile)
+    summaries = [profile_summary.summarize(out / found["file"], workload)
+                 for workload, found in profiled.items() if (out / found["file"]).exists()]
+    if summaries:
+        text = "\n\n".join(summaries)
         (out / "profile-summary.txt").write_text(text + "\n")
         print("\n" + text)
     measured = any("metrics" in entry for entry in runner.measurements)
     return 0 if measured else 1
 
 
-def _profile(runner: Runner, ref: Reference, path: Path) -> dict[str, Any] | None:
+def _profile(runner: Runner, ref: Reference, workload: str, path: Path) -> dict[str, Any] | None:
     try:
-        metrics = runner.profile(ref, path)
+        metrics = runner.profile(ref, path, workload)
     except Exception as exc:
         runner.log(f"  profiling failed: {type(exc).__name__}: {exc}")
         return None
@@ -211,6 +253,7 @@ def _results(runner: Runner, references: list[Reference], plans: dict[str, list[
         "workloads": {name: WORKLOADS[name] for name in dict.fromkeys(w for p in plans.values() for w in p)},
         "summary": summary,
         "ratios": report.ratios(runner.measurements, summary, plan.throttle_bytes_s,
-                                workers_ref.name if workers_ref else None),
+                                workers_ref.name if workers_ref else None,
+                                [ref.name for ref in references if ref.command]),
         "measurements": runner.measurements,
     }

@@ -26,7 +26,9 @@ kqp is driven through its command line, as a user would start it, run by this ve
 A `kqp` console script found on disk may belong to another install or checkout (an editable
 install made before a refactor still runs the old module). If the command refuses to start, the
 harness records kqp as unavailable with the reason instead of failing, so the rest of the
-benchmark stays usable while kqp is being built.
+benchmark stays usable while kqp is being built. The one exception is a baseline
+(`kqp bench --baseline [LABEL=]PATH`): another build, run by the interpreter of its own checkout, with
+the configs this harness writes (`none` only, which every build reads).
 """
 
 from __future__ import annotations
@@ -151,6 +153,20 @@ def kqp_command() -> list[str]:
     return [sys.executable, "-m", "kqp.proxy.tools.cli"]
 
 
+def baseline_command(path: Path) -> list[str]:
+    """The console command of another kqp build: `path` is a checkout with its own `.venv` (whose
+    editable install runs that tree), or an interpreter that imports the build to measure.
+
+    `kqp bench --baseline` runs it beside this tree's kqp in the same rounds, so a before/after
+    comparison is paired by round as every other ratio is.
+    """
+    python = path / ".venv" / "bin" / "python" if path.is_dir() else path
+    if not python.exists():
+        raise ValueError(f"{path}: no .venv/bin/python there (make one: python3 -m venv .venv && "
+                         ".venv/bin/pip install -e .)")
+    return [str(python), "-m", "kqp.proxy.tools.cli"]
+
+
 @dataclass(frozen=True)
 class KqpSupport:
     """What this build of kqp can do, found out once from `kqp run --help`."""
@@ -160,9 +176,10 @@ class KqpSupport:
     workers: bool
 
 
-def probe() -> KqpSupport:
+def probe(command: list[str] | None = None) -> KqpSupport:
+    """What `command` (default: this tree's kqp) supports, from its `run --help`."""
     try:
-        done = subprocess.run([*kqp_command(), "run", "--help"], capture_output=True, text=True,
+        done = subprocess.run([*(command or kqp_command()), "run", "--help"], capture_output=True, text=True,
                               timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return KqpSupport(False, f"`kqp run --help` failed: {exc}", False)

@@ -62,19 +62,36 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
+def _runtime_seconds(pid: int) -> float | None:
+    """CPU time of `pid`'s live threads to the nanosecond (`/proc/PID/task/*/schedstat`), or None."""
+    total = 0
+    try:
+        for task in (_PROC / str(pid) / "task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
 def sample(pid: int) -> TreeSample | None:
-    """CPU and RSS of `pid` and its descendants now; None where /proc is not available."""
+    """CPU and RSS of `pid` and its descendants now; None where /proc is not available.
+
+    CPU is the scheduler's runtime of each process's threads, in nanoseconds, where /proc has it:
+    `utime` and `stime` come in clock ticks (10 ms), which is 7 % of what kqp spends moving the
+    consume workload's 250 MB. A process without it falls back to the ticks, with its reaped children.
+    """
     if not _PROC.is_dir() or _stat_fields(pid) is None:
         return None
-    cpu_ticks = 0
+    cpu = 0.0
     rss = 0
     tree = descendants(pid)
     for member in tree:
         fields = _stat_fields(member)
         if fields is None:
             continue
+        runtime = _runtime_seconds(member)
         # utime, stime are fields 14 and 15 of /proc/PID/stat (indexes 11, 12 after the name);
         # cutime and cstime (13, 14) hold reaped children, e.g. workers that already exited.
-        cpu_ticks += sum(int(value) for value in fields[11:15])
+        cpu += runtime if runtime is not None else sum(int(value) for value in fields[11:15]) / _TICKS
         rss += _rss_bytes(member)
-    return TreeSample(cpu_ticks / _TICKS, rss, len(tree))
+    return TreeSample(cpu, rss, len(tree))

@@ -1,9 +1,9 @@
 """Reads a py-spy collapsed-stack profile and says where the time goes, in a few short lists.
 
-`kqp bench --profile` attaches py-spy (`py-spy record --native --format raw`) to kqp during an
-extra batched-produce run. A flame graph needs a browser; the benchmark's notes in proxy/README.md
-("Later measurements") need a few lines of text, so this turns the collapsed stacks into: the share
-of samples per area (system calls, uvloop's C code, kqp's Python, other Python), the functions with
+`kqp bench --profile [produce,consume]` attaches py-spy (`py-spy record --native --format raw`) to kqp
+during an extra run of each workload named. A flame graph needs a browser; the benchmark's notes in
+proxy/README.md ("Later measurements") need a few lines of text, so this turns the collapsed stacks
+into: the share of samples per area (system calls, uvloop's C code, kqp's Python, other Python), the functions with
 the most samples on-CPU themselves (self), and the kqp functions with the most samples anywhere on
 the stack (inclusive).
 Samples whose innermost frame is the event loop's poll are waiting, not working: they are counted
@@ -58,7 +58,7 @@ def _area(frame: tuple[str, str]) -> str:
     return "other Python code (asyncio, kafka-python, stdlib)"
 
 
-def summarize(path: Path, top: int = 12) -> str:
+def summarize(path: Path, workload: str = "produce", top: int = 12) -> str:
     own: Counter[str] = Counter()
     areas: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -79,7 +79,7 @@ def summarize(path: Path, top: int = 12) -> str:
             inclusive[_label(frame)] += count
     if working == 0:
         return f"{path}: no working samples ({waiting} waiting)"
-    lines = [f"py-spy profile of kqp under batched produce ({path.name}): {working} samples working, "
+    lines = [f"py-spy profile of kqp under {workload} ({path.name}): {working} samples working, "
              f"{waiting} waiting in the event loop's poll",
              "by area (innermost frame):"]
     lines += [f"  {100 * n / working:5.1f}%  {name}" for name, n in areas.most_common()]

@@ -43,6 +43,7 @@ class Reference:
     workers: int = 1
     tls: str = ""    # "", "client" (clients to kqp) or "both" (and kqp to the broker)
     workloads: tuple[str, ...] = ()   # what it measures, when not the base workloads
+    command: tuple[str, ...] = ()     # another kqp build's console command (a baseline); else this tree's
 
 
 REFERENCES: tuple[Reference, ...] = (
@@ -70,6 +71,19 @@ REFERENCES: tuple[Reference, ...] = (
 )
 TLS_WORKLOADS = ["produce", "consume"]   # what the TLS references measure: bytes through TLS
 REDIS = "redis-server"
+
+
+def baseline_reference(spec: str) -> Reference:
+    """`kqp bench --baseline [LABEL=]PATH`: the kqp build in checkout PATH, no quotas, as
+    `kqp-LABEL` (`kqp-baseline` without a label), measured in the same rounds as this tree's kqp."""
+    label, sep, path = spec.partition("=")
+    if not sep:
+        label, path = "baseline", spec
+    if not label or not path:
+        raise ValueError(f"expected [LABEL=]PATH, got {spec!r}")
+    root = Path(path).expanduser()
+    return Reference(f"kqp-{label}", "kqp", f"kqp built from {root} (a baseline), no quotas",
+                     command=tuple(kqp_target.baseline_command(root)))
 
 
 def workers_reference(workers: int) -> Reference:
@@ -162,7 +176,7 @@ def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int,
         config = kqp_target.config_for(ref.kqp_variant, port, upstream, settings.throttle_bytes_s, pinned,
                                        redis_url=redis_url, **_kqp_tls(ref, settings))  # type: ignore[arg-type]
         path = kqp_target.write_config(settings.workdir / f"{tag}.yaml", config)
-        argv = [*kqp_target.kqp_command(), "run", "--config", str(path)]
+        argv = [*(ref.command or kqp_target.kqp_command()), "run", "--config", str(path)]
         if ref.workers > 1:
             argv += ["--workers", str(ref.workers)]
         return Server(ref.name, argv, log, host=HOST, port=port, ready_text="kqp ready")

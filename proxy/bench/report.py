@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,9 @@ RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     ("produce-inflight5 kqp-request-rate/kqp-producer-rate", "produce-inflight5", "mb_s", "kqp-request-rate",
      "kqp-producer-rate"),
 )
+# What this tree's kqp is set beside another build's on (`kqp bench --baseline`): before and after.
+BASELINE_METRICS = (("produce", "cpu_s_per_gb"), ("consume", "cpu_s_per_gb"), ("produce", "mb_s"),
+                    ("consume", "mb_s"), ("latency", "p50_ms"), ("latency", "p99_ms"))
 # CPU per GB is compared with the relay for every proxy measured (each kqp setup, tansu proxy):
 # the relay is what moving the bytes through one more Python process costs at the least.
 CPU_WORKLOADS = ("produce", "consume")
@@ -105,11 +109,14 @@ def summarize(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[st
 
 
 def ratios(measurements: list[dict[str, Any]], summary: dict[str, dict[str, dict[str, float]]],
-           throttle_bytes_s: float, workers_ref: str | None) -> dict[str, float]:
-    """The goal ratios, each the median of per-round ratios (see `_paired`)."""
+           throttle_bytes_s: float, workers_ref: str | None, baselines: Sequence[str] = ()) -> dict[str, float]:
+    """The goal ratios, each the median of per-round ratios (see `_paired`); this tree's kqp over
+    each of `baselines` (other kqp builds run beside it: `kqp bench --baseline`)."""
     values = _series(measurements)
     pairs = [(label, (num, workload, metric), (den, workload, metric))
              for label, workload, metric, num, den in RATIOS]
+    pairs += [(f"{workload} {metric} kqp/{base}", ("kqp", workload, metric), (base, workload, metric))
+              for base in baselines for workload, metric in BASELINE_METRICS]
     if workers_ref is not None:
         parallel = "produce-parallel", "mb_s"
         pairs += [(f"produce-parallel {workers_ref}/kqp", (workers_ref, *parallel), ("kqp", *parallel)),

@@ -33,6 +33,7 @@ TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-bus
 # small requests, 5 in flight per connection, where pipelining matters and kqp's one request at a
 # time for a request quota (`response_pending`) shows (`produce-inflight5`).
 JAVA_PRODUCER = {"max.in.flight.requests.per.connection": 5, "batch.size": 16_384}
+PROFILED = ("produce", "consume")   # the workloads `kqp bench --profile` can run under py-spy
 WORKLOADS = {
     "produce": "batched produce, 1 KB records, librdkafka producer (linger 5 ms, acks=1)",
     "consume": "librdkafka consumer reading seeded 1 KB records from the start of 3 partitions",
@@ -72,6 +73,7 @@ class Runner:
         self.unavailable: dict[str, str] = {}  # reference -> why it is not run at all
         self.start_failures: dict[str, str] = {}  # reference -> why its proxy last failed to start
         self._pool: Pool | None = None
+        self._profile_to: Path | None = None   # set while `profile` runs a workload under py-spy
 
     # -- client processes ------------------------------------------------------------------
     def _clients(self) -> Pool:
@@ -160,11 +162,11 @@ class Runner:
                        cell.upstream_conf, timeout=120)
 
     def _measured(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any,
-                  timeout: float, copies: int = 1, profile_to: Path | None = None) -> dict[str, Any]:
+                  timeout: float, copies: int = 1) -> dict[str, Any]:
         """Run a throughput workload; add the proxy's CPU seconds per GB moved meanwhile."""
         pid = cell.proxy.pid if cell.proxy is not None else None
         before = proc_stats.sample(pid) if pid is not None else None
-        profiler = self._start_profiler(pid, profile_to) if profile_to is not None else None
+        profiler = self._start_profiler(pid, self._profile_to) if self._profile_to is not None else None
         results = self._call(func, *args, timeout=timeout, copies=copies)
         after = proc_stats.sample(pid) if pid is not None else None
         if profiler is not None:
@@ -176,26 +178,31 @@ class Runner:
             metrics["cpu_s_per_gb"] = cpu / (metrics["bytes_moved"] / 1e9)
         return metrics
 
-    def profile(self, ref: Reference, out: Path) -> dict[str, Any] | None:
-        """One extra batched-produce run of `ref` under py-spy, outside the measured rounds.
+    def profile(self, ref: Reference, out: Path, workload: str = "produce") -> dict[str, Any] | None:
+        """One extra run of `workload` (batched produce or consume) with `ref` under py-spy, outside the
+        measured rounds.
 
         Sampling with native frames (uvloop is C, and its time would otherwise show up as one
         opaque Python frame) pauses the process at every sample, so this run's figures are kept
         apart from the medians.
         """
-        with open_cell(ref, self.cell_settings, f"profile-{ref.name}") as cell:
-            self._prepare(cell, seed=False)
-            metrics = self._measured(cell, workloads.produce, cell.bootstrap, "bench-produce",
-                                     self.plan.produce_seconds, timeout=self.plan.produce_seconds + 90,
-                                     profile_to=out)
-        self.log(f"  {ref.name:14} {'produce (py-spy)':16} {_brief(metrics)}")
+        if workload not in PROFILED:
+            raise ValueError(f"cannot profile {workload!r}: one of {', '.join(PROFILED)}")
+        with open_cell(ref, self.cell_settings, f"profile-{ref.name}-{workload}") as cell:
+            self._prepare(cell, seed=workload == "consume")
+            self._profile_to = out
+            try:
+                metrics = getattr(self, "_" + workload)(cell, -1)
+            finally:
+                self._profile_to = None
+        self.log(f"  {ref.name:14} {workload + ' (py-spy)':16} {_brief(metrics)}")
         return metrics
 
     def _start_profiler(self, pid: int | None, out: Path) -> subprocess.Popen[bytes] | None:
         if self.py_spy is None or pid is None:
             return None
         argv = [self.py_spy, "record", "--pid", str(pid), "--duration",
-                str(max(1, round(self.plan.produce_seconds))), "--rate", "200", "--format", "raw",
+                str(max(1, round(max(self.plan.produce_seconds, 3.0)))), "--rate", "200", "--format", "raw",
                 "--native", "-o", str(out)]
         with open(self.cell_settings.workdir / "py-spy.log", "wb") as log:
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -49,6 +49,7 @@ class Authentication:
         self.mode = policy.mode
         self.authenticated = policy.mode == "none"
         self.user = ANONYMOUS
+        self.software: tuple[str, str] | None = None   # KIP-511's name and version, from ApiVersions v3+
         self.principals: dict[str | None, Principal] = {}   # by client id, for `user`
         self._server = Authenticator(policy) if policy.mode == "terminate" else None
         self._claims = ClaimWatcher(policy.principal_claim) if policy.mode == "passthrough" else None

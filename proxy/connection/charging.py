@@ -28,8 +28,9 @@ Sizes are charged as Kafka counts them: a Produce request is its header and body
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal, QuotaType
 
@@ -39,16 +40,20 @@ from .hooks import ProxyObserver
 __all__ = ["Charging", "net_of_elapsed"]
 
 MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
+PRODUCED, FETCHED = QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE   # what topic pools budget
 
 
 class Charging:
     """The quota manager and the observer, charged together for each request and response."""
 
-    __slots__ = ("fetch_cap", "observer", "quotas", "throttles_on_response")
+    __slots__ = ("fetch_cap", "observer", "pools", "quotas", "throttles_on_response")
 
     def __init__(self, quotas: QuotaManager, observer: ProxyObserver) -> None:
         self.quotas = quotas
         self.observer = observer
+        #: The manager's pools (the same object across reloads): `pools.reads` says whether a Produce
+        #: or Fetch must be looked into further for a topic pool or an adaptive pool (issues 21, 22).
+        self.pools = quotas.pools
         # Asked of every Fetch and every forwarded request: the manager's own methods, no wrapper.
         #: Kafka's getMaxValueInQuotaWindow: the most a Fetch may ask for (None: no consumer quota).
         self.fetch_cap: Callable[[Principal], int | None] = quotas.fetch_max_bytes_cap
@@ -72,6 +77,8 @@ class Charging:
         self.observer.produced(principal, produced.frame_bytes, produced.records)
         violations = self.quotas.record_produce(principal, produced.quota_bytes, produced.records, produced.batches,
                                                 now)
+        if produced.topics is not None:   # a topic pool takes the principal: its bytes per topic too
+            violations = violations + self.quotas.record_topic_bytes(principal, PRODUCED, produced.topics, now)
         if violations:
             entry.violations = entry.violations + violations
         return entry.violations
@@ -88,6 +95,9 @@ class Charging:
             if found := self.quotas.record_fetch(principal, fetched.quota_bytes, fetched.records, fetched.batches,
                                                  now):
                 violations = violations + found
+            if fetched.topics is not None and (found := self.quotas.record_topic_bytes(principal, FETCHED,
+                                                                                       fetched.topics, now)):
+                violations = violations + found
         if not entry.exempt and (found := self.quotas.record_request(principal, entry.handler_seconds, now)):
             violations = violations + found
         self.observer.handler_time(principal, entry.handler_seconds)
@@ -99,6 +109,20 @@ class Charging:
         fetched = entry.fetched
         if fetched is not None:
             self.quotas.unrecord_fetch(entry.principal, fetched.quota_bytes, fetched.records, fetched.batches, now)
+            if fetched.topics is not None:
+                self.quotas.record_topic_bytes(entry.principal, FETCHED, fetched.topics, now, refund=True)
+
+    def unanswered(self, in_flight: Iterable[InFlight], upstream_lost: bool) -> None:
+        """The connection closed with these requests unanswered: the adaptive pools watching them stop
+        waiting for them, and each hears of one disconnect if the upstream went away (issue 22)."""
+        watching: dict[AdaptivePool, None] = {}
+        for entry in in_flight:
+            for pool in entry.handler.watching:
+                pool.answered(entry)
+                watching[pool] = None
+        if upstream_lost:
+            for pool in watching:
+                pool.disconnect()
 
 
 def net_of_elapsed(violations: list[Violation], elapsed: float) -> list[Violation]:

@@ -18,7 +18,8 @@ response shares (broker addresses rewritten to kqp's listeners). Two parts live 
   client is read no more until one is answered (as Kafka mutes a channel, never a close).
 * Charging: one pair, `Charging.charge_request` when a request is read and `charge_response` when
   its response is back (`charging.py`); the violations go to the throttling room (`throttling.py`),
-  which decides the request's one throttle, mutes and unmutes for it, and tells the observer.
+  which decides the request's one throttle (paced for a client that does not back off), mutes
+  and unmutes for it, and tells the observer.
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
   version has the field, and the client side is muted for the throttle (`SetTimer`). Produce bytes
   over quota mute at once (a broker reads one request at a time); an acks=0 Produce is muted only.
@@ -28,10 +29,11 @@ response shares (broker addresses rewritten to kqp's listeners). Two parts live 
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
 Its life is a phase (`phases.py`) moved only through the phases' table. The core decides when it
-ends: on a client's EOF or the process's shutdown it drains (reads no new request, delivers what is
-owed) and closes itself once nothing is owed; on the process's periodic `IdleCheck` it closes itself
-when idle past `connections_max_idle_ms`, muted or not (activity is a whole request read or a
-response sent, never a trickled byte). Who the client is, is `authentication.py`'s.
+ends: on a client's EOF (what it left unforwarded is dropped: `giving_up.py`) or the process's
+shutdown it drains (reads no new request, delivers what is owed) and closes itself once nothing is
+owed; on the process's periodic `IdleCheck` it closes itself when idle past
+`connections_max_idle_ms`, muted or not (activity is a whole request read or a response sent, never
+a trickled byte). Who the client is, is `authentication.py`'s.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from .awaiting import NO_CAP, Awaiting, ResponseHeld
 from .establishing import Establishing
 from .events import Action, Close, MuteReason, Parts, Send, Side
 from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
+from .giving_up import drop_unforwarded
 from .mute import MuteState
 from .parts import CoreParts
 from .phases import Move, Phase, next_phase
@@ -79,10 +82,10 @@ class Connection(Establishing, Awaiting):
         self.responses = FrameDecoder(parts.settings.max_frame_bytes)
         self.in_flight: deque[InFlight] = deque()
         self.mutes = MuteState()
-        self.throttling = Throttling(parts.charging.observer, self.mutes)
         self.last_activity = 0.0
         self.phase = CONNECTING
         self.auth = Authentication(parts.sasl)
+        self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
         self._gated: tuple[memoryview, Parts] | None = None   # a request read, waiting for its key's line
         self._committing: tuple[InFlight, PendingCommit] | None = None   # an answer waiting for its commit
@@ -99,7 +102,7 @@ class Connection(Establishing, Awaiting):
             ev.ClientData: self._client_data,
             ev.UpstreamData: self._upstream_data,
             ev.ClientEof: self._client_eof,
-            ev.ClientLost: lambda e: self._close("client_closed"),
+            ev.ClientLost: lambda e: (self._give_up("reset its connection"), self._close("client_closed")),
             ev.UpstreamLost: self._upstream_lost,
             ev.WriteBuffer: self._write_buffer,
             ev.TimerFired: self._timer_fired,
@@ -161,10 +164,19 @@ class Connection(Establishing, Awaiting):
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
         self._close("upstream_closed", f"upstream connection closed{detail}")
 
-    def _client_eof(self, e: ev.ClientEof) -> None:
-        # No more requests; what is owed (and what was read but waits for a throttle) still goes.
+    def _client_eof(self, e: ev.ClientEof | ev.TimerFired) -> None:
+        # Kafka clients never half-close: it is gone. What is owed still goes; what it left unforwarded
+        # is dropped, nothing more read (giving_up.py). Unblocked, all left is a partial frame.
         self._move(Move.CLIENT_EOF)
+        if self._blocked():
+            self._mute(MuteReason.CLOSING)
+            self._give_up("closed its connection")
         self._close_if_done()
+
+    def _give_up(self, how: str) -> None:
+        held = self._held if self._gated is None else self._gated[1]   # at most one: reading stops at either
+        drop_unforwarded(self.requests, held, self.peer, self.parts.charging.observer, how)
+        self._held = self._gated = None
 
     def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
         # Read no new requests (those read but not forwarded stay so); what is owed still goes.
@@ -196,6 +208,8 @@ class Connection(Establishing, Awaiting):
             return
         self._move(Move.CLOSE)
         self.throttling.closed()
+        if self.in_flight:   # adaptive pools stop waiting for these (issue 22)
+            self.parts.charging.unanswered(self.in_flight, reason == "upstream_closed")
         self._out.append(Close(reason, message))
         self.parts.charging.observer.connection_closed(self.listener, reason)
 
@@ -219,7 +233,9 @@ class Connection(Establishing, Awaiting):
         return self.phase is CONNECTING or self.mutes.blocks_requests
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
-        if self.throttling.timer_fired(e.now, self._out):
+        if e.client_gone:   # closed while muted: what it left is dropped before anything more is read
+            self._client_eof(e)
+        if self.throttling.timer_fired(e.now, self._out, e.unread):
             self._pump(e.now)
 
     # -- requests: client -> upstream ----------------------------------------------------------
@@ -262,7 +278,7 @@ class Connection(Establishing, Awaiting):
         handler = p.handlers[hdr.api_key]
         entry = InFlight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, handler)
         try:
-            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up))
+            forward = handler.on_request(Request(hdr, head, frame, size, entry, auth, looked_up, self.node_id))
         except Refused as refused:
             self._close(refused.reason, refused.message)
             return
@@ -358,6 +374,7 @@ class Connection(Establishing, Awaiting):
         throttle = throttling.decide(entry, violations) if violations else None
         if throttle is None:
             self._send_client(frame, now)
+            throttling.answered(now)
             return
         self._send_client(throttling.throttled_response(entry, frame, body_offset, throttle, now, self.parts.settings),
                           now)

@@ -122,7 +122,13 @@ class WriteBuffer:
 
 @dataclass(frozen=True, slots=True)
 class TimerFired:
+    """The connection's timer (`SetTimer`) is due. The edge adds what it sees of the muted client's
+    socket without reading it: ``unread``, the bytes that arrived since the last `NoteUnread` (None:
+    none asked, or the socket cannot say), and ``client_gone``, the client has closed or reset it."""
+
     now: float
+    unread: int | None = None
+    client_gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +233,12 @@ class SetTimer:
 
 
 @dataclass(frozen=True, slots=True)
+class NoteUnread:
+    """Note how many bytes the client has sent that kqp has not read: `TimerFired.unread` counts from
+    here (a throttled response has just gone out: whether the client backs off, backoff.py)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LookUpTopics:
     """Refresh the topic cache from the upstream, then send ``TopicsLookedUp``."""
 
@@ -256,12 +268,15 @@ class Close:
     message: str | None = None
 
 
-Action = ConnectUpstream | Send | Mute | Unmute | SetTimer | LookUpTopics | EnsureListeners | CommitQuotas | Close
+Action = (ConnectUpstream | Send | Mute | Unmute | SetTimer | NoteUnread | LookUpTopics | EnsureListeners | CommitQuotas
+          | Close)
 
-#: Why a listener refused a client before its connection began (a TLS listener's handshake and
-#: identity checks, and `limits:`; the core never sees these connections).
+#: Why a listener refused a client before its connection began (a load balancer's PROXY header, a TLS
+#: listener's handshake and identity checks, and `limits:`; the core never sees these connections).
+PROXY_HEADER_REASONS = ("proxy_header_untrusted", "proxy_header_malformed", "proxy_header_missing",
+                        "proxy_header_timeout")
 REFUSAL_REASONS = ("tls_plaintext", "tls_certificate_expired", "tls_certificate_rejected", "tls_handshake_failed",
-                   "tls_principal_unmapped", *LIMIT_REASONS)
+                   "tls_principal_unmapped", *LIMIT_REASONS, *PROXY_HEADER_REASONS)
 
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",

@@ -25,12 +25,15 @@ import enum
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import RequestHeader
 from kqp.protocol.records import RecordCounts
+from kqp.protocol.topic_bytes import TopicBytes
 from kqp.proxy.policies.mutation_gate import Rewrite
 from kqp.proxy.policies.quota_admin import PendingCommit
+from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal
 
@@ -38,7 +41,7 @@ from .authentication import Authentication
 from .events import Parts
 from .settings import CoreSettings
 
-__all__ = ["LOOK_UP", "Handler", "InFlight", "Refused", "Request", "Usage", "unawaited"]
+__all__ = ["LOOK_UP", "Handler", "InFlight", "Refused", "Request", "TopicUsage", "Usage", "unawaited"]
 
 log = logging.getLogger("kqp.connection")
 
@@ -69,11 +72,24 @@ class Usage:
     quota_bytes: int    # as Kafka's byte-rate quota counts it
     records: int = 0    # counted only when a record or batch quota, or the metrics, want them
     batches: int = 0
+    #: (topic, records bytes) per topic, read only for a principal a topic pool takes (`TopicUsage`).
+    topics: ClassVar[list[tuple[str, int]] | None] = None
 
 
-@dataclass(slots=True)
+class TopicUsage(Usage):
+    """A `Usage` whose bytes per topic were read (issue 21); `reading` is the walk that found them."""
+
+    __slots__ = ("reading", "topics")
+
+    def __init__(self, usage: Usage, topics: list[tuple[str, int]], reading: TopicBytes) -> None:
+        Usage.__init__(self, usage.frame_bytes, usage.quota_bytes, usage.records, usage.batches)
+        self.topics, self.reading = topics, reading
+
+
+@dataclass(slots=True, eq=False)
 class InFlight:
-    """A request kqp has read, from its header to its response: what the core and its handler keep."""
+    """A request kqp has read, from its header to its response: what the core and its handler keep.
+    Compared and hashed by identity: adaptive pools key their unanswered Produce requests by it."""
 
     correlation_id: int
     api_key: int
@@ -97,14 +113,14 @@ class InFlight:
 class Request:
     """One request as a handler's request side reads it: `frame` is the slices it arrived in (`size`
     bytes in all, size prefix included), `head` a contiguous start of it holding at least the header
-    (and Produce's acks)."""
+    (and Produce's acks); `node` the upstream broker it goes to (None: the bootstrap's)."""
 
-    __slots__ = ("auth", "entry", "frame", "hdr", "head", "looked_up", "size")
+    __slots__ = ("auth", "entry", "frame", "hdr", "head", "looked_up", "node", "size")
 
     def __init__(self, hdr: RequestHeader, head: memoryview, frame: Parts, size: int, entry: InFlight,
-                 auth: Authentication, looked_up: bool) -> None:
+                 auth: Authentication, looked_up: bool, node: int | None = None) -> None:
         self.hdr, self.head, self.frame, self.size = hdr, head, frame, size
-        self.entry, self.auth, self.looked_up = entry, auth, looked_up
+        self.entry, self.auth, self.looked_up, self.node = entry, auth, looked_up, node
 
 
 class Handler:
@@ -114,6 +130,9 @@ class Handler:
     #: Whether this handler has a response side of its own (set for each subclass): the core skips
     #: the call for the APIs that have none, most responses on the fast path.
     reads_responses = False
+    #: The adaptive pools this handler reports its responses to (issue 22: a member's Produce or
+    #: Fetch gets a watching handler of its own, handlers/watched.py); they hear of an upstream lost.
+    watching: tuple[AdaptivePool, ...] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -40,6 +40,15 @@ class ProxyObserver:
     def mute_ended(self, principal: Principal, quota_type: QuotaType) -> None:
         """That mute ended (the throttle passed, or the connection closed)."""
 
+    def throttle_ignored(self, software: str, version: str, reason: str) -> None:
+        """A throttle was given to a client that does not back off by itself (backoff.py): ``reason``
+        ``version`` (its request's version has no client-side throttling, or no response) or
+        ``observed`` (it was seen sending while throttled); ``software`` and ``version`` are KIP-511's
+        names, or ``unknown`` and the request's API and version."""
+
+    def requests_dropped(self, count: int) -> None:
+        """Requests read but not forwarded were dropped: their client closed its connection (giving_up.py)."""
+
     def upstream_anomaly(self, kind: str) -> None:
         """An upstream answer kqp let pass without its usual handling: ``unawaited`` (a response to
         no request in flight, dropped) or ``unreadable`` (a response whose throttle_time_ms kqp

@@ -1,4 +1,4 @@
-"""kqp's HTTP endpoint on `metrics.listen`: /metrics, /healthz and /readyz.
+"""kqp's HTTP endpoint on `metrics.listen`: /metrics, /healthz, /readyz and /explain.
 
 A few dozen lines of asyncio streams rather than a web framework: three GET paths, one request per
 connection (`Connection: close`), bounded header size and read time, so a stuck or hostile scraper
@@ -10,7 +10,10 @@ of a render.
 The endpoint is handed what it serves: a registry and a readiness callable (the server's, which
 says why it is not ready). It starts before kqp has reached its upstream: /healthz answers 200
 from the start (the process is alive; a liveness probe must not restart a proxy that waits for
-Kafka), and /readyz answers 503 with the callable's reason until it says ready.
+Kafka), and /readyz answers 503 with the callable's reason until it says ready. `/explain?client_id=X
+[&user=U]` answers `kqp explain`'s JSON (explain.py) when the server hands it an explainer: like
+/metrics it says who is throttled and why, so it is as exposed as the metrics listener (loopback by
+default); it only reads.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import json
 import logging
 from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -31,16 +37,18 @@ EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 READ_TIMEOUT = 5.0
 GZIP_MIN_BYTES = 1024
 Readiness = Callable[[], tuple[bool, str]]
+Explain = Callable[[str, str | None], dict[str, Any]]   # (client id, user or None) -> the JSON document
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
 class MetricsEndpoint:
     def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Readiness,
-                 before_scrape: Callable[[], None] | None = None) -> None:
+                 before_scrape: Callable[[], None] | None = None, explain: Explain | None = None) -> None:
         self.host, self.port = host, port
         self._registry = registry
         self._readiness = readiness
         self._before_scrape = before_scrape
+        self._explain = explain
         self._server: asyncio.base_events.Server | None = None
         self._scrape_lock = asyncio.Lock()   # one render at a time: the frozen state is per scrape
 
@@ -103,7 +111,13 @@ class MetricsEndpoint:
         if path == "/readyz":
             ready, reason = self._readiness()
             return (200 if ready else 503), f"{reason}\n".encode(), text, False
-        return 404, b"not found: try /metrics, /healthz or /readyz\n", text, False
+        if path == "/explain" and self._explain is not None:
+            query = parse_qs(target.partition("?")[2], keep_blank_values=True)
+            if "client_id" not in query:
+                return 400, b"explain needs ?client_id=ID (and &user=USER)\n", text, False
+            doc = self._explain(query["client_id"][0], query.get("user", [None])[0])
+            return 200, json.dumps(doc, indent=1).encode(), "application/json", False
+        return 404, b"not found: try /metrics, /healthz, /readyz or /explain\n", text, False
 
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "text/plain",

@@ -40,6 +40,7 @@ from prometheus_client.utils import floatToGoString
 from kqp.protocol.apis import API_NAMES
 from kqp.proxy.connection.events import CLOSE_REASONS
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.observability.client_metrics import ClientHooks, ClientStats, RecentThrottles
 from kqp.proxy.observability.pool_metrics import pool_families
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QUOTA_TYPES, Principal, QuotaType
@@ -99,7 +100,7 @@ class _Latency:
         return out
 
 
-class PrometheusObserver(ProxyObserver):
+class PrometheusObserver(ClientHooks, ProxyObserver):
     """The hooks of `ProxyObserver` as Prometheus series on `self.registry`."""
 
     wants_records = True  # kqp_records_total counts records even where no record quota needs them
@@ -120,6 +121,7 @@ class PrometheusObserver(ProxyObserver):
         self._latency: dict[int, _Latency] = {}
         # (entity, quota) -> [connections muted now, when that number last changed]
         self._muted: dict[tuple[Principal, str], list[float]] = {}
+        self.clients, self.recent = ClientStats(), RecentThrottles(self.max_entities)   # issue 20: client_metrics.py
         self.quotas: QuotaManager | None = None
         self.upstream: Callable[[], UpstreamHealth] | None = None
         self.readiness: Callable[[], tuple[bool, str]] | None = None
@@ -175,6 +177,8 @@ class PrometheusObserver(ProxyObserver):
         stale = [p for p, e in self._entities.items() if now - e.seen >= limit]
         for p in stale:
             del self._entities[p]
+        self.recent.forget(stale)
+        self.clients.expire(now, limit)
         if self.quotas is not None:
             self.quotas.expire(now, limit)
         return len(stale)
@@ -234,6 +238,7 @@ class PrometheusObserver(ProxyObserver):
             totals = throttle[quota_type] = [0.0, 0]
         totals[0] += seconds
         totals[1] += 1
+        self.recent.add(principal, quota_type, seconds, self.now())
 
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
@@ -323,6 +328,7 @@ class PrometheusObserver(ProxyObserver):
         for api, h in self._latency.items():
             latency.add_metric((_api_name(api),), h.buckets(), h.total)
         yield from (connections, closed, reloads, anomalies, latency)
+        yield from self.clients.families()
 
     def _state_families(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("kqp_entities", "Entity label sets held (the other bucket included)",

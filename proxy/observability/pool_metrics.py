@@ -6,14 +6,20 @@ as Kafka's quota metrics are tagged: `user`, `client_id` (empty when the member 
 prefix group) and `client_id_prefix` (empty unless it is a prefix group). Members are listed while
 they take part in the division; one silent for a span drops out, and its series with it, so label
 sets expire with the members (and the members with `metrics.entity_expiry_seconds`, as sensors).
+
+`budget_changes` is `kqp explain`'s view of the same pools: an adaptive pool's recent changes of
+budget, each as a JSON-ready record, from `PoolBook.adaptive_changes`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kqp.quotas.manager import QuotaManager
 from kqp.quotas.pools import PoolState
 
 POOL = ("pool", "quota")
@@ -40,8 +46,26 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
                      "unused shares", MEMBER)
     demand = gauge("kqp_pool_member_demand", "What the member offered in the last windows (+Inf while a pool "
                    "throttle holds it back)", MEMBER)
+    # Adaptive pools (issue 22): the law's view beside the budget it sets (kqp_pool_budget).
+    latency = gauge("kqp_pool_adaptive_latency_seconds", "The upstream latency the adaptive law read in its last "
+                    "window: the median of the pool's answers, its slowest broker's (NaN: no answer counted)", POOL)
+    target = gauge("kqp_pool_adaptive_target_seconds", "The adaptive pool's target_latency_ms, in seconds", POOL)
+    floor = gauge("kqp_pool_adaptive_floor", "The lowest budget the adaptive law sets", POOL)
+    delivered = gauge("kqp_pool_adaptive_delivered", "What the upstream delivered for the pool lately (the larger "
+                      "of the last two windows), in the quota's unit per second", POOL)
+    changes = CounterMetricFamily("kqp_pool_adaptive_changes", "Changes of an adaptive pool's budget of 1% or "
+                                  "more, by reason (kqp explain lists them)", labels=(*POOL, "reason"))
     for state in states:
         labels = (state.name, str(state.quota_type))
+        view = state.adaptive
+        if view is not None:
+            law = view.state
+            latency.add_metric(labels, math.nan if law.latency is None else law.latency)
+            target.add_metric(labels, law.target)
+            floor.add_metric(labels, law.floor)
+            delivered.add_metric(labels, law.delivered)
+            for reason, count in sorted(view.changes.items()):
+                changes.add_metric((*labels, reason), count)
         budget.add_metric(labels, state.budget)
         ceiling.add_metric(labels, state.ceiling)
         usage.add_metric(labels, state.usage)
@@ -54,4 +78,18 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
             used.add_metric(who, m.usage)
             borrowed.add_metric(who, m.borrowed)
             demand.add_metric(who, m.demand)
-    yield from (budget, ceiling, usage, lent, members, allocation, fair, used, borrowed, demand)
+    yield from (budget, ceiling, usage, lent, members, allocation, fair, used, borrowed, demand, latency, target,
+                floor, delivered, changes)
+
+
+def budget_changes(quotas: QuotaManager, clock: Callable[[], float]) -> Callable[[str], list[dict[str, Any]]]:
+    """A provider of a pool's recent changes of budget (an empty list for a pool that is not adaptive),
+    oldest first: when (loop time, and seconds ago), the quota type, the budget before and after, why,
+    the latency the law read and its target, and the line `kqp explain` prints."""
+    def changes(pool: str) -> list[dict[str, Any]]:
+        now = clock()
+        return [{"at": c.at, "ago_seconds": now - c.at, "quota": str(quota_type), "old": c.old, "budget": c.new,
+                 "reason": str(c.reason), "latency_seconds": c.latency, "target_seconds": c.target,
+                 "text": c.describe()}
+                for quota_type, c in quotas.pools.adaptive_changes(now).get(pool, [])]
+    return changes

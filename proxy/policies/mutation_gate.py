@@ -123,6 +123,10 @@ class MutationGate:
              looked_up: bool = False) -> MutationPlan:
         """Decide one request; ``looked_up`` says the topic lookup it asked for has run."""
         if not self.active:
+            if hdr.api_key == ApiKey.Metadata and self.quotas.topic_pools:
+                # A topic pool charges Produce v13 and Fetch v13+ by topic id: the cache learns the
+                # names of the ids from the Metadata answers clients get (the ids they then use).
+                return MutationPlan(frame, rewrite=self._metadata_hook(hdr.api_version))
             return MutationPlan(frame)
         self._charge_auto_created(now)
         api, version = hdr.api_key, hdr.api_version

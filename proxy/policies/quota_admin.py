@@ -17,8 +17,12 @@ The semantics are the KRaft controller's (ClientQuotaControlManager, ClientQuota
   empty name, an unknown key, a value that is not > 0 (or a fractional byte rate) is
   INVALID_REQUEST for that entry alone; the valid entries are applied. `remove: true` removes the
   key. `validate_only` answers the same and changes nothing. Only `admin.principals` may alter;
-  everyone else gets CLUSTER_AUTHORIZATION_FAILED on every entry. Describe is open, as kqp has no
-  ACLs.
+  everyone else gets CLUSTER_AUTHORIZATION_FAILED on every entry.
+* Who may describe: everyone while `admin.describe_principals` is unset (kqp has no ACLs; this was
+  the only behaviour before the key existed). Once set, those listed and `admin.principals` (who
+  may alter may also read); everyone else gets CLUSTER_AUTHORIZATION_FAILED with no entries, before
+  the filter is looked at, as a broker answers a principal without DESCRIBE_CONFIGS on the cluster
+  (KafkaApis authorizes first). Principals are matched in Kafka's form, as alter's are.
 * Entity types: `user` and `client-id`, and kqp's own `client-id-prefix` (YAML's
   `client_id_prefix`: every client id starting with the name, one quota; not with `client-id`, never
   the default). Kafka's `ip` quotas (connection rates) are not something kqp enforces: Alter
@@ -56,6 +60,7 @@ __all__ = ["ADMIN_APIS", "PendingCommit", "QuotaAdmin"]
 
 ADMIN_APIS = frozenset({ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas})
 UNKNOWN_SERVER_ERROR, CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, INVALID_REQUEST = -1, 31, 35, 42
+CLUSTER_AUTHORIZATION_MESSAGE = "Cluster authorization failed."   # Kafka's default message for error 31
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 USER, CLIENT_ID, CLIENT_ID_PREFIX, IP = "user", "client-id", "client-id-prefix", "ip"
 # Entity type -> the EntitySpec field it names, in the order entities are listed. client-id-prefix
@@ -89,6 +94,7 @@ class Refused(Exception):
 class QuotaAdmin:
     principals: frozenset[str]                            # Kafka's form: User:ops
     settings: Callable[[], QuotaSettings]                 # the quotas in force
+    describers: frozenset[str] | None = None              # None: everyone may describe
 
     def advertised(self, ranges: Mapping[int, tuple[int, int]]) -> Mapping[int, tuple[int, int]]:
         """kqp answers both APIs at every version its codec knows, whatever the upstream speaks."""
@@ -98,6 +104,9 @@ class QuotaAdmin:
                body: memoryview) -> bytes | PendingCommit:
         """kqp's whole response frame, or the commit it waits for."""
         if api_key == ApiKey.DescribeClientQuotas:
+            if not self.may_describe(principal):
+                return encode_describe_response(version, correlation_id, CLUSTER_AUTHORIZATION_FAILED,
+                                                CLUSTER_AUTHORIZATION_MESSAGE, [])
             try:
                 entries = self._describe(decode_describe(version, body))
             except Refused as refused:
@@ -109,6 +118,10 @@ class QuotaAdmin:
             return encode_alter_response(version, correlation_id, results)
         return PendingCommit(tuple(changes), f"User:{principal.user}",
                              partial(_committed, version, correlation_id, results))
+
+    def may_describe(self, principal: Principal) -> bool:
+        who = f"User:{principal.user}"
+        return self.describers is None or who in self.describers or who in self.principals
 
     # -- describe ------------------------------------------------------------------------------
     def _describe(self, flt: DescribeFilter) -> list:
@@ -152,7 +165,7 @@ class QuotaAdmin:
     def _alter(self, principal: Principal, entries: list[AlterEntry]) -> tuple[Results, list[Change]]:
         """Each entry's result as the controller validates it, and the changes of the valid ones."""
         if f"User:{principal.user}" not in self.principals:
-            return [(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.", e.entity) for e in entries], []
+            return [(CLUSTER_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_MESSAGE, e.entity) for e in entries], []
         results: Results = []
         changes: list[Change] = []
         seen: set[EntitySpec] = set()

@@ -62,6 +62,10 @@ class TopicMetadata:
             return None
         return self._partitions.get(name)
 
+    def name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, if known (Produce v13 and Fetch v13+ name topics by id)."""
+        return self._names.get(topic_id)
+
     def colliding(self, name: str) -> str | None:
         """A known topic whose name is ``name``'s once '.' and '_' are unified (Kafka's
         Topic.hasCollision: both end up in the same metric names), other than ``name`` itself."""

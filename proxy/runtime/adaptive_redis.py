@@ -5,23 +5,26 @@ specification, and this script does the same, step for step (a test runs both on
 requests): take a proposal if it starts from the `applied` the store holds (compare-and-set), keep
 the reports of windows not folded in yet, drop the ones folded or older than `keep_windows`, and
 answer with the state and the reports of the closed windows. The store's clock is Redis `TIME`, as
-in the usage exchange (fleet_redis.py), and the keys share its hash tag, so a Redis Cluster places
-them in one slot:
+in the usage exchange (fleet_redis.py). Each budget's key has a hash tag of its own, so that on a
+Redis Cluster each budget lives in one slot, and the budgets spread over the masters:
 
-    {prefix}:adaptive:w{window_ms}:{budget}   hash: "applied", "state", and "r:{window}:{instance}"
+    {prefix:adaptive:budget}:w{window_ms}     hash: "applied", "state", and "r:{window}:{instance}"
                                               -> that instance's report; expires after 4 x keep_windows
                                               windows without an exchange (the fleet is gone)
 
-Reports go back sorted by window, then instance, so every process folds the same numbers in the
-same order and gets the same floats. Called by the fleet driver beside the usage exchange; Redis
-connection handling (URL, password, Sentinel, timeouts) is fleet_redis.py's.
+(`budget` is "pool:quota type", the pool's name %-quoted, so no brace of it can end the tag.) On one
+Redis every budget goes in one script call, sent in the same pipeline as the usage exchange's
+(fleet_redis.py: one round trip); on a Redis Cluster each budget is one call of its own, all at once
+(`exchange`). Reports go back sorted by window, then instance, so every process folds the
+same numbers in the same order and gets the same floats. Redis connection handling (URL, password,
+Sentinel, Cluster, timeouts) is fleet_redis.py's.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
-
-import redis.asyncio as aioredis
+from urllib.parse import quote
 
 from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest, BudgetView
 
@@ -82,24 +85,48 @@ return out
 
 
 class AdaptiveRedis:
-    """The adaptive exchange on a redis-py client (fleet_redis.redis_client builds one)."""
+    """The adaptive exchange on a redis-py client (fleet_redis.redis_client builds one); `per_budget`
+    (a Redis Cluster): one script call per budget, each under its own hash tag."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, client: Any, prefix: str, per_budget: bool = False) -> None:
         self._script = client.register_script(ADAPTIVE_LUA)
-        self._prefix = "{" + prefix + "}"
+        self._prefix = prefix
+        self._per_budget = per_budget
+
+    def key(self, window_ms: int, budget: str) -> str:
+        return "{" + f"{self._prefix}:adaptive:{quote(budget, safe=':')}" + "}" + f":w{window_ms}"
 
     def keys(self, request: AdaptiveRequest) -> list[str]:
-        return [f"{self._prefix}:adaptive:w{request.window_ms}:{b.name}" for b in request.budgets]
+        return [self.key(request.window_ms, b.name) for b in request.budgets]
+
+    def calls(self, request: AdaptiveRequest) -> list[tuple[list[str], list[str | int]]]:
+        """KEYS and ARGV of each script call the exchange takes (one, or one per budget)."""
+        head: list[str | int] = [request.instance, request.window_ms, request.grace_windows, request.keep_windows]
+        groups = [(b,) for b in request.budgets] if self._per_budget else [request.budgets]
+        calls = []
+        for budgets in groups:
+            args = list(head)
+            for budget in budgets:
+                p = budget.proposal
+                args += ("", 0, "") if p is None else (p.after, p.applied, p.state)
+                args.append(len(budget.reports))
+                for window, report in budget.reports:
+                    args += (window, report)
+            calls.append(([self.key(request.window_ms, b.name) for b in budgets], args))
+        return calls
 
     async def exchange(self, request: AdaptiveRequest) -> AdaptiveReply:
-        args: list[str | int] = [request.instance, request.window_ms, request.grace_windows, request.keep_windows]
-        for budget in request.budgets:
-            p = budget.proposal
-            args += ("", 0, "") if p is None else (p.after, p.applied, p.state)
-            args.append(len(budget.reports))
-            for window, report in budget.reports:
-                args += (window, report)
-        return parse_reply(await self._script(keys=self.keys(request), args=args))
+        replies = await asyncio.gather(*(self._script(keys=keys, args=args) for keys, args in self.calls(request)))
+        return joined([parse_reply(raw) for raw in replies])
+
+    @property
+    def sha(self) -> str:
+        return self._script.sha
+
+
+def joined(replies: list[AdaptiveReply]) -> AdaptiveReply:
+    """Several calls' answers as one, the budgets in the order they were asked (the first call's clock)."""
+    return AdaptiveReply(replies[0].now, tuple(view for reply in replies for view in reply.budgets))
 
 
 def parse_reply(raw: list[Any]) -> AdaptiveReply:

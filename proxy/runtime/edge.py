@@ -27,7 +27,9 @@ it, and counted and logged with the handshake refusals. The upstream socket gets
 `EdgeWiring.upstream_tls` when `upstream.tls` is on.
 
 `limits:` (`admission.py`): a plaintext client is admitted here, when its connection is made; a TLS
-listener admits before the handshake and hands the edge its `Slot`. Either way the edge releases
+listener admits before the handshake and hands the edge its `Slot`. Behind a load balancer that
+writes a PROXY header (`proxy_protocol.py`) the listener hands the edge the real client's address,
+which is then what is admitted and what the logs name (`10.1.2.3:5000 via 10.0.0.7:41000`). Either way the edge releases
 the slot when the client's socket is lost, and a refused client never reaches the core.
 """
 
@@ -54,6 +56,7 @@ from .cert_reload import no_tls
 from .delay import DelayDriver
 from .flow_control import FlowControl
 from .quota_store import CommitFailed
+from .socket_probe import peer_gone, unread_bytes
 
 log = logging.getLogger("kqp.connection")
 
@@ -83,14 +86,17 @@ class EdgeWiring:
 class ClientEdge(asyncio.Protocol):
     """One client connection: its socket, its upstream socket, its core."""
 
-    def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None, slot: Slot | None = None) -> None:
+    def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None, slot: Slot | None = None,
+                 real_peer: object = None) -> None:
         self.w = wiring
         self.slot = slot   # admitted by a TLS listener already; else admitted in connection_made
+        self.real_peer = real_peer   # the client a load balancer's PROXY header named; None: the socket's peer
         self.core = Connection(wiring.core, listener, node_id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self._flow = {Side.CLIENT: FlowControl(), Side.UPSTREAM: FlowControl()}
         self._timer: object | None = None
+        self._unread_mark: int | None = None   # the client's unread bytes at the last NoteUnread
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
         self._refused = False
@@ -101,6 +107,7 @@ class ClientEdge(asyncio.Protocol):
             ev.Mute: lambda action: self._flow[action.reason.side].mute(action.reason),
             ev.Unmute: lambda action: self._flow[action.reason.side].unmute(action.reason),
             ev.SetTimer: self._set_timer,
+            ev.NoteUnread: lambda action: setattr(self, "_unread_mark", unread_bytes(self.client)),
             ev.LookUpTopics: lambda action: self._spawn(self._look_up_topics()),
             ev.EnsureListeners: self._ensure_listeners,
             ev.CommitQuotas: lambda action: self._spawn(self._commit_quotas(action)),
@@ -147,6 +154,9 @@ class ClientEdge(asyncio.Protocol):
         self._flow[Side.CLIENT].attach(self.client)  # type: ignore[arg-type]
         peer = transport.get_extra_info("peername")
         self.core.peer = peer_name(peer)
+        if self.real_peer is not None:   # behind a balancer: the client is who its header says
+            self.core.peer = f"{peer_name(self.real_peer)} via {self.core.peer}"
+            peer = self.real_peer
         if self.slot is None and self.w.admission is not None:
             # admit() is synchronous: nothing can be read before it answers, so only a refused
             # connection is paused (held unread for its throttle, or already closing).
@@ -197,7 +207,10 @@ class ClientEdge(asyncio.Protocol):
     def on_delay(self, now: float) -> None:
         """The delay queue's callback (`DelayDriver`): this connection's timer is due."""
         self._timer = None
-        self.run(ev.TimerFired(now))
+        # What the muted socket holds, unread (socket_probe.py): the back-off probe and the give-up rule.
+        unread, mark = unread_bytes(self.client), self._unread_mark
+        self.run(ev.TimerFired(now, None if unread is None or mark is None else max(0, unread - mark),
+                               peer_gone(self.client)))
 
     # -- actions ---------------------------------------------------------------------------------
     def _spawn(self, work: Coroutine[object, object, None]) -> None:

@@ -9,6 +9,8 @@ Wire format, both ways: a 4-byte big-endian length, then a JSON document (small:
 active sensor per sync interval). The parent serves each worker's connection in a thread of its own
 (the parent has no event loop: it waits for its children), under one lock around the store; its
 clock is the wall clock, which the workers track as the fleet clock exactly as they track Redis's.
+Adaptive pools' exchange (kqp.quotas.adaptive_fleet) rides in the same message ("A"), served by an
+`AdaptiveStore` beside the `FleetStore`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kqp.quotas.adaptive_fleet import (
+    AdaptiveReply,
+    AdaptiveRequest,
+    AdaptiveStore,
+    BudgetExchange,
+    BudgetView,
+    Proposal,
+)
 from kqp.quotas.fleet import SensorTotals, SensorUsage, SyncReply, SyncRequest
 from kqp.quotas.fleet_store import FleetStore
 
@@ -54,6 +64,29 @@ def decode_reply(data: dict[str, Any]) -> SyncReply:
     return SyncReply(data["e"], float(data["n"]), int(data["p"]), sensors)
 
 
+def encode_adaptive(request: AdaptiveRequest) -> dict[str, Any]:
+    return {"i": request.instance, "w": request.window_ms, "g": request.grace_windows, "k": request.keep_windows,
+            "b": [[b.name, b.reports, None if b.proposal is None else
+                   [b.proposal.after, b.proposal.applied, b.proposal.state]] for b in request.budgets]}
+
+
+def decode_adaptive(data: dict[str, Any]) -> AdaptiveRequest:
+    budgets = tuple(BudgetExchange(name, tuple((int(w), r) for w, r in reports),
+                                   None if p is None else Proposal(int(p[0]), int(p[1]), p[2]))
+                    for name, reports, p in data["b"])
+    return AdaptiveRequest(data["i"], int(data["w"]), int(data["g"]), int(data["k"]), budgets)
+
+
+def encode_adaptive_reply(reply: AdaptiveReply) -> dict[str, Any]:
+    return {"n": reply.now, "b": [[v.applied, v.state, [[w, list(r)] for w, r in v.closed.items()]]
+                                  for v in reply.budgets]}
+
+
+def decode_adaptive_reply(data: dict[str, Any]) -> AdaptiveReply:
+    return AdaptiveReply(float(data["n"]), tuple(BudgetView(int(applied), state, {int(w): tuple(r) for w, r in closed})
+                                                 for applied, state, closed in data["b"]))
+
+
 def frame(document: dict[str, Any]) -> bytes:
     body = json.dumps(document, separators=(",", ":")).encode()
     return _LENGTH.pack(len(body)) + body
@@ -72,10 +105,15 @@ class _Handler(socketserver.StreamRequestHandler):
             (size,) = _LENGTH.unpack(head)
             if size > MAX_MESSAGE_BYTES:
                 return
-            request = decode_request(json.loads(self.rfile.read(size)))
+            document = json.loads(self.rfile.read(size))
+            request = decode_request(document)
             with self.server.lock:
-                reply = self.server.store.exchange(request, time.time())
-            self.wfile.write(frame(encode_reply(reply)))
+                now = time.time()
+                answer = encode_reply(self.server.store.exchange(request, now))
+                if "A" in document:   # adaptive pools (issue 22): their one law per budget
+                    answer["A"] = encode_adaptive_reply(self.server.adaptive.exchange(decode_adaptive(document["A"]),
+                                                                                      now))
+            self.wfile.write(frame(answer))
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -83,6 +121,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: str) -> None:
         self.store = FleetStore()
+        self.adaptive = AdaptiveStore()
         self.lock = threading.Lock()
         super().__init__(path, _Handler)
 
@@ -127,15 +166,24 @@ class WorkersExchange:
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
+        return decode_reply(await self._round_trip(encode_request(request), deadline))
+
+    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
+                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
+        """The usage exchange and the adaptive pools' in one message each way."""
+        answer = await self._round_trip({**encode_request(request), "A": encode_adaptive(adaptive)}, deadline)
+        return decode_reply(answer), decode_adaptive_reply(answer["A"])
+
+    async def _round_trip(self, document: dict[str, Any], deadline: float) -> dict[str, Any]:
         try:
             async with asyncio.timeout_at(deadline):
                 if self._streams is None:
                     self._streams = await asyncio.open_unix_connection(self.path)
                 reader, writer = self._streams
-                writer.write(frame(encode_request(request)))
+                writer.write(frame(document))
                 await writer.drain()
                 (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-                return decode_reply(json.loads(await reader.readexactly(size)))
+                return json.loads(await reader.readexactly(size))  # type: ignore[no-any-return]
         except BaseException:
             # Whatever went wrong (a timeout's cancellation included), the stream may hold half a
             # message: start over on a new connection next time.

@@ -39,9 +39,14 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 
 from kqp.config.fleet_section import RedisTarget
+from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest
 from kqp.quotas.fleet import SensorTotals, SensorUsage, SyncReply, SyncRequest
+
+from .adaptive_redis import ADAPTIVE_LUA, AdaptiveRedis, joined
+from .adaptive_redis import parse_reply as parse_adaptive
 
 CHUNK = 256   # sensors per script run
 
@@ -140,7 +145,8 @@ def _netloc(host: str, port: int) -> str:
 
 class RedisExchange:
     """`FleetBackend` on one Redis (or a Sentinel group's master): every key under `{prefix}`,
-    `exchange` one EVALSHA per chunk of sensors (EVAL again after a Redis restart)."""
+    `exchange` one EVALSHA per chunk of sensors (EVAL again after a Redis restart); with adaptive
+    pools, `exchange_with` adds their script call to the same pipeline."""
 
     kind = "redis"
 
@@ -149,6 +155,7 @@ class RedisExchange:
         self._client = redis_client(target, password, timeout)
         self._script = self._client.register_script(EXCHANGE_LUA)
         self._tag = "{" + prefix + "}"
+        self.adaptive = AdaptiveRedis(self._client, prefix)
 
     async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
         """One round trip: the script once per chunk of sensors, the chunks in one pipeline.
@@ -167,11 +174,43 @@ class RedisExchange:
                     keys, args = script_call(self._tag, request, sensors[start:start + CHUNK], registry=True)
                     await self._script(keys=keys, args=args, client=pipe)
                 replies = [parse_reply(raw) for raw in await pipe.execute()]
-        last = replies[-1]
-        return SyncReply(last.epoch, last.now, last.instances, tuple(s for r in replies for s in r.sensors))
+        return combined(replies)
+
+    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
+                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
+        """The usage exchange and the adaptive pools' in one round trip: every script call an EVALSHA
+        in one pipeline (redis-py's pipelined scripts would ask SCRIPT EXISTS first: a second round
+        trip), the scripts loaded and the pipeline sent again once if Redis has lost them. The
+        adaptive part may fail alone (its error is returned); the usage part's failure raises."""
+        sensors, scripts = request.sensors, ((self._script, EXCHANGE_LUA), (self.adaptive, ADAPTIVE_LUA))
+        async with asyncio.timeout_at(deadline):
+            for attempt in range(2):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for start in range(0, max(len(sensors), 1), CHUNK):
+                        keys, args = script_call(self._tag, request, sensors[start:start + CHUNK], registry=True)
+                        pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+                    usage_calls = len(pipe.command_stack)
+                    for keys, args in self.adaptive.calls(adaptive):
+                        pipe.evalsha(self.adaptive.sha, len(keys), *keys, *args)
+                    raw = await pipe.execute(raise_on_error=False)
+                if attempt or not any(isinstance(r, NoScriptError) for r in raw):
+                    break
+                for script, text in scripts:   # a restarted Redis: load both, send again
+                    assert await self._client.script_load(text) == script.sha
+        usage, answers = raw[:usage_calls], raw[usage_calls:]
+        if failed := next((r for r in usage if isinstance(r, Exception)), None):
+            raise failed
+        failed = next((r for r in answers if isinstance(r, Exception)), None)
+        return combined([parse_reply(r) for r in usage]), failed or joined([parse_adaptive(r) for r in answers])
 
     async def close(self) -> None:
         await self._client.aclose()
+
+
+def combined(replies: list[SyncReply]) -> SyncReply:
+    """The chunks' answers as one: the last one's clock and instances, every sensor in order."""
+    last = replies[-1]
+    return SyncReply(last.epoch, last.now, last.instances, tuple(s for r in replies for s in r.sensors))
 
 
 def script_call(tag: str, request: SyncRequest, sensors: tuple[SensorUsage, ...],

@@ -15,6 +15,8 @@ CHUNK), all groups at once. What stays global, and where:
 - the epoch: one per group (`{tag}:epoch`), because a shard can lose its data on its own. Each
   sensor's totals carry its group's epoch, and the ledger sends a sensor's usage again when its
   group's epoch changes (kqp.quotas.fleet), as it does for a restarted Redis.
+- adaptive pools (issue 22): each pool budget's one key has a hash tag of its own (adaptive_redis.py),
+  so it is one call on the master of its slot, run beside the groups' (`exchange_with`);
 - the outcome: a shard down fails its groups' calls (connection refused, or CLUSTERDOWN from every
   node while the cluster waits for the failover). The exchange then fails and the process goes
   alone at its share; the groups that did answer applied their part, which the ledger counts as
@@ -35,8 +37,10 @@ from dataclasses import dataclass
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from kqp.config.fleet_section import RedisTarget
+from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest
 from kqp.quotas.fleet import ExchangeIncomplete, SensorTotals, SyncReply, SyncRequest
 
+from .adaptive_redis import AdaptiveRedis
 from .fleet_redis import CHUNK, EXCHANGE_LUA, parse_reply, redis_client, script_call
 
 GROUPS = 16   # a layout constant: every process of a fleet must agree on it
@@ -78,6 +82,7 @@ class RedisClusterExchange:
         self._client = redis_client(target, password, timeout)
         self._script = self._client.register_script(EXCHANGE_LUA)
         self._tags = group_tags(prefix)
+        self.adaptive = AdaptiveRedis(self._client, prefix, per_budget=True)
 
     def calls(self, request: SyncRequest) -> list[list[_Call]]:
         """Per slot group with sensors, its script calls; the home group's first, always there."""
@@ -115,6 +120,29 @@ class RedisClusterExchange:
                     task.add_done_callback(_retrieve)
         errors = [TimeoutError() if task not in done else task.exception() for task in tasks]
         return _assemble(request, plan, answers, [e for e in errors if e is not None])
+
+    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
+                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
+        """The usage exchange and the adaptive pools' (one call per pool budget, each in its own slot)
+        at once; the adaptive part may fail alone (its error is returned)."""
+        async with asyncio.timeout_at(deadline):
+            await self._client.initialize()   # before the calls start together (see `exchange`)
+
+        async def adaptive_part() -> AdaptiveReply:
+            async with asyncio.timeout_at(deadline):
+                return await self.adaptive.exchange(adaptive)
+
+        task = asyncio.ensure_future(adaptive_part())
+        try:
+            reply = await self.exchange(request, deadline)
+        except BaseException:
+            task.cancel()
+            task.add_done_callback(_retrieve)
+            raise
+        try:
+            return reply, await task
+        except Exception as exc:   # the adaptive pools go alone; the usage merges
+            return reply, exc
 
     async def _run_group(self, calls: list[_Call], answers: dict[_Call, SyncReply]) -> None:
         for call in calls:

@@ -8,7 +8,9 @@ wire. Each exchange has a deadline `timeout_ms` ahead, which the backend keeps (
 backend needs it to tell which of its shards answered in time); one that fails or times out puts
 the ledger "alone" (each quota at its share) at once, and the next successful one brings the fleet
 back. The state change is logged once each way, and shown in metrics (`FleetStatus`) and in
-/readyz's detail; a process sharing nothing is still ready, because it still serves.
+/readyz's detail; a process sharing nothing is still ready, because it still serves. Adaptive pools'
+windows ride along (`exchange_with`: one round trip on one Redis, one message to the `--workers`
+parent), so that the fleet runs one law per pool budget; when that part fails they go alone.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from kqp.config.errors import ConfigError
 from kqp.config.fleet_section import redis_target
 from kqp.config.model import ClusterConfig, FleetConfig
 from kqp.proxy.observability.fleet_metrics import FleetStatus
+from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest
+from kqp.quotas.adaptive_pools import AdaptivePool, fleet_failed, fleet_merge, fleet_request
 from kqp.quotas.fleet import ExchangeIncomplete, FleetLedger, SyncReply, SyncRequest
 from kqp.quotas.model import QuotaSettings
 
@@ -41,6 +45,12 @@ class FleetBackend(Protocol):
         `ExchangeIncomplete` when part of the store applied its part of the request."""
         ...
 
+    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
+                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
+        """`exchange`, and the adaptive pools' exchange in the same round trip where the store allows;
+        the adaptive part's failure is returned, not raised."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -49,6 +59,9 @@ class FleetSync:
                  clock: Callable[[], float]) -> None:
         self.ledger = ledger
         self.backend = backend
+        #: The process's adaptive pools (set where the server is assembled): each exchange carries
+        #: their windows, so that the fleet runs one law per pool budget (quotas/adaptive_pools.py).
+        self.adaptive_pools: Callable[[], Iterable[AdaptivePool]] = tuple
         self.interval = interval
         self.timeout = timeout
         self._clock = clock
@@ -64,24 +77,39 @@ class FleetSync:
         """One exchange; True if it succeeded."""
         ledger = self.ledger
         request = ledger.collect(self._clock())
+        pools = list(self.adaptive_pools())
+        adaptive = fleet_request(pools, ledger, self._clock())
         self.sensors = len(request.sensors)
         self.syncs += 1
         sent = self._clock()
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        answer: AdaptiveReply | BaseException | None = None
         try:
-            reply = await self.backend.exchange(request, asyncio.get_running_loop().time() + self.timeout)
+            if adaptive is None:
+                reply = await self.backend.exchange(request, deadline)
+            else:
+                reply, answer = await self.backend.exchange_with(request, adaptive, deadline)
         except asyncio.CancelledError:
             ledger.failed(request)
+            fleet_failed(pools)
             raise
         except ExchangeIncomplete as exc:   # what the answering shards took is not sent again
             ledger.failed(request, exc.sensors)
+            fleet_failed(pools)
             self._went_down(exc)
             return False
         except Exception as exc:   # any failure of the store is the same to quotas: go alone
             ledger.failed(request)
+            fleet_failed(pools)
             self._went_down(exc)
             return False
         received = self._clock()
         ledger.merge(request, reply, sent, received)
+        if isinstance(answer, BaseException):   # the adaptive pools alone go alone: each runs its law here
+            log.debug("fleet: the adaptive pools' exchange failed: %r", answer)
+            fleet_failed(pools)
+        elif answer is not None and adaptive is not None:
+            fleet_merge(pools, adaptive, answer, ledger.instances, received)
         self.last_duration = received - sent
         self._came_up(received)
         return True

@@ -16,6 +16,11 @@ counted and logged, where `create_server(ssl=...)` would drop it silently. `limi
 before the handshake (`admission.py`), so a refused client costs no TLS work; the connection's
 `Slot` goes to its edge, or is released here if the handshake fails. Plaintext listeners leave
 admission to the edge, which learns the peer when its connection is made.
+
+With `proxy_protocol:` on a listener (`proxy_protocol.py`) it accepts its sockets itself too, TLS or
+not, and each socket's load-balancer header is read first, off the raw socket: the real client's
+address it names is what `limits:` count (before the handshake on TLS listeners, in the edge on
+plaintext ones, as without a header), what refusals and logs show and what the edge is handed.
 """
 
 from __future__ import annotations
@@ -24,17 +29,19 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 
 from kqp.config.model import HostPort
 from kqp.proxy.tls.peers import Refusal, handshake_refusal
 
 from .admission import Admission, Slot, peer_name
+from .proxy_protocol import HeaderReader
 
 log = logging.getLogger("kqp.listeners")
 
-ProtocolFactory = Callable[[str, "int | None", "Slot | None"], asyncio.Protocol]   # (listener, node id, slot)
+# (listener, node id, slot, the real client's address from a PROXY header or None: the socket's peer)
+ProtocolFactory = Callable[[str, "int | None", "Slot | None", object], asyncio.Protocol]
 BACKLOG = 1024
 ACCEPT_RETRY_SECONDS = 0.1   # after an accept error (out of file descriptors): let closes catch up
 
@@ -68,18 +75,19 @@ def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket
 class ListenerSet:
     def __init__(self, loop: asyncio.AbstractEventLoop, listen: HostPort, advertised_host: str,
                  broker_port: Callable[[int], int], factory: ProtocolFactory, reuse_port: bool = False,
-                 tls: ListenerTls | None = None) -> None:
+                 tls: ListenerTls | None = None, header: HeaderReader | None = None) -> None:
         self._loop = loop
         self._tls = tls
+        self._header = header
         self._reuse_port = reuse_port
         self._listen = listen
         self.advertised_host = advertised_host
         self._broker_port = broker_port
         self._factory = factory
         self._servers: list[asyncio.base_events.Server] = []
-        self._accepting: list[socket.socket] = []     # TLS listeners, accepted by readiness callbacks
-        self._retries: dict[socket.socket, asyncio.TimerHandle] = {}   # TLS listeners backing off
-        self._handshakes: set[asyncio.Task[None]] = set()
+        self._accepting: list[socket.socket] = []     # TLS and PROXY-header listeners: readiness callbacks
+        self._retries: dict[socket.socket, asyncio.TimerHandle] = {}   # such listeners backing off
+        self._handshakes: set[asyncio.Task[None]] = set()   # sockets being opened: header, handshake
         self.bootstrap_port: int | None = None
         self.broker_ports: dict[int, int] = {}       # node id -> kqp's port for it
         self._pending: set[asyncio.Task[None]] = set()
@@ -106,15 +114,16 @@ class ListenerSet:
         return port
 
     async def _serve(self, sock: socket.socket, name: str, node_id: int | None) -> None:
-        if self._tls is not None:
+        header = self._header if self._header is not None and self._header.applies_to(name) else None
+        if self._tls is not None or header is not None:
             self._accepting.append(sock)
-            self._loop.add_reader(sock, self._accept_tls, sock, name, node_id, self._tls)
+            self._loop.add_reader(sock, self._accept, sock, name, node_id, header)
             return
-        server = await self._loop.create_server(lambda: self._factory(name, node_id, None), sock=sock,
+        server = await self._loop.create_server(lambda: self._factory(name, node_id, None, None), sock=sock,
                                                 backlog=BACKLOG)
         self._servers.append(server)
 
-    def _accept_tls(self, sock: socket.socket, name: str, node_id: int | None, tls: ListenerTls) -> None:
+    def _accept(self, sock: socket.socket, name: str, node_id: int | None, header: HeaderReader | None) -> None:
         """The listening socket is readable: take what the backlog holds (as asyncio's servers do)."""
         for _ in range(BACKLOG):
             try:
@@ -127,27 +136,53 @@ class ListenerSet:
                 log.warning("%s listener: accept failed: %s", name, exc)
                 self._loop.remove_reader(sock)
                 self._retries[sock] = self._loop.call_later(ACCEPT_RETRY_SECONDS, self._resume, sock, name,
-                                                            node_id, tls)
+                                                            node_id, header)
                 return
             conn.setblocking(False)
-            slot = None
-            if tls.admission is not None:
-                slot = tls.admission.admit(name, address, conn.close)
-                if slot is None:
-                    continue
-            task = self._loop.create_task(self._handshake(conn, peer_name(address), name, node_id, tls, slot))
-            self._handshakes.add(task)
-            task.add_done_callback(self._handshakes.discard)
+            if header is not None:   # the real client first; admission and TLS follow in `_open`
+                self._track(self._open(conn, address, name, node_id, header))
+            else:
+                assert self._tls is not None
+                self._admit_and_handshake(conn, address, address, name, node_id, self._tls)
 
-    def _resume(self, sock: socket.socket, name: str, node_id: int | None, tls: ListenerTls) -> None:
+    def _resume(self, sock: socket.socket, name: str, node_id: int | None, header: HeaderReader | None) -> None:
         del self._retries[sock]
-        self._loop.add_reader(sock, self._accept_tls, sock, name, node_id, tls)
+        self._loop.add_reader(sock, self._accept, sock, name, node_id, header)
+
+    def _track(self, work: Coroutine[object, object, None]) -> None:
+        task = self._loop.create_task(work)
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _open(self, conn: socket.socket, address: object, name: str, node_id: int | None,
+                    header: HeaderReader) -> None:
+        """A socket of a PROXY-header listener: its header, then TLS as any TLS listener's, or the edge."""
+        peer = await header.real_peer(conn, address, name)
+        if peer is None:
+            return   # refused: counted, logged, closed
+        if self._tls is not None:
+            self._admit_and_handshake(conn, peer, address, name, node_id, self._tls)
+            return
+        try:   # plaintext: the edge admits it (`limits:`) with the real address, as it admits any client
+            await self._loop.connect_accepted_socket(lambda: self._factory(name, node_id, None, peer), conn)
+        except OSError:
+            conn.close()
+
+    def _admit_and_handshake(self, conn: socket.socket, peer: object, address: object, name: str,
+                             node_id: int | None, tls: ListenerTls) -> None:
+        slot = None
+        if tls.admission is not None:
+            slot = tls.admission.admit(name, peer, conn.close)
+            if slot is None:
+                return
+        real = None if peer is address else peer
+        self._track(self._handshake(conn, peer_name(peer), name, node_id, tls, slot, real))
 
     async def _handshake(self, conn: socket.socket, peer: str, name: str, node_id: int | None,
-                         tls: ListenerTls, slot: Slot | None) -> None:
+                         tls: ListenerTls, slot: Slot | None, real: object = None) -> None:
         try:
             # The protocol's connection_made runs only after the handshake has succeeded.
-            await self._loop.connect_accepted_socket(lambda: self._factory(name, node_id, slot), conn,
+            await self._loop.connect_accepted_socket(lambda: self._factory(name, node_id, slot, real), conn,
                                                      ssl=tls.context(), ssl_handshake_timeout=tls.handshake_timeout)
         except (OSError, TimeoutError) as exc:   # ssl.SSLError is an OSError; the loop closes the socket
             if slot is not None:

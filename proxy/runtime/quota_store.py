@@ -22,10 +22,13 @@ that cannot be read or written leaves everything as it was: at start kqp refuses
 change is refused (UNKNOWN_SERVER_ERROR naming the file) or, for a file changed under kqp, the running
 layer is kept and the error logged.
 
-Every change of the quotas in force passes `_put` with who made it and where it came from (the admin
-API, the state file changed on disk, a config reload), the settings before and after: the one place
-issue 23's audit trail (a structured event per entity with its before/after, a metric, a bounded
-history) hooks in.
+Every change of the quotas in force passes `_changed` with who made it and where it came from (the
+admin API, the state file changed on disk, a config reload), the settings before and after: there the
+audit trail (issue 23, `kqp.proxy.observability.quota_audit`) logs and counts one event per entity
+changed, and the history beside the state file (`quota_history.py`) keeps the admin API's and the
+reloads' events. An admin change's events are computed under the lock from the file's own before and
+after, so they are exactly what that commit changed, and appended to the history in the same turn of
+the store's thread; a reload's are appended by the store's thread afterwards, never on the loop.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import MappingProxyType
 
 import yaml
@@ -45,9 +48,12 @@ import yaml
 from kqp.config.admin_section import STATE_HEADER, parse_state, state_document
 from kqp.config.errors import ConfigError
 from kqp.config.loader import read_file
+from kqp.proxy.observability import quota_audit
+from kqp.proxy.observability.quota_audit import AuditEvent, QuotaAudit
 from kqp.quotas.admin_layer import CONFIG_FILE, STATE_FILE, AdminLayer, Change, apply_changes, overlay
 from kqp.quotas.model import QuotaSettings
 
+from .quota_history import append_history
 from .reload import POLL_SECONDS, file_stamp
 
 __all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "read_state", "write_atomically"]
@@ -55,6 +61,7 @@ __all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "read_state", "write_atomi
 log = logging.getLogger("kqp.admin")
 
 ADMIN_API = "admin API"   # where a change came from, besides the state file (on disk) and the config file
+_AUDIT_SOURCE = {ADMIN_API: quota_audit.ADMIN_API, CONFIG_FILE: quota_audit.RELOAD, STATE_FILE: quota_audit.STATE_FILE}
 Stamp = tuple[int, int, int, float] | None
 
 
@@ -91,13 +98,15 @@ def write_atomically(path: str, text: str) -> None:
 
 
 class QuotaStore:
-    def __init__(self, path: str, base: QuotaSettings, apply: Callable[[QuotaSettings], list[str]]) -> None:
+    def __init__(self, path: str, base: QuotaSettings, apply: Callable[[QuotaSettings], list[str]],
+                 audit: QuotaAudit | None = None) -> None:
         self.path, self.base = path, base
         directory = os.path.dirname(os.path.abspath(path))
         if not os.access(directory, os.W_OK | os.X_OK):
             raise ConfigError("admin.state_file", f"kqp cannot write in the directory {directory}")
         self.layer = read_state(path)   # a file that does not load stops kqp here
         self._apply = apply
+        self.audit = audit or QuotaAudit()
         self._stamp = file_stamp(path)
         self._writer: ThreadPoolExecutor | None = None   # one thread: commits in the order asked
         self._writing = 0   # commits under way: the watch leaves the file to them meanwhile
@@ -123,24 +132,30 @@ class QuotaStore:
     async def commit(self, changes: Iterable[Change], who: str, loop: asyncio.AbstractEventLoop) -> None:
         """Write `changes` to the state file in the store's thread, then put them in force on the loop
         (CommitFailed: nothing changed)."""
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kqp-state-file")
+        writer = self._writer_pool()
         self._writing += 1
         try:
-            layer, stamp = await loop.run_in_executor(self._writer, self._write, list(changes), who, self.base)
+            layer, stamp, events = await loop.run_in_executor(writer, self._write, list(changes), who,
+                                                              self.base)
         finally:
             self._writing -= 1
         self._stamp = stamp
-        self._put(layer, who, ADMIN_API)
+        self._put(layer, who, ADMIN_API, events)
 
-    def _write(self, changes: list[Change], who: str, base: QuotaSettings) -> tuple[AdminLayer, Stamp]:
-        """The state file re-read under the lock, changed, written and synced (the store's thread)."""
+    def _write(self, changes: list[Change], who: str,
+               base: QuotaSettings) -> tuple[AdminLayer, Stamp, list[AuditEvent]]:
+        """The state file re-read under the lock, changed, written and synced, then the change's events
+        appended to the history (the store's thread)."""
         try:
             with self._locked():
-                layer = apply_changes(read_state(self.path), base, changes)
+                before = read_state(self.path)
+                layer = apply_changes(before, base, changes)
                 text = STATE_HEADER + yaml.safe_dump(state_document(layer), sort_keys=False)
                 write_atomically(self.path, text)
-                return layer, file_stamp(self.path)
+                stamp = file_stamp(self.path)
+                events = self.audit.events(overlay(base, before), overlay(base, layer), who, quota_audit.ADMIN_API)
+                self._append_history(events)
+                return layer, stamp, events
         except ConfigError as exc:
             log.error("quota change by %s refused: %s", who, exc)
             raise CommitFailed(str(exc)) from None
@@ -148,21 +163,49 @@ class QuotaStore:
             log.error("quota change by %s refused: cannot write %s: %s", who, self.path, exc)
             raise CommitFailed(f"cannot write the state file {self.path}: {exc.strerror or exc}") from None
 
-    def close(self) -> None:
-        """No more commits; one under way still finishes (the interpreter waits for its thread)."""
+    def _writer_pool(self) -> ThreadPoolExecutor:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kqp-state-file")
+        return self._writer
+
+    def close(self, wait: bool = False) -> None:
+        """No more commits; one under way (or a reload's history append) still finishes: the
+        interpreter waits for its thread, or this call does with `wait`."""
         if self._writer is not None:
-            self._writer.shutdown(wait=False)
+            self._writer.shutdown(wait=wait)
             self._writer = None
 
-    def _put(self, layer: AdminLayer, who: str | None, source: str) -> None:
-        before, self.layer = self.effective, layer
-        self._changed(before, who, source)
+    def _append_history(self, events: list[AuditEvent]) -> None:
+        """The events into the history (the store's thread, the lock held). The change is already
+        durable and in force: a history that cannot be written is logged, and fails nothing."""
+        if not events:
+            return
+        try:
+            append_history(self.path, events, write_atomically)
+        except OSError as exc:
+            log.error("quota history beside %s not written (%d event(s) only in the log): %s",
+                      self.path, len(events), exc.strerror or exc)
 
-    def _changed(self, before: QuotaSettings, who: str | None, source: str) -> list[str]:
-        """The quotas in force become `self.effective` (were `before`), changed by `who` from `source`.
-        Issue 23's audit trail hooks in here: one event per entity changed, before and after."""
+    def _record_reload(self, events: list[AuditEvent]) -> None:
+        with self._locked():
+            self._append_history(events)
+
+    def _put(self, layer: AdminLayer, who: str | None, source: str, events: list[AuditEvent] | None = None) -> None:
+        before, self.layer = self.effective, layer
+        self._changed(before, who, source, events)
+
+    def _changed(self, before: QuotaSettings, who: str | None, source: str,
+                 events: list[AuditEvent] | None = None) -> list[str]:
+        """The quotas in force become `self.effective` (were `before`), changed by `who` from `source`:
+        one audit event per entity changed (`events` when the commit computed them), logged and
+        counted; a reload's also go to the history, in the store's thread."""
         lines = self._apply(self.effective)
+        if events is None:
+            events = self.audit.events(before, self.effective, who, _AUDIT_SOURCE[source])
+        self.audit.report(events)
         if source == CONFIG_FILE:
+            if events:
+                self._writer_pool().submit(self._record_reload, events).add_done_callback(_log_failure)
             return lines   # the reloader logs a reload's lines itself
         how = f"by {who}" if who else "on disk"
         for line in lines:
@@ -192,3 +235,9 @@ class QuotaStore:
                     self.refresh()
                 except Exception:   # as ConfigReloader._reload_guarded: a dead task would stop every later change
                     log.exception("admin state file %s: applying its change failed unexpectedly", self.path)
+
+
+def _log_failure(done: Future[None]) -> None:
+    """A reload's history append that failed unexpectedly (an OSError is logged where it happens)."""
+    if not done.cancelled() and done.exception() is not None:
+        log.error("quota history: recording a reload failed", exc_info=done.exception())

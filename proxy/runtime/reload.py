@@ -28,7 +28,7 @@ log = logging.getLogger("kqp.reload")
 POLL_SECONDS = 0.25
 # Keys whose change needs a restart: kqp says so instead of half-applying them.
 _RESTART_KEYS = ("listen", "advertised_host", "broker_port_base", "broker_ports", "upstream",
-                 "max_frame_bytes", "metrics", "tls", "sasl", "fleet", "admin")
+                 "max_frame_bytes", "metrics", "tls", "sasl", "fleet", "admin", "proxy_protocol")
 _SHOWN = {"fleet": "quotas.scope/quotas.cluster"}  # ProxyConfig attributes not named as in the file
 
 

@@ -38,9 +38,14 @@ from kqp.proxy.connection.handlers.registry import standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
+from kqp.proxy.connection.views import ConnectionView, connection_view
+from kqp.proxy.observability import quota_audit
+from kqp.proxy.observability.explain import Explainer
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
+from kqp.proxy.observability.pool_metrics import budget_changes
+from kqp.proxy.observability.quota_audit import QuotaAudit
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.policies.topic_metadata import TopicMetadata
@@ -57,6 +62,7 @@ from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
 from .fleet_sync import FleetSync, open_fleet
 from .listeners import ListenerSet, ListenerTls
+from .proxy_protocol import HeaderReader
 from .quota_store import QuotaStore
 from .refusals import RefusalLog
 from .reload import ConfigReloader
@@ -78,7 +84,7 @@ def core_settings(config: ProxyConfig) -> CoreSettings:
     return CoreSettings(max_frame_bytes=config.max_frame_bytes, fetch_throttle=config.fetch_throttle,
                         max_in_flight=config.limits.max_in_flight_per_connection,
                         connections_max_idle_ms=config.connections_max_idle_ms,
-                        connect_timeout_ms=config.upstream.connect_timeout_ms)
+                        connect_timeout_ms=config.upstream.connect_timeout_ms, pacing=config.quotas.pacing)
 
 
 class ProxyServer:
@@ -99,6 +105,7 @@ class ProxyServer:
         self._progress: asyncio.Event | None = None   # set while draining: a connection closed
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
+        self.audit = QuotaAudit()   # every change of the quotas in force: logged per entity, counted
         self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
 
     # -- assembly --------------------------------------------------------------------------------
@@ -110,6 +117,8 @@ class ProxyServer:
         # The state file's changes over the config file's quotas, in force from the first request.
         self.quotas = QuotaManager(self.store.effective if self.store else cfg.quotas, loop.time(),
                                    self.fleet.ledger if self.fleet else None)
+        if self.fleet is not None:   # adaptive pools run one law for the fleet, through the same exchange
+            self.fleet.adaptive_pools = lambda: self.quotas.pools.adaptive.values()
         topics = TopicMetadata()
         self.delay = DelayDriver(loop)
         refused = RefusalLog(self.observer, loop.time)
@@ -118,14 +127,16 @@ class ProxyServer:
         listener_tls, identify = self._listener_tls(refused)
         upstream_tls = self._upstream_tls()
         self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
-                                     lambda name, node_id, slot: ClientEdge(wiring, name, node_id, slot),
-                                     reuse_port=self.reuse_port, tls=listener_tls)
+                                     lambda name, node_id, slot, peer: ClientEdge(wiring, name, node_id, slot, peer),
+                                     reuse_port=self.reuse_port, tls=listener_tls, header=self._header_reader(loop))
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
                                                  on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
         charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        readers = cfg.admin.describe_principals
         admin = (None if self.store is None
-                 else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings))
+                 else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings,
+                                 None if readers is None else frozenset(readers)))
         self.core = CoreParts(
             charging=charging,
             handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
@@ -153,10 +164,19 @@ class ProxyServer:
         admin = self.config.admin
         if not admin.manage_quotas or admin.state_file is None:
             return None
-        store = QuotaStore(admin.state_file, self.config.quotas, self.update_settings)
+        store = QuotaStore(admin.state_file, self.config.quotas, self.update_settings, self.audit)
         log.info("kqp answers the quota admin API (alter: %s); state file %s holds %d entities",
                  ", ".join(admin.principals), admin.state_file, len(store.layer))
+        self.audit.record(self.config.quotas, store.effective, None, quota_audit.STATE_FILE)   # its changes, at start
         return store
+
+    def _header_reader(self, loop: asyncio.AbstractEventLoop) -> HeaderReader | None:
+        """`proxy_protocol:`: the listeners' PROXY-header step, its refusals logged as `kqp.proxy_protocol`."""
+        config = self.config.proxy_protocol
+        if config.mode == "off":
+            return None
+        refused = RefusalLog(self.observer, loop.time, logger=logging.getLogger("kqp.proxy_protocol"))
+        return HeaderReader(loop, config, refused)
 
     def _listener_tls(self, refused: RefusalLog) -> tuple[ListenerTls | None, Callable[[bytes | None], str] | None]:
         """The listeners' TLS (a context that follows its files) and the certificate-to-user mapping."""
@@ -185,18 +205,29 @@ class ProxyServer:
         if isinstance(observer, PrometheusObserver):
             assert self.loop is not None
             observer.bind(self.loop.time, self.quotas, self.upstream_health, self.readiness)
+            observer.clients.connections = self.connection_views
             registry = observer.registry
             if self.fleet is not None:
                 registry.register(FleetCollector(self.fleet.status))
+            registry.register(self.audit)
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
+        recent = observer.recent if isinstance(observer, PrometheusObserver) else None
+        explain = Explainer(self.quotas, self.connection_views, self.loop.time, recent,
+                            budget_changes(self.quotas, self.loop.time))
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
-                                        lambda: prepare_scrape(observer))
+                                        lambda: prepare_scrape(observer), explain)
         await self.endpoint.start()
         log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
 
     # -- state the endpoint reads ----------------------------------------------------------------
+    def connection_views(self) -> list[ConnectionView]:
+        """The open connections as metrics and `kqp explain` see them: views of the cores, never the edges."""
+        assert self.loop is not None
+        now = self.loop.time()
+        return [connection_view(edge.core, now) for edge in list(self.connections) if not edge.core.closed]
+
     def upstream_health(self) -> UpstreamHealth:
         assert self.loop is not None
         last = self.cluster.last_refresh_ok
@@ -285,7 +316,12 @@ class ProxyServer:
 
     def update_quotas(self, settings: QuotaSettings) -> list[str]:
         """A config reload's quotas: the base layer, under the admin API's changes when kqp manages quotas."""
-        return self.update_settings(settings) if self.store is None else self.store.rebase(settings)
+        if self.store is not None:
+            return self.store.rebase(settings)   # audited by the store, which keeps the history
+        before = self.quotas.settings
+        lines = self.update_settings(settings)
+        self.audit.record(before, settings, None, quota_audit.RELOAD)
+        return lines
 
     def update_settings(self, settings: QuotaSettings) -> list[str]:
         assert self.loop is not None

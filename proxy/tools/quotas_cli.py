@@ -1,4 +1,5 @@
-"""`kqp quotas describe|alter`: Kafka's client quota admin API, for machines without Kafka's Java tools.
+"""`kqp quotas describe|alter|history`: Kafka's client quota admin API, for machines without Kafka's
+Java tools, and the audit trail's history.
 
 It speaks DescribeClientQuotas and AlterClientQuotas to any Kafka listener, kqp's (with
 `admin.manage_quotas`) or a broker's, over kqp's own small client (`UpstreamClient`): plaintext or
@@ -8,8 +9,9 @@ spark-`; in describe, `'*'` matches any name (Kafka's match type 2).
 
 `describe --config kqp.yaml` reads no socket: it lays the state file over the config file's quotas
 as kqp does and shows where each value comes from, the one thing the Describe response has no field
-for. Output is a table, or JSON with `--json`. Exit 0 on success, 1 when the server refused
-something (each refusal printed), 2 on wrong input.
+for. `history --config kqp.yaml` reads no socket either: the last changes kept beside the state
+file (who, source, entity, before, after). Output is a table, or JSON with `--json`. Exit 0 on
+success, 1 when the server refused something (each refusal printed), 2 on wrong input.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kqp.config.loader import load_config
 from kqp.config.model import SASL_MECHANISMS, HostPort, UpstreamSasl
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
+from kqp.proxy.runtime.quota_history import read_history
 from kqp.proxy.runtime.quota_store import read_state
 from kqp.proxy.runtime.upstream_client import UpstreamClient
 from kqp.quotas.admin_layer import sources
@@ -58,6 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:   # type: ignore[type-a
                        help="quotas to set, e.g. producer_byte_rate=1048576")
     alter.add_argument("--delete-config", default="", metavar="K[,K]", help="quotas to remove")
     alter.add_argument("--validate-only", action="store_true", help="check the change; change nothing")
+    history = actions.add_parser("history", help="the last quota changes, from the history beside the state file")
+    history.add_argument("--config", required=True, help="kqp's config file (its admin.state_file), offline")
+    history.add_argument("--last", type=int, default=0, metavar="N", help="only the last N changes (default all)")
+    history.add_argument("--json", action="store_true", help="print the events as JSON instead of a table")
     for q in (describe, alter):
         q.add_argument("--user", help="user name, or '<default>'" + (", or '*' for any" if q is describe else ""))
         q.add_argument("--client-id", help="client id, or '<default>'" + (", or '*' for any" if q is describe else ""))
@@ -173,6 +180,20 @@ def _alter(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
     return rows, [f"{r['entity']}: error {r['error_code']}: {r['error_message']}" for r in rows if r["error_code"]]
 
 
+def _history(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
+    """The audit events kept beside the state file, oldest first (`kqp.proxy.runtime.quota_history`)."""
+    state_file = load_config(args.config).admin.state_file
+    if not state_file:
+        raise ValueError(f"{args.config} sets no admin.state_file: the kqp.audit log lines are the only record")
+    events, _ = read_history(state_file)   # unreadable lines are skipped here, and dropped at the next change
+    events = events[-args.last:] if args.last > 0 else events
+    if args.json:
+        return events, []
+    return [{**event, "who": event.get("who") or "-",
+             **{side: ",".join(f"{k}={_cell(v)}" for k, v in (event.get(side) or {}).items()) or "-"
+                for side in ("before", "after")}} for event in events], []
+
+
 def _cell(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else "" if value is None else str(value)
 
@@ -189,7 +210,7 @@ def _table(rows: list[Row]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        rows, refusals = (_describe if args.action == "describe" else _alter)(args)
+        rows, refusals = {"describe": _describe, "alter": _alter, "history": _history}[args.action](args)
     except (OSError, EOFError, ProtocolError) as exc:
         # Before ValueError: a body that does not parse (BodyError) is the server's fault, not the input's.
         # EOFError covers asyncio.IncompleteReadError (the server hung up mid-answer); OSError covers timeouts.

@@ -6,7 +6,7 @@ quotas comes first. A client-id prefix group is one quota shared by its members:
 own, its client id shown as the prefix followed by `*` (`etl-*`), and its members follow it,
 indented, each with its own usage (no limit: the limit is the group's), so the members' figures add
 up to the group's instead of repeating it. Capacity pools follow the entities, one block each
-(top_pools.py).
+(top_pools.py), then the client software and whether it honours throttles (top_clients.py).
 
 The rates against limits are the ones kqp measures its quotas with (`kqp_quota_usage`,
 `kqp_quota_limit`, `kqp_quota_group_*`). Everything else is a counter differentiated between two
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kqp.proxy.tools import top_clients
 from kqp.proxy.tools.top_pools import PoolView, add_sample, pool_lines
 from kqp.quotas.model import QuotaType
 
@@ -124,6 +125,7 @@ class Scrape:
     delay_queue: float = 0.0
     ready: float | None = None
     pools: dict[tuple[str, str], PoolView] = field(default_factory=dict)   # (pool, quota type)
+    clients: dict[tuple[str, str], top_clients.SoftwareView] = field(default_factory=dict)   # (software, version)
 
     def members(self, group: Entity) -> list[Entity]:
         """The principals charged to `group`, busiest first."""
@@ -164,7 +166,7 @@ def parse(text: str, taken_at: float) -> Scrape:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             name, labels, value = s.name, s.labels, s.value
-            if add_sample(out.pools, name, labels, value):
+            if add_sample(out.pools, name, labels, value) or top_clients.add_sample(out.clients, name, labels, value):
                 continue
             if name in ("kqp_quota_usage", "kqp_quota_limit", "kqp_quota_group_usage", "kqp_quota_group_limit"):
                 e = principal(labels)
@@ -288,7 +290,8 @@ def render(scrape: Scrape, url: str, width: int = 120, height: int = 40, error: 
         row.append(str(sum(m.muted for m in scrape.members(e)) if e.group else e.muted))
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    pools = pool_lines(scrape.pools, human, {q: unit for q, (_, unit) in COLUMNS.items()})
+    pools = pool_lines(scrape.pools, human, {q: unit for q, (_, unit) in COLUMNS.items()}) + \
+        top_clients.client_lines(scrape.clients)
     lines.append("")
     room = max(height - len(lines) - len(pools), 2)
     legend = room > len(rows)   # the legend goes below the table when it fits

@@ -103,6 +103,24 @@ def test_cpu_per_gb_of_every_proxy_is_set_beside_the_relays() -> None:
     assert "\n".join(lines) in report.table(results)
 
 
+def test_a_baseline_build_is_set_beside_kqp_paired_by_round() -> None:
+    measurements = [*CPU_MEASUREMENTS,
+                    _m(0, "kqp-7f", "produce", cpu_s_per_gb=1.5), _m(0, "kqp-7f", "consume", cpu_s_per_gb=0.5),
+                    _m(1, "kqp-7f", "produce", cpu_s_per_gb=2.0), _m(0, "kqp-7f", "latency", p99_ms=2.0),
+                    _m(0, "kqp", "latency", p99_ms=1.5)]
+    summary = report.summarize(measurements)
+    found = report.ratios(measurements, summary, 10e6, None, baselines=["kqp-7f"])
+    # Round 0: 1.2/1.5 = 0.8; round 1: 2.6/2.0 = 1.3; median 1.05 (not 1.9/1.75, medians of other rounds).
+    assert found["produce cpu_s_per_gb kqp/kqp-7f"] == pytest.approx(1.05)
+    assert found["consume cpu_s_per_gb kqp/kqp-7f"] == pytest.approx(1.2)   # round 0 only: 0.6/0.5
+    assert found["latency p99_ms kqp/kqp-7f"] == pytest.approx(0.75)
+    assert "produce mb_s kqp/kqp-7f" not in found   # never measured: left out
+    # The baseline is a proxy like any other: its CPU per GB is set beside the relay's too.
+    assert found["produce cpu_s_per_gb kqp-7f/relay"] == pytest.approx(1.25)   # 1.5/1.0, 2.0/2.0
+    assert not any("kqp-7f" in label for label in report.ratios(measurements, summary, 10e6, None)
+                   if "/relay" not in label)   # only when named a baseline
+
+
 def test_percentile_is_nearest_rank() -> None:
     ordered = [float(v) for v in range(1, 101)]  # 1..100
     assert percentile(ordered, 50) == 50.0

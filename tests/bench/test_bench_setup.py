@@ -90,6 +90,36 @@ def test_proc_stats_sees_this_process_burn_cpu() -> None:
     assert os.getpid() in proc_stats.descendants(os.getpid())
 
 
+def test_proc_stats_resolves_less_than_a_clock_tick() -> None:
+    # /proc's utime and stime count 10 ms ticks: 250 MB of consume costs kqp ~0.15 s, so a tick
+    # would be 7 % of the figure. The scheduler's runtime (schedstat) counts nanoseconds, so a
+    # reading is a whole number of ticks only by a one-in-ten-million chance.
+    import os
+
+    sample = proc_stats.sample(os.getpid())
+    assert sample is not None and sample.cpu_seconds > 0
+    ticks = sample.cpu_seconds * os.sysconf("SC_CLK_TCK")
+    assert abs(ticks - round(ticks)) > 1e-9
+
+
+def test_a_baseline_is_another_checkouts_kqp_run_by_its_own_interpreter(tmp_path: Path) -> None:
+    from kqp.proxy.bench.references import baseline_reference
+
+    (tmp_path / "old" / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / "old" / ".venv" / "bin" / "python").touch()
+    ref = baseline_reference(f"7f={tmp_path / 'old'}")
+    assert ref.name == "kqp-7f" and ref.kind == "kqp" and ref.kqp_variant == "none"
+    assert ref.command == (str(tmp_path / "old" / ".venv" / "bin" / "python"), "-m", "kqp.proxy.tools.cli")
+    assert baseline_reference(str(tmp_path / "old")).name == "kqp-baseline"
+    with pytest.raises(ValueError, match=r"no \.venv/bin/python"):
+        baseline_reference(str(tmp_path / "nothing-here"))
+    with pytest.raises(ValueError, match=r"\[LABEL=\]PATH"):
+        baseline_reference("7f=")
+    # An interpreter named directly: this one, whose kqp the probe finds able to run.
+    itself = baseline_reference(f"same={sys.executable}")
+    assert kqp_target.probe(list(itself.command)).available
+
+
 def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
     loader = pytest.importorskip("kqp.config.loader")
     for variant in ("none", "every-entity", "metrics-quotas", "throttle", "every-entity-pool"):

@@ -31,6 +31,14 @@ def test_a_full_section() -> None:
     admin = parse_config({**UPSTREAM, "admin": {"manage_quotas": True, "principals": ["User:ops", "User:ANONYMOUS"],
                                                 "state_file": "/var/lib/kqp/q.yaml"}}).admin
     assert admin.principals == ("User:ops", "User:ANONYMOUS") and admin.state_file == "/var/lib/kqp/q.yaml"
+    assert admin.describe_principals is None   # unset: everyone may describe, as before the key existed
+
+
+@pytest.mark.parametrize(("value", "expected"), [([], ()), (["User:mon"], ("User:mon",)), (None, None)])
+def test_describe_principals_unset_empty_or_listed(value: object, expected: object) -> None:
+    admin = parse_config({**UPSTREAM, "admin": {"manage_quotas": True, "principals": ["User:ops"],
+                                                "describe_principals": value, "state_file": "q.yaml"}}).admin
+    assert admin.describe_principals == expected
 
 
 @pytest.mark.parametrize(("admin", "message"), [
@@ -45,6 +53,9 @@ def test_a_full_section() -> None:
     ({"principals": "User:ops"}, "admin.principals: must be a list of principals such as User:ops, got 'User:ops'"),
     ({"manage_quotas": "yes"}, "admin.manage_quotas: must be true or false, got 'yes'"),
     ({"manage_quota": True}, "admin.manage_quota: unknown key; did you mean 'manage_quotas'?"),
+    ({"manage_quotas": True, "principals": ["User:ops"], "state_file": "s", "describe_principals": ["mon"]},
+     "admin.describe_principals[0]: must be Kafka's principal form User:NAME (User:ANONYMOUS for unauthenticated "
+     "clients), got 'mon'"),
 ])
 def test_refused_with_one_line_naming_the_key(admin: object, message: str) -> None:
     assert refusal(admin) == f"config error: {message}"
@@ -56,6 +67,7 @@ def test_the_example_documents_every_admin_key_and_runs_as_is() -> None:
         assert f"  {key}:" in text, f"deploy/kqp.example.yaml does not document admin.{key}"
     admin = load_config(EXAMPLE).admin
     assert admin.manage_quotas is False and admin.principals == ("User:ops",)
+    assert admin.describe_principals == ("User:monitoring",)
 
 
 # -- the state file ---------------------------------------------------------------------------------

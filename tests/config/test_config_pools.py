@@ -164,3 +164,20 @@ def test_valid_pool_sections_round_trip(specs: list, members: list[str]) -> None
         assert "could both take a principal" in exc.message or "quotas.pools is empty" in exc.message
         return
     assert quota_settings_from(quota_document(settings)) == settings
+
+
+def test_an_adaptive_pool_refuses_a_sampled_rate_written_out() -> None:
+    adaptive = {**POOL, "adaptive": {"target_latency_ms": 100}}
+    with pytest.raises(ConfigError, match=r"quotas.algorithm: sampled, but the members of adaptive pool p "
+                                          r"measure with a token bucket"):
+        quota_settings_from({"algorithm": "sampled", "pools": [adaptive]})
+    # Left out (the default) or token_bucket: accepted, and a dump of it reads back.
+    for data in ({"pools": [adaptive]}, {"algorithm": "token_bucket", "pools": [adaptive]}):
+        settings = quota_settings_from(data)
+        assert quota_settings_from(quota_document(settings)) == settings
+
+
+def test_a_topic_pool_cannot_be_adaptive() -> None:
+    topic_pool = {"name": "t", "producer_byte_rate": 100, "topics": ["events"], "adaptive": {"target_latency_ms": 100}}
+    with pytest.raises(ConfigError, match=r"quotas.pools\[0\].adaptive: applies to a pool of members"):
+        quota_settings_from({"pools": [topic_pool]})

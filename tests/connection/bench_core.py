@@ -4,16 +4,20 @@ The fast path is one client request in (`ClientData`) and its response back (`Up
 connected core built on real parts (helpers.playbook), with the no-op observer and the real
 handler-time clock (`time.perf_counter`, as the server injects it). Workloads: Produce v9 acks=1 and
 Fetch v12, each without a quota and with one configured but never binding (a rate nobody reaches),
-and Heartbeat v4, a header-only API. Each figure is CPU time (`time.process_time`) per
-request+response over `ITERATIONS` exchanges.
+and Heartbeat v4, a header-only API; then the benchmark's shapes, each frame arriving in 256 KiB
+reads as uvloop hands them over: a Produce v9 request of 1 MB (`produce_v9_1mb_reads`) and a Fetch
+v16 response of 12 MB, three partitions of four batches (`fetch_v16_12mb_reads`, the consume
+workload: every read goes through the core, and the response through the address walk). Each
+figure is CPU time (`time.process_time`) per request+response.
 
     python tests/connection/bench_core.py [--rounds N]     # this tree: medians of 8 (N) rounds
     python tests/connection/bench_core.py --against DIR    # DIR (another checkout with its own .venv)
                                                            # and this tree alternately, side by side
 
-With ``--against``, each round runs one subprocess per tree, alternately and in turns (ABBA), so
-both see the same machine state; the table gives each tree's median, the ratio this tree / DIR of
-the medians, and of the minima (on a loaded machine the steadier figure).
+With ``--against``, each round runs this script once per tree, with that tree's interpreter and test
+helpers (so both run the same workloads), alternately and in turns (ABBA), so both see the same
+machine state; the table gives each tree's median, the ratio this tree / DIR of the medians, and of
+the minima (on a loaded machine the steadier figure).
 """
 
 from __future__ import annotations
@@ -25,12 +29,17 @@ import struct
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the helpers package
+if __name__ == "__main__":   # tests/ of the tree being measured (--tests), for its helpers package
+    _at = sys.argv.index("--tests") + 1 if "--tests" in sys.argv else 0
+    sys.path.insert(0, sys.argv[_at] if _at else str(Path(__file__).resolve().parents[1]))
 
 from helpers.playbook import connected_core, fetch_request, fetch_response, produce_frame, produce_response
+from helpers.quota_frames import record_batch
+from kafka.protocol.consumer import FetchResponse
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
@@ -38,6 +47,7 @@ from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.hooks import ProxyObserver
 
 ITERATIONS, ROUNDS = 20_000, 8
+READ = 256 * 1024   # what uvloop hands over per read
 NOW = 100.0
 FAR = 1e15   # a rate no exchange here comes near: the quota is configured, never binding
 QUOTAS = {"entities": [{"client_id": "c", "producer_byte_rate": FAR, "consumer_byte_rate": FAR}]}
@@ -51,23 +61,49 @@ def heartbeat() -> tuple[bytes, bytes]:
     return request, struct.pack(">i", len(head) + len(body)) + head + body
 
 
-def workloads() -> dict[str, tuple[dict | None, bytes, bytes]]:
-    produce = (produce_frame("t", 9, 1, "c", records=16, acks=1), produce_response(9, 1))
-    fetch = (fetch_request(12, 1, "c"), fetch_response(12, 1, records=16))
+def big_fetch_response(version: int, correlation_id: int) -> bytes:
+    """A Fetch response of about 12 MB: three partitions of four 1 MB batches (the consume workload's shape)."""
+    records = b"".join(record_batch("f", 1000) for _ in range(4))
+    partitions = [FetchResponse.FetchableTopicResponse.PartitionData(
+        partition_index=p, error_code=0, high_watermark=1, last_stable_offset=1, log_start_offset=0,
+        aborted_transactions=[], preferred_read_replica=-1, records=records) for p in range(3)]
+    topic = {"topic_id": uuid.UUID(int=7)} if version >= 13 else {"topic": "t"}
+    body = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        FetchResponse.FetchableTopicResponse(partitions=partitions, **topic)]).encode(version=version)
+    head = struct.pack(">i", correlation_id) + (b"\x00" if version >= 12 else b"")
+    return struct.pack(">i", len(head) + len(body)) + head + bytes(body)
+
+
+def reads(frame: bytes) -> list[bytes]:
+    return [frame[i:i + READ] for i in range(0, len(frame), READ)]
+
+
+Workload = tuple[dict | None, list[bytes], list[bytes], int]   # quotas, request reads, response reads, iterations
+
+
+def workloads() -> dict[str, Workload]:
+    produce = ([produce_frame("t", 9, 1, "c", records=16, acks=1)], [produce_response(9, 1)])
+    fetch = ([fetch_request(12, 1, "c")], [fetch_response(12, 1, records=16)])
     return {
-        "produce_v9": (None, *produce),
-        "produce_v9_quota": (QUOTAS, *produce),
-        "fetch_v12": (None, *fetch),
-        "fetch_v12_quota": (QUOTAS, *fetch),
-        "heartbeat_v4": (None, *heartbeat()),
+        "produce_v9": (None, *produce, ITERATIONS),
+        "produce_v9_quota": (QUOTAS, *produce, ITERATIONS),
+        "fetch_v12": (None, *fetch, ITERATIONS),
+        "fetch_v12_quota": (QUOTAS, *fetch, ITERATIONS),
+        "heartbeat_v4": (None, *map(list, zip(heartbeat())), ITERATIONS),
+        "produce_v9_1mb_reads": (None, reads(produce_frame("t", 9, 1, "c", records=1000, acks=1)),
+                                 [produce_response(9, 1)], ITERATIONS // 20),
+        "fetch_v16_12mb_reads": (None, [fetch_request(16, 1, "c")], reads(big_fetch_response(16, 1)),
+                                 ITERATIONS // 200),
     }
 
 
-def exchange(quotas: dict | None, request: bytes, response: bytes) -> Callable[[int], float]:
-    """A timed loop of `n` request+response exchanges on one connected core: CPU seconds."""
+def exchange(quotas: dict | None, request: list[bytes], response: list[bytes]) -> Callable[[int], float]:
+    """A timed loop of `n` request+response exchanges on one connected core: CPU seconds. The
+    request and the response arrive as the reads listed."""
     core = connected_core(quotas, observer=ProxyObserver())
     core.parts.perf = time.perf_counter
-    first = core.handle(ev.ClientData(NOW, request)) + core.handle(ev.UpstreamData(NOW, response))
+    first = [a for data in request for a in core.handle(ev.ClientData(NOW, data))]
+    first += [a for data in response for a in core.handle(ev.UpstreamData(NOW, data))]
     sends = [a for a in first if isinstance(a, ev.Send)]
     assert [s.side for s in sends] == [ev.Side.UPSTREAM, ev.Side.CLIENT], first   # forwarded, answered
     handle, client_data, upstream_data = core.handle, ev.ClientData, ev.UpstreamData
@@ -76,8 +112,10 @@ def exchange(quotas: dict | None, request: bytes, response: bytes) -> Callable[[
         t0 = time.process_time()
         for i in range(n):
             now = NOW + i * 1e-4
-            handle(client_data(now, request))
-            handle(upstream_data(now, response))
+            for data in request:
+                handle(client_data(now, data))
+            for data in response:
+                handle(upstream_data(now, data))
         return time.process_time() - t0
 
     return run
@@ -86,10 +124,10 @@ def exchange(quotas: dict | None, request: bytes, response: bytes) -> Callable[[
 def once() -> dict[str, float]:
     """One round: microseconds of CPU per exchange, per workload."""
     out = {}
-    for name, (quotas, request, response) in workloads().items():
+    for name, (quotas, request, response, iterations) in workloads().items():
         run = exchange(quotas, request, response)
-        run(ITERATIONS // 10)   # warm-up
-        out[name] = run(ITERATIONS) / ITERATIONS * 1e6
+        run(max(1, iterations // 10))   # warm-up
+        out[name] = run(iterations) / iterations * 1e6
     return out
 
 
@@ -113,6 +151,7 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout (with .venv) to time alternately")
     parser.add_argument("--once", action="store_true", help="one round, as JSON (used by --against)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per tree (default {ROUNDS})")
+    parser.add_argument("--tests", type=Path, help="the tests folder whose helpers to use (--once; default this one's)")
     args = parser.parse_args()
     if args.once:
         print(json.dumps(once()))
@@ -125,9 +164,9 @@ def main() -> None:
     columns: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for turn in range(args.rounds):
         for name, root in (list(trees.items()) if turn % 2 == 0 else reversed(trees.items())):
-            script = root / "tests" / "connection" / "bench_core.py"
-            done = subprocess.run([str(root / ".venv" / "bin" / "python"), str(script), "--once"], check=True,
-                                  capture_output=True, text=True, timeout=600)
+            done = subprocess.run([str(root / ".venv" / "bin" / "python"), __file__, "--once",
+                                   "--tests", str(root / "tests")], check=True, capture_output=True, text=True,
+                                  timeout=600)
             columns[name].append(json.loads(done.stdout))
     print(table(columns))
 

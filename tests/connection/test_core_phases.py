@@ -12,7 +12,6 @@ import dataclasses
 import pytest
 from helpers.playbook import (
     Recorder,
-    connected,
     connected_core,
     connecting,
     make_core,
@@ -45,16 +44,20 @@ def test_a_connection_lives_through_its_phases_in_order() -> None:
     assert core.phase is Phase.CLOSED and core.closed
 
 
-def test_a_client_that_half_closes_before_the_upstream_is_up_still_gets_its_answer() -> None:
-    core = make_core()
+def test_a_client_that_closes_before_the_upstream_is_up_has_nothing_forwarded() -> None:
+    """Issue 20 (giving_up.py): Kafka clients never half-close, so an EOF is a client that is gone,
+    and what it sent but kqp had not forwarded yet is dropped, as a broker drops a closed channel's
+    unread requests (this test said the opposite before: the request went once the upstream was up)."""
+    recorder = Recorder()
+    core = make_core(observer=recorder)
     request = produce_frame("t", 9, 1, "c")
     play(core, [
         connecting(NOW),
         (ev.ClientData(NOW, request), []),
-        (ev.ClientEof(NOW), []),
-        connected(NOW, to_upstream(request)),
-        (ev.UpstreamData(NOW, produce_response(9, 1)), [to_client(produce_response(9, 1)), ev.Close("client_closed")]),
+        (ev.ClientEof(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close("client_closed")]),
+        (ev.UpstreamConnected(NOW), []),
     ])
+    assert recorder.dropped == [1]
 
 
 def test_shutdown_before_the_upstream_is_up_closes_at_once() -> None:

@@ -59,12 +59,13 @@ class Store:
 
 
 def admin_core(principals: tuple[str, ...] = ("User:ANONYMOUS",), quotas: dict[str, Any] | None = None,
-               ) -> tuple[Connection, Store]:
+               describers: tuple[str, ...] | None = None) -> tuple[Connection, Store]:
     stores: list[Store] = []
 
     def admin(manager: QuotaManager) -> QuotaAdmin:
         stores.append(Store(manager))
-        return QuotaAdmin(frozenset(principals), lambda: manager.settings)
+        return QuotaAdmin(frozenset(principals), lambda: manager.settings,
+                          None if describers is None else frozenset(describers))
 
     # An upstream that speaks neither API: kqp still advertises and answers both.
     core = connected_core(quotas if quotas is not None else {"entities": ENTITIES}, admin=admin,
@@ -205,6 +206,33 @@ def test_an_unauthorised_principal_gets_31_on_every_entry_and_changes_nothing() 
     assert [code for code, _ in alter(core, ([("user", "alice")], [("producer_byte_rate", 1, False)]),
                                       validate_only=True)] == [31]
     assert described(core) == before and store.commits == []
+
+
+# The core's client is unauthenticated: User:ANONYMOUS. Unset describe_principals: everyone may read.
+@pytest.mark.parametrize(("principals", "describers", "allowed"), [
+    (("User:ops",), None, True),                          # unset: open, as before the key existed
+    (("User:ops",), ("User:ANONYMOUS",), True),           # listed
+    (("User:ANONYMOUS",), (), True),                      # who may alter may read
+    (("User:ops",), (), False),                           # set and empty: admins only
+    (("User:ops",), ("User:bob", "User:anonymous"), False),   # Kafka's principals are case-sensitive
+])
+@pytest.mark.parametrize("version", [0, 1])
+def test_describe_principals_decide_who_reads(principals: tuple[str, ...], describers: tuple[str, ...] | None,
+                                             allowed: bool, version: int) -> None:
+    core, _ = admin_core(principals=principals, describers=describers)
+    response = describe(core, version=version)
+    if allowed:
+        assert response.error_code == 0 and len(response.entries) == len(ENTITIES)
+    else:   # as a broker answers a principal without DESCRIBE_CONFIGS on the cluster
+        assert (response.error_code, response.error_message, response.entries) == (
+            31, "Cluster authorization failed.", None)
+
+
+def test_a_refused_reader_gets_31_before_its_filter_is_looked_at() -> None:
+    core, _ = admin_core(principals=("User:ops",), describers=("User:bob",))
+    assert describe(core, ("topic", 2, None)).error_code == 31   # a bad filter would be 35 to a reader
+    open_core, _ = admin_core(principals=("User:ops",))
+    assert describe(open_core, ("topic", 2, None)).error_code == 35
 
 
 @pytest.mark.parametrize(("entity", "ops", "message"), [

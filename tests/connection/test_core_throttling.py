@@ -44,6 +44,15 @@ def x_of(frame: bytes) -> float:
     return (len(frame) - 4) / 1000 - 10
 
 
+def probed(version: int, at: float, x: float) -> list[ev.Action]:
+    """The timer after a throttled Produce response at `at`: a client of a version that backs off by
+    itself (v6+) is probed halfway through the mute, its unread bytes noted now (backoff.py); an older
+    one cannot back off, and its timer is the mute's end."""
+    if version >= 6:
+        return [ev.NoteUnread(), ev.SetTimer(pytest.approx(at + x / 2))]
+    return [ev.SetTimer(pytest.approx(at + x))]
+
+
 @pytest.mark.parametrize("version", [3, 5, 7, 9])
 def test_over_quota_produce_is_answered_at_once_and_mutes_before_the_next(version: int) -> None:
     """KIP-219 for every version: v3-v5 clients do not back off by themselves, but the response is
@@ -58,8 +67,7 @@ def test_over_quota_produce_is_answered_at_once_and_mutes_before_the_next(versio
         # The response goes out as soon as it arrives, with the throttle filled in; as on a broker,
         # the mute runs for the throttle from the moment the response leaves.
         (ev.UpstreamData(NOW + 0.01, produce_response(version, 1)),
-         [to_client(produce_response(version, 1, throttle_ms=round(x * 1000))),
-          ev.SetTimer(pytest.approx(NOW + 0.01 + x))]),
+         [to_client(produce_response(version, 1, throttle_ms=round(x * 1000))), *probed(version, NOW + 0.01, x)]),
         (ev.TimerFired(NOW + x), [ev.SetTimer(pytest.approx(NOW + 0.01 + x))]),    # early: wait on
     ])
     assert core.muted(Side.CLIENT)
@@ -81,8 +89,7 @@ def test_a_produce_over_quota_is_a_muted_connection_from_the_request_on() -> Non
                  [to_upstream(frame), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))])])
     assert recorder.mutes == [("start", "c", "producer_byte_rate")] and recorder.throttles == []
     play(core, [(ev.UpstreamData(NOW + 0.01, produce_response(9, 1)),
-                 [to_client(produce_response(9, 1, throttle_ms=round(x * 1000))),
-                  ev.SetTimer(pytest.approx(NOW + 0.01 + x))])])
+                 [to_client(produce_response(9, 1, throttle_ms=round(x * 1000))), *probed(9, NOW + 0.01, x)])])
     assert recorder.mutes == [("start", "c", "producer_byte_rate")]
     assert recorder.throttles == [("c", "producer_byte_rate", round(x * 1000) / 1000)]
     play(core, [(ev.TimerFired(NOW + 0.01 + x + 0.001), [ev.Unmute(MuteReason.THROTTLED)])])
@@ -142,15 +149,26 @@ def api_versions(correlation_id: int) -> bytes:
 
 
 def test_request_rate_throttles_kqps_own_answer_too() -> None:
-    """request_rate 1/s over 2 windows of 1 s: Kafka's Rate measures a fresh sensor over one full
-    window, so the 2nd request reads as 2 req/s, throttle (2 - 1) / 1 x 1 = 1 s (capped at a window)."""
+    """request_rate 1/s over 2 windows of 1 s: Kafka's Rate measures a fresh sensor over the time
+    elapsed plus one window, so the 2nd request, 0.2 s later, reads as 2 / 1.2 req/s, throttle
+    X = 2 / 1 - 1.2 = 0.8 s (U / T - W)."""
     core = connected_core({"window_size_seconds": 1, "window_count": 2,
                            "entities": [{"client_id": "c", "request_rate": 1}]})
     [first] = core.handle(ev.ClientData(NOW, api_versions(1)))
     assert isinstance(first, ev.Send) and not core.throttled
-    actions = core.handle(ev.ClientData(NOW, api_versions(2)))
-    assert [type(a) for a in actions] == [ev.Send, ev.Mute, ev.SetTimer]
-    assert actions[1] == ev.Mute(MuteReason.THROTTLED) and actions[2] == ev.SetTimer(pytest.approx(NOW + 1.0))
+    at = NOW + 0.2   # past the back-off probe's grace after the first answer (backoff.py)
+    actions = core.handle(ev.ClientData(at, api_versions(2)))
+    assert [type(a) for a in actions] == [ev.Send, ev.Mute, ev.NoteUnread, ev.SetTimer]
+    # ApiVersions v2 throttles itself (KIP-219): the timer first reads the back-off probe, at half the mute.
+    assert actions[1] == ev.Mute(MuteReason.THROTTLED) and actions[3] == ev.SetTimer(pytest.approx(at + 0.4))
+    assert core.throttling.muted_until == pytest.approx(at + 0.8)
+    # Had it come within the grace, its client might only be refilling the slot the first answer
+    # freed: that throttle (2 - 1.05 = 0.95 s) is not probed, and the timer is the mute's end.
+    again = connected_core({"window_size_seconds": 1, "window_count": 2,
+                            "entities": [{"client_id": "c", "request_rate": 1}]})
+    again.handle(ev.ClientData(NOW, api_versions(1)))
+    actions = again.handle(ev.ClientData(NOW + 0.05, api_versions(2)))
+    assert actions[1:] == [ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + 1.0))]
 
 
 FETCH = {"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id": "c", "consumer_byte_rate": 1000}]}
@@ -167,8 +185,11 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
     assert pending == ev.Mute(MuteReason.RESPONSE_PENDING)
     response = fetch_response(11, 1, records=30, session_id=7)
     x = (len(response) - 4) / 1000 - 10
-    [send, mute, timer, unpending] = core.handle(ev.UpstreamData(NOW, response))
-    assert (mute, timer) == (ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x)))
+    [send, mute, note, timer, unpending] = core.handle(ev.UpstreamData(NOW, response))
+    # Fetch v11 throttles itself: the back-off probe is read halfway through the mute (backoff.py).
+    assert (mute, note, timer) == (ev.Mute(MuteReason.THROTTLED), ev.NoteUnread(),
+                                   ev.SetTimer(pytest.approx(NOW + x / 2)))
+    assert core.throttling.muted_until == pytest.approx(NOW + x)
     assert unpending == ev.Unmute(MuteReason.RESPONSE_PENDING) and core.throttled
     delivered = b"".join(send.parts)
     assert throttle_of(delivered, ApiKey.Fetch, 11) == round(x * 1000)

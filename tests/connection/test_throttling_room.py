@@ -124,3 +124,23 @@ def test_the_gate_holds_one_request_a_span_at_most_and_never_more_than_ten_secon
         assert throttling.timer_fired(NOW + 0.5 + cap, out)
         assert not throttling.gate(0, P, NOW + 0.5 + cap, out), "held its cap: it goes"
         assert throttling.gated_since is None, "the next request has a cap of its own"
+
+
+def test_a_paced_throttle_keeps_no_line_and_ends_an_earlier_one() -> None:
+    """Pacing (issue 20) mutes a client that cannot back off (Produce v5 here) for its request's
+    queued cost, which already shares the key among its connections: the gate must not hold it for
+    the key's whole throttle. Its unpaced throttle (pace no shorter than the throttle) kept a line."""
+    throttling = Throttling(Recorder(), MuteState(), pacing=lambda: True)
+    v5 = InFlight(1, 0, 5, P, NOW, Handler())
+    line, out = ThrottleLine(NOW + 3.0, 11.0), []
+    unpaced = throttling.decide(v5, [Violation(BYTES, 0.5, KEY, pace_seconds=0.5, line=line)])
+    assert not unpaced.paced and unpaced.lines == (line,)
+    throttling.throttle(unpaced, NOW, out)
+    assert throttling.timer_fired(NOW + 0.5, out) and throttling.gate(0, P, NOW + 0.5, out)
+    assert throttling.timer_fired(NOW + 3.0, out) and not throttling.gate(0, P, NOW + 3.0, out)
+    # Then paced: 0.2 s of cost against a 2 s throttle. No line kept, the earlier one dropped.
+    line.until = NOW + 5.0
+    paced = throttling.decide(v5, [Violation(BYTES, 2.0, KEY, pace_seconds=0.2, line=line)])
+    assert paced.paced and paced.lines == () and paced.mute_seconds == 0.2
+    throttling.throttle(paced, NOW + 3.0, out)
+    assert throttling.timer_fired(NOW + 3.2, out) and not throttling.gate(0, P, NOW + 3.2, out)

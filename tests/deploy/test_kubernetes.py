@@ -131,6 +131,25 @@ def test_shared_service_exposes_every_port_kqp_advertises() -> None:
     assert volumes["config"]["configMap"]["name"] == by_kind("ConfigMap", K8S / "shared")[0]["metadata"]["name"]
 
 
+def test_shared_network_policy_admits_only_prometheus_to_metrics_and_anyone_to_kafka_ports() -> None:
+    config = kqp_config("shared")
+    [policy] = by_kind("NetworkPolicy", K8S / "shared")
+    [deployment] = by_kind("Deployment", K8S / "shared")
+    pod = deployment["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    served = {p["containerPort"] for p in kqp_container(pod["spec"])["ports"]}
+    assert config.metrics.listen is not None and config.metrics.listen.port in served
+    rules = policy["spec"]["ingress"]
+    open_ports = {p["port"] for rule in rules if "from" not in rule for p in rule["ports"]}
+    assert open_ports == served - {config.metrics.listen.port}   # every Kafka port, never metrics
+    [metrics_rule] = [rule for rule in rules if "from" in rule]
+    assert [p["port"] for p in metrics_rule["ports"]] == [config.metrics.listen.port]
+    [peer] = metrics_rule["from"]   # one peer with both selectors: Prometheus pods in that namespace only
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    assert "kubernetes.io/metadata.name" in peer["namespaceSelector"]["matchLabels"]
+
+
 @pytest.mark.parametrize("variant", ["sidecar", "shared"])
 def test_variants_that_authenticate_nobody_answer_no_admin_api_and_claim_no_volume(variant: str) -> None:
     # Every client is User:ANONYMOUS here, so no principal could ever alter; and a claim (ReadWriteMany

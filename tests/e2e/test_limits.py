@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import ssl
 import struct
 import time
@@ -25,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 from helpers.fault_tap import FaultTap
-from helpers.net import read_until_eof, split_host_port
-from helpers.observability import metrics_url, sample, scrape
+from helpers.limit_probes import CLOSE_WITHIN, closed_total, connect_from, refused, served
+from helpers.observability import metrics_url, scrape
 from helpers.quota_frames import read_responses
 from helpers.steady_producer import SteadyProducer
 from helpers.tls import ENG_RULES, TlsFiles
@@ -37,46 +36,7 @@ from kqp.protocol.messages import encode_request
 
 pytestmark = pytest.mark.e2e
 
-CLOSE_WITHIN = 5.0
 IN_FLIGHT_CAP = 3
-API_VERSIONS = struct.pack(">i", 12) + struct.pack(">hhih", ApiKey.ApiVersions, 0, 7, 2) + b"ab"
-
-
-def connect_from(ip: str, address: str) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(CLOSE_WITHIN)
-    sock.bind((ip, 0))
-    sock.connect(split_host_port(address))
-    return sock
-
-
-def served(sock: socket.socket) -> bool:
-    """kqp answers an ApiVersions v0 on this socket (correlation id 7)."""
-    sock.sendall(API_VERSIONS)
-    head = b""
-    while len(head) < 8:
-        chunk = sock.recv(8 - len(head))
-        if not chunk:
-            return False
-        head += chunk
-    size, correlation_id = struct.unpack(">ii", head)
-    remaining = size - 4
-    while remaining:
-        remaining -= len(sock.recv(min(remaining, 65536)))
-    return correlation_id == 7
-
-
-def refused(sock: socket.socket) -> float:
-    """The socket is closed by kqp without an answer; returns how long that took."""
-    started = time.monotonic()
-    sock.sendall(API_VERSIONS)
-    data, closed = read_until_eof(sock, CLOSE_WITHIN)
-    assert closed and data == b"", f"expected a refusal, got {data!r} (closed: {closed})"
-    return time.monotonic() - started
-
-
-def closed_total(url: str, reason: str) -> float:
-    return sample(scrape(url), "kqp_connections_closed_total", reason=reason) or 0.0
 
 
 def open_connections(url: str) -> float:

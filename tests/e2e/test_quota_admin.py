@@ -5,8 +5,8 @@ kafka-python's own connection manager (it negotiates the versions from kqp's Api
 client has a public quota API: kafka-python 3.0's KafkaAdminClient, aiokafka's and
 confluent-kafka 2.16's AdminClient have none), and `kqp quotas`, also over SASL. The upstream is
 librdkafka's mock cluster, which knows neither API: kqp answers them itself. Covered: describe,
-alter, validate_only, removal, an unauthorised principal refused (31), a change enforced at once
-and kept across a restart.
+alter, validate_only, removal, an unauthorised principal refused (31) for alter and, with
+`describe_principals`, for describe, a change enforced at once and kept across a restart.
 """
 
 from __future__ import annotations
@@ -146,6 +146,36 @@ def test_kqp_quotas_over_sasl_and_an_unauthorised_user(kqp: Any, mock_cluster: s
     assert ["/users/alice", "producer_byte_rate", "1000", "config", "file"] in rows
     assert ["/users/bob/clients/<default>", "request_rate", "5", "state", "file"] in rows
     assert ["/client-id-prefixes/etl-", "consumer_byte_rate", "4096", "state", "file"] in rows
+
+
+def test_describe_principals_refuse_other_readers_over_sasl(kqp: Any, mock_cluster: str, tmp_path: Path) -> None:
+    """`admin.describe_principals`: mon (listed) and ops (may alter) read; mallory, logged in, gets 31."""
+    from helpers.sasl_clients import sasl_settings
+    from kafka import KafkaAdminClient
+
+    users = {"ops": "ops-secret", "mon": "mon-secret", "mallory": "mallory-secret"}
+    process = kqp(mock_cluster, BASE, admin={**admin(tmp_path, "User:ops"), "describe_principals": ["User:mon"]},
+                  sasl={"mode": "terminate", "users": users})
+
+    def describe_as(user: str) -> tuple[int, str | None, list[str]]:
+        client = KafkaAdminClient(bootstrap_servers=process.bootstrap, request_timeout_ms=10000,
+                                  **sasl_settings("kafka-python", "SCRAM-SHA-256", user, users[user]))
+        try:
+            manager = client._manager   # kafka-python negotiates the version from kqp's ApiVersions
+            answer = manager.run(manager.send, Describe(components=[], strict=False))
+            entities = [" ".join(f"{e.entity_type}={e.entity_name}" for e in entry.entity)
+                        for entry in answer.entries or []]
+            return answer.error_code, answer.error_message, entities
+        finally:
+            client.close()
+
+    assert describe_as("mon") == (0, None, ["user=alice"])
+    assert describe_as("ops") == (0, None, ["user=alice"])
+    assert describe_as("mallory") == (31, "Cluster authorization failed.", [])
+    refused = run_kqp_cli("quotas", "describe", "--bootstrap", process.bootstrap, "--sasl-mechanism", "PLAIN",
+                          "--sasl-username", "mallory", "--sasl-password-env", "PASSWORD",
+                          env={"PASSWORD": "mallory-secret"})
+    assert refused.returncode == 1 and "error 31: Cluster authorization failed." in refused.stderr, refused.stderr
 
 
 def test_a_corrupt_state_file_stops_kqp_at_start_and_check_config_says_so(tmp_path: Path) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from confluent_kafka import Producer
+from helpers.kqp_process import rewrite_config
 from helpers.names import unique_topic
 from helpers.topics import ensure_topic
 
@@ -80,13 +80,6 @@ class FlatOutProducer(threading.Thread):
         self.join(40)
         assert not self.is_alive(), "producer did not finish flushing"
         assert not self.errors, f"delivery errors (timeouts included): {self.errors[:5]}"
-
-
-def rewrite_config(path: Path, config: dict[str, Any], **changes: Any) -> None:
-    """Replace the file the way a ConfigMap update does: a new file renamed over the old one."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump({**config, **changes}, sort_keys=False))
-    os.replace(tmp, path)
 
 
 def kqp_ports(proxy: Any) -> set[int]:

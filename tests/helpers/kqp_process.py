@@ -77,6 +77,13 @@ def kqp_config(upstream: str, /, quotas: Mapping[str, Any] | None = None, **conf
     return deep_merge(data, config)
 
 
+def rewrite_config(path: Path, config: Mapping[str, Any], **changes: Any) -> None:
+    """Replace a running kqp's config file the way a ConfigMap update does: a new file renamed over it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump({**config, **changes}, sort_keys=False))
+    os.replace(tmp, path)
+
+
 class KqpProcess:
     """A running `kqp run` subprocess and everything it printed so far."""
 

@@ -58,12 +58,20 @@ class Recorder(ProxyObserver):
     throttles: list[tuple[str, str, float]] = field(default_factory=list)   # (client_id, quota, seconds)
     fetched_records: list[int] = field(default_factory=list)              # per Fetch response
     requests: list[int] = field(default_factory=list)                 # api keys, as counted
+    dropped: list[int] = field(default_factory=list)                  # requests dropped, per give-up
+    ignored: list[tuple[str, str, str]] = field(default_factory=list)  # (software, version, reason)
 
     def request(self, principal: Principal, api_key: int, nbytes: int) -> None:
         self.requests.append(api_key)
 
     def connection_closed(self, listener: str, reason: str) -> None:
         self.closed.append(reason)
+
+    def requests_dropped(self, count: int) -> None:
+        self.dropped.append(count)
+
+    def throttle_ignored(self, software: str, version: str, reason: str) -> None:
+        self.ignored.append((software, version, reason))
 
     def upstream_anomaly(self, kind: str) -> None:
         self.anomalies.append(kind)
@@ -89,12 +97,14 @@ def kqp_listener(node_id: int, host: str, port: int) -> tuple[str, int]:
 def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | None = None, *,
               admin: Callable[[QuotaManager], QuotaAdmin] | None = None,
               api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges,
-              listener_for: ListenerLookup = kqp_listener, **config: Any) -> Connection:
+              listener_for: ListenerLookup = kqp_listener, pacing: bool = False, **config: Any) -> Connection:
     """A `Connection` on real parts, not yet connected, with kqp's handlers (`standard_handlers`) on
     them. `admin` builds the quota admin policy from the quota manager (kqp then manages quotas);
     `api_ranges` is what the upstream speaks; `listener_for` which brokers kqp listens for. A `sasl`
     section gets a fixed SCRAM server nonce (`SERVER_NONCE`), so a SCRAM exchange can be stated byte
-    for byte; `upstream.sasl` in `config` makes the core log in upstream (not in passthrough)."""
+    for byte; `upstream.sasl` in `config` makes the core log in upstream (not in passthrough).
+    `pacing` is off unless asked (issue 20): a playbook states the broker's behaviour unless it is
+    about kqp's pacing."""
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas or {}, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     charging = Charging(manager, observer or Recorder())
@@ -105,7 +115,7 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
                                    admin(manager) if admin is not None else None),
         listener_for=listener_for, perf=lambda: 0.0,
         settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle, cfg.limits.max_in_flight_per_connection,
-                              cfg.connections_max_idle_ms, cfg.upstream.connect_timeout_ms),
+                              cfg.connections_max_idle_ms, cfg.upstream.connect_timeout_ms, pacing),
         sasl=sasl, upstream_sasl=None if cfg.sasl.mode == "passthrough" else cfg.upstream.sasl,
     )
     return Connection(parts, "bootstrap", None, "test-client")
@@ -129,9 +139,9 @@ def connected(now: float, *then: Action) -> tuple[Event, list[Action]]:
 
 
 def connected_core(quotas: dict[str, Any] | None = None, now: float = 100.0, observer: ProxyObserver | None = None,
-                   **config: Any) -> Connection:
+                   pacing: bool = False, **config: Any) -> Connection:
     """A `Connection` whose client and upstream are both connected at `now`."""
-    core = make_core(quotas, observer, **config)
+    core = make_core(quotas, observer, pacing=pacing, **config)
     play(core, [connecting(now), connected(now)])
     return core
 

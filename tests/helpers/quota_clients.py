@@ -91,10 +91,10 @@ def confluent_producer(bootstrap: str, client_id: str, *, acks: int = -1, **conf
 
 def confluent_flood(bootstrap: str, topic: str, client_id: str, seconds: float, *,
                     acks: int = -1, made: FloodProducer | None = None, offer_bytes_s: float | None = None,
-                    partitions: int = 1, **conf: Any) -> ProduceRun:
-    """Flood `topic` for `seconds`, round robin over its first `partitions` partitions; `made`: a
-    producer already connected (e.g. placed on one worker); `offer_bytes_s`: offer no more than this
-    (messages paced), rather than all the quota takes."""
+                    partitions: int = 1, first_partition: int = 0, **conf: Any) -> ProduceRun:
+    """Flood `topic` for `seconds`, round robin over `partitions` partitions from `first_partition`;
+    `made`: a producer already connected (e.g. placed on one worker); `offer_bytes_s`: offer no more
+    than this (messages paced), rather than all the quota takes."""
     run = ProduceRun("confluent-kafka", client_id)
 
     def delivered(err: Any, msg: Any) -> None:
@@ -112,8 +112,8 @@ def confluent_flood(bootstrap: str, topic: str, client_id: str, seconds: float, 
             producer.poll(0.002)       # ahead of the offered rate: wait (serving callbacks meanwhile)
             continue
         try:
-            producer.produce(topic, message_value(client_id, run.sent), partition=run.sent % partitions,
-                             on_delivery=delivered)
+            producer.produce(topic, message_value(client_id, run.sent),
+                             partition=first_partition + run.sent % partitions, on_delivery=delivered)
             run.sent += 1
         except BufferError:
             producer.poll(0.005)       # the local queue is full: wait for the quota to drain it

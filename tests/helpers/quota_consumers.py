@@ -37,7 +37,7 @@ class ConsumeRun:
 
 
 def confluent_drain(bootstrap: str, topic: str, client_id: str, count: int, timeout: float, *,
-                    group: str | None = None, **conf: Any) -> ConsumeRun:
+                    group: str | None = None, partition: int = 0, **conf: Any) -> ConsumeRun:
     run = ConsumeRun("confluent-kafka", client_id)
     stats: list[dict[str, Any]] = []
 
@@ -56,7 +56,7 @@ def confluent_drain(bootstrap: str, topic: str, client_id: str, count: int, time
         "statistics.interval.ms": 200, "stats_cb": lambda s: stats.append(json.loads(s)), **conf,
     })
     if group is None:
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.assign([TopicPartition(topic, partition, 0)])
     else:
         consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked)
     run.started = time.monotonic()

@@ -163,6 +163,7 @@ class Probe:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
         self.errors: list[str] = []
+        self.samples: list[tuple[float, float]] = []   # (sent at, delivery latency) of every message
         self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": "probe", "linger.ms": 0,
                                   "message.timeout.ms": 60000})
         self.measure(0.5)   # connected, with metadata, before anything is measured
@@ -175,6 +176,7 @@ class Probe:
                 self.errors.append(str(err))
             else:
                 latencies.append(time.monotonic() - sent)
+                self.samples.append((sent, latencies[-1]))
 
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:

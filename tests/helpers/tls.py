@@ -40,9 +40,10 @@ class TlsFiles:
         self.issue_server()
         self._other_ca: trustme.CA | None = None
 
-    def issue_server(self, common_name: str = "kqp") -> None:
-        """(Re)write kqp's certificate and key (rotation writes both files again)."""
-        issued = self.ca.issue_cert("127.0.0.1", "localhost", common_name=common_name)
+    def issue_server(self, common_name: str = "kqp", hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> None:
+        """(Re)write kqp's certificate and key (rotation writes both files again), naming `hosts`
+        (a balancer's address too, when clients reach kqp through one)."""
+        issued = self.ca.issue_cert(*hosts, common_name=common_name)
         _write_chain(issued, self.server_cert, self.server_key)
 
     def client(self, common_name: str, *, unit: str = UNIT, expired: bool = False,

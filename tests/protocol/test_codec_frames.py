@@ -243,3 +243,28 @@ def test_next_frame_parts_waits_for_the_whole_frame() -> None:
     head, parts = decoder.next_frame_parts(8)
     assert len(head) >= 8 and bytes(head) == frame[: len(head)]
     assert [bytes(p) for p in parts] == [frame[:9], frame[9:]]
+
+
+def test_next_frame_parts_hands_a_read_it_covers_whole_over_as_it_is() -> None:
+    import struct
+
+    from kqp.protocol.frames import FrameDecoder
+
+    # Three frames of 10,244 bytes over five reads: reads a frame covers whole go out as the
+    # received objects (no view made per read of a large frame), the cut ones as views.
+    body = bytes(range(256)) * 40
+    frame = struct.pack(">i", len(body)) + body
+    stream = frame * 3
+    cuts = (2000, 8000, 12000, 14000, len(stream))
+    reads = [stream[a:b] for a, b in zip((0, *cuts[:-1]), cuts, strict=True)]
+    decoder = FrameDecoder(1 << 20)
+    for data in reads:
+        decoder.feed(data)
+    (head1, parts1), (head2, parts2), (head3, parts3) = (decoder.next_frame_parts(16) for _ in range(3))
+    assert parts1[0] is reads[0] and parts1[1] is reads[1] and len(parts1) == 3   # then read 2 up to 10,244
+    assert parts2[1] is reads[3] and len(parts2) == 3   # read 2's end, read 3 itself, read 4 up to the cut
+    assert all(isinstance(part, memoryview) for part in (parts1[2], parts2[0], parts2[2], *parts3))
+    assert [b"".join(parts) for parts in (parts1, parts2, parts3)] == [frame] * 3
+    assert all(isinstance(head, memoryview) and bytes(head) == frame[: len(head)]
+               for head in (head1, head2, head3))
+    assert decoder.next_frame_parts(16) is None and decoder.buffered == 0

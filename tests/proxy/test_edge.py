@@ -9,6 +9,7 @@ and its sockets are `FakeTransport`s that record every call. Nothing sleeps, no 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -33,10 +34,12 @@ from kqp.protocol.messages import decode_response, encode_request
 from kqp.protocol.sasl import encode_authenticate_response, encode_handshake_response
 from kqp.proxy.connection.parts import CoreParts
 from kqp.proxy.policies.quota_admin import QuotaAdmin
+from kqp.proxy.runtime.admission import Admission
 from kqp.proxy.runtime.delay import DelayDriver
 from kqp.proxy.runtime.edge import WRITE_HIGH_WATER, ClientEdge, EdgeWiring
 from kqp.proxy.runtime.quota_store import QuotaStore
 from kqp.quotas.admin_layer import overlay
+from kqp.quotas.connection_limits import ConnectionLimits, LimitSettings
 
 NOW = 100.0
 UPSTREAM = HostPort("127.0.0.1", 9092)
@@ -349,3 +352,28 @@ def test_either_socket_lost_closes_both(lost: str) -> None:
     (edge if lost == "client" else upstream.protocol).connection_lost(None)  # type: ignore[union-attr]
     assert client.closing and upstream.closing
     assert recorder.closed == ["client_closed" if lost == "client" else "upstream_closed"]
+
+
+def test_behind_a_balancer_the_real_client_is_admitted_and_named() -> None:
+    # Every connection comes from the balancer's 10.0.0.1; the PROXY header (read by the listener)
+    # named the client: max_connections_per_ip 1 counts 10.9.0.2 and 10.9.0.3 apart.
+    h = harness()
+    refusals: list[tuple[str, str, str]] = []
+    admission = Admission(h.loop, ConnectionLimits(LimitSettings(max_connections_per_ip=1)),  # type: ignore[arg-type]
+                          lambda listener, peer, refusal: refusals.append((listener, peer, refusal.reason)))
+    h.wiring = dataclasses.replace(h.wiring, admission=admission)
+
+    def accept(client_ip: str) -> tuple[ClientEdge, FakeTransport]:
+        edge = ClientEdge(h.wiring, "bootstrap", None, real_peer=(client_ip, 5000))
+        transport = FakeTransport(edge, peer=("10.0.0.1", 41000))
+        edge.connection_made(transport)  # type: ignore[arg-type]
+        h.loop.run_ready()
+        return edge, transport
+
+    first, _ = accept("10.9.0.2")
+    second, _ = accept("10.9.0.3")
+    assert first in h.open and second in h.open and not refusals
+    assert first.core.peer == "10.9.0.2:5000 via 10.0.0.1:41000"
+    over, transport = accept("10.9.0.2")
+    assert over not in h.open and transport.closing
+    assert refusals == [("bootstrap", "10.9.0.2:5000", "max_connections_per_ip")]

@@ -45,7 +45,7 @@ async def test_only_a_shortage_stops_accepting_for_a_moment(error: OSError, back
         loop.add_reader(sock, lambda: None)
         try:
             with caplog.at_level(logging.WARNING, logger="kqp.listeners"):
-                listeners._accept_tls(sock, "bootstrap", None, tls)
+                listeners._accept(sock, "bootstrap", None, None)
             assert (sock in listeners._retries, "accept failed" in caplog.text) == (backs_off, backs_off)
         finally:
             loop.remove_reader(sock)

@@ -9,6 +9,7 @@ import pytest
 
 from kqp.config import quota_settings_from
 from kqp.proxy.observability.metrics import PrometheusObserver
+from kqp.proxy.observability.pool_metrics import budget_changes
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 
@@ -77,3 +78,53 @@ def test_member_series_go_with_the_members() -> None:
     obs.expire()                        # and expired with the entities
     assert m.pools.member_count == 0
     assert value(obs, "kqp_pool_budget", POOL) == B   # the pool itself stays
+
+
+def test_adaptive_pool_series() -> None:
+    """An adaptive pool of 10 MB/s, target 100 ms: it starts at its floor (1%: 100 kB/s). Five answers
+    at 20 ms carrying 40 kB in window 0 (D = 200 kB/s), then window 1's first charge closes window 0:
+    slow start to min(2 x 100k, 2 x 200k) = 200 kB/s, one change of reason slow_start."""
+    clock = Clock()
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "pools": [
+        {"name": "ingest", "producer_byte_rate": 10_000_000, "members": [{"client_id_prefix": "job-"}],
+         "adaptive": {"target_latency_ms": 100}}]}), 0.0)
+    obs = PrometheusObserver(entity_expiry_seconds=30, clock=clock, process_metrics=False)
+    obs.bind(clock, m)
+    assert value(obs, "kqp_pool_budget", POOL) == 100_000
+    assert value(obs, "kqp_pool_adaptive_target_seconds", POOL) == 0.1
+    assert value(obs, "kqp_pool_adaptive_floor", POOL) == 100_000
+    assert math.isnan(value(obs, "kqp_pool_adaptive_latency_seconds", POOL))   # nothing answered yet
+    assert value(obs, "kqp_pool_adaptive_changes_total", {**POOL, "reason": "slow_start"}) == 0
+    m.record_produce(Principal("ANONYMOUS", "job-a-1"), 1000, 1, 1, 0.05)
+    [pool] = m.pools.adaptive.values()
+    for _ in range(5):
+        pool.observe(0.1, 1, 0.020, (8000, 1, 1, 1), 0)
+    clock.t = 0.21
+    m.record_produce(Principal("ANONYMOUS", "job-a-1"), 1000, 1, 1, clock.t)
+    assert value(obs, "kqp_pool_budget", POOL) == 200_000
+    assert value(obs, "kqp_pool_adaptive_latency_seconds", POOL) == pytest.approx(0.020, rel=0.1)
+    assert value(obs, "kqp_pool_adaptive_delivered", POOL) == pytest.approx(200_000)
+    assert value(obs, "kqp_pool_adaptive_changes_total", {**POOL, "reason": "slow_start"}) == 1
+
+
+def test_budget_changes_for_kqp_explain_are_an_adaptive_pools_recent_changes() -> None:
+    """An adaptive pool of ceiling 10 MB/s starts at its floor, 1% = 100 kB/s; one window of answers
+    at 20 ms (under the 100 ms target) delivering 40 kB / 0.2 s = 200 kB/s: slow start doubles it."""
+    clock = Clock()
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "pools": [
+        {"name": "ingest", "producer_byte_rate": 10_000_000, "members": [{"client_id_prefix": "job-"}],
+         "adaptive": {"target_latency_ms": 100}}]}), 0.0)
+    provider = budget_changes(m, clock)
+    job = Principal("ANONYMOUS", "job-a-1")
+    m.record_produce(job, 1000, 1, 1, 0.05)
+    [pool] = m.pools.adaptive.values()
+    for _ in range(5):
+        pool.observe(0.1, 1, 0.020, (8000, 1, 1, 1), 0)
+    m.record_produce(job, 1000, 1, 1, 0.25)   # window 0 closes
+    clock.t = 1.2
+    [change] = provider("ingest")
+    assert change["at"] == pytest.approx(0.2) and change["ago_seconds"] == pytest.approx(1.0)
+    assert (change["quota"], change["old"], change["budget"], change["reason"]) == (
+        "producer_byte_rate", 100_000, 200_000, "slow_start")
+    assert change["target_seconds"] == 0.1 and change["text"].startswith("budget 100,000 -> 200,000/s")
+    assert provider("other") == []

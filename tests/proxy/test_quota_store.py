@@ -54,7 +54,7 @@ def test_a_commit_is_in_force_at_once_and_after_a_restart(tmp_path: Path) -> Non
     assert yaml.safe_load(path.read_text())["entities"] == [
         {"user": "alice", "consumer_byte_rate": None, "producer_byte_rate": 2048.0},
         {"user": "bob", "request_rate": 3.0}]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.yaml", "state.yaml.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.yaml", "state.yaml.history.jsonl", "state.yaml.lock"]
     _, restarted = store_at(path)   # a restart: the same base, the file read back
     assert {e: dict(v) for e, v in restarted.settings.entities.items()} == expected
 

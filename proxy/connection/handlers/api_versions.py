@@ -4,14 +4,16 @@ The answer is the intersection of the upstream's ranges with what kqp serves (`C
 `api_ranges`, refreshed from the upstream), with the versions of the APIs kqp answers itself laid
 over it (SASL when kqp terminates it, the quota admin API when kqp manages quotas): each such
 policy is an `advertiser`. It waits its turn in the in-flight FIFO like any answer. Before
-authentication it is exempt from request quotas, as the broker's authenticator answers it.
+authentication it is exempt from request quotas, as the broker's authenticator answers it. A v3+
+request names the client's software (KIP-511), kept on the connection's identity (`Authentication`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from kqp.protocol.api_versions import encode_api_versions_response
+from kqp.protocol.api_versions import client_software, encode_api_versions_response
+from kqp.protocol.parts import joined
 
 from ..exchange import Handler, Request
 
@@ -27,9 +29,9 @@ class ApiVersionsHandler(Handler):
 
     def on_request(self, req: Request) -> None:
         hdr, entry = req.hdr, req.entry
-        # Issue 20 ("client software"): ApiVersions v3+ names the client's software (KIP-511
-        # client_software_name and _version); reading them here and keeping them on `req.auth`,
-        # the connection's identity, is the place to say which clients do not back off.
+        if hdr.api_version >= 3:   # KIP-511: the client's software, for saying which ones back off (backoff.py)
+            req.auth.software = client_software(hdr.api_version, joined(req.frame)[hdr.body_offset:]) or \
+                req.auth.software
         ranges = self.api_ranges()
         for advertise in self.advertisers:
             ranges = advertise(ranges)

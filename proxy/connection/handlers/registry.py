@@ -54,8 +54,8 @@ def standard_handlers(charging: Charging, gate: MutationGate, sasl: SaslPolicy,
     the quota admin API itself (else those requests go upstream like any other)."""
     advertisers = [sasl.advertised] if admin is None else [sasl.advertised, admin.advertised]
     by_api: dict[int, Handler] = {
-        ApiKey.Produce: ProduceHandler(charging),
-        ApiKey.Fetch: FetchHandler(charging),
+        ApiKey.Produce: ProduceHandler(charging, gate.topics),   # the topic cache: ids -> names for topic pools
+        ApiKey.Fetch: FetchHandler(charging, gate.topics),
         ApiKey.ApiVersions: ApiVersionsHandler(api_ranges, advertisers),
         **dict.fromkeys(GATED_APIS, MutationHandler(gate)),
         **dict.fromkeys(SASL_APIS, SaslHandler()),

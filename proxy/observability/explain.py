@@ -1,0 +1,130 @@
+"""`kqp explain`'s answer: why one client id (and user) is throttled, as JSON (issue 20, "why is my job slow?").
+
+Served by the metrics endpoint at `GET /explain?client_id=X[&user=U]` (http_endpoint.py) and printed
+as text by `kqp explain` (`kqp.proxy.tools.explain_cli`). One document, assembled on the loop's
+thread from what kqp already keeps, nothing measured anew:
+
+* `ladder`: every precedence level for the principal, which quota types each decides and why every
+  other level does not (`kqp.quotas.entities.ladder`, the same walk resolution makes);
+* `quotas`: each quota type in force, its limit, the entity and level it comes from, the sensor it
+  is charged to, and the current rate: this process's, and in shared scope (cluster, `--workers`)
+  the fleet's beside it, which is what the throttle is computed on;
+* `throttles`: the principal's throttles of the last 5 minutes (count, total, largest, per cause),
+  from the observer's per-entity buckets (`client_metrics.RecentThrottles`);
+* `connections`: its open connections (peer, listener, client software, whether it honours
+  throttles, how long it is still muted), from views of the cores (`kqp.proxy.connection.views`);
+* `pools`: each pool that takes it, the budget, and its member's allocation and usage; and
+  `budget_changes`, from a provider plugged in where the server is assembled (adaptive pools' recent
+  budget changes, per pool), null while none is.
+
+When no user is given, the user is the one the client id's open connections authenticated as (the
+first, if several), else ANONYMOUS; `user_from` says which.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from typing import Any
+
+from kqp.proxy.connection.views import ConnectionView
+from kqp.proxy.observability.client_metrics import BUCKET_SECONDS, RECENT_BUCKETS, RecentThrottles
+from kqp.quotas.entities import ladder
+from kqp.quotas.manager import QuotaManager
+from kqp.quotas.model import ANONYMOUS, Principal, QuotaKey, QuotaType
+from kqp.quotas.pool_membership import membership
+
+__all__ = ["BudgetChanges", "Explainer"]
+
+BudgetChanges = Callable[[str], list[dict[str, Any]]]   # pool name -> its recent budget changes
+SPAN = BUCKET_SECONDS * RECENT_BUCKETS
+
+
+def _key(key: QuotaKey) -> dict[str, str | None]:
+    return {"user": key.user, "client_id": key.client_id, "client_id_prefix": key.client_id_prefix}
+
+
+class Explainer:
+    def __init__(self, quotas: QuotaManager, connections: Callable[[], Iterable[ConnectionView]],
+                 clock: Callable[[], float], recent: RecentThrottles | None = None,
+                 budget_changes: BudgetChanges | None = None) -> None:
+        self.quotas, self.connections, self.clock = quotas, connections, clock
+        self.recent = recent
+        self.budget_changes = budget_changes
+
+    def __call__(self, client_id: str, user: str | None = None) -> dict[str, Any]:
+        now = self.clock()
+        mine = [v for v in self.connections() if client_id in v.client_ids and (user is None or v.user == user)]
+        user_from = "given"
+        if user is None:
+            users = sorted({v.user for v in mine})
+            user, user_from = (users[0], "connection") if users else (ANONYMOUS, "default")
+            mine = [v for v in mine if v.user == user]
+        principal = Principal(user, client_id)
+        rungs = ladder(self.quotas.settings, principal)
+        return {
+            "client_id": client_id, "user": user, "user_from": user_from,
+            "scope": "instance" if self.quotas.fleet is None else "shared",
+            "pacing": self.quotas.settings.pacing,
+            "ladder": [r._asdict() for r in rungs],
+            "quotas": self._quotas(principal, {t: r for r in rungs for t in r.matched}, now),
+            "throttles": self._throttles(principal, now),
+            "connections": [asdict(v) for v in mine],
+            "pools": self._pools(principal, now),
+        }
+
+    def _quotas(self, principal: Principal, matched: dict[str, Any], now: float) -> list[dict[str, Any]]:
+        out = []
+        for quota_type, (key, limit) in sorted(self.quotas.limits(principal).items()):
+            sensor = self.quotas.sensor(QuotaType(quota_type), key)
+            rung = matched.get(str(quota_type))
+            entry: dict[str, Any] = {
+                "quota_type": str(quota_type), "limit": limit, "sensor": _key(key),
+                "entity": rung.path if rung else None, "level": rung.level if rung else None,
+                "rate": 0.0 if sensor is None else sensor.local_rate(now),
+                "last_throttle_seconds": 0.0 if sensor is None else sensor.last_throttle,
+            }
+            if self.quotas.fleet is not None:
+                entry["fleet_rate"] = 0.0 if sensor is None else sensor.measure(now)
+            if sensor is not None and (tokens := sensor.tokens(now)) is not None:
+                entry["tokens"] = tokens
+            out.append(entry)
+        return out
+
+    def _throttles(self, principal: Principal, now: float) -> dict[str, Any]:
+        causes = {} if self.recent is None else self.recent.summary(principal, now, SPAN)
+        return {
+            "span_seconds": SPAN,
+            "count": sum(int(c["count"]) for c in causes.values()),
+            "total_seconds": sum(c["total_seconds"] for c in causes.values()),
+            "largest_seconds": max((c["largest_seconds"] for c in causes.values()), default=0.0),
+            "by_cause": causes,
+        }
+
+    def _pools(self, principal: Principal, now: float) -> list[dict[str, Any]]:
+        book = self.quotas.pools
+        states = {(s.name, str(s.quota_type)): s for s in book.snapshot(now)}
+        out = []
+        for spec in book.settings.pools:
+            if not spec.selects(principal.user, principal.client_id):
+                continue
+            for quota_type in spec.budgets:
+                state = states.get((spec.name, str(quota_type)))
+                key = membership(book.settings, quota_type, principal).key
+                member = None if state is None else next((m for m in state.members if m.key == key), None)
+                out.append({
+                    "pool": spec.name, "quota_type": str(quota_type), "topics": list(spec.topics),
+                    "budget": None if state is None else state.budget,
+                    "configured_budget": spec.budgets[quota_type],
+                    "usage": None if state is None else state.usage,
+                    "member": {"key": _key(key), "active": member is not None,
+                               **({} if member is None else {
+                                   "weight": member.weight, "usage": member.usage,
+                                   "demand": None if math.isinf(member.demand) else member.demand,
+                                   "held": math.isinf(member.demand),   # a pool throttle holds it back
+                                   "allocation": member.allocation, "fair_share": member.fair_share,
+                                   "borrowed": member.borrowed})},
+                    "budget_changes": None if self.budget_changes is None else self.budget_changes(spec.name),
+                })
+        return out

@@ -1,0 +1,84 @@
+"""The audit trail of quota changes (issue 23): one structured event per entity changed, and a count.
+
+Every change of the quotas in force, wherever it came from, is one event per entity
+(`kqp.quotas.changes.entity_changes`: all its values before and after), logged on the `kqp.audit`
+logger with its fields as `extra=` (so `--log-format json` gives them as keys: `who`, `source`,
+`entity`, `before`, `after`) and counted in `kqp_quota_changes_total{source}`. Sources:
+
+* ``admin_api``: an AlterClientQuotas that changed something, `who` the principal (`User:ops`);
+  validate_only, refused and all-invalid requests change nothing and record nothing;
+* ``reload``: the config file's quotas reloaded (`who` null: kqp cannot know who edited the file);
+* ``state_file``: the state file's changes put in force at start over the config file's quotas, or
+  the file changed on disk by another process sharing it (or by hand); `who` null.
+
+An event is a plain dict, the same one the state file's history keeps (`quota_history.py`), with a
+wall-clock `ts` (UTC, milliseconds, as the JSON log's): the history outlives the process, so a
+monotonic time would mean nothing in it. The clock is injected; the counts are read by the metrics
+endpoint's registry, where this object is registered as a collector.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from kqp.quotas.changes import entity_changes
+from kqp.quotas.model import QuotaSettings
+
+__all__ = ["ADMIN_API", "RELOAD", "SOURCES", "STATE_FILE", "AuditEvent", "QuotaAudit", "utc_stamp"]
+
+log = logging.getLogger("kqp.audit")
+
+ADMIN_API, RELOAD, STATE_FILE = "admin_api", "reload", "state_file"
+SOURCES = (ADMIN_API, RELOAD, STATE_FILE)
+AuditEvent = dict[str, Any]   # ts, who, source, entity, before, after: JSON-ready
+
+
+def utc_stamp(wall: float) -> str:
+    """`2026-11-25T19:12:17.123Z`: the JSON log's `ts` format."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall * 1000) % 1000:03d}Z"
+
+
+def _values(values: dict[str, float]) -> str:
+    return json.dumps(values, separators=(",", ":")) if values else "none"
+
+
+class QuotaAudit:
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
+        self._wall = wall
+        self.counts = dict.fromkeys(SOURCES, 0)
+
+    def events(self, old: QuotaSettings, new: QuotaSettings, who: str | None, source: str) -> list[AuditEvent]:
+        """One event per entity whose quotas in force differ between `old` and `new` (none: no change)."""
+        assert source in SOURCES, source
+        ts = utc_stamp(self._wall())
+        return [{"ts": ts, "who": who, "source": source, "entity": change.entity.path,
+                 "before": dict(change.before), "after": dict(change.after)}
+                for change in entity_changes(old, new)]
+
+    def report(self, events: list[AuditEvent]) -> None:
+        """Log and count events (on the event loop's thread: the counts are plain numbers)."""
+        for event in events:
+            self.counts[event["source"]] += 1
+            fields = {key: value for key, value in event.items() if key != "ts"}   # the log line has its own
+            log.info("quota audit: %s by %s: %s %s -> %s", event["source"], event["who"] or "-", event["entity"],
+                     _values(event["before"]), _values(event["after"]), extra=fields)
+
+    def record(self, old: QuotaSettings, new: QuotaSettings, who: str | None, source: str) -> list[AuditEvent]:
+        events = self.events(old, new, who, source)
+        self.report(events)
+        return events
+
+    def collect(self) -> Iterator[Metric]:
+        """prometheus_client's collector protocol: `kqp_quota_changes_total{source}`, every source
+        present from the start (a rate over a series that appears late misses its first change)."""
+        family = CounterMetricFamily("kqp_quota_changes", "Quota changes put in force, one per entity changed, "
+                                     "by where they came from (admin_api, reload, state_file)", labels=("source",))
+        for source, n in self.counts.items():
+            family.add_metric((source,), n)
+        yield family

@@ -1,0 +1,127 @@
+"""A load balancer's PROXY header, read off an accepted socket before anything else on the connection.
+
+With `proxy_protocol:` on a listener (`listeners.py`), each accepted socket comes here first: who
+sent it (the socket's peer, the balancer) is checked against `trusted`, the header is read with the
+sans-io `kqp.protocol.proxy_header.ProxyHeaderParser`, and the address it names becomes the
+connection's peer for everything after: `limits:` (per IP), the TLS handshake's refusals, the logs,
+the core. Only then does the listener admit the client and start TLS or the connection's edge.
+
+Why here and not in the connection core: the header comes before the TLS handshake (the balancer
+writes it on the raw TCP stream), and `limits:` are checked before the handshake and before the core
+exists; both need the real address already. So the header is read off the raw socket, and exactly
+the header: each read peeks (`MSG_PEEK`), the parser says how many of those bytes are the header's,
+and only those are taken from the kernel, so the client's first bytes (a ClientHello, a Kafka
+frame) stay for the TLS layer or the edge. Bytes that are all the header's are taken at once, so a
+header trickled in pieces never makes the socket readable again with nothing new (no busy loop).
+
+What closes the connection, counted in `kqp_connections_closed_total{reason}` and logged at most
+once a second per cause (`refusals.py`, logger `kqp.proxy_protocol`):
+`proxy_header_untrusted` (a source outside `trusted`: any connection in `required` mode, one that
+sends a header in `optional` mode), `proxy_header_malformed`, `proxy_header_missing` (`required`
+and the first byte cannot start a header) and `proxy_header_timeout` (`header_timeout_ms`). A client
+that leaves first (a balancer's TCP health check) is `client_closed`, logged at debug level only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+
+from kqp.config.model import ProxyProtocolConfig
+from kqp.protocol.proxy_header import NO_HEADER, ProxyHeader, ProxyHeaderError, ProxyHeaderParser
+from kqp.proxy.tls.peers import Refusal
+
+from .admission import peer_ip, peer_name
+
+__all__ = ["HeaderReader"]
+
+PEEK_BYTES = 536   # the specification's smallest TCP segment: a header sent at once fits in one
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.cause)
+        self.refusal = refusal
+
+
+class HeaderReader:
+    """The listeners' PROXY header step: the real client's address for an accepted socket, or a refusal."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, config: ProxyProtocolConfig,
+                 refused: Callable[[str, str, Refusal], None]) -> None:
+        self._loop = loop
+        self.config = config
+        self._refused = refused
+
+    def applies_to(self, listener: str) -> bool:
+        return self.config.applies_to(listener)
+
+    async def real_peer(self, conn: socket.socket, address: object, listener: str) -> object | None:
+        """The address the connection is to be known by (the header's source, or `address` where the
+        header names none or none is expected), or None: refused, counted, logged, and `conn` closed."""
+        try:
+            return await self._real_peer(conn, address)
+        except _Refused as refused:
+            conn.close()
+            self._refused(listener, peer_name(address), refused.refusal)
+            return None
+        except BaseException:   # cancelled at shutdown, or kqp's bug: the socket is closed either way
+            conn.close()
+            raise
+
+    async def _real_peer(self, conn: socket.socket, address: object) -> object:
+        config = self.config
+        ip = peer_ip(address)
+        trusted = config.trusts(ip)
+        if not trusted and config.mode == "required":
+            raise _Refused(Refusal("proxy_header_untrusted", f"{ip} is not in proxy_protocol.trusted"))
+        try:
+            async with asyncio.timeout(config.header_timeout_ms / 1000):
+                header = await self._read(conn)
+        except TimeoutError:
+            raise _Refused(Refusal("proxy_header_timeout", f"no complete PROXY header within "
+                                                           f"{config.header_timeout_ms} ms")) from None
+        if header is NO_HEADER:
+            if trusted and config.mode == "required":
+                raise _Refused(Refusal("proxy_header_missing", "no PROXY header (proxy_protocol.mode is required)"))
+            return address   # optional: a direct client
+        assert isinstance(header, ProxyHeader)
+        if not trusted:
+            raise _Refused(Refusal("proxy_header_untrusted", f"a PROXY header from {ip}, which is not in "
+                                                             "proxy_protocol.trusted"))
+        return header.source or address   # LOCAL, UNKNOWN, UNSPEC, AF_UNIX: the balancer's own connection
+
+    async def _read(self, conn: socket.socket) -> ProxyHeader | object:
+        parser = ProxyHeaderParser()
+        while True:
+            try:
+                data = conn.recv(PEEK_BYTES, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                await self._readable(conn)
+                continue
+            except OSError as exc:   # reset by the client
+                raise _Refused(Refusal("client_closed", f"connection lost before its PROXY header: {exc}",
+                                       warn=False)) from None
+            if not data:
+                raise _Refused(Refusal("client_closed", "closed before a PROXY header", warn=False))
+            try:
+                taken = parser.receive(data)
+            except ProxyHeaderError as exc:
+                raise _Refused(Refusal("proxy_header_malformed", f"malformed PROXY header: {exc}")) from None
+            if taken:
+                # Peeked, so in the kernel's buffer already: this returns exactly `taken` bytes.
+                dropped = conn.recv(taken)
+                assert len(dropped) == taken, (len(dropped), taken)
+            if parser.result is not None:
+                return parser.result
+            await self._readable(conn)   # everything peeked was the header's, and it is not complete
+
+    async def _readable(self, conn: socket.socket) -> None:
+        ready = self._loop.create_future()
+        fd = conn.fileno()
+        self._loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            self._loop.remove_reader(fd)

@@ -1,0 +1,109 @@
+"""`kqp explain --client-id X [--user U]`: why a client is throttled, asked of a running kqp.
+
+It reads `GET /explain?client_id=X&user=U` from kqp's metrics endpoint (the JSON document of
+`kqp.proxy.observability.explain`) and prints it as text: the entity that matched at which level and
+why the others did not, each quota's limit and rate (the fleet's beside it in shared scope), the
+throttles of the last minutes and their causes, the client's connections (its software, and whether
+it honours throttles), and its pools. `--json` prints the document as served. Rendering is a pure
+function of the document, tested without a kqp. Exit 0, 1 when kqp cannot be read, 2 on wrong input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from kqp.proxy.tools.top import COLUMNS, human
+
+__all__ = ["add_parser", "render", "run"]
+
+DEFAULT_URL = "http://127.0.0.1:9404/explain"
+EXIT_UNREADABLE, EXIT_USAGE = 1, 2
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:   # type: ignore[type-arg]
+    p = sub.add_parser("explain", help="why a client is throttled: its quotas, throttles, connections, pools")
+    p.add_argument("--client-id", required=True, help="the client id to explain ('' for an empty one)")
+    p.add_argument("--user", help="its user (default: the user its open connections have, else ANONYMOUS)")
+    p.add_argument("--url", default=DEFAULT_URL, help=f"kqp's /explain on its metrics endpoint (default {DEFAULT_URL})")
+    p.add_argument("--json", action="store_true", help="print the JSON document as kqp serves it")
+
+
+def _unit(quota_type: str) -> str:
+    return COLUMNS.get(quota_type, ("", "/s"))[1]
+
+
+def _rate(value: float | None, quota_type: str) -> str:
+    if value is None:
+        return "-"
+    unit = _unit(quota_type)
+    return f"{human(value, unit)}{unit}"
+
+
+def _member(key: dict[str, str | None]) -> str:
+    """A pool member's sensor key as top shows members: `prefix*`, a client id, or all of a user's clients."""
+    name = f"{key['client_id_prefix']}*" if key["client_id_prefix"] else key["client_id"] or "(all clients)"
+    return f"{name} (user {key['user']})" if key["user"] else name
+
+
+def render(doc: dict[str, Any]) -> list[str]:
+    """The document as lines of text."""
+    who = {"given": "", "connection": " (the user of its connections)", "default": " (no connection: default)"}
+    lines = [f"kqp explain: client id {doc['client_id']!r}, user {doc['user']!r}{who.get(doc['user_from'], '')}"
+             f"  [{doc['scope']} scope, pacing {'on' if doc.get('pacing') else 'off'}]", "", "QUOTAS"]
+    for q in doc["quotas"] or []:
+        fleet = f"  fleet {_rate(q['fleet_rate'], q['quota_type'])}" if "fleet_rate" in q else ""
+        lines.append(f"  {q['quota_type']:<24} limit {_rate(q['limit'], q['quota_type']):<12} "
+                     f"rate {_rate(q['rate'], q['quota_type']):<12}{fleet}  from {q['entity']} (level {q['level']})")
+    if not doc["quotas"]:
+        lines.append("  none: no entity sets a quota for this principal")
+    lines += ["", "PRECEDENCE (most specific first)"]
+    width = max((len(r["path"]) for r in doc["ladder"]), default=0)
+    lines += [f"  {r['level']:<3} {r['path']:<{width}}  {r['reason']}" for r in doc["ladder"]]
+    t = doc["throttles"]
+    lines += ["", f"THROTTLES (last {t['span_seconds'] / 60:.0f} min): {t['count']}, {t['total_seconds']:.2f} s in "
+                  f"all, largest {t['largest_seconds']:.2f} s"]
+    for cause, c in sorted(t["by_cause"].items()):
+        lines.append(f"  {cause:<24} {c['count']:>6}  {c['total_seconds']:8.2f} s  "
+                     f"largest {c['largest_seconds']:.2f} s")
+    lines += ["", f"CONNECTIONS ({len(doc['connections'])})"]
+    for c in doc["connections"]:
+        honours = c["honours_throttles"] + (f" ({c['why_not']})" if c["why_not"] else "")
+        muted = f"  muted {c['muted_seconds']:.2f} s more" if c["muted_seconds"] else ""
+        lines.append(f"  {c['peer']} on {c['listener']}  {c['software']} {c['software_version']}  "
+                     f"honours throttles: {honours}{muted}")
+    if doc["pools"]:
+        lines += ["", "POOLS"]
+    for p in doc["pools"]:
+        m, q = p["member"], p["quota_type"]
+        lines.append(f"  {p['pool']}  {q}  budget {_rate(p['budget'], q)} (configured "
+                     f"{_rate(p['configured_budget'], q)})  usage {_rate(p['usage'], q)}")
+        if m["active"]:
+            demand = "held by the pool" if m["held"] else _rate(m["demand"], q)
+            lines.append(f"    member {_member(m['key'])}: allocation {_rate(m['allocation'], q)}, fair share "
+                         f"{_rate(m['fair_share'], q)}, usage {_rate(m['usage'], q)}, demand {demand}, "
+                         f"weight {m['weight']:g}")
+        else:
+            lines.append(f"    member {_member(m['key'])}: not active in the pool now")
+        changes = p["budget_changes"]
+        lines.append("    budget changes: " + ("not reported" if changes is None else
+                                                 "; ".join(c["text"] for c in changes) or "none"))
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    query = {"client_id": args.client_id, **({"user": args.user} if args.user is not None else {})}
+    url = f"{args.url}?{urllib.parse.urlencode(query)}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            doc = json.loads(response.read().decode("utf-8"))
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        print(f"cannot read {url}: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    print(json.dumps(doc, indent=1) if args.json else "\n".join(render(doc)))
+    return 0

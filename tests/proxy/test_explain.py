@@ -1,0 +1,86 @@
+"""`kqp explain`'s document and its text, without a kqp: a real quota manager driven with plain times,
+connections as views, and the CLI's rendering of the document (issue 20).
+
+Shared scope (cluster, `--workers`): the rate a throttle is computed on is the fleet's, so the
+document gives both, this process's (`rate`) and the fleet's (`fleet_rate`). Two processes here each
+charge 6000 B to one client id's 1000 B/s quota and exchange usage through a store: each sees its
+own 6000 B over Kafka's window at t = 0.1 s, 0.1 + (11 - 1) = 10.1 s (594 B/s), and the fleet's
+12 000 B over the same window (1188 B/s).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kqp.config import quota_settings_from
+from kqp.proxy.connection.views import ConnectionView
+from kqp.proxy.observability.client_metrics import RecentThrottles
+from kqp.proxy.observability.explain import Explainer
+from kqp.proxy.tools.explain_cli import render
+from kqp.quotas.fleet import FleetLedger
+from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.manager import QuotaManager
+from kqp.quotas.model import Principal
+
+P = Principal("alice", "job-1")
+SECTION = {"entities": [{"client_id": "job-1", "producer_byte_rate": 1000}],
+           "pools": [{"name": "ingest", "producer_byte_rate": 5000, "members": [{"user": "alice"}]}]}
+
+
+def view(user: str = "alice", client_id: str = "job-1", honours: str = "no",
+         why: str | None = "version") -> ConnectionView:
+    return ConnectionView("10.0.0.7:5123", "broker-1", user, (client_id,), "unknown", "Produce v3", honours, why,
+                          0.4, "open")
+
+
+def shared_managers() -> list[QuotaManager]:
+    store, managers = FleetStore(), []
+    for name in ("a", "b"):
+        managers.append(QuotaManager(quota_settings_from(SECTION), 0.0, FleetLedger(name, f"e-{name}", 1.0, 11, 1,
+                                                                                    0.1)))
+    for m in managers:
+        m.record_produce(P, 6000, 6, 1, 0.0)
+    for m in managers * 2:
+        assert m.fleet is not None
+        request = m.fleet.collect(0.1)
+        m.fleet.merge(request, store.exchange(request, 0.1), 0.1, 0.1)
+    return managers
+
+
+def test_the_document_gives_the_fleets_rate_beside_this_processs_and_the_user_of_the_connections() -> None:
+    manager = shared_managers()[0]
+    recent = RecentThrottles()
+    recent.add(P, "producer_byte_rate", 0.5, 0.05)
+    recent.add(P, "producer_byte_rate", 1.5, 0.08)
+    doc = Explainer(manager, lambda: [view(), view(client_id="other")], lambda: 0.1, recent)("job-1")
+    assert (doc["user"], doc["user_from"], doc["scope"]) == ("alice", "connection", "shared")
+    [quota] = doc["quotas"]
+    assert quota["rate"] == pytest.approx(6000 / 10.1) and quota["fleet_rate"] == pytest.approx(12_000 / 10.1)
+    assert (quota["entity"], quota["level"]) == ("/clients/job-1", "7")
+    assert doc["throttles"]["count"] == 2 and doc["throttles"]["largest_seconds"] == 1.5
+    assert [c["client_ids"] for c in doc["connections"]] == [("job-1",)]
+    [pool] = doc["pools"]
+    # Its member is the entity it resolves to (/clients/job-1): one member per client id, whoever the user.
+    assert pool["member"]["key"] == {"user": "", "client_id": "job-1", "client_id_prefix": None}
+
+
+def test_a_budget_provider_plugged_in_at_assembly_answers_per_pool() -> None:
+    manager = QuotaManager(quota_settings_from(SECTION), 0.0)
+    changes = {"ingest": [{"at": 12.0, "budget": 4000.0, "reason": "latency above target"}]}
+    doc = Explainer(manager, list, lambda: 0.0, None, lambda pool: changes.get(pool, []))("job-1", "alice")
+    assert doc["user_from"] == "given" and doc["pools"][0]["budget_changes"] == changes["ingest"]
+    assert doc["throttles"]["count"] == 0 and doc["connections"] == []
+
+
+def test_the_text_says_the_same_as_the_document() -> None:
+    manager = shared_managers()[0]
+    doc = Explainer(manager, lambda: [view()], lambda: 0.1)("job-1")
+    lines = render(doc)
+    text = "\n".join(lines)
+    assert lines[0] == ("kqp explain: client id 'job-1', user 'alice' (the user of its connections)  "
+                        "[shared scope, pacing on]")
+    assert "limit 1000B/s" in text and "rate 594.1B/s" in text and "fleet 1.2KiB/s" in text
+    assert "from /clients/job-1 (level 7)" in text
+    assert "  7   /clients/job-1" in text and "matched: decides producer_byte_rate" in text
+    assert "10.0.0.7:5123 on broker-1  unknown Produce v3  honours throttles: no (version)  muted 0.40 s more" in text
+    assert "ingest  producer_byte_rate  budget 4.9KiB/s" in text and "budget changes: not reported" in text
