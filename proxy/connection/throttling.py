@@ -27,10 +27,10 @@ Why the gate (beyond Kafka, which mutes only the connection that sent the reques
 one connection per broker and all of them charge one sensor. Each throttle mutes until the key
 would be back within its quota, but the others' requests admitted meanwhile hold it over when the
 mute ends, so each connection passed one request past the line where one connection passes none:
-n connections of b-byte requests ran at Q x (1 + (n - 1) x b / (Q x W)) (windows W), 1.06-1.12 x
-Q for three connections of 4-16 KB against 100 kB/s. Read only at the key's line, one connection
-at a time gets past it, as the one connection of a single-broker client does, and n connections
-get what one gets (quotas/README.md, "Several connections of one key"). One connection's own line
+n connections of b-byte requests ran at about Q x (1 + (n - 1) x b / (Q x W)) (windows W), 1.03-1.12
+x Q simulated for three of 4-16 KiB against 100 kB/s, 1.07 in CI. Read only at the key's line, one
+connection at a time gets past it, as the one connection of a single-broker client does, and n
+connections get what one gets (quotas/README.md, "Several connections of one key"). One connection's own line
 never ends later than its own mute (each of its throttles mutes from its charge on, at least as
 long), so a client with one connection per key is throttled exactly as the broker throttles it.
 
