@@ -13,8 +13,8 @@ runs at once through two `kqp run`s: one in front of a one-broker mock cluster, 
 three-broker mock, where the topic's partitions have different leaders (checked: the upstream tap
 sees Produce requests on several brokers; two or three, as the mock places them). Windows are
 0.2 s x 11 and the offer 30 s, so each rate is judged over about twelve spans after the first two
-(the first burst and its echo). Measured with the gate: 0.988-1.010, median 1.000, in ten runs
-(five on a machine loaded with two busy loops; five on three brokers, 0.996-1.010), through one
+(the first burst and its echo). Measured with the gate: 0.988-1.010, median 1.000, in 14 runs
+(seven on a machine loaded with two busy loops; seven on three brokers, 0.996-1.010), through one
 broker 0.986-1.006 Q. Without it, in six runs interleaved with those: 1.015-1.077, median 1.026, and
 1.022-1.077 on three brokers (CI: 1.070): the connections' requests past the line, 2-5 KB each.
 """
