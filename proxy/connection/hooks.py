@@ -37,8 +37,9 @@ class ProxyObserver:
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         """A connection was muted by a throttle that `principal`'s `quota_type` caused."""
 
-    def mute_ended(self, principal: Principal, quota_type: QuotaType) -> None:
-        """That mute ended (the throttle passed, or the connection closed)."""
+    def mute_ended(self, principal: Principal, quota_type: QuotaType, due: float | None = None) -> None:
+        """That mute ended (the throttle passed, or the connection closed). `due`: the loop time the
+        throttle let go, when the timer that says so fired later than that (a busy loop); None: now."""
 
     def throttle_ignored(self, software: str, version: str, reason: str) -> None:
         """A throttle was given to a client that does not back off by itself (backoff.py): ``reason``

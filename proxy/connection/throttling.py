@@ -37,7 +37,10 @@ long), so a client with one connection per key is throttled exactly as the broke
 A mute always has a cause, and the observer's `mute_started` and `mute_ended` are called here and
 nowhere else, in pairs: a connection muted by one cause and then kept muted longer by another ends
 the first and starts the second, so `kqp_muted_connections` counts each muted connection once,
-under the throttle holding it now. The mute reason `THROTTLED` is set and lifted only here.
+under the throttle holding it now. The mute reason `THROTTLED` is set and lifted only here. A mute
+the timer ends is reported as ending when it was due (`mute_ended(due=)`): a timer that fires late
+on a busy loop is the loop's delay, not the throttle's, so `kqp_muted_seconds_total` does not grow
+with the machine's load.
 
 Pacing (issue 20, `quotas.pacing`, beyond Kafka) is decided in `_paced`: a request whose client
 cannot back off by itself (a version without client-side throttling, or an acks=0 Produce) gets the
@@ -248,7 +251,7 @@ class Throttling:
         if now < self.muted_until:   # woken early, or for the probe: wait for the rest
             out.append(SetTimer(self._wake_at()))
             return False
-        self._end()
+        self._end(self.muted_until)   # counted until it was due, however late the timer fired
         if self.mutes.unmute(THROTTLED):
             out.append(Unmute(THROTTLED))
         return True
@@ -257,9 +260,9 @@ class Throttling:
         """The connection closed: a mute in progress ends with it."""
         self._end()
 
-    def _end(self) -> None:
+    def _end(self, due: float | None = None) -> None:
         if self.cause is not None:
-            self.observer.mute_ended(*self.cause)
+            self.observer.mute_ended(*self.cause, due)
             self.cause = None
             if self.backoff is not None:
                 self.backoff.ended()

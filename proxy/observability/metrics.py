@@ -249,12 +249,16 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
             self._fold(key, muted, self.now())
             muted[0] += 1
 
-    def mute_ended(self, principal: Principal, quota_type: QuotaType) -> None:
+    def mute_ended(self, principal: Principal, quota_type: QuotaType, due: float | None = None) -> None:
         key = (principal, quota_type)
         muted = self._muted.get(key)
         if muted is None:
             return
-        self._fold(key, muted, self.now())
+        now = self.now()
+        # A mute counts until its throttle was due to end: a timer that fired late on a busy loop
+        # held the socket longer, but so would the busy loop have held an unmuted one. Never before
+        # the last fold (a scrape, another connection's mute): the counter cannot go back.
+        self._fold(key, muted, now if due is None else min(now, max(due, muted[1])))
         muted[0] -= 1
         if muted[0] <= 0:
             del self._muted[key]

@@ -10,8 +10,8 @@ throttle_time_ms of each response, from the moment the response leaves kqp. So e
 
 The old column (throttle time given per second) showed 0.00 for a client in one long mute and more
 than 1 for one with many throttled responses; neither is a share. After the clients stop, kqp's
-`kqp_muted_seconds_total` equals the throttle time each was told (up to the millisecond rounding),
-less what a close cut short of its last mute.
+`kqp_muted_seconds_total` is the throttle time each was told, less what a close cut short of its
+last mute, plus the round trips of its held requests (the last test says why).
 """
 
 from __future__ import annotations
@@ -148,9 +148,29 @@ def test_throttled_is_the_share_of_time_the_client_spent_muted(scene: Scene) -> 
 
 
 def test_muted_seconds_add_up_to_the_throttles_the_clients_were_told(scene: Scene) -> None:
-    # The counter behind THROTTLED: the throttle time each client was told, but for the part of a
-    # last mute that its connection's close cut short.
-    for name, c in scene.clients.items():
-        muted = sample(scene.samples, "kqp_muted_seconds_total", quota="producer_byte_rate", user="ANONYMOUS",
-                       client_id=name)
-        assert muted == pytest.approx(c.share(0.0, c.closed_at) * c.closed_at, abs=0.002 * len(c.mutes) + 0.01), name
+    """The counter behind THROTTLED: the throttle time each client was told (but for the part of a
+    last mute that its connection's close cut short), plus the upstream round trips of its held
+    Produce requests, within the millisecond rounding.
+
+    Where a connection's muted time goes beyond what it was told, measured (a mute trace of kqp under
+    load, 17 mutes of `flat`, 0.046 s over): a Produce over quota is held from the moment kqp reads it
+    (`Throttling.hold`: kqp reads nothing more, as a broker would not), and its response mutes for the
+    whole throttle from when it leaves; so the connection really is muted for the round trip too, 1-6 ms
+    a request here (0.025 s of the 0.046), and the metric says so. The rest (0.023 s) was the
+    loop's timer firing late, up to 21 ms on a busy machine; that is the loop's delay, not the
+    throttle's (an unmuted socket waits for a busy loop as long), and the mute counts only until it
+    was due (`mute_ended(due=)`). The round trips are kqp's own Produce latencies
+    (`kqp_upstream_request_duration_seconds`, from reading a request to its response), summed over
+    both clients, so they bound the held part of both: the sum of the muted time may exceed the sum
+    told by at most that. Counting the late timer again, or a held mute twice, breaks the bound.
+    """
+    told = {name: c.share(0.0, c.closed_at) * c.closed_at for name, c in scene.clients.items()}
+    rounding = {name: 0.002 * len(c.mutes) + 0.01 for name, c in scene.clients.items()}
+    muted = {name: sample(scene.samples, "kqp_muted_seconds_total", quota="producer_byte_rate", user="ANONYMOUS",
+                          client_id=name) for name in scene.clients}
+    round_trips = sample(scene.samples, "kqp_upstream_request_duration_seconds_sum", api="Produce")
+    print(f"\nmuted {muted}, told {told}, Produce round trips {round_trips}")
+    assert round_trips is not None
+    for name in scene.clients:
+        assert muted[name] is not None and muted[name] >= told[name] - rounding[name], name
+    assert sum(muted.values()) <= sum(told.values()) + round_trips + sum(rounding.values())  # type: ignore[arg-type]

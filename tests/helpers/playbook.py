@@ -85,7 +85,7 @@ class Recorder(ProxyObserver):
     def mute_started(self, principal: Principal, quota_type: str) -> None:
         self.mutes.append(("start", principal.client_id, quota_type))
 
-    def mute_ended(self, principal: Principal, quota_type: str) -> None:
+    def mute_ended(self, principal: Principal, quota_type: str, due: float | None = None) -> None:
         self.mutes.append(("end", principal.client_id, quota_type))
 
 

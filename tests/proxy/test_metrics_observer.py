@@ -255,6 +255,27 @@ def test_muted_seconds_count_each_connection_for_as_long_as_it_is_muted() -> Non
     assert value(obs, "kqp_muted_connections") == 0
 
 
+def test_a_mute_counts_until_its_throttle_was_due_not_until_a_late_timer() -> None:
+    obs, clock = make()
+    who = {"quota": "producer_byte_rate", "user": "ANONYMOUS", "client_id": "metered"}
+    obs.mute_started(METERED, "producer_byte_rate")         # connection 1 muted from 0 s until 1 s
+    obs.mute_started(METERED, "producer_byte_rate")         # connection 2 muted from 0 s, still muted
+    clock.t = 1.02                                          # the busy loop fires 1's timer 20 ms late
+    obs.mute_ended(METERED, "producer_byte_rate", due=1.0)
+    clock.t = 2.0
+    # Connection 1: 0-1 s (not the late 20 ms); connection 2: 0-2 s. 1 + 2 = 3 connection-seconds.
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(3.0)
+    obs.mute_started(METERED, "producer_byte_rate")         # connection 1 again, due at 2.5 s
+    clock.t = 2.51
+    # The scrape at 2.51 s counts connection 1's running mute up to then: 2 + 2*0.51 = 4.02 ...
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.02)
+    clock.t = 2.52
+    obs.mute_ended(METERED, "producer_byte_rate", due=2.5)
+    # ... which a counter cannot take back: its end counts from the scrape's 2.51 s, not its due 2.5 s,
+    # and connection 2 (muted throughout) adds 2.51-2.52 s: 4.02 + 0.01 = 4.03.
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.03)
+
+
 def test_a_prefix_group_names_its_members() -> None:
     obs, clock = make()
     settings = QuotaSettings(entities={EntitySpec(None, None, "etl-"): {"producer_byte_rate": 100.0},
