@@ -174,7 +174,7 @@ class QuotaManager:
                 continue
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(values[index], now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now)))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line))
         return out
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
@@ -215,7 +215,7 @@ class QuotaManager:
         for quota_type, index in self._fetch:
             res = found.get(quota_type)
             if res is not None:
-                self._sensor(quota_type, res, now).add(-values[index], now)
+                self._sensor(quota_type, res, now).refund(values[index], now)
 
     def record_request(self, p: Principal, handler_seconds: float, now: float) -> list[Violation]:
         """Charge one request: `request_rate` counts 1, `request_percentage` the handler time.

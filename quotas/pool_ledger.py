@@ -260,7 +260,7 @@ class PoolLedger:
         """Take back a charge (a Fetch answered empty): the member did not get those units."""
         member.shift(self.index(now))
         member.used[member.slot] -= value
-        member.sensor.add(-value, now)
+        member.sensor.refund(value, now)
         if self.total is not None:
             self.total.record(-value, now)
 

@@ -168,7 +168,7 @@ class PoolBook:
             t = ledger.charge(member, values[index], now)
             if t > 0:
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
-                                     member.sensor.pace(values[index], t, now)))
+                                     member.sensor.pace(values[index], t, now), line=member.sensor.line))
 
     def refund(self, p: Principal, kind: int, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
@@ -266,7 +266,8 @@ class PoolBook:
                 continue
             t = ledger.charge(member, nbytes, now)
             if t > 0:
-                out.append(Violation(quota_type, t, found.key, ledger.pool.name, member.sensor.pace(nbytes, t, now)))
+                out.append(Violation(quota_type, t, found.key, ledger.pool.name, member.sensor.pace(nbytes, t, now),
+                                     line=member.sensor.line))
         return out
 
     # -- upkeep and views --------------------------------------------------------------------------

@@ -28,6 +28,11 @@ never more than the throttle. While a key stays over quota its requests are
 then spaced by their costs, whichever connection sends them, so n connections share the limit
 rather than get it n times. Shared, the limit paced at is this process's part of it, in proportion
 to its share of the fleet's usage, so the processes' paced rates add up to the limit.
+
+Every check also moves the sensor's `line` (`ThrottleLine`): `now + throttle`, when the key is back
+within its quota by this check. The violations hand it on by reference, so a connection throttled
+earlier learns what the key's other connections were admitted since (the connection core's gate:
+quotas/README.md, "Several connections of one key"). A refund moves it back by what it refunds.
 """
 
 from __future__ import annotations
@@ -37,15 +42,15 @@ import math
 from kqp.quotas.fleet import UNHEARD, SharedUsage
 from kqp.quotas.model import EntitySpec
 from kqp.quotas.sampled_rate import SampledRate
-from kqp.quotas.throttle import throttle_seconds
+from kqp.quotas.throttle import ThrottleLine, throttle_seconds
 from kqp.quotas.token_bucket import TokenBucket
 
 
 class QuotaSensor:
     """Measurement, limit and last throttle of one `(quota type, QuotaKey)`."""
 
-    __slots__ = ("_scale", "bucket", "cap", "entity", "last_record", "last_throttle", "limit", "paced_until", "rate",
-                 "shared", "span")
+    __slots__ = ("_scale", "bucket", "cap", "entity", "last_record", "last_throttle", "limit", "line", "paced_until",
+                 "rate", "shared", "span")
 
     def __init__(self, limit: float, window_size: float, window_count: int, now: float, *,
                  cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None,
@@ -65,6 +70,7 @@ class QuotaSensor:
         self.last_record = now
         self.last_throttle = 0.0
         self.paced_until = now   # when the key's paced recordings so far are paid for (`pace`)
+        self.line = ThrottleLine(now, self.span)   # when the latest check says the key is within its quota
 
     def set_limit(self, limit: float) -> None:
         """Apply a new limit to the existing measurement, as Kafka swaps a live metric's quota.
@@ -153,6 +159,7 @@ class QuotaSensor:
                 observed, window = self.rate.observe(now, shared.remote(now))
                 limit = self.limit * self._scale
             if observed <= limit:
+                self.line.until = now
                 return 0.0
             t = self.span if limit <= 0 else throttle_seconds(observed, limit, window)
             if shared is not None and shared.others_active == UNHEARD and shared.ledger.shared \
@@ -163,11 +170,20 @@ class QuotaSensor:
                 t = shared.ledger.sync_interval
         if self.cap is not None and t > self.cap:
             t = self.cap
+        self.line.until = now + t
         if t > 0:
             self.last_throttle = t
             if self.shared is not None:
                 self.shared.throttled(now + t)
         return t
+
+    def refund(self, value: float, now: float) -> None:
+        """Take back a recording of `value` (a Fetch answered empty); the line moves back by what it
+        cost, `value / limit` (``X = (S - T x W) / T`` loses `value / T`; a bucket's ``-K / R`` as much)."""
+        self.add(-value, now)
+        limit = self.limit * self._scale
+        if limit > 0 and self.line.until > now:
+            self.line.until = max(now, self.line.until - value / limit)
 
     def charge(self, value: float, now: float) -> float:
         """Record, then check (Kafka's `Sensor.record(value, time, true)`); returns the throttle."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kqp.quotas.model import QUOTA_TYPES, QuotaKey, QuotaType
 
@@ -43,6 +43,20 @@ _TIE_ORDER = (QuotaType.REQUEST_PERCENTAGE, QuotaType.REQUEST_RATE, *(t for t in
 _RANK = {t: i for i, t in enumerate(_TIE_ORDER)}
 
 
+class ThrottleLine:
+    """When a quota key's latest check says it is back within its quota: `now + throttle` of that
+    check (`now` when within). One per sensor, moved by every check, shared by reference with the
+    violations it gave, so a connection throttled earlier sees what the key's other connections
+    used since (quotas/README.md, "Several connections of one key"). Mutable by design: a snapshot
+    would go stale the moment another connection is charged."""
+
+    __slots__ = ("span", "until")
+
+    def __init__(self, until: float, span: float) -> None:
+        self.until = until
+        self.span = span   # window_count x window_size of the sensor: the most the gate holds a request
+
+
 @dataclass(frozen=True, slots=True)
 class Violation:
     """One quota exceeded by one recording: its type, the throttle it asks for, and the sensor (for a
@@ -55,6 +69,9 @@ class Violation:
     # Pacing (issue 20): the mute for a client that does not back off, at most `throttle_seconds`;
     # None: not paced (a KIP-599 strict rejection recorded nothing to pace by).
     pace_seconds: float | None = None
+    # The sensor's line (producer and consumer rates only): what the key's later checks, whichever
+    # connection makes them, say of when it is back within its quota (`ThrottleLine`).
+    line: ThrottleLine | None = field(default=None, compare=False, repr=False)
 
 
 def throttle_seconds(observed: float, bound: float, window_size: float) -> float:

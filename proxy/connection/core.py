@@ -23,6 +23,8 @@ response shares (broker addresses rewritten to kqp's listeners). Two parts live 
 * KIP-219, for every version: a response goes out at once, `throttle_time_ms` raised where the
   version has the field, and the client side is muted for the throttle (`SetTimer`). Produce bytes
   over quota mute at once (a broker reads one request at a time); an acks=0 Produce is muted only.
+  A throttled connection's next Produce or Fetch waits, read but uncharged, while what its key's
+  other connections used since holds the key over quota (`Throttling.gate`; beyond Kafka).
 * Misbehaving upstreams: a response to no request in flight is dropped and counted (`unawaited`);
   one whose `throttle_time_ms` kqp cannot reach goes out as it came.
 
@@ -85,6 +87,7 @@ class Connection(Establishing, Awaiting):
         self.auth = Authentication(parts.sasl)
         self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
         self._held: Parts | None = None   # a mutation request waiting for a topic lookup
+        self._gated: tuple[memoryview, Parts] | None = None   # a request read, waiting for its key's line
         self._committing: tuple[InFlight, PendingCommit] | None = None   # an answer waiting for its commit
         self._held_response: tuple[memoryview, Parts] | None = None      # a response waiting for listeners
         self._missing: list[BrokerAddress] = []
@@ -135,7 +138,8 @@ class Connection(Establishing, Awaiting):
 
     @property
     def drained(self) -> bool:
-        """Nothing owed to the client: no response in flight, no request waiting for a lookup."""
+        """Nothing owed to the client: no response in flight, no request waiting for a lookup (a
+        request waiting for its key's line is owed only as buffered bytes are: `_close_if_done`)."""
         return not self.in_flight and self._held is None
 
     @property
@@ -170,8 +174,9 @@ class Connection(Establishing, Awaiting):
         self._close_if_done()
 
     def _give_up(self, how: str) -> None:
-        drop_unforwarded(self.requests, self._held, self.peer, self.parts.charging.observer, how)
-        self._held = None
+        held = self._held if self._gated is None else self._gated[1]   # at most one: reading stops at either
+        drop_unforwarded(self.requests, held, self.peer, self.parts.charging.observer, how)
+        self._held = self._gated = None
 
     def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
         # Read no new requests (those read but not forwarded stay so); what is owed still goes.
@@ -195,7 +200,7 @@ class Connection(Establishing, Awaiting):
             # Every whole frame has been taken: what is left is a frame the client never finished.
             self._close("protocol_error", f"truncated frame: the client closed the connection mid-frame "
                         f"({self.requests.buffered} bytes of it received)")
-        elif self.drained and (shutdown or not self.requests.buffered):
+        elif self.drained and (shutdown or not (self.requests.buffered or self._gated)):
             self._close(self._drain_reason)
 
     def _close(self, reason: str, message: str | None = None) -> None:
@@ -244,7 +249,8 @@ class Connection(Establishing, Awaiting):
 
     def _pump(self, now: float) -> None:
         while self.phase is not CLOSED and not self._blocked():
-            got = self.requests.next_frame_parts(SPLIT_HEAD_BYTES)
+            # A request waiting for its key's line was read first: it goes first.
+            got, self._gated = self._gated or self.requests.next_frame_parts(SPLIT_HEAD_BYTES), None
             if got is None:
                 break
             head, parts = got
@@ -263,6 +269,9 @@ class Connection(Establishing, Awaiting):
             self._close("authentication_required", refusal)   # as Kafka: no answer, the connection closes
             return
         principal = auth.principal(hdr.client_id)
+        if self.throttling.lines and self.throttling.gate(hdr.api_key, principal, now, self._out):
+            self._gated = (head, frame)   # its key's other connections hold it over quota: read it again then
+            return
         size = sum(map(len, frame))
         if not looked_up:   # handed over again after a topic lookup: counted the first time
             p.charging.observer.request(principal, hdr.api_key, size)

@@ -16,6 +16,7 @@ from kqp.proxy.connection.mute import MuteState
 from kqp.proxy.connection.throttling import Throttle, Throttling
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal, QuotaKey, QuotaType
+from kqp.quotas.throttle import ThrottleLine
 
 NOW = 100.0
 P = Principal("ANONYMOUS", "c")
@@ -83,3 +84,63 @@ def test_a_longer_throttle_of_another_cause_takes_the_mute_over_and_a_shorter_on
     assert throttling.cause == (P, BYTES) and throttling.muted_until == NOW + 3.0
     throttling.closed()   # the connection closes while muted: the mute ends with it
     assert recorder.mutes[-1] == ("end", "c", BYTES) and not throttling.muted
+
+
+def test_the_gate_follows_the_lines_of_rate_violations_and_their_principal_only() -> None:
+    """`gate` holds a request of the throttled request's API while a line of that throttle is more
+    than a millisecond ahead (another connection of the key was charged since); a request quota's
+    violation keeps no line (KIP-124 caps it at one window), and another principal is not held."""
+    throttling, _, _ = room()
+    line, out = ThrottleLine(NOW + 2.0, 11.0), []
+    throttling.throttle(throttling.decide(entry(), [Violation(RATE, 0.5, KEY, line=line)]), NOW, out)
+    assert throttling.timer_fired(NOW + 0.5, out) and not throttling.gate(0, P, NOW + 0.5, out)
+    throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 0.5, KEY, line=line)]), NOW + 0.5, out)
+    assert throttling.timer_fired(NOW + 1.0, out)
+    out.clear()
+    assert not throttling.gate(1, P, NOW + 1.0, out), "a Fetch is not held for a Produce's line"
+    assert not throttling.gate(0, Principal("ANONYMOUS", "d"), NOW + 1.0, out)
+    assert throttling.gate(0, P, NOW + 1.0, out) and out == [Mute(MuteReason.THROTTLED), SetTimer(NOW + 2.0)]
+    assert throttling.timer_fired(NOW + 2.0, out)
+    line.until = NOW + 2.0009   # moved by under a millisecond: a rounding, not a sibling's usage
+    assert not throttling.gate(0, P, NOW + 2.0, out)
+
+
+def test_the_gate_holds_one_request_a_span_at_most_and_never_more_than_ten_seconds() -> None:
+    """A client counts the gate's wait, which it was not told, against its request timeout (30 s by
+    default): one request is held, in all, no longer than the quota's span (here 2.2 s), nor 10 s."""
+    for span, cap in ((2.2, 2.2), (30.0, 10.0)):
+        throttling, _, _ = room()
+        line, out = ThrottleLine(NOW + 1.0, span), []
+        throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 0.5, KEY, line=line)]), NOW, out)
+        assert throttling.timer_fired(NOW + 0.5, out)
+        out.clear()
+        assert throttling.gate(0, P, NOW + 0.5, out) and out[-1] == SetTimer(NOW + 1.0)   # the line
+        # At the line the key's other connections have moved it far ahead: held again, but only
+        # until its cap from when it was first held, 100.5 + cap.
+        line.until = NOW + 100.0
+        assert throttling.timer_fired(NOW + 1.0, out)
+        out.clear()
+        assert throttling.gate(0, P, NOW + 1.0, out) and out[-1] == SetTimer(NOW + 0.5 + cap)
+        assert throttling.timer_fired(NOW + 0.5 + cap, out)
+        assert not throttling.gate(0, P, NOW + 0.5 + cap, out), "held its cap: it goes"
+        assert throttling.gated_since is None, "the next request has a cap of its own"
+
+
+def test_a_paced_throttle_keeps_no_line_and_ends_an_earlier_one() -> None:
+    """Pacing (issue 20) mutes a client that cannot back off (Produce v5 here) for its request's
+    queued cost, which already shares the key among its connections: the gate must not hold it for
+    the key's whole throttle. Its unpaced throttle (pace no shorter than the throttle) kept a line."""
+    throttling = Throttling(Recorder(), MuteState(), pacing=lambda: True)
+    v5 = InFlight(1, 0, 5, P, NOW, Handler())
+    line, out = ThrottleLine(NOW + 3.0, 11.0), []
+    unpaced = throttling.decide(v5, [Violation(BYTES, 0.5, KEY, pace_seconds=0.5, line=line)])
+    assert not unpaced.paced and unpaced.lines == (line,)
+    throttling.throttle(unpaced, NOW, out)
+    assert throttling.timer_fired(NOW + 0.5, out) and throttling.gate(0, P, NOW + 0.5, out)
+    assert throttling.timer_fired(NOW + 3.0, out) and not throttling.gate(0, P, NOW + 3.0, out)
+    # Then paced: 0.2 s of cost against a 2 s throttle. No line kept, the earlier one dropped.
+    line.until = NOW + 5.0
+    paced = throttling.decide(v5, [Violation(BYTES, 2.0, KEY, pace_seconds=0.2, line=line)])
+    assert paced.paced and paced.lines == () and paced.mute_seconds == 0.2
+    throttling.throttle(paced, NOW + 3.0, out)
+    assert throttling.timer_fired(NOW + 3.2, out) and not throttling.gate(0, P, NOW + 3.2, out)
