@@ -56,7 +56,7 @@ from .awaiting import NO_CAP, Awaiting, ResponseHeld
 from .establishing import Establishing
 from .events import Action, Close, MuteReason, Parts, Send, Side
 from .exchange import LOOK_UP, InFlight, Refused, Request, unawaited
-from .giving_up import drop_unforwarded
+from .giving_up import drop_unforwarded, truncated
 from .mute import MuteState
 from .parts import CoreParts
 from .phases import Move, Phase, next_phase
@@ -170,13 +170,16 @@ class Connection(Establishing, Awaiting):
         self._move(Move.CLIENT_EOF)
         if self._blocked():
             self._mute(MuteReason.CLOSING)
-            self._give_up("closed its connection")
+            if partial := self._give_up("closed its connection"):
+                self._close("protocol_error", truncated(partial))
         self._close_if_done()
 
-    def _give_up(self, how: str) -> None:
+    def _give_up(self, how: str) -> int:
+        """Drop what the client left unforwarded; the bytes of a frame it never finished, if that was all."""
         held = self._held if self._gated is None else self._gated[1]   # at most one: reading stops at either
-        drop_unforwarded(self.requests, held, self.peer, self.parts.charging.observer, how)
+        partial = drop_unforwarded(self.requests, held, self.peer, self.parts.charging.observer, how)
         self._held = self._gated = None
+        return partial
 
     def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
         # Read no new requests (those read but not forwarded stay so); what is owed still goes.
@@ -198,8 +201,7 @@ class Connection(Establishing, Awaiting):
         shutdown = self._drain_reason == "shutdown"
         if not shutdown and self.requests.buffered and not self._blocked():
             # Every whole frame has been taken: what is left is a frame the client never finished.
-            self._close("protocol_error", f"truncated frame: the client closed the connection mid-frame "
-                        f"({self.requests.buffered} bytes of it received)")
+            self._close("protocol_error", truncated(self.requests.buffered))
         elif self.drained and (shutdown or not (self.requests.buffered or self._gated)):
             self._close(self._drain_reason)
 

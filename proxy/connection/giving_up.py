@@ -24,14 +24,16 @@ from kqp.protocol.frames import FrameDecoder
 from .events import Parts
 from .hooks import ProxyObserver
 
-__all__ = ["drop_unforwarded"]
+__all__ = ["drop_unforwarded", "truncated"]
 
 log = logging.getLogger("kqp.connection")
 
 
-def drop_unforwarded(requests: FrameDecoder, held: Parts | None, peer: str, observer: ProxyObserver, how: str) -> None:
+def drop_unforwarded(requests: FrameDecoder, held: Parts | None, peer: str, observer: ProxyObserver, how: str) -> int:
     """Empty `requests` of what it holds (and count `held`, a request waiting for a topic lookup):
-    they were read but not forwarded, and their client is gone (`how`)."""
+    they were read but not forwarded, and their client is gone (`how`). Returns the bytes left that
+    were no whole request, when no whole request was dropped: a frame the client never finished,
+    which its close makes a truncated frame (as it would be unthrottled), not a client giving up."""
     frames = 0 if held is None else 1
     nbytes = 0 if held is None else sum(map(len, held))
     try:
@@ -40,9 +42,15 @@ def drop_unforwarded(requests: FrameDecoder, held: Parts | None, peer: str, obse
             nbytes += len(frame)
     except ProtocolError:   # what follows is no frame: its bytes go with the rest
         pass
-    nbytes += requests.discard()
-    if frames:
-        observer.requests_dropped(frames)
-    if frames or nbytes:
-        log.info("client %s %s: dropped %d request(s) (%d bytes) it had sent but kqp had not forwarded",
-                 peer, how, frames, nbytes)
+    rest = requests.discard()
+    if not frames:
+        return rest
+    observer.requests_dropped(frames)
+    log.info("client %s %s: dropped %d request(s) (%d bytes) it had sent but kqp had not forwarded",
+             peer, how, frames, nbytes + rest)
+    return 0
+
+
+def truncated(received: int) -> str:
+    """The close message for a frame the client began and never finished before it closed."""
+    return f"truncated frame: the client closed the connection mid-frame ({received} bytes of it received)"

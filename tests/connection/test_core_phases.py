@@ -60,6 +60,23 @@ def test_a_client_that_closes_before_the_upstream_is_up_has_nothing_forwarded() 
     assert recorder.dropped == [1]
 
 
+def test_a_frame_left_unfinished_before_the_upstream_is_up_is_a_truncated_frame() -> None:
+    """A client that closes mid-frame while kqp still connects upstream left no request to drop: its
+    close is the truncated frame it is when kqp reads it at once (`protocol_error`, as README's
+    hostile input says), whatever the upstream's speed; only whole requests make a client that gave up."""
+    recorder = Recorder()
+    core = make_core(observer=recorder)
+    request = produce_frame("t", 9, 1, "c")
+    play(core, [
+        connecting(NOW),
+        (ev.ClientData(NOW, request[:14]), []),
+        (ev.ClientEof(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close(
+            "protocol_error", "truncated frame: the client closed the connection mid-frame (14 bytes of it received)")]),
+        (ev.UpstreamConnected(NOW), []),
+    ])
+    assert recorder.dropped == []
+
+
 def test_shutdown_before_the_upstream_is_up_closes_at_once() -> None:
     core = make_core()
     core.handle(ev.ClientConnected(NOW))
