@@ -70,8 +70,8 @@ def test_a_frame_left_unfinished_before_the_upstream_is_up_is_a_truncated_frame(
     play(core, [
         connecting(NOW),
         (ev.ClientData(NOW, request[:14]), []),
-        (ev.ClientEof(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close(
-            "protocol_error", "truncated frame: the client closed the connection mid-frame (14 bytes of it received)")]),
+        (ev.ClientEof(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close("protocol_error", "truncated frame: the client "
+                                                                   "closed the connection mid-frame (14 bytes of it received)")]),
         (ev.UpstreamConnected(NOW), []),
     ])
     assert recorder.dropped == []

@@ -20,14 +20,12 @@ import contextlib
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from helpers.fleet_path import run_all
-from helpers.names import unique_topic
 from helpers.quota_analysis import Event, cumulative_slope, fetch_response_events, request_events
 from helpers.quota_clients import confluent_flood, preload
 from helpers.quota_consumers import confluent_drain
 from helpers.quota_path import open_quota_path
-from helpers.topics import ensure_topic
+from helpers.topics import spread_mock_topic
 from upstreams.launch import Upstream
 
 from kqp.protocol.apis import ApiKey
@@ -45,21 +43,17 @@ BACKLOG = 5000                    # 1 KB records per partition: more than READ_S
 READ_SECONDS = 20.0
 
 
-def partitions_on_two_leaders(upstream: Upstream, topic: str) -> tuple[int, int]:
-    metadata = Producer({"bootstrap.servers": upstream}).list_topics(topic, timeout=15)
-    leaders = {p.id: p.leader for p in metadata.topics[topic].partitions.values()}
+def partitions_on_two_leaders(upstream: Upstream, prefix: str) -> tuple[str, tuple[int, int]]:
+    """A new topic, and two of its partitions whose leaders differ."""
+    topic, leaders = spread_mock_topic(upstream, prefix)
     first = min(leaders)
-    other = next((p for p in sorted(leaders) if leaders[p] != leaders[first]), None)
-    assert other is not None, f"every partition of {topic} has one leader: {leaders}"
-    return first, other
+    return topic, (first, next(p for p in sorted(leaders) if leaders[p] != leaders[first]))
 
 
 def test_a_topic_pool_holds_two_producers_on_two_brokers_to_its_budget(kqp: Any, mock_cluster: Upstream) -> None:
     if mock_cluster.kind != "mock":
         pytest.skip("places the two producers on two brokers of the three-broker mock (KQP_TEST_BOOTSTRAP is set)")
-    topic = unique_topic("pool-topic")
-    ensure_topic(mock_cluster, topic, 2, upstream_kind="mock")
-    first, other = partitions_on_two_leaders(mock_cluster, topic)
+    topic, (first, other) = partitions_on_two_leaders(mock_cluster, "pool-topic")
     quotas = {**WINDOWS, "pools": [{"name": "events", "producer_byte_rate": Q, "topics": [topic]}]}
     with contextlib.ExitStack() as stack:
         path = open_quota_path(stack, kqp, mock_cluster, quotas)
@@ -91,9 +85,7 @@ def test_a_consumer_topic_pool_holds_two_consumers_on_two_brokers_to_its_budget(
                                                                                 mock_cluster: Upstream) -> None:
     if mock_cluster.kind != "mock":
         pytest.skip("places the two consumers on two brokers of the three-broker mock (KQP_TEST_BOOTSTRAP is set)")
-    topic = unique_topic("pool-topic-read")
-    ensure_topic(mock_cluster, topic, 2, upstream_kind="mock")
-    partitions = partitions_on_two_leaders(mock_cluster, topic)
+    topic, partitions = partitions_on_two_leaders(mock_cluster, "pool-topic-read")
     for partition in partitions:
         preload(mock_cluster, topic, BACKLOG, partition=partition)
     quotas = {**WINDOWS, "pools": [{"name": "reads", "consumer_byte_rate": QC, "topics": [topic]}]}

@@ -13,6 +13,8 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from helpers.names import unique_topic
+
 ADMINS = ("confluent", "kafka-python")
 
 
@@ -81,3 +83,23 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, *, upstream_kind: 
         return count
     create_topic(bootstrap, topic, partitions, admin=admin)
     return partitions
+
+
+def partition_leaders(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
+    """Partition -> its leader's node id, from Metadata naming `topic`."""
+    metadata = Producer({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=timeout)
+    return {p.id: p.leader for p in metadata.topics[topic].partitions.values()}
+
+
+def spread_mock_topic(bootstrap: str, prefix: str, tries: int = 10) -> tuple[str, dict[int, int]]:
+    """A new auto-created topic of the mock cluster whose partitions have at least two leaders, and
+    its partition -> leader map. The mock places each partition's leader at random, so its 4
+    partitions on 3 brokers share one leader about 1 time in 27 (seen in a full run): then another
+    name is tried, which makes a topic on one leader 1 in 27^10."""
+    for _ in range(tries):
+        topic = unique_topic(prefix)
+        auto_create_topic(bootstrap, topic)
+        leaders = partition_leaders(bootstrap, topic)
+        if len(set(leaders.values())) >= 2:
+            return topic, leaders
+    raise AssertionError(f"{tries} topics of {bootstrap} each had every partition on one leader")
