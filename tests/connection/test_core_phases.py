@@ -60,6 +60,9 @@ def test_a_client_that_closes_before_the_upstream_is_up_has_nothing_forwarded() 
     assert recorder.dropped == [1]
 
 
+TRUNCATED_14 = "truncated frame: the client closed the connection mid-frame (14 bytes of it received)"
+
+
 def test_a_frame_left_unfinished_before_the_upstream_is_up_is_a_truncated_frame() -> None:
     """A client that closes mid-frame while kqp still connects upstream left no request to drop: its
     close is the truncated frame it is when kqp reads it at once (`protocol_error`, as README's
@@ -70,8 +73,7 @@ def test_a_frame_left_unfinished_before_the_upstream_is_up_is_a_truncated_frame(
     play(core, [
         connecting(NOW),
         (ev.ClientData(NOW, request[:14]), []),
-        (ev.ClientEof(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close("protocol_error", "truncated frame: the client "
-                                                                   "closed the connection mid-frame (14 bytes of it received)")]),
+        (ev.ClientEof(NOW), [ev.Mute(MuteReason.CLOSING), ev.Close("protocol_error", TRUNCATED_14)]),
         (ev.UpstreamConnected(NOW), []),
     ])
     assert recorder.dropped == []
