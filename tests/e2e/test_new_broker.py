@@ -67,16 +67,22 @@ def test_a_broker_first_named_to_a_client_gets_its_listener_before_the_answer_go
                                                   "metadata_refresh_ms": 600_000})
         assert f"broker {HIDDEN} listener" not in proxy.logs(), "kqp must start knowing broker 1 only"
         tap.hiding = False
-        topic = unique_topic("new-broker")
         producer = Producer({"bootstrap.servers": proxy.bootstrap, "client.id": "new-broker",
                              "linger.ms": 5})
+        topic = unique_topic("new-broker")
         metadata = producer.list_topics(topic, timeout=15)   # auto-creates it, 4 partitions over both brokers
         ours = {b.id: (b.host, b.port) for b in metadata.brokers.values()}
         assert set(ours) == {1, HIDDEN} and all(host == "127.0.0.1" for host, _ in ours.values())
         assert ours[HIDDEN][1] not in {int(hop.rsplit(":", 1)[1]) for hop in hops}, "kqp's own port, not the tap's"
         proxy.wait_for_log(f"broker {HIDDEN} listener on", timeout=5)
         led_by_hidden = {p.id for p in metadata.topics[topic].partitions.values() if p.leader == HIDDEN}
-        assert led_by_hidden, "the mock put no partition on broker 2"
+        for _ in range(10):   # the mock picks each leader at random: all 4 on broker 1 one time in 16
+            if led_by_hidden:
+                break
+            topic = unique_topic("new-broker")
+            metadata = producer.list_topics(topic, timeout=15)
+            led_by_hidden = {p.id for p in metadata.topics[topic].partitions.values() if p.leader == HIDDEN}
+        assert led_by_hidden, "the mock put no partition of 11 topics on broker 2"
         delivered: list[int] = []
         failed: list[str] = []
         for partition in sorted(metadata.topics[topic].partitions):
