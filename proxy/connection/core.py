@@ -170,7 +170,8 @@ class Connection(Establishing, Awaiting):
         self._move(Move.CLIENT_EOF)
         if self._blocked():
             self._mute(MuteReason.CLOSING)
-            if partial := self._give_up("closed its connection"):
+            throttled = self.throttling.muted   # a frame cut short by a client giving up is no protocol error
+            if (partial := self._give_up("closed its connection")) and not throttled:
                 self._close("protocol_error", truncated(partial))
         self._close_if_done()
 

@@ -235,6 +235,23 @@ def test_a_close_seen_on_the_muted_socket_drops_what_is_left_before_anything_mor
     assert recorder.dropped == [1]
 
 
+def test_a_client_that_closes_while_throttled_mid_frame_gave_up() -> None:
+    """A client giving up under a throttle often leaves the start of its next request in kqp (read
+    before the mute): that is a client that closed (`client_closed`, what is owed still goes), not a
+    truncated frame, which unthrottled, or while the upstream connects, is a `protocol_error`."""
+    recorder, scene = Recorder(), Scene(3)
+    core = connected_core(scene.config(), observer=recorder)
+    x_b = scene.cost(scene.b)
+    core.handle(ev.ClientData(NOW, scene.a + scene.b + scene.c[:10]))
+    play(core, [
+        (ev.ClientEof(NOW + x_b / 2), [ev.Mute(MuteReason.CLOSING)]),
+        (ev.UpstreamData(NOW + 1, pb.produce_response(3, 1) + pb.produce_response(3, 2)),
+         [to_client(pb.produce_response(3, 1)), to_client(pb.produce_response(3, 2, throttle_ms=round(x_b * 1000))),
+          ev.SetTimer(approx(NOW + 1 + x_b)), ev.Close("client_closed")]),
+    ])
+    assert recorder.dropped == []
+
+
 def test_a_reset_drops_what_was_read_and_not_forwarded() -> None:
     recorder, scene = Recorder(), Scene(3)
     core = connected_core(scene.config(), observer=recorder)
