@@ -2,9 +2,10 @@
 
 Upstreams are session-scoped, so each pytest-xdist worker starts its own (sessions are per
 worker) and tests keep apart through unique topic and group names (helpers.names). Everything a
-fixture starts it also stops, and every wait is bounded. Setting KQP_TEST_BOOTSTRAP=host:port makes
-`mock_cluster` and `tansu` yield that real cluster instead, so the same integration tests run
-against Apache Kafka wherever one is reachable.
+fixture starts it also stops, and every wait is bounded. `kafka` is Apache Kafka itself, one KRaft
+node from the jars tests/jvm/kafka/pom.xml resolves; `upstream` is parametrised over the three kinds
+for the suites that run against each. Setting KQP_TEST_BOOTSTRAP=host:port makes every upstream
+fixture yield that cluster instead.
 
 This file lives in tests/ with no __init__.py beside it, so pytest puts tests/ on sys.path and the
 shared code imports as `helpers` and `upstreams`.
@@ -22,6 +23,7 @@ from helpers.fault_tap import FaultTap
 from helpers.kqp_process import KqpProcess, Wait, deep_merge, start_kqp
 from upstreams import launch
 from upstreams.launch import Upstream
+from upstreams.provisioned import kafka_or_skip
 
 StartKqp = Callable[..., KqpProcess]
 
@@ -46,6 +48,26 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
         return
     with launch.tansu(tmp_path_factory.mktemp("tansu") / "tansu.log") as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    """One Apache Kafka KRaft node (broker and controller): "127.0.0.1:PORT" (kind "kafka")."""
+    real = launch.real_cluster()
+    if real is not None:
+        yield real
+        return
+    with kafka_or_skip(tmp_path_factory.mktemp("kafka")) as cluster:
+        yield cluster.bootstrap
+
+
+UPSTREAM_KINDS = {"mock": "mock_cluster", "tansu": "tansu", "kafka": "kafka"}
+
+
+@pytest.fixture(params=sorted(UPSTREAM_KINDS))
+def upstream(request: pytest.FixtureRequest) -> Upstream:
+    """Each upstream kind in turn (the mock, Tansu, Apache Kafka): for the suites that run against all three."""
+    return request.getfixturevalue(UPSTREAM_KINDS[request.param])
 
 
 @pytest.fixture

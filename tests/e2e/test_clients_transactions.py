@@ -16,6 +16,7 @@ from helpers.checks import assert_exactly_once_in_order
 from helpers.clients import Consumed, confluent_consume, confluent_produce, keyed_messages
 from helpers.names import unique_group, unique_topic
 from helpers.topics import ensure_topic
+from upstreams.launch import Upstream
 
 pytestmark = pytest.mark.e2e
 
@@ -28,13 +29,7 @@ def _topic(via: str, kind: str, prefix: str) -> str:
     return topic
 
 
-def _upstream(request: pytest.FixtureRequest, name: str) -> str:
-    return request.getfixturevalue(name)
-
-
-@pytest.mark.parametrize("upstream_fixture", ["mock_cluster", "tansu"])
-def test_idempotent_producer_through_kqp(upstream_fixture: str, request: pytest.FixtureRequest, kqp) -> None:
-    upstream = _upstream(request, upstream_fixture)
+def test_idempotent_producer_through_kqp(upstream: Upstream, kqp) -> None:
     proxy = kqp(upstream)
     topic = _topic(proxy.bootstrap, upstream.kind, "idem")
     messages = keyed_messages(200, tag="idem")
@@ -54,10 +49,7 @@ def _transaction(producer: Producer, topic: str, messages: list[tuple[str, str]]
         producer.abort_transaction(30)
 
 
-@pytest.mark.parametrize("upstream_fixture", ["mock_cluster", "tansu"])
-def test_transactional_producer_through_kqp(upstream_fixture: str, request: pytest.FixtureRequest,
-                                            kqp) -> None:
-    upstream = _upstream(request, upstream_fixture)
+def test_transactional_producer_through_kqp(upstream: Upstream, kqp) -> None:
     proxy = kqp(upstream)
     topic = _topic(proxy.bootstrap, upstream.kind, "txn")
     # One sequence across all three transactions, so order checks span them.
@@ -84,12 +76,12 @@ def test_transactional_producer_through_kqp(upstream_fixture: str, request: pyte
     assert_exactly_once_in_order(committed, [c for c in via_kqp if not c.value.startswith("abort")])
 
     # kqp must not change what a read_committed consumer sees: compare with one reading the
-    # upstream directly. Neither test upstream filters aborted batches for read_committed
-    # consumers (checked directly against both: aborted messages come through), so only a real
-    # cluster can show the filtering itself.
+    # upstream directly. Neither light upstream filters aborted batches for read_committed
+    # consumers (checked directly against both: aborted messages come through), so only Kafka
+    # can show the filtering itself.
     direct = confluent_consume(upstream, topic, unique_group("txn-direct"), len(committed), 60,
                                until=all_committed_seen, **read_committed)
     assert sorted(c.value for c in via_kqp) == sorted(c.value for c in direct)
-    if upstream.kind == "real":
+    if upstream.kind in ("kafka", "real"):
         leaked = sorted(c.value for c in via_kqp if c.value.startswith("abort"))
         assert not leaked, f"read_committed consumer saw aborted messages: {leaked[:10]}"

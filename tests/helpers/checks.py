@@ -60,7 +60,7 @@ def assert_only_kqp_addresses(seen: Iterable[tuple[str, int]], kqp_bootstrap: st
 
 def expected_broker_count(upstream_kind: str, upstream: str) -> int | None:
     """How many brokers the upstream has, where the fixture knows it (the mock names them all)."""
-    if upstream_kind == "mock":
+    if upstream_kind in ("mock", "kafka"):   # their fixtures name every broker
         return len(split_bootstrap(upstream))
     if upstream_kind == "tansu":
         return 1

@@ -1,10 +1,9 @@
-"""Start and stop the upstream clusters kqp is tested against: librdkafka's mock cluster and Tansu.
+"""Start and stop the light upstreams kqp is tested against: librdkafka's mock cluster and Tansu.
 
-Apache Kafka cannot be installed on these machines, so the tests use two independent
-implementations of the protocol (DESIGN.md, "Test upstreams"). Each launcher is a context manager
-that yields an `Upstream`: a plain "h:p,h:p" bootstrap string (what fixtures promise) that also
-says which kind of cluster it is, because a few tests depend on what the cluster can do (the mock
-auto-creates topics and has no CreateTopics; Tansu is one broker, id 111). With
+Apache Kafka itself is `kafka.py` beside this. Each launcher is a context manager that yields an
+`Upstream`: a plain "h:p,h:p" bootstrap string (what fixtures promise) that also says which kind of
+cluster it is ("mock", "tansu", "kafka" or "real"), because a few tests depend on what the cluster
+can do (the mock auto-creates topics and has no CreateTopics; Tansu is one broker, id 111). With
 KQP_TEST_BOOTSTRAP=host:port set the fixtures yield a `real` upstream instead of launching anything.
 """
 
@@ -32,7 +31,7 @@ MOCK_MAX_API_VERSIONS = {"JoinGroup": 5, "SyncGroup": 3, "Heartbeat": 3, "LeaveG
 
 
 class Upstream(str):
-    """A bootstrap string that also knows its kind: "mock", "tansu" or "real"."""
+    """A bootstrap string that also knows its kind: "mock", "tansu", "kafka" or "real"."""
 
     kind: str
     log_path: Path | None  # the upstream's own log, for failure messages

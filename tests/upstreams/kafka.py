@@ -1,0 +1,284 @@
+"""Apache Kafka as a test upstream: one or three KRaft nodes (broker and controller in one JVM each).
+
+The jars come from tests/jvm/kafka/pom.xml (`jvm.jars("kafka")`). `KafkaCluster` writes each node's
+server.properties on free loopback ports, formats its storage with one cluster id (SCRAM users are
+written at format time, as `kafka-storage format --add-scram` does), starts `kafka.Kafka`, and is
+ready once every broker shows in a Metadata answer. Each node has a PLAINTEXT listener (the cluster's
+`bootstrap`), and optionally SASL_PLAINTEXT (SCRAM and PLAIN) and SSL listeners, for tests that log
+in to Kafka's own listeners. Settings favour a quick start on two cores: one-partition internal
+topics, no initial rebalance delay, a short broker session so a killed node's partitions move in
+seconds (`kill`, `restart`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+from helpers.net import LOOPBACK, accepts, free_port
+
+from . import jvm
+from .launch import Upstream
+
+KIND = "kafka"
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 15.0
+JVM_OPTIONS = ["-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
+LOG4J = """Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+      - name: state.change.logger
+        level: WARN
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+"""
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+@dataclass(frozen=True)
+class Tls:
+    """A PEM certificate chain and key for Kafka's SSL listener; `client_ca` set: client certificates required."""
+
+    certificate_chain: Path
+    private_key: Path
+    client_ca: Path | None = None
+
+
+@dataclass
+class KafkaNode:
+    node_id: int
+    ports: dict[str, int]            # listener name -> port (PLAINTEXT, CONTROLLER, SASL_PLAINTEXT, SSL)
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.directory / "kafka.log"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def address(self, listener: str = "PLAINTEXT") -> str:
+        return f"{LOOPBACK}:{self.ports[listener]}"
+
+
+def cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (`kafka-storage random-uuid`)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaCluster:
+    """`nodes` KRaft nodes on loopback; a context manager that starts them and stops every one."""
+
+    def __init__(self, directory: Path, nodes: int = 1, *, scram_users: Mapping[str, str] | None = None,
+                 tls: Tls | None = None, properties: Mapping[str, str] | None = None) -> None:
+        self.directory = directory
+        self.scram_users = dict(scram_users or {})
+        self.tls = tls
+        self.properties = dict(properties or {})
+        self.cluster_id = cluster_id()
+        listeners = ["PLAINTEXT", "CONTROLLER"]
+        if self.scram_users:
+            listeners.append("SASL_PLAINTEXT")
+        if tls is not None:
+            listeners.append("SSL")
+        self.nodes = [KafkaNode(i, {name: free_port() for name in listeners}, directory / f"node-{i}")
+                      for i in range(1, nodes + 1)]
+        self._classpath = jvm.classpath("kafka")
+        self._java = jvm.java()
+
+    # -- addresses -------------------------------------------------------------------------------
+    @property
+    def bootstrap(self) -> Upstream:
+        """The PLAINTEXT listeners, as the fixtures hand upstreams out."""
+        return Upstream(self.listener("PLAINTEXT"), KIND, self.nodes[0].log)
+
+    def listener(self, name: str) -> str:
+        return ",".join(node.address(name) for node in self.nodes)
+
+    def node(self, node_id: int) -> KafkaNode:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    # -- life ------------------------------------------------------------------------------------
+    def __enter__(self) -> KafkaCluster:
+        try:
+            for node in self.nodes:
+                self._format(node)
+            for node in self.nodes:
+                self._start(node)
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _server_properties(self, node: KafkaNode) -> str:
+        n = len(self.nodes)
+        voters = ",".join(f"{m.node_id}@{m.address('CONTROLLER')}" for m in self.nodes)
+        names = [name for name in node.ports]
+        protocols = {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
+                     "SSL": "SSL"}
+        props: dict[str, str] = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listeners": ",".join(f"{name}://{node.address(name)}" for name in names),
+            "advertised.listeners": ",".join(f"{name}://{node.address(name)}" for name in names
+                                             if name != "CONTROLLER"),
+            "listener.security.protocol.map": ",".join(f"{name}:{protocols[name]}" for name in names),
+            "log.dirs": str(node.directory / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": str(min(3, n)),
+            "min.insync.replicas": "1",
+            "offsets.topic.replication.factor": str(min(3, n)),
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": str(min(3, n)),
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": str(min(3, n)),
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "broker.heartbeat.interval.ms": "500",
+            "broker.session.timeout.ms": "3000",
+            "controlled.shutdown.enable": "true",
+            "log.segment.bytes": str(64 * 1024 * 1024),
+        }
+        if self.scram_users:
+            props.update({
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+                "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    + " ".join(f'user_{user}="{password}"' for user, password in self.scram_users.items()) + ";",
+            })
+        if self.tls is not None:
+            props.update({
+                "listener.name.ssl.ssl.keystore.type": "PEM",
+                "listener.name.ssl.ssl.keystore.certificate.chain": _pem_line(self.tls.certificate_chain),
+                "listener.name.ssl.ssl.keystore.key": _pem_line(self.tls.private_key),
+            })
+            if self.tls.client_ca is not None:
+                props.update({
+                    "listener.name.ssl.ssl.client.auth": "required",
+                    "listener.name.ssl.ssl.truststore.type": "PEM",
+                    "listener.name.ssl.ssl.truststore.certificates": _pem_line(self.tls.client_ca),
+                })
+        props.update(self.properties)
+        return "".join(f"{key}={value}\n" for key, value in props.items())
+
+    def _format(self, node: KafkaNode) -> None:
+        node.directory.mkdir(parents=True, exist_ok=True)
+        (node.directory / "server.properties").write_text(self._server_properties(node))
+        (node.directory / "log4j2.yaml").write_text(LOG4J)
+        scram = [arg for user, password in self.scram_users.items() for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                 for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")]
+        done = subprocess.run(
+            [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={node.directory / 'log4j2.yaml'}",
+             "-cp", self._classpath, "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+             "-c", str(node.directory / "server.properties"), *scram],
+            capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed for node {node.node_id}: {done.stdout}{done.stderr}")
+
+    def _start(self, node: KafkaNode) -> None:
+        with node.log.open("ab") as log:
+            node.process = subprocess.Popen(
+                [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={node.directory / 'log4j2.yaml'}",
+                 "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties")],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT, brokers: int | None = None) -> None:
+        """Until `brokers` (default: every running node) show in a Metadata answer of each running node."""
+        running = [n for n in self.nodes if n.running]
+        wanted = len(running) if brokers is None else brokers
+        deadline = time.monotonic() + timeout
+        admins: dict[int, AdminClient] = {}
+        last = "not listening yet"
+        while True:
+            for node in running:
+                if node.process is not None and node.process.poll() is not None:
+                    raise RuntimeError(f"kafka node {node.node_id} exited with {node.process.returncode}:\n"
+                                       f"{self.log_tail(node)}")
+            if all(accepts(LOOPBACK, node.ports["PLAINTEXT"]) for node in running):
+                try:
+                    for node in running:   # librdkafka's own retries stay quiet: log_level 0
+                        admins.setdefault(node.node_id, AdminClient({"bootstrap.servers": node.address(),
+                                                                     "log_level": 0}))
+                    seen = {len(admin.list_topics(timeout=2).brokers) for admin in admins.values()}
+                    if seen == {wanted}:
+                        return
+                    last = f"brokers seen: {sorted(seen)}"
+                except Exception as exc:   # no metadata yet
+                    last = repr(exc)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"kafka not ready within {timeout:.0f}s ({last}):\n{self.log_tail(running[0])}")
+            time.sleep(0.25)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node: its partitions' leadership moves once its broker session expires (3 s)."""
+        node = self.node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            node.process.kill()
+            node.process.wait(STOP_TIMEOUT)
+
+    def restart(self, node_id: int) -> None:
+        node = self.node(node_id)
+        self.kill(node_id)
+        self._start(node)
+        self.wait_ready()
+
+    def stop(self) -> None:
+        live = [n for n in self.nodes if n.running]
+        for node in live:
+            assert node.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for node in live:
+            assert node.process is not None
+            try:
+                node.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.process.pid, signal.SIGKILL)
+                node.process.wait(STOP_TIMEOUT)
+
+    def log_tail(self, node: KafkaNode | None = None, chars: int = 4000) -> str:
+        node = node or self.nodes[0]
+        return node.log.read_text(errors="replace")[-chars:] if node.log.exists() else ""
+
+
+def _pem_line(path: Path) -> str:
+    """A PEM file as one properties value (Kafka reads inline PEM with its line breaks escaped)."""
+    return path.read_text().strip().replace("\n", "\\n")
+
+
+@contextlib.contextmanager
+def kafka_cluster(directory: Path, nodes: int = 1, **options: object) -> Iterator[KafkaCluster]:
+    with KafkaCluster(directory, nodes, **options) as cluster:   # type: ignore[arg-type]
+        yield cluster
