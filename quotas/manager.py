@@ -299,6 +299,34 @@ class QuotaManager:
             return None
         return Violation(MUTATION, sensor.throttle(now), res.key)
 
+    def add_mutations(self, p: Principal, partitions: int, now: float) -> None:
+        """Record strictly admitted mutations without a check: an admitted topic never throttles,
+        even when it drives the bucket negative (StrictControllerMutationQuota)."""
+        if not self._mutation:
+            return
+        res = resolutions(self._settings, p).get(MUTATION)
+        if res is not None:
+            self._sensor(MUTATION, res, now).add(partitions, now)
+
+    def mutation_debt_seconds(self, p: Principal, tokens: float, now: float) -> float:
+        """``-K/R`` for a bucket of `p`'s at `tokens` (< 0): how long a strict rejection throttles, foreseen
+        before the request's admitted topics are recorded. A blocked key (rate 0): its span."""
+        res = resolutions(self._settings, p).get(MUTATION)
+        if res is None or tokens >= 0:
+            return 0.0
+        sensor = self._sensor(MUTATION, res, now)
+        rate = sensor.bucket.rate if sensor.bucket is not None else 0.0
+        return sensor.span if rate <= 0 else -tokens / rate
+
+    def mutation_rejection(self, p: Principal, now: float) -> list[Violation]:
+        """The throttle of a strict request whose topics were refused with 89: the bucket's ``-K/R``."""
+        if not self._mutation:
+            return []
+        res = resolutions(self._settings, p).get(MUTATION)
+        if res is None:
+            return []
+        return [Violation(MUTATION, self._sensor(MUTATION, res, now).throttle(now), res.key)]
+
     # -- queries -------------------------------------------------------------------------------
     def counts_produce_records(self, p: Principal) -> bool:
         """Whether a record or batch rate applies to `p`'s Produce (else counting is wasted work)."""

@@ -1,34 +1,29 @@
-"""Who a connection's user is: the one place the core and its handlers ask, whatever `sasl.mode` says.
+"""Who a connection's user is: the one place the core asks, whatever `sasl.mode` says.
 
 `Authentication` holds the connection's user (a TLS client's mapped certificate subject, or the name
-SASL establishes, else ANONYMOUS) and the principals its client ids make. The SASL handler
-(`handlers/sasl.py`) hands it every SASL frame (`on_request`, which says what to do: a `Route`) and
-every SaslAuthenticate response (`on_response`); the core asks `refusal` of every other request
-before the client has authenticated. The modes:
-
-* none: nobody authenticates; the connection is authenticated from the start, its user ANONYMOUS,
-  and SASL frames (an upstream's own SASL) go through unread.
-* terminate (`sasl.py`): kqp answers the SASL frames itself; before authentication nothing else
-  but ApiVersions is answered, and anything else closes the connection, as Kafka does.
-* passthrough (`sasl_passthrough.py`): the frames go upstream; the claimed name is adopted when
-  the upstream's response says the exchange succeeded.
+SASL establishes, else ANONYMOUS) and the principals its client ids make. The core hands it the SASL
+frames a plan names (`route`, which says what becomes of each: a `Route`) and the upstream's
+SaslAuthenticate answers (`on_response`), and asks `refusal` of every other request before the client
+has authenticated. Modes: none (authenticated from the start, SASL frames go upstream unread),
+terminate (`sasl.py`: kqp answers; before authentication only ApiVersions and SASL are served, as
+Kafka does) and passthrough (`sasl_passthrough.py`: the frames go upstream, the claimed name is
+adopted when the upstream's answer says the exchange succeeded).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kqp.protocol.apis import API_NAMES, ApiKey
+from kqp.protocol.apis import API_NAMES
 from kqp.protocol.parts import Parts, joined
 from kqp.quotas.model import ANONYMOUS, Principal
 
+from .plans import SaslFrame
 from .sasl import Authenticator, SaslPolicy, Verdict
 from .sasl_passthrough import ClaimWatcher
 
-__all__ = ["MAX_CLIENT_IDS", "SASL_APIS", "Authentication", "Route"]
+__all__ = ["MAX_CLIENT_IDS", "Authentication", "Route"]
 
-# Kafka's exemptions from request quotas (KIP-124): the SASL exchange itself.
-SASL_APIS = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
 MAX_CLIENT_IDS = 256   # principals cached per connection (a client may name a new client id each time)
 
 
@@ -68,35 +63,34 @@ class Authentication:
         if user != self.user:
             self.user, self.principals = user, {}
 
-    def refusal(self, api_key: int) -> str | None:
-        """Before authentication: why a request that is no SASL frame closes the connection (kqp
-        terminates SASL, and the request is not ApiVersions), or None."""
-        if self._server is None or api_key in SASL_APIS or api_key == ApiKey.ApiVersions:
+    def refusal(self, api_key: int, before_authentication: bool) -> str | None:
+        """Before authentication: why a request closes the connection (kqp terminates SASL and the
+        request's API is not one served before it: `Handler.before_authentication`), or None."""
+        if self._server is None or before_authentication:
             return None
         return f"{API_NAMES.get(api_key, api_key)} request before SASL authentication"
 
-    def on_request(self, api_key: int, version: int, correlation_id: int, body: memoryview) -> Route:
+    def route(self, frame: SaslFrame) -> Route:
         """A SASL frame from the client."""
-        if api_key == ApiKey.SaslHandshake and version == 0:
+        if not frame.authenticate and frame.version == 0:
             # Advertised for librdkafka's sake (kqp.protocol.apis), never served: v0's tokens carry no header.
             return Route(refusal="SaslHandshake v0 (unframed SASL tokens) is not supported; clients since "
                                  "Kafka 1.0 send v1")
-        if self._server is None and self._claims is None:
-            return FORWARD   # mode none: an upstream's own SASL, unread
         if self._claims is not None:
-            self._claims.on_request(api_key, version, body)
+            self._claims.on_request(frame.authenticate, frame.version, frame.body)
             return FORWARD
-        assert self._server is not None
-        verdict = self._server.on_frame(api_key, version, correlation_id, body)
+        if self._server is None:
+            return FORWARD   # mode none: an upstream's own SASL, unread
+        verdict = self._server.on_frame(frame.authenticate, frame.version, frame.correlation_id, frame.body)
         if verdict.user is not None:
             self.authenticated = True
             self.adopt(verdict.user)
         return Route(verdict=verdict)
 
-    def on_response(self, api_key: int, version: int, frame: Parts) -> None:
-        """An upstream response to a SASL frame (as the parts it arrived in): passthrough adopts the
-        claimed name once the upstream says the exchange succeeded."""
-        if self._claims is None or api_key != ApiKey.SaslAuthenticate:
+    def on_response(self, version: int, frame: Parts) -> None:
+        """The upstream's answer to a SaslAuthenticate (as the parts it arrived in): passthrough adopts
+        the claimed name once the upstream says the exchange succeeded."""
+        if self._claims is None:
             return
         user = self._claims.on_response(version, joined(frame))
         if user is not None:

@@ -140,8 +140,9 @@ class Authenticator:
         self._claimant: str | None = None     # the user a SCRAM exchange is about (not yet proven)
         self._scram = None
 
-    def on_frame(self, api_key: int, version: int, correlation_id: int, body: memoryview) -> Verdict:
-        if api_key == ApiKey.SaslHandshake:
+    def on_frame(self, authenticate: bool, version: int, correlation_id: int, body: memoryview) -> Verdict:
+        """A SaslAuthenticate frame (`authenticate`) or a SaslHandshake."""
+        if not authenticate:
             return self._handshake(version, correlation_id, decode_handshake_request(version, body))
         token = decode_authenticate_request(version, body)
         return self._authenticate(version, correlation_id, token)

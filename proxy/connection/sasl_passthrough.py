@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 
-from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.sasl import (
     claimed_name,
@@ -47,9 +46,9 @@ class ClaimWatcher:
         self.claim: str | None = None       # who the exchange in progress is about
         self._first_token = False           # the next SaslAuthenticate carries the client's first token
 
-    def on_request(self, api_key: int, version: int, body: memoryview) -> None:
-        """A SASL request on its way upstream."""
-        if api_key == ApiKey.SaslHandshake:
+    def on_request(self, authenticate: bool, version: int, body: memoryview) -> None:
+        """A SASL request on its way upstream: a SaslAuthenticate (`authenticate`) or a SaslHandshake."""
+        if not authenticate:
             self.mechanism, self.claim, self._first_token = decode_handshake_request(version, body), None, True
             return
         if not self._first_token or self.mechanism is None:

@@ -1,60 +1,16 @@
-"""One connection's throttle room: a request's throttle decided once, its mute started and ended here.
+"""One connection's throttling room: a request's throttle decided, its mute started and ended here.
 
-Kafka's broker throttles a channel in one place (ClientQuotaManager.throttle, ThrottledChannel): the
-request's quotas are all recorded, the largest throttle wins, the client is told it in the
-response and its channel is muted for it, and the same object ends the mute when the time is up.
-`Throttling` is that place for a kqp connection:
-
-* `decide` turns a request's violations into its one `Throttle`: the largest throttle
-  (`quotas.throttle.combine`: ties name the request quota), in the milliseconds Kafka sends
-  (`throttle_ms`: rounded half up, and one that rounds to 0 is none), with its cause (whose quota);
-* `throttled_response` is the response as it goes out with the throttle (KIP-219, every version): what the
-  request's handler makes of it (`fetch_throttle: empty`), with `throttle_time_ms` raised where
-  the version has the field, as views of the frame around a fresh 4-byte field;
-* `throttle` is the request's throttle, once: the observer hears of it (`throttled`) and the client
-  side is muted for it from now (KIP-219: the core has just sent the response, or for an acks=0
-  Produce there is none);
-* `hold` mutes for a throttle known when the request is read (a Produce's bytes over quota, a
-  mutation the gate throttled): a broker, which reads one request at a time, would read nothing more
-  either; the request's throttle is still counted once, with its response;
-* `gate` mutes, before it is charged, a Produce or Fetch whose key is still over quota because of
-  what the key's other connections were admitted since this connection's own throttle (the lines of
-  that throttle's violations, `quotas.throttle.ThrottleLine`): until the key's line, untold, as a
-  broker's muted socket is; the core reads the request again then;
-* the timer (`SetTimer`) ends the mute (`timer_fired`), and so does the connection's close (`closed`).
-
-Why the gate (beyond Kafka, which mutes only the connection that sent the request): a producer keeps
-one connection per broker and all of them charge one sensor. Each throttle mutes until the key
-would be back within its quota, but the others' requests admitted meanwhile hold it over when the
-mute ends, so each connection passed one request past the line where one connection passes none:
-n connections of b-byte requests ran at about Q x (1 + (n - 1) x b / (Q x W)) (windows W), 1.03-1.12
-x Q simulated for three of 4-16 KiB against 100 kB/s, 1.07 in CI. Read only at the key's line, one
-connection at a time gets past it, as the one connection of a single-broker client does, and n
-connections get what one gets (quotas/README.md, "Several connections of one key"). One connection's own line
-never ends later than its own mute (each of its throttles mutes from its charge on, at least as
-long), so a client with one connection per key is throttled exactly as the broker throttles it.
-
-A mute always has a cause, and the observer's `mute_started` and `mute_ended` are called here and
-nowhere else, in pairs: a connection muted by one cause and then kept muted longer by another ends
-the first and starts the second, so `kqp_muted_connections` counts each muted connection once,
-under the throttle holding it now. The mute reason `THROTTLED` is set and lifted only here. A mute
-the timer ends is reported as ending when it was due (`mute_ended(due=)`): a timer that fires late
-on a busy loop is the loop's delay, not the throttle's, so `kqp_muted_seconds_total` does not grow
-with the machine's load.
-
-Pacing (issue 20, `quotas.pacing`, beyond Kafka) is decided in `_paced`: a request whose client
-cannot back off by itself (a version without client-side throttling, or an acks=0 Produce) gets the
-pace of the violation that decides its throttle (`Violation.pace_seconds`: its own cost, queued
-behind the entity's other paced requests, quotas/sensor.py) when that is shorter. The full usage
-stays recorded, so the rate is still held. A connection seen sending while throttled (backoff.py) is
-counted and shown, not paced (why: `_paced`). A paced throttle keeps no line for `gate`: its pace
-already queues the key's requests, whatever connection sends them.
-`throttle_time_ms` then says the paced mute: the field always tells the client how long its
-connection is muted, as a broker's does; a client that honours it (a mixed-version client, or one
-misjudged) waits exactly as long as kqp mutes it, and a client that ignores it does not care. While
-a connection is throttled the room also runs `BackOff`'s probe (the timer fires halfway through the
-mute too) and tells it each throttle and each unthrottled response (`answered`), so the observer
-learns which clients do not back off.
+Kafka throttles a channel in one place (ClientQuotaManager.throttle, ThrottledChannel): every quota
+of a request is recorded, the largest throttle wins, the response tells the client and the channel
+is muted for it, and the same object ends the mute. `Throttling` is that place for a connection:
+`decide` turns the violations found when a request is read into its `Throttle` (carried on its
+`Flight`), `settle` completes that decision with what its response adds, `patched` writes
+`throttle_time_ms` into the response, `throttle` counts it once and mutes from now, `hold` mutes at
+once for a throttle known when the request is read (a broker reads one request at a time), `gate`
+holds a throttled connection's next Produce or Fetch while the key's other connections keep it over
+quota, and the timer or the close ends the mute. Only this room sets and lifts `THROTTLED` and calls
+`mute_started`/`mute_ended`, always in pairs. Pacing and the gate are explained in quotas/README.md
+("Pacing", "Several connections of one key").
 """
 
 from __future__ import annotations
@@ -72,14 +28,14 @@ from kqp.quotas.throttle import CAPPED_TYPES, ThrottleLine, largest, throttle_ms
 from .authentication import Authentication
 from .backoff import BackOff, backs_off
 from .events import Action, Mute, MuteReason, Parts, SetTimer, Unmute
-from .exchange import InFlight
 from .hooks import ProxyObserver
 from .mute import MuteState
-from .settings import CoreSettings
+from .plans import Flight
 
 __all__ = ["Throttle", "Throttling"]
 
 THROTTLED = MuteReason.THROTTLED
+MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 # A line closer than this does not gate: a mute rounded to whole milliseconds (Kafka's unit) may end
 # up to half of one before its own line, and a connection must never wait for its own throttle twice.
 GATE_SLACK_SECONDS = 0.001
@@ -105,6 +61,7 @@ class Throttle:
     # KIP-124 caps those at one window, and heartbeats must not wait for a Produce's key); none
     # when paced (the pace queues the key's requests already: the gate must not hold them).
     lines: tuple[ThrottleLine, ...] = field(default=(), compare=False, repr=False)
+    worst: Violation | None = field(default=None, compare=False, repr=False)   # the violation that decided it
 
 
 def _off() -> bool:
@@ -131,19 +88,36 @@ class Throttling:
     def muted(self) -> bool:
         return self.cause is not None
 
-    def decide(self, entry: InFlight, violations: list[Violation]) -> Throttle | None:
+    def decide(self, flight: Flight, violations: list[Violation],
+               lines: tuple[ThrottleLine, ...] = ()) -> Throttle | None:
         """KIP-124 co-existence: the request's one throttle, or None when nothing throttles it."""
         if not violations or (worst := largest(violations)) is None:
             return None
-        blind = not backs_off(entry.api_key, entry.api_version, entry.expects_response)
+        blind = not backs_off(flight.api_key, flight.api_version, flight.expects_response)
         seconds, paced = self._paced(worst, blind)
         ms = throttle_ms(seconds)
         if not ms:
             return None
-        lines = () if paced else tuple(v.line for v in violations
-                                       if v.line is not None and v.quota_type not in CAPPED_TYPES)
-        return Throttle(ms, ms / 1000, entry.principal, worst.quota_type, paced, (entry.api_key, entry.api_version),
-                        blind, lines)
+        if paced:
+            lines = ()
+        else:
+            lines += tuple(v.line for v in violations if v.line is not None and v.quota_type not in CAPPED_TYPES)
+        return Throttle(ms, ms / 1000, flight.principal, worst.quota_type, paced,
+                        (flight.api_key, flight.api_version), blind, lines, worst)
+
+    def settle(self, flight: Flight, late: list[Violation], now: float) -> Throttle | None:
+        """The request's throttle as its response goes: the one decided when it was read, raised by
+        what the response added (its charges, the request quotas). A mutation throttle counts from
+        when it was recorded: the upstream's latency is deducted, as Kafka's ControllerMutationQuota does."""
+        carried = flight.throttle
+        if carried is None or carried.worst is None:
+            return self.decide(flight, late) if late else None
+        worst = carried.worst
+        if worst.quota_type is MUTATION and now > flight.sent_at:
+            worst = Violation(MUTATION, max(0.0, worst.throttle_seconds - (now - flight.sent_at)), worst.key)
+        elif not late:
+            return carried   # the decision as it was made
+        return self.decide(flight, [worst, *late], () if carried.paced else carried.lines)
 
     def _paced(self, worst: Violation, blind: bool) -> tuple[float, bool]:
         """The throttle `worst` asks for, as Kafka's broker mutes for it; or, paced, its pace: for a
@@ -159,12 +133,10 @@ class Throttling:
         # rate lets through when old samples expire. Until the pace accounts for that, Kafka's mute.
         return worst.throttle_seconds, False
 
-    def throttled_response(self, entry: InFlight, frame: Parts, body_offset: int, throttle: Throttle, now: float,
-                           settings: CoreSettings) -> Parts:
-        """The response as it goes out with the request's throttle."""
-        frame = entry.handler.on_throttled(entry, frame, body_offset, throttle.ms, now, settings)
+    def patched(self, flight: Flight, frame: Parts, body_offset: int, throttle: Throttle) -> Parts:
+        """The response with the request's throttle in `throttle_time_ms` (KIP-219, every version)."""
         try:
-            patched = throttle_patch_parts(entry.api_key, entry.api_version, frame, body_offset, throttle.ms)
+            patched = throttle_patch_parts(flight.api_key, flight.api_version, frame, body_offset, throttle.ms)
         except (ProtocolError, BodyError):
             # The field is the client's hint only; the mute protects the upstream either way. A
             # response kqp cannot walk goes out as the upstream sent it, and is counted.

@@ -36,12 +36,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kqp.protocol.apis import ApiKey
 from kqp.protocol.mutations import TopicMutation
 
 from .topic_metadata import TopicMetadata
 
-__all__ = ["Refusal", "Verdict", "verdict"]
+__all__ = ["Refusal", "Verdict", "create_partitions", "create_topic", "delete_topic"]
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
@@ -75,24 +74,14 @@ class Verdict:
     unsure: bool = False           # decided on the cache's silence: a lookup could still refuse it
 
 
-def verdict(api: int, topic: TopicMutation, topics: TopicMetadata, looked_up: bool,
-            default_partitions: int) -> Verdict:
-    """``looked_up``: the cache has just been refreshed from the upstream, so what it does not know
-    does not exist. ``default_partitions``: what ``num_partitions: -1`` gets."""
-    if api == ApiKey.CreateTopics:
-        return _create_topic(topic, topics, looked_up, default_partitions)
-    if api == ApiKey.DeleteTopics:
-        return _delete_topic(topic, topics, looked_up)
-    if api == ApiKey.CreatePartitions:
-        return _create_partitions(topic, topics, looked_up)
-    raise ValueError(f"api key {api} is not a topic mutation")
-
-
 def _refused(code: int, message: str | None, unsure: bool = False) -> Verdict:
     return Verdict(0, Refusal(code, message), unsure)
 
 
-def _create_topic(topic: TopicMutation, topics: TopicMetadata, looked_up: bool, default_partitions: int) -> Verdict:
+# Each check: ``looked_up``: the cache has just been refreshed from the upstream, so what it does not
+# know does not exist; ``default_partitions``: what ``num_partitions: -1`` gets.
+
+def create_topic(topic: TopicMutation, topics: TopicMetadata, looked_up: bool, default_partitions: int) -> Verdict:
     name = topic.key
     if topics.partitions(name) is not None:
         return _refused(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -135,7 +124,7 @@ def _invalid_name(name: str) -> str | None:
     return None
 
 
-def _delete_topic(topic: TopicMutation, topics: TopicMetadata, looked_up: bool) -> Verdict:
+def delete_topic(topic: TopicMutation, topics: TopicMetadata, looked_up: bool, default_partitions: int) -> Verdict:
     by_id = topic.topic_id is not None
     current = topics.partitions(None if by_id else topic.key, topic.topic_id)
     if current is not None:
@@ -147,7 +136,8 @@ def _delete_topic(topic: TopicMutation, topics: TopicMetadata, looked_up: bool) 
     return _refused(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
 
 
-def _create_partitions(topic: TopicMutation, topics: TopicMetadata, looked_up: bool) -> Verdict:
+def create_partitions(topic: TopicMutation, topics: TopicMetadata, looked_up: bool,
+                      default_partitions: int) -> Verdict:
     current = topics.partitions(topic.key)
     if current is None:
         # UnknownTopicOrPartitionException without a message: the answer carries none.

@@ -1,54 +1,25 @@
 """KIP-599 at the proxy: CreateTopics, DeleteTopics and CreatePartitions against
-`controller_mutation_rate`, topic by topic, as a Kafka controller enforces it.
+`controller_mutation_rate`, topic by topic, as a Kafka controller enforces it; and the topic cache
+that Metadata answers keep right.
 
-The connection core's mutation handler (`kqp.proxy.connection.handlers.mutations`) hands every
-request of these APIs (and every Metadata request, whose answer feeds the topic cache and may report
-auto-created topics) to `MutationGate.plan`, which returns a `MutationPlan`: what to forward, the
-quota violations known now, an optional `rewrite` of the upstream's response, kqp's own answer when
-nothing is forwarded, or that a topic lookup must run first. One gate serves every connection of a
-process (the topic cache is shared). The gate is pure (the lookup's I/O is the runtime's); the core
-stays the one place that decides what is sent and muted.
-
-The rules, Kafka's:
-
-* First what the broker itself refuses (`broker_checks`: the topic exists, is unknown, asks for
-  an invalid partition count...): such a topic gets the broker's error and costs nothing, even
-  while the bucket is negative; the quota is the controller's last step.
-* Request versions that know THROTTLING_QUOTA_EXCEEDED (CreateTopics v6+, DeleteTopics v5+,
-  CreatePartitions v3+) get the strict quota: the other topics, in request order, are admitted
-  while the token bucket has tokens >= 0 (an admitted topic may drive it negative), the rest get
-  error 89. When nothing gets 89 the request goes upstream untouched and the upstream answers
-  everything, its own refusals included. Otherwise kqp forwards a request holding only the
-  admitted topics and merges the upstream's answer with its own (the 89s and the refusals it
-  decided) in the client's order. The response's throttle is the rejection's ``-K/R``; an
-  admitted topic never throttles (StrictControllerMutationQuota).
-* Older versions get the permissive quota: everything is forwarded, the request's cost is
-  recorded, and the response is throttled (KIP-219 through the core's usual path).
-* validate_only CreateTopics and CreatePartitions are charged like the real thing: the KRaft
-  controller applies the quota before validate_only drops the result's records. (DeleteTopics has
-  no validate_only.)
-* What a topic costs: CreateTopics its partition count (``num_partitions: -1`` the controller's
-  default, learned from earlier CreateTopics answers, else Kafka's default of 1, settled from the
-  answer at v5+); DeleteTopics the partitions it has; CreatePartitions the ones it adds.
-* Topics the upstream refuses anyway (a bad config value, a policy...) are refunded when its
-  answer arrives: the broker records only the mutations it carries out.
-* Topics a Metadata request auto-creates are charged to the requester permissively (the broker's
-  AutoTopicCreationManager records them on a permissive quota, and the Metadata response is not
-  throttled for them): a topic the request named, which did not exist, counts once it shows up
-  with partitions.
-
-The topic cache is trusted when it knows a topic. When it does not: a DeleteTopics or
-CreatePartitions topic is looked up first (its cost depends on it); a CreateTopics topic is taken
-to be new, unless that matters (some topic would get 89, or the permissive throttle is non-zero),
-when it is looked up too, so that an existing topic gets 36 and not 89; a topic a Metadata request
-may auto-create is looked up, to know whether it existed.
+The mutation handlers hand each request to `MutationGate.plan` with the rules of its API (a
+`MutationKind`: the broker's own checks, how its answer settles the cache); it returns a
+`MutationPlan`: what to forward, the charges (`MutationCharge` values: the gate reads the bucket,
+`Charging` charges), a rewrite of the upstream's answer, kqp's own answer when nothing goes, or that
+the topics must be looked up first. The broker's own refusals come first and cost nothing; versions
+that know THROTTLING_QUOTA_EXCEEDED get the strict quota (topics admitted while tokens >= 0, the
+rest 89, the rejection's `-K/R` throttles), older ones the permissive one; validate_only is charged
+like the real thing; refusals in the upstream's answer are refunded; topics a Metadata request
+auto-created are charged to the requester when they show up. quotas/README.md ("Topic mutations")
+has the details and Kafka's sources for each rule.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from kqp.protocol.apis import ApiKey, message_classes
 from kqp.protocol.headers import RequestHeader, encode_response_header
@@ -62,19 +33,25 @@ from kqp.protocol.mutations import (
 )
 from kqp.protocol.parts import frame_of, with_body
 from kqp.protocol.records import BodyError
-from kqp.quotas.manager import QuotaManager, Violation
+from kqp.quotas.charges import MutationCharge, MutationRule
+from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal, QuotaType
 from kqp.quotas.throttle import throttle_ms
 
-from .broker_checks import Verdict, verdict
+from . import broker_checks
+from .broker_checks import Verdict
 from .topic_metadata import TopicMetadata, topic_id_of
 
-__all__ = ["GATED_APIS", "MutationGate", "MutationPlan", "Rewrite"]
+__all__ = ["CREATE_PARTITIONS", "CREATE_TOPICS", "DELETE_TOPICS", "GATED_APIS", "MutationGate", "MutationKind", "MutationPlan",
+           "Rewrite"]
 
 log = logging.getLogger("kqp.mutations")
 
+#: The APIs the gate plans (their handlers are bound in the registry).
 GATED_APIS = frozenset({ApiKey.Metadata, ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions})
 MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
+PERMISSIVE, STRICT, REJECTED, SETTLE = MutationRule.PERMISSIVE, MutationRule.STRICT, MutationRule.REJECTED, \
+    MutationRule.SETTLE
 # Kafka's `num.partitions` default: what a CreateTopics topic asking for the controller's default
 # is charged until a CreateTopics answer (v5+) has said what that default is.
 DEFAULT_NUM_PARTITIONS = 1
@@ -83,10 +60,12 @@ DEFAULT_NUM_PARTITIONS = 1
 # (AutoTopicCreationManager).
 AUTO_CREATE_SECONDS = 30.0
 MAX_AUTO_CREATES = 1000     # awaited at once; the oldest give way
+Charges = tuple[MutationCharge, ...]
 #: Applied to the upstream's whole response frame (with its body offset and the loop time) before
-#: delivery; returns the whole frame to deliver (the same object when nothing changes).
-Rewrite = Callable[[memoryview, int, float], "memoryview | bytes"]
-_RESULTS_FIELD = {ApiKey.CreateTopics: "topics", ApiKey.DeleteTopics: "responses", ApiKey.CreatePartitions: "results"}
+#: delivery: the whole frame to deliver (the same object when nothing changes), and what its answer
+#: settles (charges that never throttle this request).
+Rewrite = Callable[[memoryview, int, float], "tuple[memoryview | bytes, Charges]"]
+Check = Callable[[TopicMutation, TopicMetadata, bool, int], Verdict]
 
 
 @dataclass(slots=True)
@@ -94,14 +73,15 @@ class MutationPlan:
     """What the core does with one gated request."""
 
     frame: memoryview | bytes                      # forward this (unless `answer` is set)
-    violations: list[Violation] = field(default_factory=list)
-    rewrite: Rewrite | None = None                  # applied to the upstream's response
-    answer: bytes | None = None                     # kqp's own whole response frame: forward nothing
-    needs_lookup: bool = False                      # look the topics up, then plan the same frame again
+    charges: Charges = ()                          # for `Charging`, in order
+    rewrite: Rewrite | None = None                 # applied to the upstream's response
+    answer: bytes | None = None                    # kqp's own whole response frame: forward nothing
+    needs_lookup: bool = False                     # look the topics up, then plan the same frame again
 
 
 class MutationGate:
-    """One per proxy process: the topic cache is shared by every connection."""
+    """One per proxy process: the topic cache is shared by every connection. It reads the quotas
+    (which apply, the bucket's tokens) and charges nothing: its plans name the charges."""
 
     def __init__(self, quotas: QuotaManager, topics: TopicMetadata) -> None:
         self.quotas = quotas
@@ -119,42 +99,44 @@ class MutationGate:
         """Whether any entity has a mutation quota (else every gated request passes untouched)."""
         return MUTATION in self.quotas.settings.quota_types
 
-    def plan(self, principal: Principal, hdr: RequestHeader, frame: memoryview, now: float,
+    def plan(self, kind: MutationKind, principal: Principal, hdr: RequestHeader, frame: memoryview, now: float,
              looked_up: bool = False) -> MutationPlan:
-        """Decide one request; ``looked_up`` says the topic lookup it asked for has run."""
+        """Decide one request of `kind`'s API; ``looked_up`` says the topic lookup it asked for has run."""
         if not self.active:
-            if hdr.api_key == ApiKey.Metadata and self.quotas.topic_pools:
-                # A topic pool charges Produce v13 and Fetch v13+ by topic id: the cache learns the
-                # names of the ids from the Metadata answers clients get (the ids they then use).
-                return MutationPlan(frame, rewrite=self._metadata_hook(hdr.api_version))
             return MutationPlan(frame)
-        self._charge_auto_created(now)
-        api, version = hdr.api_key, hdr.api_version
-        if api == ApiKey.Metadata:
-            return self._metadata(principal, hdr, frame, now, looked_up)
-        topics, validate_only = mutation_request(api, version, frame[hdr.body_offset:])
+        version = hdr.api_version
+        topics, validate_only = mutation_request(kind.api, version, frame[hdr.body_offset:])
         if MUTATION not in self.quotas.limits(principal):
             # Not limited, but its effects still keep the topic cache right for those who are.
-            return MutationPlan(frame, rewrite=self._settler(api, version, None, [(t, 0) for t in topics],
-                                                             validate_only))
-        verdicts = [verdict(api, topic, self.topics, looked_up, self._default_partitions) for topic in topics]
-        strict = knows_throttling_error(api, version)
+            return MutationPlan(frame, self._due(now, settle=True), rewrite=self._settler(
+                kind, version, None, [(t, 0) for t in topics], validate_only))
+        verdicts = [kind.check(topic, self.topics, looked_up, self._default_partitions) for topic in topics]
+        strict = knows_throttling_error(kind.api, version)
+        due = self._due(now)
         if not looked_up and (any(v.cost is None for v in verdicts)
                               or (any(v.unsure for v in verdicts) and self._over_quota(principal, verdicts,
-                                                                                       strict, now))):
+                                                                                       strict, now, due))):
             return MutationPlan(frame, needs_lookup=True)
+        due = self._due(now, settle=True)
         if strict:
-            return self._strict(principal, hdr, frame, topics, verdicts, now, validate_only)
+            return self._strict(kind, principal, hdr, frame, topics, verdicts, now, validate_only, due)
         costs = [_cost(v) for v in verdicts]
-        violations = self.quotas.record_mutations(principal, sum(costs), now)
-        return MutationPlan(frame, violations, rewrite=self._settler(
-            api, version, principal, list(zip(topics, costs, strict=True)), validate_only))
+        return MutationPlan(frame, (*due, MutationCharge(principal, sum(costs), PERMISSIVE)), rewrite=self._settler(
+            kind, version, principal, list(zip(topics, costs, strict=True)), validate_only))
 
-    def _over_quota(self, principal: Principal, verdicts: Sequence[Verdict], strict: bool, now: float) -> bool:
-        """Whether the request, as the verdicts cost it, would meet the quota: some topic rejected
-        (strict; admitted while tokens >= 0, as `QuotaManager.admit_mutations`) or a throttle
-        (permissive). Only then can a topic the cache did not know change the answer."""
+    def _tokens(self, principal: Principal, now: float, due: Charges) -> float | None:
+        """The bucket's tokens once the charges before this request's are made (none spent here)."""
         tokens = self.quotas.mutation_tokens(principal, now)
+        if tokens is None:
+            return None
+        return tokens - sum(c.partitions for c in due if c.principal == principal)
+
+    def _over_quota(self, principal: Principal, verdicts: Sequence[Verdict], strict: bool, now: float,
+                    due: Charges) -> bool:
+        """Whether the request, as the verdicts cost it, would meet the quota: some topic rejected
+        (strict: admitted while tokens >= 0) or a throttle (permissive). Only then can a topic the
+        cache did not know change the answer."""
+        tokens = self._tokens(principal, now, due)
         if tokens is None:
             return False
         costs = [_cost(v) for v in verdicts if v.refusal is None]
@@ -167,51 +149,64 @@ class MutationGate:
         return False
 
     # -- the strict quota ----------------------------------------------------------------------
-    def _strict(self, principal: Principal, hdr: RequestHeader, frame: memoryview, topics: list[TopicMutation],
-                verdicts: list[Verdict], now: float, validate_only: bool) -> MutationPlan:
-        api, version = hdr.api_key, hdr.api_version
+    def _strict(self, kind: MutationKind, principal: Principal, hdr: RequestHeader, frame: memoryview,
+                topics: list[TopicMutation], verdicts: list[Verdict], now: float, validate_only: bool,
+                due: Charges) -> MutationPlan:
+        api, version = kind.api, hdr.api_version
         admitted: list[int] = []
         refused: dict[int, tuple[int, str | None]] = {}
-        worst: Violation | None = None
+        tokens = self._tokens(principal, now, due)
+        rejected = 0
         for index, v in enumerate(verdicts):
             if v.refusal is not None:
                 refused[index] = (v.refusal.error_code, v.refusal.message)
-                continue
-            rejection = self.quotas.admit_mutations(principal, _cost(v), now)
-            if rejection is None:
+            elif tokens is None or tokens >= 0:   # admitted, even if it drives the bucket negative
                 admitted.append(index)
-            elif worst is None or rejection.throttle_seconds > worst.throttle_seconds:
-                worst = rejection
-        if worst is None:
+                if tokens is not None:
+                    tokens -= _cost(v)
+            else:
+                rejected += 1
+        spent = sum(_cost(verdicts[i]) for i in admitted)
+        if not rejected:
             # Nothing over quota: the upstream answers every topic, its own refusals included
             # (charged 0, and charged what they really cost should the cache have been wrong).
             forwarded = [(topic, _cost(v)) for topic, v in zip(topics, verdicts, strict=True)]
-            return MutationPlan(frame, rewrite=self._settler(api, version, principal, forwarded, validate_only))
-        log.debug("%s: %s v%d: %d of %d topics over controller_mutation_rate (%d refused first), throttle %.3fs",
-                  principal, api, version, len(topics) - len(admitted) - len(refused), len(topics), len(refused),
-                  worst.throttle_seconds)
+            return MutationPlan(frame, (*due, MutationCharge(principal, spent, STRICT)),
+                                rewrite=self._settler(kind, version, principal, forwarded, validate_only))
+        charges = (*due, MutationCharge(principal, spent, REJECTED))
+        assert tokens is not None
+        log.debug("%s: %s v%d: %d of %d topics over controller_mutation_rate (%d refused first)",
+                  principal, api, version, rejected, len(topics), len(refused))
         if not admitted:
-            body = merge_mutation_response(api, version, None, topics, [],
-                                           throttle_ms=throttle_ms(worst.throttle_seconds), errors=refused)
+            # Its throttle_time_ms is the rejection's -K/R, which `Charging` will find once the charges are made.
+            seconds = self.quotas.mutation_debt_seconds(principal, tokens, now)
+            body = merge_mutation_response(api, version, None, topics, [], throttle_ms=throttle_ms(seconds),
+                                           errors=refused)
             head = encode_response_header(api, version, hdr.correlation_id)
-            return MutationPlan(frame, [worst], answer=frame_of(head, body))
+            return MutationPlan(frame, charges, answer=frame_of(head, body))
         split = split_mutation_request(api, version, frame[hdr.body_offset:], admitted)
-        settle = self._settler(api, version, principal, [(topics[i], _cost(verdicts[i])) for i in admitted],
+        settle = self._settler(kind, version, principal, [(topics[i], _cost(verdicts[i])) for i in admitted],
                                validate_only)
 
-        def merge(response: memoryview, body_offset: int, now: float) -> bytes:
-            settle(response, body_offset, now)
-            # throttle_time_ms stays the upstream's here: the core raises it to the request's
-            # combined throttle, as it does for every response.
+        def merge(response: memoryview, body_offset: int, now: float) -> tuple[bytes, Charges]:
+            _, settled = settle(response, body_offset, now)
+            # throttle_time_ms stays the upstream's here: the core raises it to the request's throttle.
             merged = merge_mutation_response(api, version, response[body_offset:], topics, admitted, errors=refused)
-            return with_body(response, body_offset, merged)
+            return with_body(response, body_offset, merged), settled
 
-        return MutationPlan(with_body(frame, hdr.body_offset, split), [worst], rewrite=merge)
+        return MutationPlan(with_body(frame, hdr.body_offset, split), charges, rewrite=merge)
 
     # -- Metadata: the topic cache, and auto-created topics -----------------------------------
-    def _metadata(self, principal: Principal, hdr: RequestHeader, frame: memoryview, now: float,
-                  looked_up: bool) -> MutationPlan:
+    def metadata(self, principal: Principal, hdr: RequestHeader, frame: memoryview, now: float,
+                 looked_up: bool) -> MutationPlan:
+        """A Metadata request: its answer feeds the topic cache; a topic it may auto-create is charged
+        to `principal` once it shows up (permissively: the Metadata response is not throttled for it)."""
         version = hdr.api_version
+        if not self.active:
+            # A topic pool charges Produce v13 and Fetch v13+ by topic id: the cache learns the
+            # names of the ids from the Metadata answers clients get (the ids they then use).
+            return MutationPlan(frame, rewrite=self._learner(version)) if self.quotas.topic_pools else \
+                MutationPlan(frame)
         if MUTATION in self.quotas.limits(principal):
             try:
                 named = metadata_auto_create(version, frame[hdr.body_offset:])
@@ -223,15 +218,16 @@ class MutationGate:
             unknown = [n for n in named if self.topics.partitions(n) is None and n not in self._auto_created]
             if unknown and not looked_up:
                 return MutationPlan(frame, needs_lookup=True)    # did they exist? Only a lookup says
+            due = self._due(now, settle=True)
             for name in unknown:    # they did not: should one show up, this request created it
                 self._await_auto_create(name, principal, now)
-        return MutationPlan(frame, rewrite=self._metadata_hook(version))
+            return MutationPlan(frame, due, rewrite=self._learner(version))
+        return MutationPlan(frame, self._due(now, settle=True), rewrite=self._learner(version))
 
-    def _metadata_hook(self, version: int) -> Rewrite:
-        def learn(response: memoryview, body_offset: int, now: float) -> memoryview:
+    def _learner(self, version: int) -> Rewrite:
+        def learn(response: memoryview, body_offset: int, now: float) -> tuple[memoryview, Charges]:
             self.topics.learn_response(version, response[body_offset:])
-            self._charge_auto_created(now)
-            return response
+            return response, self._due(now, settle=True)
 
         return learn
 
@@ -240,43 +236,51 @@ class MutationGate:
             del self._auto_created[next(iter(self._auto_created))]
         self._auto_created[name] = (principal, now + AUTO_CREATE_SECONDS)
 
-    def _charge_auto_created(self, now: float) -> None:
-        """Charge the awaited auto-creations the cache now knows (from a client's Metadata answer
-        or kqp's own lookup), permissively, as the broker does; drop those awaited too long."""
+    def _due(self, now: float, settle: bool = False) -> Charges:
+        """The awaited auto-creations the cache now knows (from a client's Metadata answer or kqp's own
+        lookup), as charges to their requesters; `settle`: they are charged now, so stop awaiting them
+        (and drop those awaited too long)."""
         if not self._auto_created:
-            return
+            return ()
+        due: list[MutationCharge] = []
         for name, (principal, until) in list(self._auto_created.items()):
             partitions = self.topics.partitions(name)
             if partitions is not None:
-                del self._auto_created[name]
+                if settle:
+                    del self._auto_created[name]
                 if partitions:
                     log.debug("%s: topic %r auto-created with %d partitions", principal, name, partitions)
-                    # The throttle is not applied to any response (KafkaApis throttles the
-                    # Metadata response for request quotas only): the debt meets the next mutation.
-                    self.quotas.record_mutations(principal, partitions, now)
-            elif until <= now:
+                    # Its throttle meets the requester's next mutation (KafkaApis throttles the
+                    # Metadata response for request quotas only).
+                    due.append(MutationCharge(principal, partitions, SETTLE))
+            elif settle and until <= now:
                 del self._auto_created[name]
+        return tuple(due)
 
     # -- responses -----------------------------------------------------------------------------
-    def _settler(self, api: int, version: int, principal: Principal | None,
+    def _settler(self, kind: MutationKind, version: int, principal: Principal | None,
                  forwarded: Sequence[tuple[TopicMutation, int]], validate_only: bool) -> Rewrite:
         """A pass-through rewrite that settles the charge and the topic cache from the answer."""
 
-        def settle(response: memoryview, body_offset: int, now: float) -> memoryview:
-            self._settle(api, version, principal, forwarded, validate_only, response[body_offset:], now)
-            return response
+        def settle(response: memoryview, body_offset: int, now: float) -> tuple[memoryview, Charges]:
+            correction = self._settle(kind, version, forwarded, validate_only, response[body_offset:])
+            if principal is None or not correction:
+                return response, ()
+            # Settles the bucket only: this request's throttle was decided when it came in.
+            return response, (MutationCharge(principal, correction, SETTLE),)
 
         return settle
 
-    def _settle(self, api: int, version: int, principal: Principal | None,
-                forwarded: Sequence[tuple[TopicMutation, int]], validate_only: bool, body: memoryview,
-                now: float) -> None:
+    def _settle(self, kind: MutationKind, version: int, forwarded: Sequence[tuple[TopicMutation, int]],
+                validate_only: bool, body: memoryview) -> int:
+        """What the answer says the forwarded topics really cost, less what was charged; the cache
+        learns what was carried out."""
         try:
-            response = message_classes(api)[1].decode(bytes(body), version=version)
-            results = list(getattr(response, _RESULTS_FIELD[api]) or ())
+            response = message_classes(kind.api)[1].decode(bytes(body), version=version)
+            results = list(getattr(response, kind.results) or ())
         except Exception as exc:  # kafka-python raises struct.error, IndexError, ...: the client still gets it
-            log.warning("%s v%d response not readable for the mutation quota: %r", api, version, exc)
-            return
+            log.warning("%s v%d response not readable for the mutation quota: %r", kind.api, version, exc)
+            return 0
         by_name = {r.name: r for r in results if r.name is not None}
         by_id = {i: r for r in results if (i := topic_id_of(getattr(r, "topic_id", None))) is not None}
         correction = 0
@@ -286,27 +290,48 @@ class MutationGate:
                 continue
             if result.error_code != 0:
                 correction -= cost       # not carried out, so not charged
-            elif api == ApiKey.CreateTopics:
-                reported = getattr(result, "num_partitions", None)   # v5+; -1 when not told
-                if isinstance(reported, int) and reported > 0:
-                    actual = reported
-                    if topic.num_partitions == -1 and not topic.assignments:
-                        self.topics.default_partitions = reported    # the controller's num.partitions
-                else:
-                    actual = topic.partitions if topic.partitions is not None else self._default_partitions
-                correction += actual - cost   # the default estimated, or a topic the cache misjudged
-                if not validate_only:
-                    self._auto_created.pop(topic.key, None)   # created here, not by a Metadata request
-                    self.topics.learn(topic.key, actual, topic_id_of(getattr(result, "topic_id", None)))
-            elif validate_only:
-                continue
-            elif api == ApiKey.DeleteTopics:
-                self.topics.forget(result.name, topic.topic_id)
-            elif topic.target_count is not None:
-                self.topics.learn(topic.key, topic.target_count)
-        if principal is not None and correction:
-            # Settles the bucket only: this request's throttle was decided when it came in.
-            self.quotas.record_mutations(principal, correction, now)
+            else:
+                correction += kind.carried_out(self, topic, result, cost, validate_only)
+        return correction
+
+    def _created(self, topic: TopicMutation, result: Any, cost: int, validate_only: bool) -> int:
+        reported = getattr(result, "num_partitions", None)   # v5+; -1 when not told
+        if isinstance(reported, int) and reported > 0:
+            actual = reported
+            if topic.num_partitions == -1 and not topic.assignments:
+                self.topics.default_partitions = reported    # the controller's num.partitions
+        else:
+            actual = topic.partitions if topic.partitions is not None else self._default_partitions
+        if not validate_only:
+            self._auto_created.pop(topic.key, None)   # created here, not by a Metadata request
+            self.topics.learn(topic.key, actual, topic_id_of(getattr(result, "topic_id", None)))
+        return actual - cost   # the default estimated, or a topic the cache misjudged
+
+    def _deleted(self, topic: TopicMutation, result: Any, cost: int, validate_only: bool) -> int:
+        self.topics.forget(result.name, topic.topic_id)
+        return 0
+
+    def _partitions_created(self, topic: TopicMutation, result: Any, cost: int, validate_only: bool) -> int:
+        if not validate_only and topic.target_count is not None:
+            self.topics.learn(topic.key, topic.target_count)
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class MutationKind:
+    """The rules of one mutation API, bound to its handler by the registry: the broker's own checks
+    (`broker_checks`), where its answer lists the topics, and what a carried-out topic teaches the cache."""
+
+    api: int
+    results: str
+    check: Check
+    carried_out: Callable[[MutationGate, TopicMutation, Any, int, bool], int]
+
+
+CREATE_TOPICS = MutationKind(ApiKey.CreateTopics, "topics", broker_checks.create_topic, MutationGate._created)
+DELETE_TOPICS = MutationKind(ApiKey.DeleteTopics, "responses", broker_checks.delete_topic, MutationGate._deleted)
+CREATE_PARTITIONS = MutationKind(ApiKey.CreatePartitions, "results", broker_checks.create_partitions,
+                                 MutationGate._partitions_created)
 
 
 def _cost(v: Verdict) -> int:

@@ -100,18 +100,19 @@ class QuotaAdmin:
         """kqp answers both APIs at every version its codec knows, whatever the upstream speaks."""
         return {**ranges, **{api: _RANGES[api] for api in ADMIN_APIS}}
 
-    def answer(self, principal: Principal, api_key: int, version: int, correlation_id: int,
-               body: memoryview) -> bytes | PendingCommit:
-        """kqp's whole response frame, or the commit it waits for."""
-        if api_key == ApiKey.DescribeClientQuotas:
-            if not self.may_describe(principal):
-                return encode_describe_response(version, correlation_id, CLUSTER_AUTHORIZATION_FAILED,
-                                                CLUSTER_AUTHORIZATION_MESSAGE, [])
-            try:
-                entries = self._describe(decode_describe(version, body))
-            except Refused as refused:
-                return encode_describe_response(version, correlation_id, refused.code, refused.message, [])
-            return encode_describe_response(version, correlation_id, 0, None, entries)
+    def describe(self, principal: Principal, version: int, correlation_id: int, body: memoryview) -> bytes:
+        """kqp's whole DescribeClientQuotas response frame."""
+        if not self.may_describe(principal):
+            return encode_describe_response(version, correlation_id, CLUSTER_AUTHORIZATION_FAILED,
+                                            CLUSTER_AUTHORIZATION_MESSAGE, [])
+        try:
+            entries = self._describe(decode_describe(version, body))
+        except Refused as refused:
+            return encode_describe_response(version, correlation_id, refused.code, refused.message, [])
+        return encode_describe_response(version, correlation_id, 0, None, entries)
+
+    def alter(self, principal: Principal, version: int, correlation_id: int, body: memoryview) -> bytes | PendingCommit:
+        """kqp's whole AlterClientQuotas response frame, or the commit it waits for."""
         entries, validate_only = decode_alter(version, body)
         results, changes = self._alter(principal, entries)
         if not changes or validate_only:

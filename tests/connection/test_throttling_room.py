@@ -11,7 +11,7 @@ from __future__ import annotations
 from helpers.playbook import Recorder
 
 from kqp.proxy.connection.events import Mute, MuteReason, SetTimer, Unmute
-from kqp.proxy.connection.exchange import Handler, InFlight
+from kqp.proxy.connection.plans import PASS, Flight
 from kqp.proxy.connection.mute import MuteState
 from kqp.proxy.connection.throttling import Throttle, Throttling
 from kqp.quotas.manager import Violation
@@ -24,8 +24,8 @@ KEY = QuotaKey("", "c")
 BYTES, RATE, MUTATION = QuotaType.PRODUCER_BYTE_RATE, QuotaType.REQUEST_RATE, QuotaType.CONTROLLER_MUTATION_RATE
 
 
-def entry() -> InFlight:
-    return InFlight(1, 0, 9, P, NOW, Handler())
+def entry() -> Flight:
+    return Flight(1, 0, 9, P, NOW, PASS)
 
 
 def room() -> tuple[Throttling, Recorder, MuteState]:
@@ -131,7 +131,7 @@ def test_a_paced_throttle_keeps_no_line_and_ends_an_earlier_one() -> None:
     queued cost, which already shares the key among its connections: the gate must not hold it for
     the key's whole throttle. Its unpaced throttle (pace no shorter than the throttle) kept a line."""
     throttling = Throttling(Recorder(), MuteState(), pacing=lambda: True)
-    v5 = InFlight(1, 0, 5, P, NOW, Handler())
+    v5 = Flight(1, 0, 5, P, NOW, PASS)
     line, out = ThrottleLine(NOW + 3.0, 11.0), []
     unpaced = throttling.decide(v5, [Violation(BYTES, 0.5, KEY, pace_seconds=0.5, line=line)])
     assert not unpaced.paced and unpaced.lines == (line,)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from kqp.protocol.apis import ApiKey
 from kqp.proxy.connection.events import Action, SetTimer
-from kqp.proxy.connection.exchange import Handler, InFlight
+from kqp.proxy.connection.plans import PASS, Flight
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.mute import MuteState
 from kqp.proxy.connection.throttling import Throttling
@@ -67,10 +67,10 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
     manager = QuotaManager(settings, 0.0)
     conns = [_Conn(Throttling(ProxyObserver(), MuteState())) for _ in range(connections)]
     run = ConnectionsRun([], per_connection=[0] * connections)
-    queue: list[tuple[float, int, str, int, InFlight | None]] = []
+    queue: list[tuple[float, int, str, int, Flight | None]] = []
     order = 0
 
-    def push(at: float, kind: str, index: int, entry: InFlight | None = None) -> None:
+    def push(at: float, kind: str, index: int, entry: Flight | None = None) -> None:
         nonlocal order
         order += 1
         heapq.heappush(queue, (at, order, kind, index, entry))
@@ -89,14 +89,15 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
             timers(index, out)
             return
         size = request_bytes if not jitter else round(request_bytes * rnd.uniform(1 - jitter, 1 + jitter))
-        entry = InFlight(index, PRODUCE, 9, PRINCIPAL, now, Handler())
-        entry.violations = manager.record_produce(PRINCIPAL, size, 1, 1, now)
+        entry = Flight(index, PRODUCE, 9, PRINCIPAL, now, PASS)
+        violations = manager.record_produce(PRINCIPAL, size, 1, 1, now)
         run.events.append((now, size))
         run.per_connection[index] += 1
         assert conn.sent_at is not None
         run.waits.append(now - conn.sent_at)
         conn.sent_at, conn.gated = None, False
-        conn.room.hold(conn.room.decide(entry, entry.violations), now, out)
+        entry.throttle = conn.room.decide(entry, violations) if violations else None   # as the core: decided once
+        conn.room.hold(entry.throttle, now, out)
         timers(index, out)
         push(now + latency, "response", index, entry)
 
@@ -126,7 +127,7 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
                 push(now + resume, "read", index)
         else:                   # the response: KIP-219, sent at once with its throttle, muted from now
             assert entry is not None
-            throttle = conn.room.decide(entry, entry.violations)
+            throttle = conn.room.settle(entry, [], now)   # the response carries the decision
             out = []
             conn.room.throttle(throttle, now, out)
             timers(index, out)

@@ -13,10 +13,18 @@ import pytest
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.mutations import TopicMutation
-from kqp.proxy.policies.broker_checks import Refusal, Verdict, verdict
+from kqp.proxy.policies.broker_checks import Refusal, Verdict, create_partitions, create_topic, delete_topic
 from kqp.proxy.policies.topic_metadata import TopicMetadata
 
 DEFAULT = 3     # the controller's num.partitions in these cases
+
+
+CHECKS = {ApiKey.CreateTopics: create_topic, ApiKey.DeleteTopics: delete_topic, ApiKey.CreatePartitions: create_partitions}
+
+
+def verdict(api: int, topic, topics, looked_up: bool, default_partitions: int = 1) -> Verdict:
+    """The check the mutation handler of `api` runs (the registry binds one per API)."""
+    return CHECKS[api](topic, topics, looked_up, default_partitions)
 
 
 def new_topic(name: str = "fresh", count: int = 4, rf: int = 1, assignments: int | None = None,

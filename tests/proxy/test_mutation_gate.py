@@ -1,9 +1,10 @@
 """MutationGate: KIP-599 per-topic admission, split/merge, costs and the topic cache, pure.
 
 No sockets and no sleeps: the gate gets a real QuotaManager and topic cache, a clock that is a
-number the test moves, and request/response frames encoded with kafka-python's message classes. Unless a
-test says otherwise the quota is KIP-599's worked example: Q = 5 mutations/s, 100 windows of 1 s,
-so the bucket's rate R = 5 and burst B = Q * S * W = 500.
+number the test moves, and request/response frames encoded with kafka-python's message classes. The
+gate names charges and `Charging` makes them, as for the core's mutation handlers (`ChargedGate`).
+Unless a test says otherwise the quota is KIP-599's worked example: Q = 5 mutations/s, 100 windows
+of 1 s, so the bucket's rate R = 5 and burst B = Q * S * W = 500.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -29,10 +31,20 @@ from kqp.protocol.apis import ApiKey
 from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.messages import encode_request
 from kqp.protocol.mutations import THROTTLING_QUOTA_EXCEEDED
-from kqp.proxy.policies.mutation_gate import GATED_APIS, MutationGate, MutationPlan
+from kqp.proxy.connection.charging import Charging
+from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.connection.plans import Flight, Plan, Reply
+from kqp.proxy.policies.mutation_gate import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    GATED_APIS,
+    MutationGate,
+    Rewrite,
+)
 from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.proxy.runtime.topic_lookup import TopicLookup
-from kqp.quotas.manager import QuotaManager
+from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 
 ADMIN = Principal("ANONYMOUS", "admin")
@@ -48,11 +60,58 @@ class Clock:
         return self.now
 
 
-def make_gate(rate: float = 5, window_count: int = 100, window_size: float = 1.0) -> tuple[MutationGate, Clock]:
+KINDS = {ApiKey.CreateTopics: CREATE_TOPICS, ApiKey.DeleteTopics: DELETE_TOPICS,
+         ApiKey.CreatePartitions: CREATE_PARTITIONS}
+
+
+@dataclass
+class MutationPlan:
+    """A gate's plan with its charges made: the violations they gave, and a rewrite that makes what
+    the answer settles."""
+
+    frame: memoryview | bytes
+    violations: list[Violation]
+    rewrite: Any
+    answer: bytes | None
+    needs_lookup: bool
+
+
+class ChargedGate:
+    """The gate as the core drives it: each request planned by its API's handler (Metadata, or a
+    mutation with its `MutationKind`), and the plan's charges made by `Charging`."""
+
+    def __init__(self, gate: MutationGate) -> None:
+        self.gate, self.quotas, self.topics = gate, gate.quotas, gate.topics
+        self.charging = Charging(gate.quotas, ProxyObserver())
+
+    def plan(self, principal: Principal, hdr: Any, frame: memoryview, now: float,
+             looked_up: bool = False) -> MutationPlan:
+        if hdr.api_key == ApiKey.Metadata:
+            gated = self.gate.metadata(principal, hdr, frame, now, looked_up)
+        else:
+            gated = self.gate.plan(KINDS[hdr.api_key], principal, hdr, frame, now, looked_up)
+        if gated.needs_lookup:
+            return MutationPlan(gated.frame, [], None, None, True)
+        flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now,
+                        Plan(mutations=gated.charges, exempt=True))
+        violations = self.charging.charge_request(flight, now)
+        rewrite = None if gated.rewrite is None else self._settling(flight, gated.rewrite)
+        return MutationPlan(gated.frame, violations, rewrite, gated.answer, False)
+
+    def _settling(self, flight: Flight, rewrite: Rewrite) -> Any:
+        def settle(response: memoryview, body_offset: int, now: float) -> memoryview | bytes:
+            whole, settled = rewrite(response, body_offset, now)
+            self.charging.charge_reply(flight, Reply((whole,), mutations=settled), now)
+            return whole
+
+        return settle
+
+
+def make_gate(rate: float = 5, window_count: int = 100, window_size: float = 1.0) -> tuple[ChargedGate, Clock]:
     clock = Clock()
     settings = QuotaSettings(window_size_seconds=window_size, window_count=window_count,
                              entities={EntitySpec(None, "admin"): {"controller_mutation_rate": rate}})
-    return MutationGate(QuotaManager(settings, 0.0), TopicMetadata()), clock
+    return ChargedGate(MutationGate(QuotaManager(settings, 0.0), TopicMetadata())), clock
 
 
 def request(api: int, version: int, client_id: str = "admin", correlation_id: int = 7, **fields: Any):
@@ -71,7 +130,7 @@ def create_topics(version: int, partitions: list[int] | dict[str, int], validate
                    **header)
 
 
-def tokens(gate: MutationGate, clock: Clock) -> float:
+def tokens(gate: ChargedGate, clock: Clock) -> float:
     left = gate.quotas.mutation_tokens(ADMIN, clock.now)
     assert left is not None
     return left
@@ -107,14 +166,14 @@ def metadata_body(version: int, topics: dict[str, tuple[int | None, uuid.UUID]])
     return bytes(response.encode(version=version))
 
 
-def decide(gate: MutationGate, hdr: Any, frame: memoryview, now: float, principal: Principal = ADMIN) -> MutationPlan:
+def decide(gate: ChargedGate, hdr: Any, frame: memoryview, now: float, principal: Principal = ADMIN) -> MutationPlan:
     """Plan as the core does: when the gate asks for a topic lookup, plan again once it has run
     (the lookup adds nothing here: the cache already holds what the test put in it)."""
     plan = gate.plan(principal, hdr, frame, now)
     return gate.plan(principal, hdr, frame, now, looked_up=True) if plan.needs_lookup else plan
 
 
-def feed_metadata(gate: MutationGate, version: int, topics: dict[str, tuple[int | None, uuid.UUID]],
+def feed_metadata(gate: ChargedGate, version: int, topics: dict[str, tuple[int | None, uuid.UUID]],
                   now: float = 0.0) -> None:
     hdr, frame = request(ApiKey.Metadata, version, topics=None)
     answer_metadata(gate.plan(ADMIN, hdr, frame, now), version, topics, now)

@@ -1,8 +1,9 @@
 """The per-API handler registry: api key -> handler, built once where the server is assembled.
 
-`standard_handlers` is the one wiring of kqp's handlers to the process-wide parts they consult; the
-server calls it in `ProxyServer._assemble` (and the playbook tests with their own parts). Every
-dependency is an argument: no handler finds anything by itself.
+The one place that knows which API is which: every other part of the connection core is told by a
+handler's plan what a request is for. `standard_handlers` wires kqp's handlers to the process-wide
+parts they consult; the server calls it in `ProxyServer._assemble` (and the playbook tests with their
+own parts). Every dependency is an argument: no handler finds anything by itself.
 """
 
 from __future__ import annotations
@@ -10,23 +11,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from kqp.protocol.apis import API_NAMES, ApiKey
-from kqp.proxy.policies.mutation_gate import GATED_APIS, MutationGate
-from kqp.proxy.policies.quota_admin import ADMIN_APIS, QuotaAdmin
+from kqp.proxy.policies.mutation_gate import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, MutationGate
+from kqp.proxy.policies.quota_admin import QuotaAdmin
 
-from ..authentication import SASL_APIS
 from ..charging import Charging
-from ..exchange import Handler
+from ..plans import Handler
 from ..sasl import SaslPolicy
 from .api_versions import ApiVersionsHandler
-from .client_quotas import ClientQuotasHandler
+from .client_quotas import AlterClientQuotasHandler, DescribeClientQuotasHandler
 from .fetch import FetchHandler
-from .mutations import MutationHandler
+from .mutations import MetadataHandler, MutationHandler
 from .produce import ProduceHandler
 from .sasl import SaslHandler
 
-__all__ = ["Handlers", "standard_handlers"]
+__all__ = ["SASL_APIS", "Handlers", "standard_handlers"]
 
 PASS_THROUGH = Handler()   # every API without a handler of its own: the header only, both ways
+SASL_APIS = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})   # exempt from request quotas (KIP-124)
 
 
 class Handlers(dict[int, Handler]):
@@ -57,9 +58,14 @@ def standard_handlers(charging: Charging, gate: MutationGate, sasl: SaslPolicy,
         ApiKey.Produce: ProduceHandler(charging, gate.topics),   # the topic cache: ids -> names for topic pools
         ApiKey.Fetch: FetchHandler(charging, gate.topics),
         ApiKey.ApiVersions: ApiVersionsHandler(api_ranges, advertisers),
-        **dict.fromkeys(GATED_APIS, MutationHandler(gate)),
-        **dict.fromkeys(SASL_APIS, SaslHandler()),
+        ApiKey.Metadata: MetadataHandler(gate),
+        ApiKey.CreateTopics: MutationHandler(gate, CREATE_TOPICS),
+        ApiKey.DeleteTopics: MutationHandler(gate, DELETE_TOPICS),
+        ApiKey.CreatePartitions: MutationHandler(gate, CREATE_PARTITIONS),
+        ApiKey.SaslHandshake: SaslHandler(authenticate=False),
+        ApiKey.SaslAuthenticate: SaslHandler(authenticate=True),
     }
     if admin is not None:
-        by_api.update(dict.fromkeys(ADMIN_APIS, ClientQuotasHandler(admin)))
+        by_api[ApiKey.DescribeClientQuotas] = DescribeClientQuotasHandler(admin)
+        by_api[ApiKey.AlterClientQuotas] = AlterClientQuotasHandler(admin)
     return Handlers(by_api)

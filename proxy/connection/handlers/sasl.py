@@ -1,40 +1,36 @@
 """SaslHandshake and SaslAuthenticate, whatever `sasl.mode` says; exempt from request quotas (KIP-124).
 
-The connection's `Authentication` (`kqp.proxy.connection.authentication`) decides each frame: with
-`terminate`, kqp's own answer (which waits its turn in the in-flight FIFO), the user the connection
-now belongs to, or why it closes once the answer is out; with `passthrough` the frame goes upstream
-and the claimed name is adopted when the upstream's SaslAuthenticate answer says it succeeded; with
-`none` the frames go upstream unread (an upstream's own SASL). A SaslHandshake v0 closes the
-connection unanswered in every mode.
+The plan hands the frame to the connection's `Authentication`, which routes it: with `terminate`
+kqp's own answer (waiting its turn in the in-flight FIFO), the user the connection now belongs to,
+or why it closes once the answer is out; with `passthrough` the frame goes upstream and the upstream's
+SaslAuthenticate answer goes back to the authentication (`Reply.sasl_answer`), which adopts the
+claimed name once the exchange succeeded; with `none` the frames go upstream unread. A SaslHandshake
+v0 closes the connection unanswered in every mode. Both are served before authentication.
 """
 
 from __future__ import annotations
 
 from kqp.protocol.parts import joined
 
-from ..authentication import Authentication
 from ..events import Parts
-from ..exchange import Handler, InFlight, Refused, Request
+from ..plans import Flight, Handler, Plan, Replier, Reply, Request, SaslFrame
 
 __all__ = ["SaslHandler"]
 
 
-class SaslHandler(Handler):
-    def on_request(self, req: Request) -> Parts | None:
-        hdr, entry, auth = req.hdr, req.entry, req.auth
-        entry.exempt = True
-        route = auth.on_request(hdr.api_key, hdr.api_version, hdr.correlation_id, joined(req.frame)[hdr.body_offset:])
-        if route.refusal is not None:   # as Kafka: no answer, the connection closes
-            raise Refused("authentication_required", route.refusal)
-        verdict = route.verdict
-        if verdict is None:
-            return req.frame
-        if verdict.user is not None:   # the answer already counts as the user it authenticates
-            entry.principal = auth.principal(hdr.client_id)
-        entry.local_response, entry.close_after = verdict.answer, verdict.failure
-        return None
+class SaslAnswer(Replier):
+    def reply(self, flight: Flight, frame: Parts, body_offset: int, now: float) -> Reply:
+        return Reply(frame, sasl_answer=True)
 
-    def on_response(self, entry: InFlight, frame: Parts, body_offset: int, now: float,
-                    auth: Authentication) -> Parts:
-        auth.on_response(entry.api_key, entry.api_version, frame)
-        return frame
+
+class SaslHandler(Handler):
+    before_authentication = True
+
+    def __init__(self, authenticate: bool) -> None:
+        self.authenticate = authenticate   # SaslAuthenticate; else SaslHandshake
+        self._reply = SaslAnswer() if authenticate else None
+
+    def plan(self, req: Request) -> Plan:
+        hdr = req.hdr
+        frame = SaslFrame(self.authenticate, hdr.api_version, hdr.correlation_id, joined(req.frame)[hdr.body_offset:])
+        return Plan(exempt=True, sasl=frame, reply=self._reply)

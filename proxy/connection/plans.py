@@ -1,0 +1,183 @@
+"""A request's handling as a value: what a handler decides, and what the core keeps until the response.
+
+A handler (`handlers/`) reads one `Request` and returns a `Plan`: what goes upstream (the frame as it
+came, a rewritten one, or nothing), kqp's own answer, what the request used, whether a response is
+owed and how it is read (`Replier`). The core carries the plan out, `Charging` charges what it names,
+and the throttling room decides the request's throttle. Nothing here changes once made: the core
+keeps the plan on the request's `Flight` with the few facts its response needs. The response side
+returns a `Reply` the same way. Kroxylicious' filter results and mitmproxy's commands are the models.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from kqp.protocol.errors import ProtocolError
+from kqp.protocol.headers import RequestHeader
+from kqp.protocol.records import RecordCounts
+from kqp.proxy.policies.quota_admin import PendingCommit
+from kqp.quotas.charges import MutationCharge
+from kqp.quotas.model import Principal
+
+from .events import Parts
+from .settings import CoreSettings
+
+if TYPE_CHECKING:
+    from kqp.quotas.adaptive_pools import AdaptivePool
+
+    from .throttling import Throttle
+
+__all__ = ["AS_IS", "LOOK_UP", "PASS", "Flight", "Forward", "Handler", "Plan", "Replier", "Reply",
+           "Request", "SaslFrame", "Signals", "Usage", "unawaited"]
+
+log = logging.getLogger("kqp.connection")
+
+
+class _AsIs(enum.Enum):
+    AS_IS = "the request as it arrived"
+
+
+#: `Plan.forward`: the request goes upstream as the slices it arrived in.
+AS_IS = _AsIs.AS_IS
+#: What goes upstream: the request as it came, the parts of another frame, or nothing.
+Forward = Parts | _AsIs | None
+
+
+class Hold(enum.Enum):
+    LOOK_UP = "look the topics up first, then plan the request again"
+
+
+#: What a handler returns instead of a plan when the topic cache must be refreshed first.
+LOOK_UP = Hold.LOOK_UP
+
+
+class Usage(NamedTuple):
+    """What a Produce request or a Fetch response moved: `Charging` turns it into the charges of the
+    quotas that count it (a NamedTuple: made once per Produce and Fetch, so it must be cheap)."""
+
+    frame_bytes: int     # the whole frame, size prefix included: what the metrics count
+    quota_bytes: int     # as Kafka's byte-rate quota counts it
+    records: int = 0     # counted only when a record or batch quota, or the metrics, want them
+    batches: int = 0
+    topics: tuple[tuple[str, int], ...] | None = None   # (topic, bytes), for a topic pool that takes the principal
+
+
+class Signals(NamedTuple):
+    """What an adaptive pool hears of one answered request."""
+
+    latency: float | None   # forward -> response, None when it measured something else (a Fetch's wait)
+    throttle_ms: int        # the upstream's own throttle_time_ms
+    timeouts: int = 0       # partitions answered REQUEST_TIMED_OUT
+
+
+class SaslFrame(NamedTuple):
+    """A SASL frame for the connection's authentication (`authentication.py`) to route."""
+
+    authenticate: bool      # SaslAuthenticate (else SaslHandshake)
+    version: int
+    correlation_id: int
+    body: memoryview
+
+
+class Reply(NamedTuple):
+    """What a response side made of one response."""
+
+    frame: Parts                                # what to deliver (broker addresses already kqp's)
+    fetched: Usage | None = None                # what it carried, charged to the consumer quotas
+    mutations: tuple[MutationCharge, ...] = ()  # settled from the upstream's answer
+    signals: Signals | None = None              # for the adaptive pools watching the request
+    sasl_answer: bool = False                   # the upstream's SaslAuthenticate answer: authentication reads it
+
+
+class Plan(NamedTuple):
+    """One request's handling, as its handler decided it."""
+
+    forward: Forward = AS_IS                    # what goes upstream; None: nothing
+    answer: bytes | PendingCommit | None = None  # kqp's own answer (a PendingCommit: once the commit is done)
+    produced: Usage | None = None               # what the request carries, charged when it is read
+    mutations: tuple[MutationCharge, ...] = ()  # charged when it is read
+    reply: Replier | None = None                # its response side; None: the response goes as it came
+    watching: tuple[AdaptivePool, ...] = ()     # adaptive pools told of the request and its answer
+    expects_response: bool = True               # False: none will come (acks=0 Produce)
+    exempt: bool = False                        # not charged to request quotas (Kafka's exemptions)
+    count_records: bool = False                 # the address walk counts the response's records (Fetch v16+)
+    sasl: SaslFrame | None = None               # routed by the connection's authentication first
+    software: tuple[str, str] | None = None     # KIP-511's client software, named by ApiVersions v3+
+
+
+#: The plan of every request kqp only passes through.
+PASS = Plan()
+
+
+class Request:
+    """One request as a handler reads it: `frame` is the slices it arrived in (`size` bytes with the
+    size prefix), `head` a contiguous start holding at least the header (and Produce's acks);
+    `node` the broker it goes to (None: the bootstrap's); `authenticated` whether SASL is done."""
+
+    __slots__ = ("authenticated", "frame", "hdr", "head", "looked_up", "node", "now", "principal", "size")
+
+    def __init__(self, hdr: RequestHeader, head: memoryview, frame: Parts, size: int, principal: Principal,
+                 now: float, authenticated: bool, looked_up: bool = False, node: int | None = None) -> None:
+        self.hdr, self.head, self.frame, self.size = hdr, head, frame, size
+        self.principal, self.now, self.authenticated = principal, now, authenticated
+        self.looked_up, self.node = looked_up, node
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """A request kqp has read, until its response is delivered. Compared and hashed by identity:
+    adaptive pools key their unanswered requests by it. Only the core writes it."""
+
+    correlation_id: int
+    api_key: int
+    api_version: int
+    principal: Principal
+    sent_at: float
+    plan: Plan
+    node: int | None = None
+    handler_seconds: float = 0.0
+    throttle: Throttle | None = None      # decided when the request was read; its response completes it
+    counts: RecordCounts | None = None    # the response's records, counted on the address walk
+    answer: bytes | PendingCommit | None = None   # kqp's own answer, sent when its turn comes
+    close_after: str | None = None        # close the connection once this answer is out (a failed login)
+
+    @property
+    def expects_response(self) -> bool:
+        return self.plan.expects_response
+
+
+class Replier:
+    """A response side: reads one response for its plan. The base delivers it as it came."""
+
+    def reply(self, flight: Flight, frame: Parts, body_offset: int, now: float) -> Reply:
+        return Reply(frame)
+
+    def withheld(self, flight: Flight, frame: Parts, body_offset: int, throttle_ms: int,
+                 settings: CoreSettings) -> Parts | None:
+        """The response to deliver instead under a throttle, when it withholds what was charged (the
+        core then refunds it); None: delivered as read."""
+        return None
+
+
+class Handler:
+    """One API's request side. This base passes every request through on its header alone."""
+
+    #: Whether the request may come before a SASL login that kqp terminates (ApiVersions, SASL).
+    before_authentication = False
+
+    def plan(self, req: Request) -> Plan | Hold:
+        return PASS
+
+
+def unawaited(in_flight: Iterable[Flight], correlation_id: int, peer: str) -> None:
+    """A response that does not answer the oldest request in flight. One that answers a later
+    request is out of order, which Kafka never does (ProtocolError); one that answers nothing kqp
+    forwarded (librdkafka's mock cluster answers acks=0 Produce) is to be dropped: nobody awaits it."""
+    flights = list(in_flight)
+    if any(f.correlation_id == correlation_id for f in flights):
+        raise ProtocolError(f"upstream answered {correlation_id} where {flights[0].correlation_id} was due")
+    log.debug("client %s: dropping an upstream response to %d, which no request awaits", peer, correlation_id)
