@@ -1,43 +1,16 @@
-"""Whether the client on a connection backs off by itself when it is throttled (issue 20).
+"""Whether the client on a connection backs off by itself when it is throttled.
 
-Since KIP-219 a broker answers a throttled request at once and mutes the connection; a client
-whose request version throttles itself (Kafka's `AbstractResponse.shouldClientThrottle`: Produce
-v6+, Fetch v8+, ...; `kqp.protocol.apis.should_client_throttle`) also waits the throttle out before
-it sends again. Two kinds of client do not:
-
-* by version: a request whose version has no client-side throttling (Produce <= v5, Fetch <= v7,
-  ...), or an acks=0 Produce, which has no response to carry a throttle;
-* by conduct: a client on a newer version that sends anyway (Sarama 1.22 ignores throttle_time_ms).
-
-The second is seen on the socket. While a connection is muted kqp does not read it, so what the
-client sends meanwhile waits in the kernel. When a throttled response goes out the edge notes the
-bytes unread (`NoteUnread`): those were sent before the client could know. Halfway through the mute
-the timer fires (`probe_at`) and the edge says how many arrived since (`TimerFired.unread`). A
-client that backs off sends nothing before its throttle is over, so a byte that arrived is a request
-sent while it should have been waiting. A client that ignores the throttle, even one that sends only
-when a response frees one of its in-flight slots (Sarama), refills the slot the throttled response
-freed: seen. Halfway rather than at the end: a client that waits exactly its throttle sends again
-the moment it is over, and a timer fired a little late would catch it; a probe read after the mute
-ended says nothing. Three guards keep an honest client from being misjudged:
-
-* a response that went to the client less than `GRACE_SECONDS` before the throttled one (a
-  pipelining client's earlier answers, often in the same write) frees slots the client may refill
-  at once, and rightly: such a throttle is not probed;
-* a mute shorter than `MIN_PROBED_MUTE` is not probed: half of it is too short for a reaction;
-* it takes `STRIKES` probes in a row that saw the client send to judge it, so one stray request
-  never does (a probe that saw nothing starts the count again).
-
-(Bytes the client wrote before it read the response but that were still crossing the network when
-the response left would count as sent during the mute: a sidecar or LAN hop delivers them long
-before half a mute has passed, and the strikes absorb one.)
-
-The verdict is the connection's: `HONOURS` (it waited out a throttle), `IGNORES` (by version, or
-seen sending during a throttle: sticky for the connection's life), `UNKNOWN` (never throttled on a
-version that throttles itself). The throttling room paces the requests of versions without
-client-side throttling (a connection seen not to back off is not paced: throttling.py says why); the observer counts
-each throttle given to a client that does not back off, by its software: KIP-511's names from
-ApiVersions v3+ (`Authentication.software`), else "unknown" and the throttled request's API and
-version.
+Since KIP-219 a broker answers a throttled request at once and mutes the connection; a client whose
+request version throttles itself (Kafka's `shouldClientThrottle`: Produce v6+, Fetch v8+, ...) also
+waits before it sends again. Two kinds do not: by version (no client-side throttling, or an acks=0
+Produce) and by conduct (a newer version that sends anyway). The second is seen on the socket: kqp
+does not read a muted one, so what the client sends meanwhile waits in the kernel. As a throttled
+response goes the edge notes the unread bytes (`NoteUnread`); halfway through the mute the timer
+fires (`probe_at`) and the edge says how many arrived since (`TimerFired.unread`). Guards keep an
+honest client from being misjudged: no probe right after another response (`GRACE_SECONDS`), none on
+a short mute (`MIN_PROBED_MUTE`), and `STRIKES` probes in a row must see bytes. The verdict
+(`HONOURS`, `IGNORES` with its reason, `UNKNOWN`) and KIP-511's software name feed the metrics,
+`kqp top` and `kqp explain`; proxy/README.md ("Pacing, back-off and giving up") has the reasoning.
 """
 
 from __future__ import annotations

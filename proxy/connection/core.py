@@ -3,16 +3,14 @@
 `Connection.handle(event)` takes one event (`events.py`) and returns the actions to carry out, in
 order. No asyncio, no sockets, no clock: every event carries the loop time, the handler-time clock is
 injected (`CoreParts.perf`), and the asyncio edge (`kqp.proxy.runtime.edge`) only converts. Each
-request goes to the handler its API key has (`CoreParts.handlers`, the one dispatch), which returns
-a `Plan` (`plans.py`); the core carries it out: forwards, charges (`charging.py`), hands the
-throttling room the violations (`throttling.py`), and keeps the request's `Flight` in a FIFO, since
-Kafka answers a connection's requests in order. Each response gets the one step every response
-shares (broker addresses rewritten to kqp's listeners), then its plan's response side, its charges
-and the request's throttle, and goes out at once (KIP-219). The parts the core is composed of:
-`Establishing` (the way to OPEN), `Awaiting` (the runtime's answers), `Throttling`, `Authentication`;
-they ask of the core only what `host.Host` offers. Its life is a `Phase`; on a client's EOF or the
-process's shutdown it drains and closes itself once nothing is owed (`giving_up.py` drops what a
-departed client left unforwarded), and on `IdleCheck` when idle past `connections_max_idle_ms`.
+request goes to the handler its API key has (`CoreParts.handlers`), which returns a `Plan`; the core
+carries it out: forwards, has `Charging` charge it, has the throttling room decide its throttle, and
+keeps its `Flight` in a FIFO (Kafka answers a connection's requests in order). Each response gets the
+one step every response shares (broker addresses made kqp's), its plan's response side, its charges,
+and goes out at once with the request's throttle (KIP-219). Its parts (`Establishing`, `Awaiting`,
+`Throttling`, `Authentication`) ask of it only what `host.Host` offers. Its life is a `Phase`: on a
+client's EOF or the process's shutdown it drains and closes itself once nothing is owed
+(`giving_up.py`), on `IdleCheck` when idle past `connections_max_idle_ms`.
 """
 
 from __future__ import annotations

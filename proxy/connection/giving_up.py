@@ -1,4 +1,4 @@
-"""What becomes of the requests a client leaves behind when it goes (issue 20: a client that gives up).
+"""What becomes of the requests a client leaves behind when it goes: a client that gives up.
 
 A client whose request times out closes its connection. The requests it had pipelined behind a
 throttle are then either read but not forwarded (they wait for the mute in the core's decoder) or

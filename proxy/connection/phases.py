@@ -4,20 +4,10 @@
          \\--upstream up, login--> LOGGING_IN --logged in--> OPEN
     CONNECTING, LOGGING_IN --client EOF / shutdown--> DRAINING      (any phase --close--> CLOSED)
 
-* CONNECTING: the client is in; the upstream connection is being opened. Requests that arrive are
-  read but wait (the `CONNECTING` mute blocks them).
-* LOGGING_IN: the upstream connection is up and kqp logs in on it with `upstream.sasl`
-  (`upstream_login.py`, driven by the core); requests still wait, as while connecting.
-* OPEN: requests are read, forwarded and answered.
-* DRAINING: no new request will be read (the client half-closed, or the process is shutting
-  down), but what is owed still goes out; the core closes itself once nothing is owed. A client
-  that half-closed before the upstream was up (or logged in) drains too: the requests it sent go
-  once it is.
-* CLOSED: both sockets are to be closed; the connection takes no event any more.
-
-A move the table does not list is kqp's own bug (an upstream reported up twice, a client that
-connects again) and raises `IllegalTransition`, which the core's one guard turns into a close
-with `internal_error`. Staying in DRAINING on a second reason to drain is a move the table lists.
+CONNECTING and LOGGING_IN read the client's requests but hold them (the `CONNECTING` mute); OPEN
+forwards and answers; DRAINING reads no new request but delivers what is owed, and the core closes
+itself once nothing is; CLOSED takes no event. A move the table does not list is kqp's own bug and
+raises `IllegalTransition`, which the core's one guard turns into a close with `internal_error`.
 """
 
 from __future__ import annotations

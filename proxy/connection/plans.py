@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from kqp.protocol.errors import ProtocolError
@@ -21,7 +21,8 @@ from kqp.protocol.headers import RequestHeader
 from kqp.protocol.records import RecordCounts
 from kqp.proxy.policies.quota_admin import PendingCommit
 from kqp.quotas.charges import MutationCharge
-from kqp.quotas.model import Principal
+from kqp.quotas.model import Principal, QuotaType
+from kqp.quotas.throttle import ThrottleLine, Violation
 
 from .events import Parts
 from .settings import CoreSettings
@@ -29,10 +30,8 @@ from .settings import CoreSettings
 if TYPE_CHECKING:
     from kqp.quotas.adaptive_pools import AdaptivePool
 
-    from .throttling import Throttle
-
 __all__ = ["AS_IS", "LOOK_UP", "PASS", "Flight", "Forward", "Handler", "Plan", "Replier", "Reply",
-           "Request", "SaslFrame", "Signals", "Usage", "unawaited"]
+           "Request", "SaslFrame", "Signals", "Throttle", "Usage", "unawaited"]
 
 log = logging.getLogger("kqp.connection")
 
@@ -125,6 +124,24 @@ class Request:
         self.hdr, self.head, self.frame, self.size = hdr, head, frame, size
         self.principal, self.now, self.authenticated = principal, now, authenticated
         self.looked_up, self.node = looked_up, node
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """One request's throttle."""
+
+    ms: int                 # throttle_time_ms as the client is told it (> 0)
+    mute_seconds: float     # how long the client's socket is muted for it
+    principal: Principal    # whose quota, and which, caused it
+    quota_type: QuotaType
+    paced: bool = False     # shortened to its pace: the client does not back off
+    request: tuple[int, int] = field(default=(-1, -1), compare=False)   # the request's (api key, version)
+    blind: bool = field(default=False, compare=False)   # its client cannot back off (version, acks=0)
+    # The lines of the request's producer or consumer rate violations (never a request quota's:
+    # KIP-124 caps those at one window, and heartbeats must not wait for a Produce's key); none
+    # when paced (the pace queues the key's requests already: the gate must not hold them).
+    lines: tuple[ThrottleLine, ...] = field(default=(), compare=False, repr=False)
+    worst: Violation | None = field(default=None, compare=False, repr=False)   # the violation that decided it
 
 
 @dataclass(slots=True, eq=False)

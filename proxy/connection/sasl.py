@@ -1,25 +1,12 @@
-"""SASL terminated at kqp: the server side of the handshake, as a small state machine.
+"""SASL terminated by kqp (`sasl.mode: terminate`): who may log in, and the server side of the exchange.
 
-When `sasl.mode` is `terminate`, the connection core routes every SaslHandshake and SaslAuthenticate
-frame here, and every frame at all until the client has authenticated. `Authenticator.on_frame`
-returns a `Verdict`: kqp's own answer (which waits its turn in the in-flight FIFO like ApiVersions),
-the user the connection now belongs to, or why the connection closes once the answer is out.
-
-States, as Kafka's SaslServerAuthenticator has them: HANDSHAKE (ApiVersions or SaslHandshake
-expected), AUTHENTICATE (a mechanism is chosen; its first token is due), SCRAM_FINAL (the server-first
-message went out; the client's proof is due), DONE. A SaslHandshake on a DONE connection starts a
-re-authentication (KIP-368), which, as in Kafka, must end with the same principal. kqp serves
-SaslHandshake v1 only (a v0 one is refused in `authentication.py`), so every token is framed in
-SaslAuthenticate.
-
-Mechanisms: PLAIN (RFC 4616) checks the password against the user's password or, when only SCRAM
-credentials are stored, against them (PBKDF2 of the given password must give the stored key);
-SCRAM-SHA-256/512 (RFC 5802, 7677) run on scramp's server. A user with a password but no SCRAM
-credential gets one derived on first use (random salt, 4096 iterations), kept in memory only.
-
-Nothing here reads a clock, logs or keeps a token; the failure messages name the user and the
-mechanism, never the password or proof. The server nonce comes from `SaslPolicy.nonce`, injected so
-a playbook can state a whole SCRAM exchange byte for byte.
+`SaslPolicy` is built once from the config (`sasl.mechanisms`, `sasl.users` or `users_file`): PLAIN
+passwords and SCRAM credentials (salted, as Kafka keeps them). `Authenticator` is one connection's
+server: SaslHandshake then SaslAuthenticate, PLAIN in one round, SCRAM-SHA-256/512 in two on
+scramp's server; each frame gives a `Verdict`: kqp's answer, and the user the connection now
+belongs to or why it closes once the answer is out. Errors and messages are Kafka's own, so clients
+show what a broker would have said; a failed login never names the secret. KIP-368's
+re-authentication keeps the principal.
 """
 
 from __future__ import annotations

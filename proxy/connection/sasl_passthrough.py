@@ -1,23 +1,13 @@
 """SASL passed through to the upstream: who the client claims to be, and when the upstream agrees.
 
-When `sasl.mode` is `passthrough`, SaslHandshake and SaslAuthenticate frames go upstream unchanged
-and the upstream verifies. kqp only watches: the SaslHandshake request names the mechanism, the
-first SaslAuthenticate token after it names the user (`kqp.protocol.sasl.claimed_name`: PLAIN's
-authcid, SCRAM's `n=`, OAUTHBEARER's JWT claim read without verifying), and the claim is adopted
-only when the upstream's SaslAuthenticate response says the exchange is complete and succeeded:
-
-* PLAIN and OAUTHBEARER: one round; error code 0 with no server challenge (OAUTHBEARER's failure
-  arrives first as a challenge with error 0, RFC 7628, then as SASL_AUTHENTICATION_FAILED).
-* SCRAM: the round whose server token is the server-final message `v=...` (RFC 5802).
-
-A failed or unfinished exchange never grants the name: the claim is dropped on an error and on
-every new SaslHandshake. A new SaslHandshake on an authenticated connection is KIP-368's
-re-authentication; when it succeeds the connection's principal becomes the new claim, whatever
-it was (the upstream decides whether a principal may change).
-
-GSSAPI (and any mechanism kqp cannot read a name from) passes through and is attributed to
-ANONYMOUS: its principal travels inside a Kerberos ticket encrypted for the broker, so kqp cannot
-know it, and guessing would charge one user's traffic to another.
+With `sasl.mode: passthrough` SaslHandshake and SaslAuthenticate frames go upstream unchanged and the
+upstream verifies; kqp watches. The handshake names the mechanism, the first SaslAuthenticate token
+the user (`kqp.protocol.sasl.claimed_name`: PLAIN's authcid, SCRAM's `n=`, OAUTHBEARER's claim read
+without verifying), and the claim is adopted only when the upstream's answer says the exchange is
+complete and succeeded (PLAIN and OAUTHBEARER: error 0 with no challenge; SCRAM: the server-final
+`v=`). A failed or unfinished exchange never grants the name; a new handshake (KIP-368's
+re-authentication) starts over. GSSAPI and any mechanism kqp cannot read a name from is attributed to
+ANONYMOUS: its principal travels encrypted for the broker, and guessing would charge the wrong user.
 """
 
 from __future__ import annotations

@@ -22,6 +22,6 @@ class CoreSettings:
     max_in_flight: int | None = None  # limits.max_in_flight_per_connection: stop reading at this many
     connections_max_idle_ms: int = 600_000   # close a connection idle this long (Kafka's default: 10 min)
     connect_timeout_ms: int = 10_000   # upstream.connect_timeout_ms: for the connection, then for kqp's login
-    # quotas.pacing (issue 20): mute a client that does not back off for its request's cost, not the
+    # quotas.pacing: mute a client that does not back off for its request's cost, not the
     # whole throttle. The config's default is on; this value's default is the broker's behaviour.
     pacing: bool = False

@@ -16,7 +16,6 @@ quota, and the timer or the close ends the mute. Only this room sets and lifts `
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.records import BodyError
@@ -30,7 +29,7 @@ from .backoff import BackOff, backs_off
 from .events import Action, Mute, MuteReason, Parts, SetTimer, Unmute
 from .hooks import ProxyObserver
 from .mute import MuteState
-from .plans import Flight
+from .plans import Flight, Throttle
 
 __all__ = ["Throttle", "Throttling"]
 
@@ -44,24 +43,6 @@ GATE_SLACK_SECONDS = 0.001
 # Past it the request goes, past the line, as Kafka's connections' do.
 GATE_MAX_SECONDS = 10.0
 Cause = tuple[Principal, QuotaType]
-
-
-@dataclass(frozen=True, slots=True)
-class Throttle:
-    """One request's throttle."""
-
-    ms: int                 # throttle_time_ms as the client is told it (> 0)
-    mute_seconds: float     # how long the client's socket is muted for it
-    principal: Principal    # whose quota, and which, caused it
-    quota_type: QuotaType
-    paced: bool = False     # shortened to its pace: the client does not back off (issue 20)
-    request: tuple[int, int] = field(default=(-1, -1), compare=False)   # the request's (api key, version)
-    blind: bool = field(default=False, compare=False)   # its client cannot back off (version, acks=0)
-    # The lines of the request's producer or consumer rate violations (never a request quota's:
-    # KIP-124 caps those at one window, and heartbeats must not wait for a Produce's key); none
-    # when paced (the pace queues the key's requests already: the gate must not hold them).
-    lines: tuple[ThrottleLine, ...] = field(default=(), compare=False, repr=False)
-    worst: Violation | None = field(default=None, compare=False, repr=False)   # the violation that decided it
 
 
 def _off() -> bool:

@@ -1,18 +1,12 @@
 """kqp's own SASL login to the upstream (`upstream.sasl`), as a sans-io client: frames in, frames out.
 
-Every upstream connection kqp opens logs in first, before anything else is sent on it: the
-forwarding connections (the connection core drives this machine in its LOGGING_IN phase, `core.py`)
-and the control connections of `kqp.proxy.runtime.upstream_client` (Metadata, ApiVersions, topic
-lookups), which drive the same machine from their own request/response. So a sidecar in front of a
-cluster that requires SASL lets its clients connect without any, each counted as the user kqp
-terminated, while the cluster sees kqp's one identity. One implementation of the exchange, no reader
-of its own: whoever drives it splits the frames.
-
-The exchange is SaslHandshake v1 then SaslAuthenticate v1 (every broker since Kafka 1.0): PLAIN in
-one token, SCRAM-SHA-256/512 in two on scramp's client, which also checks the server's final
-signature, so a server that cannot prove it knows the credential is refused. `start` gives the
-first request frame; `receive` takes each response frame and gives the next request, or None once
-logged in. A refusal raises `UpstreamAuthError`, whose message names the upstream, the mechanism and
+Every upstream connection kqp opens logs in first: the forwarding connections (driven by the core's
+`Establishing` part in LOGGING_IN) and the control connections of `kqp.proxy.runtime.upstream_client`
+(Metadata, ApiVersions, topic lookups). So clients connect without any credentials, each counted as
+the user kqp knows them by, while the cluster sees kqp's one identity. The exchange is SaslHandshake
+v1 then SaslAuthenticate v1: PLAIN in one token, SCRAM-SHA-256/512 in two on scramp's client, which
+checks the server's final signature. `start` gives the first request frame, `receive` each next one
+(None once logged in). A refusal raises `UpstreamAuthError`, naming the upstream, the mechanism and
 the user, never the password; a frame that is not the awaited answer raises `ProtocolError`.
 """
 

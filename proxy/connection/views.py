@@ -1,4 +1,4 @@
-"""A read-only view of one open connection, for whoever reports on connections (issue 20).
+"""A read-only view of one open connection, for whoever reports on connections.
 
 The metrics (which client libraries honour throttles, `kqp_client_connections`) and `kqp explain`
 (an entity's connections) read the open connections the server keeps, through `connection_view`:

@@ -1,34 +1,15 @@
 """What a Kafka controller refuses before it consults the mutation quota, topic by topic, in its order.
 
 KIP-599's strict mode answers THROTTLING_QUOTA_EXCEEDED (89) only to a topic the controller would
-otherwise carry out. The quota is the last step of ReplicationControlManager's ``createTopic``,
-``deleteTopic`` and ``createPartitions``: a topic that already exists, an unknown one, an invalid
-partition count get the broker's own error even while the bucket is negative, and spend no
-tokens. "Create if not exists" must never see 89. kqp decides what it can from the request and its
-topic cache, in Kafka's order, with Kafka's messages (so a client reads the same text whoever
-answered):
-
-CreateTopics (ReplicationControlManager.createTopics, then createTopic):
-  1. the topic exists: TOPIC_ALREADY_EXISTS (36). Kafka marks existing topics after it has
-     validated names, overwriting a name error; only an existing topic's own name can collide with
-     it, so checking existence first gives the same answer;
-  2. an invalid name (Topic.validate): INVALID_TOPIC_EXCEPTION (17);
-  3. a name colliding with an existing topic's once '.' and '_' are unified: 17;
-  4. a config sent with a null value: INVALID_CONFIG (40);
-  5. manual assignments with replication_factor or num_partitions other than -1: INVALID_REQUEST (42);
-  6. without them, replication_factor 0 or below -1: INVALID_REPLICATION_FACTOR (38), then
-     num_partitions 0 or below -1: INVALID_PARTITIONS (37).
-DeleteTopics (ControllerApis.deleteTopics resolves ids and names before the controller deletes):
-  an id nobody has: UNKNOWN_TOPIC_ID (100); a name nobody has: UNKNOWN_TOPIC_OR_PARTITION (3).
-CreatePartitions (ReplicationControlManager.createPartitions):
-  an unknown topic: 3 (no message); a count equal to the current one, or below it: 37; manual
-  assignments not one per added partition: INVALID_REPLICA_ASSIGNMENT (39).
-
-What kqp cannot decide (authorisation, config values, replica placement and the assignments'
-broker ids, create-topic policies, duplicated names) is charged, and refunded when the upstream's
-answer refuses it. The topic cache is trusted when it knows a topic; when it does not, a
-CreateTopics topic is taken to be new (``unsure``: the caller looks it up when that matters) and a
-DeleteTopics or CreatePartitions topic must be looked up first (its cost is the partitions it has).
+otherwise carry out: the quota is the last step of ReplicationControlManager's createTopic,
+deleteTopic and createPartitions. A topic that exists, an unknown one, an invalid partition count get
+the broker's own error even while the bucket is negative, and spend no tokens ("create if not
+exists" never sees 89). One check per API (`create_topic`, `delete_topic`, `create_partitions`, bound
+to its handler by the registry), each in Kafka's order with Kafka's messages, decided from the
+request and the topic cache. What kqp cannot decide (authorisation, config values, replica placement,
+policies) is charged and refunded when the upstream refuses it. A CreateTopics topic the cache does
+not know is taken to be new (`unsure`: looked up when that matters); a DeleteTopics or
+CreatePartitions topic must be looked up first, since its cost is the partitions it has.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ from . import broker_checks
 from .broker_checks import Verdict
 from .topic_metadata import TopicMetadata, topic_id_of
 
-__all__ = ["CREATE_PARTITIONS", "CREATE_TOPICS", "DELETE_TOPICS", "GATED_APIS", "MutationGate", "MutationKind", "MutationPlan",
-           "Rewrite"]
+__all__ = ["CREATE_PARTITIONS", "CREATE_TOPICS", "DELETE_TOPICS", "GATED_APIS", "MutationGate", "MutationKind",
+           "MutationPlan", "Rewrite"]
 
 log = logging.getLogger("kqp.mutations")
 

@@ -1,40 +1,17 @@
 """Kafka's quota admin API answered by kqp: DescribeClientQuotas and AlterClientQuotas.
 
-With `admin.manage_quotas` the connection core's client-quotas handler
-(`kqp.proxy.connection.handlers.client_quotas`) hands these requests to `QuotaAdmin.answer`, which
-returns kqp's own whole response frame; it waits its turn in the in-flight FIFO like ApiVersions,
-and is charged to request quotas like any request a broker handles. Without it they go upstream.
-
-The semantics are the KRaft controller's (ClientQuotaControlManager, ClientQuotasImage):
-
-* Describe: a filter of components (entity type, match type 0 exact / 1 the default / 2 any
-  name); `strict` drops entities with other entity types. An empty or repeated entity type, or a
-  match string where the match type forbids one (or none where it needs one), is INVALID_REQUEST;
-  an unknown entity type UNSUPPORTED_VERSION. What is described is the quotas in force: the
-  config file's with the admin layer over them (`kqp.quotas.admin_layer`); the response has no
-  field for where a value comes from (`kqp quotas describe --config` shows it).
-* Alter: per entry, as the controller: an empty entity, a repeated entity type or quota key, an
-  empty name, an unknown key, a value that is not > 0 (or a fractional byte rate) is
-  INVALID_REQUEST for that entry alone; the valid entries are applied. `remove: true` removes the
-  key. `validate_only` answers the same and changes nothing. Only `admin.principals` may alter;
-  everyone else gets CLUSTER_AUTHORIZATION_FAILED on every entry.
-* Who may describe: everyone while `admin.describe_principals` is unset (kqp has no ACLs; this was
-  the only behaviour before the key existed). Once set, those listed and `admin.principals` (who
-  may alter may also read); everyone else gets CLUSTER_AUTHORIZATION_FAILED with no entries, before
-  the filter is looked at, as a broker answers a principal without DESCRIBE_CONFIGS on the cluster
-  (KafkaApis authorizes first). Principals are matched in Kafka's form, as alter's are.
-* Entity types: `user` and `client-id`, and kqp's own `client-id-prefix` (YAML's
-  `client_id_prefix`: every client id starting with the name, one quota; not with `client-id`, never
-  the default). Kafka's `ip` quotas (connection rates) are not something kqp enforces: Alter
-  refuses them with INVALID_REQUEST saying so, Describe finds no `ip` entity.
-
-Quota keys are Kafka's (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`,
-`controller_mutation_rate`) and kqp's own under the names its YAML uses (`request_rate`,
-`producer_record_rate`, ...). The policy stays pure: an Alter that changes something is answered
-with a `PendingCommit` (the changes, who asked, and how to answer once they are committed); the
-core emits it as the `CommitQuotas` action, the runtime writes the state file off the event loop and
-swaps the settings in as a reload does, and the answer is built from its `QuotasCommitted` event.
-validate_only, refused and all-invalid requests are answered at once and commit nothing.
+With `admin.manage_quotas` the two handlers hand these requests to `QuotaAdmin.describe` and
+`QuotaAdmin.alter`, with the semantics of the KRaft controller (ClientQuotaControlManager,
+ClientQuotasImage): Describe's filter components and strict mode, Alter's per-entry validation
+(an invalid entry is INVALID_REQUEST alone, the valid ones apply; `remove`, `validate_only`), who may
+alter (`admin.principals`) and describe (`admin.describe_principals`, everyone while unset), refusals
+as CLUSTER_AUTHORIZATION_FAILED before the filter is read. Entity types are `user`, `client-id` and
+kqp's own `client-id-prefix`; `ip` quotas are refused (kqp does not enforce them). Quota keys are
+Kafka's and kqp's own under its YAML names. What is described is the quotas in force: the config's
+with the admin layer over them (`kqp.quotas.admin_layer`). The policy is pure: an Alter that changes
+something answers with a `PendingCommit`, which the core asks the runtime to commit (`CommitQuotas`:
+the state file written off the loop, the settings swapped as a reload does); the answer is built
+from the outcome. README.md ("Managing quotas with Kafka's admin API") is the user's reference.
 """
 
 from __future__ import annotations

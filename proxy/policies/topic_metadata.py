@@ -1,25 +1,15 @@
 """Partition counts per topic, for the KIP-599 mutation quota: what a DeleteTopics or a
 CreatePartitions costs depends on how many partitions the topic has now.
 
-A broker reads that from its own metadata cache; kqp keeps a small one of its own, fed from three
-sources, cheapest first:
-
-* Metadata responses that clients already receive through kqp (decoded only while some entity has
-  a `controller_mutation_rate`, so a proxy without that quota pays nothing);
-* the answers to the mutations kqp forwards (a created topic has the partitions its response
-  reports, a deleted one has none, CreatePartitions sets the new count);
-* a Metadata request kqp sends itself (`kqp.proxy.runtime.topic_lookup`) when a mutation names a
-  topic the cache does not know; its answer is fed back through `learn_topics(..., complete=True)`.
-
-This module is pure: the lookup's I/O lives in the runtime.
-
-Topics are known by name and, where the upstream reports ids (Metadata v10+), by id too, because
-DeleteTopics v6+ may name a topic by id only.
-
-One more number belongs here: the partition count the controller gives a CreateTopics topic that
-asks for its default (``num_partitions: -1``), learned from CreateTopics answers (v5+ report the
-count each topic got). Until one has come back it is unknown, and Kafka's default
-``num.partitions`` of 1 stands in for it.
+A broker reads that from its own metadata cache; kqp keeps a small one, fed cheapest first from the
+Metadata answers clients already receive (decoded only while some entity has a
+`controller_mutation_rate` or a topic pool names topics by id), the answers to the mutations kqp
+forwards, and a Metadata request of kqp's own (`kqp.proxy.runtime.topic_lookup`) when a mutation
+names a topic the cache does not know. Topics are known by name and, where the upstream reports ids
+(Metadata v10+), by id too: DeleteTopics v6+ may name a topic by id only. It also keeps the partition
+count the controller gives a topic asking for its default (`num_partitions: -1`), learned from
+CreateTopics answers (v5+); until then Kafka's default `num.partitions` of 1 stands in. Pure: the
+lookup's I/O lives in the runtime.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The per-API handlers of the connection core, one module per API family, and their registry.
 
-Each handler is one API family's request side and response side (`kqp.proxy.connection.exchange`
-defines the contract), in the manner of Kroxylicious' filters: what kqp reads, rewrites, answers or
-charges for that family lives in its module and nowhere else. The registry (`registry.py`) maps api
-keys to handlers; the server builds it once with the policies the handlers consult, and the core's
-one dispatcher looks each request's handler up there. An API with no handler of its own goes
-through the default one, on its header alone.
+Each handler reads one API's request and returns a `Plan` (`kqp.proxy.connection.plans`), in the
+manner of Kroxylicious' filters: what kqp reads, rewrites, answers or charges for that API lives in
+its module and nowhere else. The registry (`registry.py`) maps api keys to handlers, the one place
+that knows which API is which; an API with no handler of its own passes through on its header alone.
 
 * `produce.py`: Produce (acks, the bytes and records it carries);
 * `fetch.py`: Fetch (max_bytes capped to the quota, the response's bytes and records, `fetch_throttle`);
