@@ -19,7 +19,7 @@ from .edge import WRITE_HIGH_WATER
 __all__ = ["IN_FLIGHT_RECORD_BYTES", "READ_CHUNK_BYTES", "ConnectionBound", "connection_bound"]
 
 READ_CHUNK_BYTES = 256 * 1024
-IN_FLIGHT_RECORD_BYTES = 512     # an InFlight record with its principal and violations list, generously
+IN_FLIGHT_RECORD_BYTES = 512     # a Flight with its plan, principal and throttle, generously
 
 
 @dataclass(frozen=True, slots=True)
