@@ -121,8 +121,7 @@ class KafkaCluster:
     # -- life ------------------------------------------------------------------------------------
     def __enter__(self) -> KafkaCluster:
         try:
-            for node in self.nodes:
-                self._format(node)
+            self._format_all()
             for node in self.nodes:
                 self._start(node)
             self.wait_ready()
@@ -162,6 +161,12 @@ class KafkaCluster:
             "share.coordinator.state.topic.replication.factor": str(min(3, n)),
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # KIP-848 groups: the broker sets the members' heartbeat (default 5 s, never below the
+            # minimum, also 5 s); a member's join or leave then takes a few heartbeats to settle.
+            "group.consumer.min.heartbeat.interval.ms": "500",
+            "group.consumer.heartbeat.interval.ms": "500",
+            "group.consumer.min.session.timeout.ms": "6000",
+            "group.consumer.session.timeout.ms": "6000",
             "broker.heartbeat.interval.ms": "500",
             "broker.session.timeout.ms": "3000",
             "controlled.shutdown.enable": "true",
@@ -191,19 +196,29 @@ class KafkaCluster:
         props.update(self.properties)
         return "".join(f"{key}={value}\n" for key, value in props.items())
 
-    def _format(self, node: KafkaNode) -> None:
+    def _format_all(self) -> None:
+        """Format every node's storage, the nodes' JVMs side by side (one takes seconds to start)."""
+        formats = [(node, self._format(node)) for node in self.nodes]
+        for node, proc in formats:
+            try:
+                out, _ = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"kafka-storage format failed for node {node.node_id}: {out}")
+
+    def _format(self, node: KafkaNode) -> subprocess.Popen[str]:
         node.directory.mkdir(parents=True, exist_ok=True)
         (node.directory / "server.properties").write_text(self._server_properties(node))
         (node.directory / "log4j2.yaml").write_text(LOG4J)
         scram = [arg for user, password in self.scram_users.items() for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
                  for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")]
-        done = subprocess.run(
+        return subprocess.Popen(
             [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={node.directory / 'log4j2.yaml'}",
              "-cp", self._classpath, "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
              "-c", str(node.directory / "server.properties"), *scram],
-            capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"kafka-storage format failed for node {node.node_id}: {done.stdout}{done.stderr}")
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def _start(self, node: KafkaNode) -> None:
         with node.log.open("ab") as log:
