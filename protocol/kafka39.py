@@ -46,8 +46,8 @@ UNSCHEMED: Mapping[int, Unschemed] = MappingProxyType({
     ApiKey.Envelope: Unschemed(0, 0, False),
     ApiKey.UnregisterBroker: Unschemed(0, 0, False),
     ApiKey.AllocateProducerIds: Unschemed(0, 0, False),
-    ApiKey.ConsumerGroupHeartbeat: Unschemed(0, 0, False),
-    ApiKey.ConsumerGroupDescribe: Unschemed(0, 0, False),
+    ApiKey.ConsumerGroupHeartbeat: Unschemed(1, 0, False),   # Kafka 4's (see above)
+    ApiKey.ConsumerGroupDescribe: Unschemed(1, 0, False),
     ApiKey.GetTelemetrySubscriptions: Unschemed(0, 0, False),
     ApiKey.PushTelemetry: Unschemed(0, 0, False),
     ApiKey.ShareGroupHeartbeat: Unschemed(0, 0, False),

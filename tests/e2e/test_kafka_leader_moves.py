@@ -16,18 +16,18 @@ client is kqp's (or the tap's own hop in front of kqp), never a Kafka listener.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers.acked_producer import BackgroundProducer
 from helpers.checks import assert_exactly_once_in_order
 from helpers.clients import Consumed
+from helpers.group_members import ConfluentMember
 from helpers.names import unique_group, unique_topic
 from helpers.net import split_bootstrap
 from helpers.quota_path import broker_addresses
@@ -42,74 +42,12 @@ from kqp.protocol.apis import ApiKey
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("kafka-3-nodes")]
 
 PARTITIONS = 3
-KEYS = 12
-SEND_EVERY = 0.01   # about 100 messages a second
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     with kafka_or_skip(tmp_path_factory.mktemp("kafka3"), nodes=3, properties={"min.insync.replicas": "2"}) as c:
         yield c
-
-
-@dataclass
-class Steady:
-    """An idempotent acks=all producer writing keyed, numbered messages until stopped."""
-
-    bootstrap: str
-    topic: str
-    delivered: list[tuple[str, str, int, int]] = field(default_factory=list)   # key, value, partition, offset
-    errors: list[str] = field(default_factory=list)
-    sent: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "client.id": "leader-moves-producer",
-                             "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                             "message.timeout.ms": 60000, "log_level": 3})
-
-        def delivered(err: Any, msg: Any) -> None:
-            if err is not None:
-                self.errors.append(str(err))
-            else:
-                self.delivered.append((msg.key().decode(), msg.value().decode(), msg.partition(), msg.offset()))
-
-        while not self.stop.is_set():
-            i = self.sent
-            producer.produce(self.topic, key=f"key-{i % KEYS}".encode(), value=f"lm-{i:06d}".encode(),
-                             on_delivery=delivered)
-            self.sent += 1
-            producer.poll(SEND_EVERY)
-        assert producer.flush(60) == 0, "messages left undelivered after 60 s"
-
-    def delivered_to(self, partitions: set[int]) -> int:
-        return sum(1 for d in list(self.delivered) if d[2] in partitions)
-
-
-@dataclass
-class GroupReader:
-    bootstrap: str
-    topic: str
-    seen: list[Consumed] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": unique_group("leader-moves"),
-                             "client.id": "leader-moves-consumer", "auto.offset.reset": "earliest",
-                             "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "log_level": 3})
-        consumer.subscribe([self.topic])
-        try:
-            while not self.stop.is_set():
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    self.errors.append(str(msg.error()))
-                    continue
-                self.seen.append(Consumed(msg.partition(), msg.offset(), msg.key().decode(), msg.value().decode()))
-        finally:
-            consumer.close()
 
 
 def wait_until(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
@@ -168,42 +106,35 @@ def test_leadership_moves_under_an_idempotent_producer_and_a_group(cluster: Kafk
         victim = leaders[0]
         moved = {p for p, node in leaders.items() if node == victim}
 
-        producer, reader = Steady(bootstrap, topic), GroupReader(bootstrap, topic)
-        threads = [threading.Thread(target=x.run, name=type(x).__name__, daemon=True) for x in (producer, reader)]
-        for t in threads:
-            t.start()
+        producer = BackgroundProducer(bootstrap, topic, tag="lm", client_id="leader-moves-producer").start()
+        reader = ConfluentMember("leader-moves-consumer", bootstrap, topic, unique_group("leader-moves")).start()
         try:
-            wait_until("deliveries before the kill", lambda: producer.delivered_to(moved) >= 100, 30)
+            producer.wait_acked(100, moved)
             cluster.kill(victim)
-            killed_at = len(producer.delivered)
+            killed_at = len(producer.acked)
             new = wait_until("leadership moved off the killed node", lambda: (
                 found := partition_leaders(bootstrap, topic)) and all(
                     found[p] not in (victim, -1) for p in moved) and found, 30)
-            before = producer.delivered_to(moved)
-            wait_until("writes to the moved partitions go on", lambda: producer.delivered_to(moved) >= before + 100, 30)
+            producer.wait_acked(100, moved)   # the moved partitions take writes again
 
             cluster.restart(victim)
             # The restarted node rejoins the ISR, then takes back the partitions it prefers.
             wait_until("the restarted node leads again", lambda: _elected(bootstrap, topic, victim), 60, 1.0)
             back = {p for p, node in partition_leaders(bootstrap, topic).items() if node == victim}
-            before = producer.delivered_to(back)
-            wait_until("writes to the restarted node's partitions", lambda: producer.delivered_to(back) >= before + 100,
-                       30)
+            producer.wait_acked(100, back)
         finally:
-            producer.stop.set()
-            threads[0].join(90)
-            reader.stop.set()
-            threads[1].join(30)
+            producer.stop()
+            reader.stop()
         # The bootstrap listener passes over the dead broker: no new client was turned away meanwhile.
         refused = [line for line in proxy.log_lines() if "on bootstrap: upstream" in line]
         assert not refused, f"kqp's bootstrap listener refused clients while a broker was down: {refused[:3]}"
-        assert not producer.errors, f"delivery errors: {producer.errors[:5]}"
-        assert len(producer.delivered) == producer.sent
-        sent = [(key, value) for key, value, _, _ in producer.delivered]
+        assert not producer.failed, f"delivery errors: {producer.failed[:5]}"
+        assert len(producer.acked) == producer.sent
+        sent = [(a.key, a.value) for a in producer.acked]
 
         log = read_log(bootstrap, topic, len(sent))
         assert_exactly_once_in_order(sent, log)
-        missed = {v for _, v in sent} - {c.value for c in reader.seen}
+        missed = {v for _, v in sent} - {t.value for t in reader.taken}
         assert not missed, f"the group consumer missed {len(missed)} messages, e.g. {sorted(missed)[:5]}"
 
         seen = seen_addresses(tap.responses())
@@ -212,7 +143,8 @@ def test_leadership_moves_under_an_idempotent_producer_and_a_group(cluster: Kafk
         assert not foreign, f"clients were told of addresses that are not kqp's: {foreign}"
         hints = [s for s in seen if s.api_key in (ApiKey.Produce, ApiKey.Fetch)]
         report = {"killed": victim, "moved": sorted(moved), "new leaders": new, "after kill": killed_at,
-                  "sent": len(sent), "group duplicates": len(reader.seen) - len({c.value for c in reader.seen}),
+                  "sent": len(sent), "group duplicates": len(reader.taken) - len({t.value for t in reader.taken}),
+                  "group errors": reader.errors[:3],
                   "addresses": len(seen), "KIP-951 hints": sorted({(s.api_key, s.api_version) for s in hints})}
         print(report)
         assert hints, "no Produce or Fetch answer carried NodeEndpoints: the leader hints went unchecked"
