@@ -20,11 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
 from helpers.acked_producer import Acked, BackgroundProducer
 from helpers.coordinator import advertised_versions
-from helpers.group_members import MEMBERS, Member, Taken
+from helpers.group_members import MEMBERS, Member, Taken, committed_offsets
 from helpers.names import unique_group, unique_topic
 from helpers.observability import scrape, start_with_metrics
 from helpers.topics import create_topic
@@ -87,13 +85,6 @@ def check_at_least_once(acked: Sequence[Acked], taken: Sequence[Taken]) -> int:
     return sum(len(v) - 1 for v in again.values())
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
-    answer = admin.list_consumer_group_offsets([request])[group].result(15)
-    return {tp.partition: tp.offset for tp in answer.topic_partitions}
-
-
 CASES = [("confluent-kafka", "classic"), ("confluent-kafka", "consumer"), ("mixed", "classic")]
 
 
@@ -141,7 +132,7 @@ def test_members_join_and_leave_while_a_producer_writes(clients: str, protocol: 
     retaken = check_at_least_once(producer.acked, taken)
 
     ends = Counter(a.partition for a in producer.acked)
-    assert committed_offsets(proxy.bootstrap, group, topic) == {p: ends[p] for p in range(PARTITIONS)}
+    assert committed_offsets(proxy.bootstrap, group, topic, PARTITIONS) == {p: ends[p] for p in range(PARTITIONS)}
     # The group's own requests went through kqp: KIP-848's heartbeat, or classic's join.
     api = "ConsumerGroupHeartbeat" if protocol == "consumer" else "JoinGroup"
     assert sum(v for (name, labels), v in scrape(metrics).items()

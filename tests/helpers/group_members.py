@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from .clients import HEARTBEAT_MS, SESSION_TIMEOUT_MS
 
@@ -201,6 +202,14 @@ class AiokafkaMember(Member):
                         self.took(tp.partition, record.offset, record.value, committed)
         finally:
             await consumer.stop()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset of each partition of `topic` (OffsetFetch; -1001: none)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
+    answer = admin.list_consumer_group_offsets([request])[group].result(15)
+    return {tp.partition: tp.offset for tp in answer.topic_partitions}
 
 
 MEMBERS: dict[str, type[Member]] = {cls.client: cls for cls in (ConfluentMember, KafkaPythonMember, AiokafkaMember)}
