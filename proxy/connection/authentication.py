@@ -68,6 +68,11 @@ class Authentication:
         if user != self.user:
             self.user, self.principals = user, {}
 
+    @property
+    def refused_login(self) -> str | None:
+        """Passthrough: why the upstream refused the connection's last login, until a new one starts."""
+        return None if self._claims is None else self._claims.refused
+
     def refusal(self, api_key: int) -> str | None:
         """Before authentication: why a request that is no SASL frame closes the connection (kqp
         terminates SASL, and the request is not ApiVersions), or None."""

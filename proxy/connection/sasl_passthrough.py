@@ -11,9 +11,9 @@ only when the upstream's SaslAuthenticate response says the exchange is complete
 * SCRAM: the round whose server token is the server-final message `v=...` (RFC 5802).
 
 A failed or unfinished exchange never grants the name: the claim is dropped on an error and on
-every new SaslHandshake. A new SaslHandshake on an authenticated connection is KIP-368's
-re-authentication; when it succeeds the connection's principal becomes the new claim, whatever
-it was (the upstream decides whether a principal may change).
+every new SaslHandshake (a refusal is kept, `refused`, to name the close that follows it). A new
+SaslHandshake on an authenticated connection is KIP-368's re-authentication; when it succeeds the
+connection's principal becomes the new claim (the upstream decides whether a principal may change).
 
 GSSAPI (and any mechanism kqp cannot read a name from) passes through and is attributed to
 ANONYMOUS: its principal travels inside a Kerberos ticket encrypted for the broker, so kqp cannot
@@ -45,12 +45,14 @@ class ClaimWatcher:
         self.principal_claim = principal_claim
         self.mechanism: str | None = None
         self.claim: str | None = None       # who the exchange in progress is about
+        self.refused: str | None = None     # the upstream's last refusal, said for the log
         self._first_token = False           # the next SaslAuthenticate carries the client's first token
 
     def on_request(self, api_key: int, version: int, body: memoryview) -> None:
         """A SASL request on its way upstream."""
         if api_key == ApiKey.SaslHandshake:
             self.mechanism, self.claim, self._first_token = decode_handshake_request(version, body), None, True
+            self.refused = None
             return
         if not self._first_token or self.mechanism is None:
             return
@@ -71,6 +73,7 @@ class ClaimWatcher:
             self.claim = None
             return None
         if error_code != 0:
+            self.refused = f"the upstream refused SASL/{self.mechanism} login as {self.claim!r} (error {error_code})"
             self.claim = None
             return None
         mechanism = (self.mechanism or "").upper()
