@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from helpers.clients import DRIVERS
 from helpers.names import unique_topic
-from helpers.net import split_host_port
+from helpers.net import accepts, split_host_port
 from helpers.observability import sample, scrape, start_with_metrics
 from helpers.sasl_clients import produce, sasl_settings
 from helpers.scenarios import keyed_round_trip, metadata_shows_only_kqp
@@ -82,6 +82,7 @@ def test_a_refused_login_is_named_and_no_client_waits(kafka_cluster: KafkaCluste
     waiting = kqp(listener, upstream=login("SCRAM-SHA-512", password="not-the-password"), wait="none")
     line = waiting.wait_for_log("login as 'kqp' failed: error 58", timeout=15)
     assert "SCRAM-SHA-512" in line and "not-the-password" not in waiting.logs()
+    assert not accepts(*split_host_port(waiting.bootstrap)), "kqp listens before it could log in"
     assert waiting.stop() == 0
 
     # While running: a user whose password changes on Kafka after kqp logged in with it.
