@@ -56,11 +56,6 @@ class UpstreamCluster:
         start = next(self._rr) % len(candidates)
         return candidates[start:] + candidates[:start]
 
-    def upstream_for(self, node_id: int | None) -> HostPort | None:
-        """The first of `upstreams_for`, for kqp's own lookups."""
-        targets = self.upstreams_for(node_id)
-        return targets[0] if targets else None
-
     def learn(self, brokers: Iterable[BrokerAddress]) -> None:
         """Record brokers named by any upstream answer; new or moved ones are announced."""
         for b in brokers:

@@ -9,9 +9,10 @@ kqp, which moves leadership back: the old leaders, still alive, answer NOT_LEADE
 KIP-951's CurrentLeader and NodeEndpoints hints, which kqp must rewrite like any Metadata answer.
 
 Asserted: every message acknowledged, the log holds each exactly once in producer order per
-partition (idempotence across the leader changes), the consumer missed nothing, the restarted
-node's partitions take writes through kqp again, and every broker address the tap saw handed to a
-client is kqp's (or the tap's own hop in front of kqp), never a Kafka listener.
+partition (idempotence across the leader changes), the consumer missed nothing, kqp's bootstrap
+listener turned no client away while a node was down, the restarted node's partitions take writes
+through kqp again, and every broker address the tap saw handed to a client is kqp's (or the tap's
+own hop in front of kqp), never a Kafka listener.
 """
 
 from __future__ import annotations

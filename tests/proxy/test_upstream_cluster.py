@@ -33,4 +33,3 @@ def test_a_broker_listener_goes_to_its_broker_only() -> None:
     c.learn([BrokerAddress(1, "127.0.0.1", 9001), BrokerAddress(2, "127.0.0.1", 9002)])
     assert c.upstreams_for(2) == [HostPort("127.0.0.1", 9002)]
     assert c.upstreams_for(7) == []
-    assert c.upstream_for(7) is None and c.upstream_for(2) == HostPort("127.0.0.1", 9002)
