@@ -1,16 +1,15 @@
 """Members of one consumer group, each a real client in a thread of its own, that commit every record.
 
-A member consumes one record at a time and commits its offset synchronously before the next, the
-strictest at-least-once an application can write: after a rebalance the partition's new owner
-starts where the old one's last successful commit left it, so a record is consumed twice only when
-the commit after its first consumption failed (the group had moved on: REBALANCE_IN_PROGRESS,
-ILLEGAL_GENERATION, STALE_MEMBER_EPOCH...). Each member keeps what it consumed with whether that
-commit succeeded, and the partitions it holds as its rebalance callbacks said (eager and incremental
-callbacks alike: assigned partitions are added, revoked or lost ones removed).
+A member processes one record at a time and commits its offset synchronously before the next, the
+strictest at-least-once an application can write: a partition's next owner starts at the last
+commit, so a record is consumed twice only when the commit after its first consumption did not
+count: it failed (the group had moved on), or a rebalance callback ran meanwhile (aiokafka
+rebalances in the background, so a commit can succeed in the next generation, after the new owner
+read the offset). Records of partitions a member no longer holds are skipped. Each member keeps
+what it took, whether its commit counted, and the partitions its rebalance callbacks gave it.
 
 Clients: confluent-kafka (`group.protocol` classic or KIP-848's consumer), kafka-python and
-aiokafka (classic). Every loop ends at its stop event; `stop()` closes the client, which leaves
-the group.
+aiokafka (classic). Every loop ends at its stop event; `stop()` closes the client (leaving the group).
 """
 
 from __future__ import annotations
@@ -93,8 +92,17 @@ class Member:
             self._holds.difference_update(partitions)
             self.events.append((time.monotonic(), "revoked", tuple(sorted(partitions))))
 
-    def took(self, partition: int, offset: int, value: bytes, committed: bool) -> None:
-        self.taken.append(Taken(partition, offset, value.decode(), committed, time.monotonic()))
+    def holding(self, partition: int) -> int | None:
+        """The rebalance count now if `partition` is held (the record may be processed), else None."""
+        with self._lock:
+            return len(self.events) if partition in self._holds else None
+
+    def took(self, partition: int, offset: int, value: bytes, committed: bool, since: int) -> None:
+        """A record processed while holding its partition at rebalance count `since`; its commit
+        counts only if no rebalance callback ran meanwhile."""
+        with self._lock:
+            counted = committed and since == len(self.events) and partition in self._holds
+        self.taken.append(Taken(partition, offset, value.decode(), counted, time.monotonic()))
 
 
 class ConfluentMember(Member):
@@ -118,12 +126,14 @@ class ConfluentMember(Member):
                 if msg.error() is not None:
                     self.errors.append(str(msg.error()))
                     continue
+                if (since := self.holding(msg.partition())) is None:
+                    continue
                 try:
                     consumer.commit(message=msg, asynchronous=False)
                     committed = True
                 except KafkaException:
                     committed = False
-                self.took(msg.partition(), msg.offset(), msg.value(), committed)
+                self.took(msg.partition(), msg.offset(), msg.value(), committed, since)
         finally:
             consumer.close()
 
@@ -154,12 +164,14 @@ class KafkaPythonMember(Member):
             while not self._stop.is_set():
                 for tp, records in consumer.poll(timeout_ms=int(POLL_SECONDS * 1000)).items():
                     for record in records:
+                        if (since := self.holding(tp.partition)) is None:
+                            break
                         try:
                             consumer.commit({tp: OffsetAndMetadata(record.offset + 1, "", -1)})
                             committed = True
                         except KafkaError:
                             committed = False
-                        self.took(tp.partition, record.offset, record.value, committed)
+                        self.took(tp.partition, record.offset, record.value, committed, since)
         finally:
             consumer.close()
 
@@ -194,12 +206,14 @@ class AiokafkaMember(Member):
                 batches = await consumer.getmany(timeout_ms=int(POLL_SECONDS * 1000), max_records=50)
                 for tp, records in batches.items():
                     for record in records:
+                        if (since := self.holding(tp.partition)) is None:
+                            break
                         try:
                             await consumer.commit({tp: record.offset + 1})
                             committed = True
                         except KafkaError:
                             committed = False
-                        self.took(tp.partition, record.offset, record.value, committed)
+                        self.took(tp.partition, record.offset, record.value, committed, since)
         finally:
             await consumer.stop()
 
