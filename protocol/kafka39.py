@@ -46,8 +46,12 @@ UNSCHEMED: Mapping[int, Unschemed] = MappingProxyType({
     ApiKey.Envelope: Unschemed(0, 0, False),
     ApiKey.UnregisterBroker: Unschemed(0, 0, False),
     ApiKey.AllocateProducerIds: Unschemed(0, 0, False),
-    ApiKey.ConsumerGroupHeartbeat: Unschemed(0, 0, False),
-    ApiKey.ConsumerGroupDescribe: Unschemed(0, 0, False),
+    # KIP-848's two at Kafka 4's versions, not 3.9's early-access v0: clients of the released protocol
+    # (librdkafka 2.16) never join a group through a listener offering ConsumerGroupHeartbeat v0 alone.
+    # v1 (SubscribedTopicRegex; MemberType) read from Kafka 4.4.0's kafka-clients message classes:
+    # flexible from v0, no broker endpoint in either.
+    ApiKey.ConsumerGroupHeartbeat: Unschemed(1, 0, False),
+    ApiKey.ConsumerGroupDescribe: Unschemed(1, 0, False),
     ApiKey.GetTelemetrySubscriptions: Unschemed(0, 0, False),
     ApiKey.PushTelemetry: Unschemed(0, 0, False),
     ApiKey.ShareGroupHeartbeat: Unschemed(0, 0, False),

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 from helpers.fault_tap import FaultTap
 from helpers.kqp_process import KqpProcess, Wait, deep_merge, start_kqp
+from helpers.tls import TlsFiles
 from upstreams import launch
+from upstreams.kafka import KAFKA_USERS, KafkaCluster, Tls
 from upstreams.launch import Upstream
 from upstreams.provisioned import kafka_or_skip
 
@@ -51,14 +53,32 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
 
 
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
-    """One Apache Kafka KRaft node (broker and controller): "127.0.0.1:PORT" (kind "kafka")."""
+def kafka_certs(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    """The CA and server certificate of the session's Kafka node's SSL and MTLS listeners (trustme)."""
+    return TlsFiles(tmp_path_factory.mktemp("kafka-tls"))
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory, kafka_certs: TlsFiles) -> Iterator[KafkaCluster]:
+    """The session's Apache Kafka node itself: PLAINTEXT (`bootstrap`), SASL_PLAINTEXT with the users
+    `KAFKA_USERS` (SCRAM-SHA-256/512 and PLAIN), SSL, and MTLS (client certificates from
+    `kafka_certs`' CA required); for the tests of Kafka's own listeners. Skipped with KQP_TEST_BOOTSTRAP."""
+    if launch.real_cluster() is not None:
+        pytest.skip("KQP_TEST_BOOTSTRAP is set: this test needs the Kafka node the suite launches")
+    tls = Tls(kafka_certs.server_cert, kafka_certs.server_key, client_ca=kafka_certs.ca_path)
+    with kafka_or_skip(tmp_path_factory.mktemp("kafka"), scram_users=KAFKA_USERS, tls=tls) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka(request: pytest.FixtureRequest) -> Upstream:
+    """One Apache Kafka KRaft node (broker and controller): "127.0.0.1:PORT" (kind "kafka"), its
+    PLAINTEXT listener."""
     real = launch.real_cluster()
     if real is not None:
-        yield real
-        return
-    with kafka_or_skip(tmp_path_factory.mktemp("kafka")) as cluster:
-        yield cluster.bootstrap
+        return real
+    cluster: KafkaCluster = request.getfixturevalue("kafka_cluster")
+    return cluster.bootstrap
 
 
 UPSTREAM_KINDS = {"mock": "mock_cluster", "tansu": "tansu", "kafka": "kafka"}

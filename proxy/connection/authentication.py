@@ -63,6 +63,11 @@ class Authentication:
         if user != self.user:
             self.user, self.principals = user, {}
 
+    @property
+    def refused_login(self) -> str | None:
+        """Passthrough: why the upstream refused the connection's last login, until a new one starts."""
+        return None if self._claims is None else self._claims.refused
+
     def refusal(self, api_key: int, before_authentication: bool) -> str | None:
         """Before authentication: why a request closes the connection (kqp terminates SASL and the
         request's API is not one served before it: `Handler.before_authentication`), or None."""

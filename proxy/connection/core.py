@@ -202,6 +202,10 @@ class Connection:
         self.phase = next_phase(self.phase, move)
 
     def _upstream_lost(self, e: ev.UpstreamLost) -> None:
+        if (refused := self.auth.refused_login) is not None and not self.in_flight:
+            # Passthrough: a broker closes the connection of a login it refused, after the answer.
+            self.close("authentication_failed", f"{refused}; the upstream closed the connection")
+            return
         detail = f": {e.message}" if e.message else ""
         if self.in_flight:
             head = self.in_flight[0]

@@ -5,9 +5,10 @@ upstream verifies; kqp watches. The handshake names the mechanism, the first Sas
 the user (`kqp.protocol.sasl.claimed_name`: PLAIN's authcid, SCRAM's `n=`, OAUTHBEARER's claim read
 without verifying), and the claim is adopted only when the upstream's answer says the exchange is
 complete and succeeded (PLAIN and OAUTHBEARER: error 0 with no challenge; SCRAM: the server-final
-`v=`). A failed or unfinished exchange never grants the name; a new handshake (KIP-368's
-re-authentication) starts over. GSSAPI and any mechanism kqp cannot read a name from is attributed to
-ANONYMOUS: its principal travels encrypted for the broker, and guessing would charge the wrong user.
+`v=`). A failed or unfinished exchange never grants the name (a refusal is kept, `refused`, to name
+the close that follows it); a new handshake (KIP-368's re-authentication) starts over. GSSAPI and
+any mechanism kqp cannot read a name from is attributed to ANONYMOUS: its principal travels
+encrypted for the broker, and guessing would charge the wrong user.
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ class ClaimWatcher:
         self.principal_claim = principal_claim
         self.mechanism: str | None = None
         self.claim: str | None = None       # who the exchange in progress is about
+        self.refused: str | None = None     # the upstream's last refusal, said for the log
         self._first_token = False           # the next SaslAuthenticate carries the client's first token
 
     def on_request(self, authenticate: bool, version: int, body: memoryview) -> None:
         """A SASL request on its way upstream: a SaslAuthenticate (`authenticate`) or a SaslHandshake."""
         if not authenticate:
             self.mechanism, self.claim, self._first_token = decode_handshake_request(version, body), None, True
+            self.refused = None
             return
         if not self._first_token or self.mechanism is None:
             return
@@ -60,6 +63,7 @@ class ClaimWatcher:
             self.claim = None
             return None
         if error_code != 0:
+            self.refused = f"the upstream refused SASL/{self.mechanism} login as {self.claim!r} (error {error_code})"
             self.claim = None
             return None
         mechanism = (self.mechanism or "").upper()

@@ -43,12 +43,18 @@ class UpstreamCluster:
         self._rr = itertools.count()
 
     # -- addresses -----------------------------------------------------------------------------
-    def upstream_for(self, node_id: int | None) -> HostPort | None:
-        """Where a client connection on this listener goes: that broker, or any broker for bootstrap."""
+    def upstreams_for(self, node_id: int | None) -> list[HostPort]:
+        """Where a client connection on this listener goes, in the order to try: that broker; for
+        bootstrap every broker, starting from the next in turn, so one that is down is passed over
+        (a client has only kqp's bootstrap address, where it would have had several brokers')."""
         if node_id is not None:
-            return self.brokers.get(node_id)
+            found = self.brokers.get(node_id)
+            return [found] if found is not None else []
         candidates = list(self.brokers.values()) or list(self.config.bootstrap_servers)
-        return candidates[next(self._rr) % len(candidates)]
+        if not candidates:
+            return []
+        start = next(self._rr) % len(candidates)
+        return candidates[start:] + candidates[:start]
 
     def learn(self, brokers: Iterable[BrokerAddress]) -> None:
         """Record brokers named by any upstream answer; new or moved ones are announced."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 
 from kqp.config.model import HostPort
@@ -51,7 +51,7 @@ class EdgeWiring:
     loop: asyncio.AbstractEventLoop
     core: CoreParts
     delay: DelayDriver
-    upstream_for: Callable[[int | None], HostPort | None]   # where a listener's connections go
+    upstream_for: Callable[[int | None], Sequence[HostPort]]   # where a listener's connections go, in order
     look_up_topics: Callable[[], Awaitable[None]]
     ensure_listeners: Callable[[tuple[BrokerAddress, ...]], str | None]   # bound and recorded; or what failed
     open_connections: set[ClientEdge]                        # for the idle reaper and shutdown
@@ -213,19 +213,24 @@ class ClientEdge(asyncio.Protocol):
 
     async def _connect(self, node_id: int | None) -> None:
         """The upstream socket, its callbacks on `UpstreamEdge`; no deadline here: the core's timer
-        closes the connection (and so cancels this) when `upstream.connect_timeout_ms` has passed."""
-        target = self.w.upstream_for(node_id)
-        if target is None:
+        closes the connection (and so cancels this) when `upstream.connect_timeout_ms` has passed.
+        Each target in turn (several only for bootstrap) until one accepts."""
+        targets = self.w.upstream_for(node_id)
+        if not targets:
             self.run(ev.UpstreamConnectFailed(self.now(), f"kqp knows no upstream address for broker {node_id}",
                                               unknown_broker=True))
             return
-        try:
-            transport, _ = await self.w.loop.create_connection(
-                lambda: UpstreamEdge(self), target.host, target.port,
-                **self.w.upstream_tls(target.host))  # type: ignore[arg-type]
-        except (OSError, ProtocolError) as exc:   # a refusal, a TLS failure (ssl.SSLError is an OSError)
-            self.run(ev.UpstreamConnectFailed(self.now(), f"upstream {target} unreachable: "
-                                                          f"{exc or type(exc).__name__}"))
+        failures: list[str] = []
+        for target in targets:
+            try:
+                transport, _ = await self.w.loop.create_connection(
+                    lambda: UpstreamEdge(self), target.host, target.port,
+                    **self.w.upstream_tls(target.host))  # type: ignore[arg-type]
+                break
+            except (OSError, ProtocolError) as exc:   # a refusal, a TLS failure (ssl.SSLError is an OSError)
+                failures.append(f"upstream {target} unreachable: {exc or type(exc).__name__}")
+        else:
+            self.run(ev.UpstreamConnectFailed(self.now(), "; ".join(failures)))
             return
         if self.core.closed:
             transport.close()

@@ -139,10 +139,10 @@ class ProxyServer:
             listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter,
             settings=core_settings(cfg), sasl=sasl, upstream_sasl=forwarding_login(cfg),
         )
-        lookup = TopicLookup(topics, lambda: cluster.upstream_for(None), lambda: cluster.api_ranges,
+        lookup = TopicLookup(topics, lambda: cluster.upstreams_for(None), lambda: cluster.api_ranges,
                              cfg.upstream.connect_timeout_ms / 1000, cfg.max_frame_bytes, tls=upstream_tls,
                              sasl=cfg.upstream.sasl)
-        wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstream_for,
+        wiring = EdgeWiring(loop=loop, core=self.core, delay=self.delay, upstream_for=cluster.upstreams_for,
                             look_up_topics=lookup, ensure_listeners=self._ensure_listeners,
                             open_connections=self.connections, on_closed=self._on_closed,
                             identify=identify, refused=refused, upstream_tls=upstream_tls, admission=self.admission,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kqp.config.model import HostPort, UpstreamSasl
@@ -26,7 +26,7 @@ log = logging.getLogger("kqp.mutations")
 
 
 class TopicLookup:
-    def __init__(self, topics: TopicMetadata, upstream: Callable[[], HostPort | None],
+    def __init__(self, topics: TopicMetadata, upstream: Callable[[], Sequence[HostPort]],
                  api_ranges: Callable[[], Mapping[int, tuple[int, int]]], step_seconds: float,
                  max_frame_bytes: int, tls: Callable[[str], dict[str, Any]] = no_tls,
                  sasl: UpstreamSasl | None = None) -> None:
@@ -48,25 +48,30 @@ class TopicLookup:
         await asyncio.shield(self._running)
 
     async def _fetch(self) -> None:
-        target = self._upstream()
+        targets = self._upstream()   # the brokers in turn: one that is down is passed over
         versions = self._api_ranges().get(ApiKey.Metadata)
-        if target is None or versions is None:
+        if not targets or versions is None:
             return
         version = versions[1]
         fields: dict[str, Any] = {"topics": None if version >= 1 else []}  # v0: empty list = all
         if version >= 4:
             fields["allow_auto_topic_creation"] = False
-        try:
-            async with UpstreamClient(target.host, target.port, self._step, self._max_frame, tls=self._tls,
-                                      sasl=self._sasl) as client:
-                response = await client.request(ApiKey.Metadata, version, **fields)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
-            log.warning("topic metadata lookup at %s failed: %s: %s; partition counts not known to kqp "
-                        "count as 0", target, type(exc).__name__, exc)
-            return
-        except Exception:
-            # A bug, not the upstream's fault: said loudly, but the connections waiting on this
-            # lookup must still go on (with what the cache knows), so it is not re-raised.
-            log.exception("topic metadata lookup at %s failed unexpectedly", target)
+        failures: list[str] = []
+        for target in targets:
+            try:
+                async with UpstreamClient(target.host, target.port, self._step, self._max_frame, tls=self._tls,
+                                          sasl=self._sasl) as client:
+                    response = await client.request(ApiKey.Metadata, version, **fields)
+                break
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
+                failures.append(f"at {target} failed: {type(exc).__name__}: {exc}")
+            except Exception:
+                # A bug, not the upstream's fault: said loudly, but the connections waiting on this
+                # lookup must still go on (with what the cache knows), so it is not re-raised.
+                log.exception("topic metadata lookup at %s failed unexpectedly", target)
+                return
+        else:
+            log.warning("topic metadata lookup %s; partition counts not known to kqp count as 0",
+                        "; ".join(failures))
             return
         self._topics.learn_topics(response.topics or (), complete=True)

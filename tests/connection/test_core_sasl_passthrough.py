@@ -75,7 +75,9 @@ def test_a_failed_authentication_keeps_anonymous() -> None:
     core = core_for()
     log_in(core, 1, "PLAIN", b"\x00alice\x00wrong", answered(2, error=58))
     assert core.user == ANONYMOUS and not core.auth.authenticated
-    play(core, [(ev.UpstreamLost(NOW), [ev.Close("upstream_closed", "upstream connection closed")])])
+    # The broker closes a refused login's connection: told as the refused login, not as upstream trouble.
+    play(core, [(ev.UpstreamLost(NOW), [ev.Close("authentication_failed", "the upstream refused SASL/PLAIN login "
+                                                 "as 'alice' (error 58); the upstream closed the connection")])])
 
 
 def test_scram_is_adopted_at_the_server_final_message_only() -> None:

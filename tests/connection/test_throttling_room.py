@@ -11,8 +11,8 @@ from __future__ import annotations
 from helpers.playbook import Recorder
 
 from kqp.proxy.connection.events import Mute, MuteReason, SetTimer, Unmute
-from kqp.proxy.connection.plans import PASS, Flight
 from kqp.proxy.connection.mute import MuteState
+from kqp.proxy.connection.plans import PASS, Flight
 from kqp.proxy.connection.throttling import Throttle, Throttling
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal, QuotaKey, QuotaType

@@ -99,10 +99,10 @@ def confluent_brokers(bootstrap: str) -> list[tuple[str, int]]:
 
 # ---- kafka-python 3 ----------------------------------------------------------------------------
 
-def kafka_python_produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> None:
+def kafka_python_produce(bootstrap: str, topic: str, messages: Sequence[Message], **options: object) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **{"linger_ms": 5, **options})
     try:
         futures = [producer.send(topic, key=k.encode(), value=v.encode()) for k, v in messages]
         producer.flush(30)
@@ -146,11 +146,11 @@ def kafka_python_brokers(bootstrap: str, timeout_ms: int = 15000) -> list[tuple[
 
 # ---- aiokafka ----------------------------------------------------------------------------------
 
-def aiokafka_produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> None:
+def aiokafka_produce(bootstrap: str, topic: str, messages: Sequence[Message], **options: object) -> None:
     from aiokafka import AIOKafkaProducer
 
     async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **{"linger_ms": 5, **options})
         await producer.start()
         try:
             futures = [await producer.send(topic, key=k.encode(), value=v.encode()) for k, v in messages]

@@ -24,7 +24,7 @@ def test_what_kqp_advertises_in_front_of_kafka_3_9() -> None:
         ApiKey.OffsetCommit: (0, 9),                         # v0-v1 header-only
         ApiKey.CreateTopics: (2, 7), ApiKey.DeleteTopics: (1, 6),   # KIP-599 reads them: decodable only
         ApiKey.CreateDelegationToken: (0, 3),                # no schema: header-only
-        ApiKey.ConsumerGroupHeartbeat: (0, 0),               # v1 is newer than the definitions kqp carries
+        ApiKey.ConsumerGroupHeartbeat: (0, 1),               # KIP-848's released v1 (Kafka 4's facts)
         ApiKey.GetTelemetrySubscriptions: (0, 0),
         # ShareFetch names brokers kqp cannot rewrite; Vote is controller-only; 1000 is unknown.
     }

@@ -56,7 +56,7 @@ class Harness:
         self.closed = 0
         self.lookups = 0
         self.listened: list[tuple[BrokerAddress, ...]] = []
-        defaults: dict[str, Any] = {"upstream_for": lambda node_id: UPSTREAM, "look_up_topics": self._look_up,
+        defaults: dict[str, Any] = {"upstream_for": lambda node_id: [UPSTREAM], "look_up_topics": self._look_up,
                                     "ensure_listeners": self._ensure_listeners}
         self.wiring = EdgeWiring(loop=self.loop, core=parts, delay=self.delay,  # type: ignore[arg-type]
                                  open_connections=self.open, on_closed=self._on_closed, **{**defaults, **wiring})
@@ -113,6 +113,33 @@ def test_an_upstream_that_refuses_closes_the_client() -> None:
     edge, client = h.accept()
     h.loop.connects.pop().fail(ConnectionRefusedError(111, "Connection refused"))
     assert client.closing and recorder.closed == ["upstream_unreachable"] and edge not in h.open and h.closed == 1
+
+
+def test_a_bootstrap_connection_tries_the_next_broker_when_one_refuses() -> None:
+    # A client has only kqp's bootstrap address: a broker that is down must not refuse it.
+    down, up = HostPort("127.0.0.1", 9093), HostPort("127.0.0.1", 9094)
+    h = Harness(make_core().parts, upstream_for=lambda node_id: [down, up])
+    edge, client = h.accept()
+    first = h.loop.connects.pop()
+    assert (first.host, first.port) == ("127.0.0.1", 9093)
+    first.fail(ConnectionRefusedError(111, "Connection refused"))
+    h.loop.run_ready()
+    second = h.loop.connects.pop()
+    assert (second.host, second.port) == ("127.0.0.1", 9094)
+    upstream = second.succeed()
+    first_frame = produce_frame("t", 9, 1, "c")
+    edge.data_received(first_frame)
+    assert upstream.take() == first_frame and not client.closing
+
+
+def test_every_broker_refusing_closes_the_client_naming_each() -> None:
+    h = Harness(make_core(None, recorder := Recorder()).parts,
+                upstream_for=lambda node_id: [HostPort("127.0.0.1", 9093), HostPort("127.0.0.1", 9094)])
+    _, client = h.accept()
+    for _ in range(2):
+        h.loop.connects.pop().fail(ConnectionRefusedError(111, "Connection refused"))
+        h.loop.run_ready()
+    assert client.closing and recorder.closed == ["upstream_unreachable"]
 
 
 def test_the_connect_deadline_is_the_core_s_timer_and_its_close_cancels_the_connect() -> None:

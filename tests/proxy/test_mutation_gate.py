@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from helpers.net import free_port
 from kafka.protocol.admin.topics import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -673,8 +674,11 @@ def test_inactive_gate_passes_everything_untouched() -> None:
 
 async def test_failed_lookup_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     gate, _ = make_gate()
-    # Nothing listens on 127.0.0.1:9 (discard): the lookup fails fast and says so.
-    lookup = TopicLookup(gate.topics, lambda: HostPort("127.0.0.1", 9), lambda: {ApiKey.Metadata: (0, 12)},
-                         1.0, 1 << 20)
+    # Nothing listens on 127.0.0.1:9 (discard) nor on a port just freed: each broker is tried in
+    # turn, each fails fast, and the one warning names both.
+    dead = free_port()
+    lookup = TopicLookup(gate.topics, lambda: [HostPort("127.0.0.1", 9), HostPort("127.0.0.1", dead)],
+                         lambda: {ApiKey.Metadata: (0, 12)}, 1.0, 1 << 20)
     await asyncio.wait_for(lookup(), 5)
     assert "topic metadata lookup at 127.0.0.1:9 failed" in caplog.text
+    assert f"at 127.0.0.1:{dead} failed" in caplog.text

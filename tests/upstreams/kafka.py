@@ -4,10 +4,10 @@ The jars come from tests/jvm/kafka/pom.xml (`jvm.jars("kafka")`). `KafkaCluster`
 server.properties on free loopback ports, formats its storage with one cluster id (SCRAM users are
 written at format time, as `kafka-storage format --add-scram` does), starts `kafka.Kafka`, and is
 ready once every broker shows in a Metadata answer. Each node has a PLAINTEXT listener (the cluster's
-`bootstrap`), and optionally SASL_PLAINTEXT (SCRAM and PLAIN) and SSL listeners, for tests that log
-in to Kafka's own listeners. Settings favour a quick start on two cores: one-partition internal
-topics, no initial rebalance delay, a short broker session so a killed node's partitions move in
-seconds (`kill`, `restart`).
+`bootstrap`), and optionally SASL_PLAINTEXT (SCRAM and PLAIN), SSL and MTLS (SSL requiring a client
+certificate) listeners, for tests that log in to Kafka's own listeners. Settings favour a quick
+start on two cores: one-partition internal topics, no initial rebalance delay, 500 ms KIP-848
+heartbeats, a short broker session so a killed node's partitions move in seconds (`kill`, `restart`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from cryptography.hazmat.primitives import serialization
 from helpers.net import LOOPBACK, accepts, free_port
 
 from . import jvm
@@ -51,11 +52,14 @@ LOG4J = """Configuration:
         - ref: STDOUT
 """
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+# The users the suite's session node knows (tests/conftest.py `kafka_cluster`): kqp's own login, a client's.
+KAFKA_USERS = {"kqp": "kqp-secret", "alice": "alice-secret"}
 
 
 @dataclass(frozen=True)
 class Tls:
-    """A PEM certificate chain and key for Kafka's SSL listener; `client_ca` set: client certificates required."""
+    """A PEM certificate chain and key for Kafka's SSL listener; `client_ca` set: also an MTLS listener,
+    which requires a client certificate from that CA."""
 
     certificate_chain: Path
     private_key: Path
@@ -65,7 +69,7 @@ class Tls:
 @dataclass
 class KafkaNode:
     node_id: int
-    ports: dict[str, int]            # listener name -> port (PLAINTEXT, CONTROLLER, SASL_PLAINTEXT, SSL)
+    ports: dict[str, int]            # listener name -> port (PLAINTEXT, CONTROLLER, SASL_PLAINTEXT, SSL, MTLS)
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     log: Path = field(init=False)
@@ -101,6 +105,8 @@ class KafkaCluster:
             listeners.append("SASL_PLAINTEXT")
         if tls is not None:
             listeners.append("SSL")
+            if tls.client_ca is not None:
+                listeners.append("MTLS")
         self.nodes = [KafkaNode(i, {name: free_port() for name in listeners}, directory / f"node-{i}")
                       for i in range(1, nodes + 1)]
         self._classpath = jvm.classpath("kafka")
@@ -121,8 +127,7 @@ class KafkaCluster:
     # -- life ------------------------------------------------------------------------------------
     def __enter__(self) -> KafkaCluster:
         try:
-            for node in self.nodes:
-                self._format(node)
+            self._format_all()
             for node in self.nodes:
                 self._start(node)
             self.wait_ready()
@@ -139,7 +144,7 @@ class KafkaCluster:
         voters = ",".join(f"{m.node_id}@{m.address('CONTROLLER')}" for m in self.nodes)
         names = [name for name in node.ports]
         protocols = {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
-                     "SSL": "SSL"}
+                     "SSL": "SSL", "MTLS": "SSL"}
         props: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
@@ -162,6 +167,12 @@ class KafkaCluster:
             "share.coordinator.state.topic.replication.factor": str(min(3, n)),
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # KIP-848 groups: the broker sets the members' heartbeat (default 5 s, never below the
+            # minimum, also 5 s); a member's join or leave then takes a few heartbeats to settle.
+            "group.consumer.min.heartbeat.interval.ms": "500",
+            "group.consumer.heartbeat.interval.ms": "500",
+            "group.consumer.min.session.timeout.ms": "6000",
+            "group.consumer.session.timeout.ms": "6000",
             "broker.heartbeat.interval.ms": "500",
             "broker.session.timeout.ms": "3000",
             "controlled.shutdown.enable": "true",
@@ -177,33 +188,45 @@ class KafkaCluster:
                     + " ".join(f'user_{user}="{password}"' for user, password in self.scram_users.items()) + ";",
             })
         if self.tls is not None:
-            props.update({
-                "listener.name.ssl.ssl.keystore.type": "PEM",
-                "listener.name.ssl.ssl.keystore.certificate.chain": _pem_line(self.tls.certificate_chain),
-                "listener.name.ssl.ssl.keystore.key": _pem_line(self.tls.private_key),
-            })
+            # Kafka reads a PEM chain and key inline; the key unencrypted (no ssl.key.password) and PKCS#8.
+            for name in ("ssl", "mtls") if self.tls.client_ca is not None else ("ssl",):
+                props.update({
+                    f"listener.name.{name}.ssl.keystore.type": "PEM",
+                    f"listener.name.{name}.ssl.keystore.certificate.chain": _pem_line(self.tls.certificate_chain),
+                    f"listener.name.{name}.ssl.keystore.key": _pkcs8_line(self.tls.private_key),
+                })
             if self.tls.client_ca is not None:
                 props.update({
-                    "listener.name.ssl.ssl.client.auth": "required",
-                    "listener.name.ssl.ssl.truststore.type": "PEM",
-                    "listener.name.ssl.ssl.truststore.certificates": _pem_line(self.tls.client_ca),
+                    "listener.name.mtls.ssl.client.auth": "required",
+                    "listener.name.mtls.ssl.truststore.type": "PEM",
+                    "listener.name.mtls.ssl.truststore.certificates": _pem_line(self.tls.client_ca),
                 })
         props.update(self.properties)
         return "".join(f"{key}={value}\n" for key, value in props.items())
 
-    def _format(self, node: KafkaNode) -> None:
+    def _format_all(self) -> None:
+        """Format every node's storage, the nodes' JVMs side by side (one takes seconds to start)."""
+        formats = [(node, self._format(node)) for node in self.nodes]
+        for node, proc in formats:
+            try:
+                out, _ = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"kafka-storage format failed for node {node.node_id}: {out}")
+
+    def _format(self, node: KafkaNode) -> subprocess.Popen[str]:
         node.directory.mkdir(parents=True, exist_ok=True)
         (node.directory / "server.properties").write_text(self._server_properties(node))
         (node.directory / "log4j2.yaml").write_text(LOG4J)
         scram = [arg for user, password in self.scram_users.items() for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
                  for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")]
-        done = subprocess.run(
+        return subprocess.Popen(
             [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={node.directory / 'log4j2.yaml'}",
              "-cp", self._classpath, "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
              "-c", str(node.directory / "server.properties"), *scram],
-            capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"kafka-storage format failed for node {node.node_id}: {done.stdout}{done.stderr}")
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def _start(self, node: KafkaNode) -> None:
         with node.log.open("ab") as log:
@@ -276,6 +299,14 @@ class KafkaCluster:
 def _pem_line(path: Path) -> str:
     """A PEM file as one properties value (Kafka reads inline PEM with its line breaks escaped)."""
     return path.read_text().strip().replace("\n", "\\n")
+
+
+def _pkcs8_line(path: Path) -> str:
+    """A PEM private key as one properties value in PKCS#8, the only PEM key form Kafka loads (trustme
+    writes EC keys as SEC1, `BEGIN EC PRIVATE KEY`, which Kafka refuses: "algid parse error")."""
+    key = serialization.load_pem_private_key(path.read_bytes(), None)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return pem.decode().strip().replace("\n", "\\n")
 
 
 @contextlib.contextmanager
