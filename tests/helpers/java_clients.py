@@ -8,10 +8,11 @@ and worktrees sharing `KQP_JVM_CACHE` compile each version once. `run_tool` runs
 command-line classes (`org.apache.kafka.tools.ProducerPerformance`, ...) on the same class path.
 Without a JDK or Maven the calling test is skipped, and fails under CI=true, as the Kafka upstream is.
 
-Beyond the shared fields, `produce` reports `offer_start`/`offer_end` and `consume` reports
-`consume_start`/`consume_end` in time.monotonic()'s clock (the JVM's System.nanoTime reads the same
-CLOCK_MONOTONIC), so a test can cut the wire taps' records at the moment the offer stopped; both
-report `responses`, the responses the client read, whose throttle times its average is taken over.
+Beyond the shared fields, `produce` reports `offer_start`/`offer_end` (the offer starts once the
+topic's metadata is known) and `consume` `consume_start`/`consume_end`, in time.monotonic()'s clock
+(the JVM's System.nanoTime reads the same CLOCK_MONOTONIC), so a test can cut the wire taps' records
+where the offer stopped; both report `responses`, the responses the client read (its throttle
+average is over these).
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ def admin_describe(bootstrap: str, components: Mapping[str, str | None], *, stri
 
 def throttle_total_ms(run: Json) -> float | None:
     """The throttle time a run's client was told in all: its average over every response it read,
-    times their count (the run's metric windows span it whole)."""
+    times their count (ContractClient's metrics keep one sample for the whole run; Kafka's tools keep
+    their default two 30 s samples, which span a shorter run whole)."""
     if run.get("throttle_ms_avg") is None or not run.get("responses"):
         return None
     return float(run["throttle_ms_avg"]) * int(run["responses"])
