@@ -5,6 +5,7 @@ import java.io.InputStream;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -38,10 +39,11 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 /**
  * Kafka's own Java client behind the command line every client family under tests/clients/ shares
  * (`produce`, `consume`; tests/helpers/java_clients.py says what each prints), and the quota admin
- * calls `admin-alter` and `admin-describe`. Each prints one JSON object as its last stdout line. Throttle figures are the client's own metrics, which record the throttle_time_ms of
- * every response the client reads (zeros included): `responses` is that count, so avg x responses
- * is the throttle time the client was told in all. `offer_start`/`offer_end` are CLOCK_MONOTONIC
- * seconds (System.nanoTime on Linux), the clock the Python tests' taps read.
+ * calls `admin-alter` and `admin-describe`. Each prints one JSON object as its last stdout line.
+ * Throttle figures are the client's own metrics, which record the throttle_time_ms of every response
+ * the client reads (zeros included): `responses` is that count, so avg x responses is the throttle
+ * time the client was told in all. `offer_start`/`offer_end` are CLOCK_MONOTONIC seconds
+ * (System.nanoTime on Linux), the clock the Python tests' taps read.
  */
 public final class ContractClient {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -97,7 +99,7 @@ public final class ContractClient {
         int window = Math.max(4 * batchBytes, recordBytes);
         Semaphore outstanding = new Semaphore(window);
         AtomicLong acked = new AtomicLong(), failed = new AtomicLong(), timeouts = new AtomicLong();
-        Set<String> errors = new LinkedHashSet<>();
+        Set<String> errors = Collections.synchronizedSet(new LinkedHashSet<>());  // callbacks add too
         byte[] value = new byte[recordBytes];
         Arrays.fill(value, (byte) 'x');
         long sent = 0;
@@ -105,7 +107,7 @@ public final class ContractClient {
         long start = created;
         long deadline = start + (long) (seconds * 1e9);
         long offerEnd;
-        Map<String, Object> out = result();
+        Map<String, Object> out = clientResult();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             // The offer starts once the topic's metadata is known, as the first send would wait for it.
             producer.partitionsFor(topic);
@@ -152,7 +154,9 @@ public final class ContractClient {
         out.put("acked", acked.get());
         out.put("failed", failed.get());
         out.put("timeouts", timeouts.get());
-        out.put("errors", new ArrayList<>(errors));
+        synchronized (errors) {
+            out.put("errors", new ArrayList<>(errors));
+        }
         out.put("offer_start", start / 1e9);
         out.put("offer_end", offerEnd / 1e9);
         out.put("seconds", (System.nanoTime() - created) / 1e9);
@@ -175,7 +179,7 @@ public final class ContractClient {
         props.put("key.deserializer", ByteArrayDeserializer.class.getName());
         props.put("value.deserializer", ByteArrayDeserializer.class.getName());
         props.putAll(a.conf());
-        Map<String, Object> out = result();
+        Map<String, Object> out = clientResult();
         Set<String> errors = new LinkedHashSet<>();
         Set<String> keys = new HashSet<>();
         long consumed = 0, bytes = 0;
@@ -292,6 +296,15 @@ public final class ContractClient {
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("client", "java");
         out.put("version", VERSION);
+        return out;
+    }
+
+    /** A client's result before its metrics are read: null figures if it fails before then. */
+    private static Map<String, Object> clientResult() {
+        Map<String, Object> out = result();
+        out.put("throttle_ms_max", null);
+        out.put("throttle_ms_avg", null);
+        out.put("responses", null);
         return out;
     }
 
