@@ -196,9 +196,9 @@ def test_throttled_produce(quota_path: Callable[..., QuotaPath], kafka: Upstream
     def throttled(family: str, client: ClientProgram) -> str:
         client_id, topic = client_ids[family], unique_topic(f"throttled-{family}")
         ensure_topic(kafka, topic, 1, upstream_kind=kafka.kind)
-        running = client.start_produce(path.bootstrap, topic, client_id, OFFER_SECONDS, conf=STRICT[family])
-        seen = connections(base_url, client_id, lambda: not running.done())
-        report = running.result()
+        with client.start_produce(path.bootstrap, topic, client_id, OFFER_SECONDS, conf=STRICT[family]) as running:
+            seen = connections(base_url, client_id, lambda: not running.done())
+            report = running.result()
 
         assert_clean(report, "producer")
         produced = path.upstream_tap.requests(client_id=client_id, api_key=ApiKey.Produce)

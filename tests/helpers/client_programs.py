@@ -93,6 +93,17 @@ class Running:
     out: IO[bytes]
     err: IO[bytes]
 
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """A run the test left behind (it failed before `result()`) is killed, not left running."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.out.close()
+        self.err.close()
+
     def done(self) -> bool:
         return self.process.poll() is not None
 
@@ -107,8 +118,7 @@ class Running:
         self.out.seek(0)
         self.err.seek(0)
         stdout, stderr = self.out.read().decode(errors="replace"), self.err.read().decode(errors="replace")
-        self.out.close()
-        self.err.close()
+        self.__exit__()
         lines = stdout.strip().splitlines()
         if code != 0 or not lines:
             state = "was killed after its timeout" if code is None else f"exited with {code}"
@@ -158,12 +168,14 @@ class ClientProgram:
 
     def produce(self, bootstrap: str, topic: str, client_id: str, seconds: float, *,
                 conf: Mapping[str, Any] | None = None, **options: Any) -> dict[str, Any]:
-        return self.start_produce(bootstrap, topic, client_id, seconds, conf=conf, **options).result()
+        with self.start_produce(bootstrap, topic, client_id, seconds, conf=conf, **options) as running:
+            return running.result()
 
     def consume(self, bootstrap: str, topic: str, client_id: str, group: str, count: int, timeout: float, *,
                 conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        return self.start("consume", bootstrap, topic, client_id, group, count, timeout, conf=conf,
-                          timeout=timeout + EXIT_SLACK_SECONDS).result()
+        with self.start("consume", bootstrap, topic, client_id, group, count, timeout, conf=conf,
+                        timeout=timeout + EXIT_SLACK_SECONDS) as running:
+            return running.result()
 
 
 if __name__ == "__main__":

@@ -71,9 +71,13 @@ func integer[T int | int32](f func(T) kgo.Opt) func(string) (kgo.Opt, error) {
 	}
 }
 
-func producer[T any](f func(T) kgo.ProducerOpt) func(T) kgo.Opt { return func(v T) kgo.Opt { return f(v) } }
-func consumer[T any](f func(T) kgo.ConsumerOpt) func(T) kgo.Opt { return func(v T) kgo.Opt { return f(v) } }
-func group[T any](f func(T) kgo.GroupOpt) func(T) kgo.Opt       { return func(v T) kgo.Opt { return f(v) } }
+func producer[T any](f func(T) kgo.ProducerOpt) func(T) kgo.Opt {
+	return func(v T) kgo.Opt { return f(v) }
+}
+func consumer[T any](f func(T) kgo.ConsumerOpt) func(T) kgo.Opt {
+	return func(v T) kgo.Opt { return f(v) }
+}
+func group[T any](f func(T) kgo.GroupOpt) func(T) kgo.Opt { return func(v T) kgo.Opt { return f(v) } }
 
 // The kgo options --conf knows, by kgo's own names.
 var options = map[string]func(string) (kgo.Opt, error){
@@ -110,11 +114,11 @@ var options = map[string]func(string) (kgo.Opt, error){
 func confOptions(conf []contract.KV) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	for _, kv := range conf {
-		make, ok := options[kv.Key]
+		newOpt, ok := options[kv.Key]
 		if !ok {
 			return nil, fmt.Errorf("--conf %s: franz-go client knows %v", kv.Key, contract.SortedKeys(options))
 		}
-		opt, err := make(kv.Value)
+		opt, err := newOpt(kv.Value)
 		if err != nil {
 			return nil, fmt.Errorf("--conf %s=%s: %w", kv.Key, kv.Value, err)
 		}
