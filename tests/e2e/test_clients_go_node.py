@@ -38,7 +38,8 @@ from upstreams.launch import Upstream
 
 from kqp.protocol.apis import ApiKey
 
-pytestmark = pytest.mark.e2e
+# The programs are built on first use unless .ci/run built them: cold, on two busy cores, minutes.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 FAMILIES = ("sarama", "sarama-old", "franz-go", "kafkajs")
 # Whether each library waits out throttle_time_ms before its next request on a connection, as kqp
