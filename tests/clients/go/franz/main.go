@@ -127,6 +127,16 @@ func confOptions(conf []contract.KV) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// newClient is a kgo client of `opts` with the --conf options after them: explicit settings win.
+func newClient(seeds []string, clientID string, hook *throttleHook, opts []kgo.Opt, conf []contract.KV) (*kgo.Client, error) {
+	more, err := confOptions(conf)
+	if err != nil {
+		return nil, err
+	}
+	base := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ClientID(clientID), kgo.WithHooks(hook)}
+	return kgo.NewClient(append(append(base, opts...), more...)...)
+}
+
 var acks = map[string]kgo.Acks{"all": kgo.AllISRAcks(), "1": kgo.LeaderAck(), "0": kgo.NoAck()}
 
 var codecs = map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(),
@@ -143,18 +153,13 @@ func (franzClient) Produce(a *contract.ProduceArgs, run *contract.ProduceRun) (*
 	}
 	hook := &throttleHook{}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(a.Bootstrap...), kgo.ClientID(a.ClientID), kgo.WithHooks(hook),
 		kgo.DefaultProduceTopic(a.Topic), kgo.RequiredAcks(acks[a.Acks]), kgo.ProducerBatchCompression(codec),
 		kgo.ProducerBatchMaxBytes(int32(a.BatchBytes)), kgo.ProducerLinger(time.Duration(a.LingerMs) * time.Millisecond),
 	}
 	if !a.Idempotent {
 		opts = append(opts, kgo.DisableIdempotentWrite())
 	}
-	more, err := confOptions(a.Conf)
-	if err != nil {
-		return nil, err
-	}
-	client, err := kgo.NewClient(append(opts, more...)...)
+	client, err := newClient(a.Bootstrap, a.ClientID, hook, opts, a.Conf)
 	if err != nil {
 		return nil, err
 	}
@@ -177,14 +182,9 @@ func (franzClient) Produce(a *contract.ProduceArgs, run *contract.ProduceRun) (*
 func (franzClient) Consume(a *contract.ConsumeArgs, run *contract.ConsumeRun) (*contract.Throttles, error) {
 	hook := &throttleHook{}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(a.Bootstrap...), kgo.ClientID(a.ClientID), kgo.WithHooks(hook),
 		kgo.ConsumerGroup(a.Group), kgo.ConsumeTopics(a.Topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	}
-	more, err := confOptions(a.Conf)
-	if err != nil {
-		return nil, err
-	}
-	client, err := kgo.NewClient(append(opts, more...)...)
+	client, err := newClient(a.Bootstrap, a.ClientID, hook, opts, a.Conf)
 	if err != nil {
 		return nil, err
 	}
