@@ -86,8 +86,13 @@ class KafkaNode:
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (`kafka-storage random-uuid`)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (`kafka-storage random-uuid`).
+
+    Never one starting with "-", which `kafka-storage format -t` would read as an option (1 id in 64);
+    Kafka's own `Uuid.randomUuid` draws again for the same reason."""
+    while (found := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return found
 
 
 class KafkaCluster:
