@@ -33,7 +33,6 @@ from helpers.topics import create_topic
 from kafka.protocol.api_key import ApiKey
 from spark_checks import (
     STREAM_QUOTA_BYTES_PER_SECOND,
-    STREAM_ROWS,
     STREAM_ROWS_PER_BATCH,
     WINDOW_SECONDS,
     assert_exactly_once,
@@ -48,11 +47,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "spark-builtin-"        # the quota entity: every client id starting so is one group
 WINDOW, WINDOWS = 0.1, 11        # a 1.1 s span: a short first burst, then several spans to judge
 SPAN = WINDOW * WINDOWS
-QUOTA = 300_000                  # bytes/s: the batch job's producer_byte_rate, the read's consumer_byte_rate
+QUOTA = 300_000                  # bytes/s: the batch job's producer_byte_rate
 # ~2 MB of Produce frames: ~0.3 MB go in the first burst, the rest take ~6 s, five spans.
 ROWS, VALUE_BYTES = 60_000, 20
 RATIO = (0.7, 1.15)              # rate after the first span / quota (Kafka's sawtooth, a busy machine)
-READ_RECORDS, READ_VALUE = 20_000, b"v" * 80   # ~2 MB of Fetch responses
+# ~2 MB of Fetch responses against 600 kB/s: ~0.6 MB in the first burst, then a few seconds throttled.
+READ_RECORDS, READ_VALUE, READ_QUOTA = 20_000, b"v" * 80, 600_000
 
 
 @pytest.fixture
@@ -113,12 +113,12 @@ def test_builtin_sink_batch_write_holds_a_prefix_quota_and_writes_every_key_once
 def test_builtin_sink_streaming_query_writes_every_key_once_across_micro_batches(
         builtin: tuple[Any, Upstream], quota_path: Callable[[dict[str, Any]], QuotaPath], tmp_path: Path) -> None:
     spark, kafka = builtin
-    # The quota and batches of the jar-free sink's throttled stream (spark_checks): each batch alone
-    # is over the quota, so every one of them is throttled.
+    # The quota and batch size of the jar-free sink's throttled stream (spark_checks): each batch
+    # alone is over the quota, so each is throttled; two batches show nothing lost or repeated across.
     path = quota_path(prefix_quota(WINDOW_SECONDS, producer_byte_rate=STREAM_QUOTA_BYTES_PER_SECOND))
     client_id, topic = f"{PREFIX}stream-{uuid.uuid4().hex[:6]}", unique_topic("spark-builtin-stream")
     create_topic(kafka, topic, 4)
-    rows, per_batch = STREAM_ROWS, STREAM_ROWS_PER_BATCH
+    rows, per_batch = 2 * STREAM_ROWS_PER_BATCH, STREAM_ROWS_PER_BATCH
     query: Any = run_stream(spark, path.bootstrap, topic, str(tmp_path / "checkpoint"), rows=rows,
                             rows_per_batch=per_batch, fmt="kafka", options={"kafka.client.id": client_id})
     assert query.exception() is None and not query.isActive
@@ -131,7 +131,7 @@ def test_builtin_sink_streaming_query_writes_every_key_once_across_micro_batches
 def test_builtin_source_batch_read_gets_every_record_once(
         builtin: tuple[Any, Upstream], quota_path: Callable[[dict[str, Any]], QuotaPath]) -> None:
     spark, kafka = builtin
-    path = quota_path(prefix_quota(WINDOW, consumer_byte_rate=QUOTA))
+    path = quota_path(prefix_quota(WINDOW, consumer_byte_rate=READ_QUOTA))
     client_id, topic = f"{PREFIX}read-{uuid.uuid4().hex[:6]}", unique_topic("spark-builtin-read")
     create_topic(kafka, topic, 4)
     producer = Producer({"bootstrap.servers": kafka, "linger.ms": 20})   # straight to Kafka
