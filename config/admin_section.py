@@ -2,16 +2,10 @@
 
 ``admin.manage_quotas: true`` has kqp answer DescribeClientQuotas and AlterClientQuotas itself;
 ``principals`` (Kafka's form, ``User:ops``; an unauthenticated connection is ``User:ANONYMOUS``)
-may alter; ``describe_principals``, when set, are the only others who may describe (unset: everyone
-may, as before it existed); ``state_file`` keeps the changes across restarts. The state file is YAML (JSON is YAML
-too), written by kqp, readable by people::
-
-    # written by kqp: quota changes made through Kafka's admin API
-    entities:
-    - user: alice
-      producer_byte_rate: 2097152.0
-    - client_id: batch
-      consumer_byte_rate: null      # removed through the API: hides the config file's value
+may alter; ``describe_principals``, when set, are the only others who may describe; ``state_file``
+keeps the changes across restarts. The state file is YAML written by kqp and readable by people:
+``entities:``, each with its names and quota values, ``null`` for a value removed through the API
+(it hides the config file's value).
 
 A state file that does not load stops kqp at start with one line naming the file, the entry and the
 problem; kqp never drops it silently (a later change would overwrite what it could not read).

@@ -1,16 +1,9 @@
 """``quotas.scope`` and ``quotas.cluster``: whether quotas are shared between kqp processes, and how.
 
-Kept apart from the quota values (quota_section.py) because it is a different kind of setting: it
-says where usage is exchanged, not what an entity may use, and it cannot change on a live reload
-(a change is logged as needing a restart). The Redis address is checked here, once, into a
-:class:`RedisTarget`, so a typo stops kqp at start with one line instead of failing every sync::
-
-    quotas:
-      scope: cluster
-      cluster:
-        redis_url: redis+sentinel://sentinel-0:26379,sentinel-1:26379/kqp
-        sync_interval_ms: 100
-        expected_instances: 3
+Kept apart from the quota values (quota_section.py) because it says where usage is exchanged, not
+what an entity may use, and it cannot change on a live reload (a change is logged as needing a
+restart). The Redis address is checked here, once, into a :class:`RedisTarget`, so a typo stops
+kqp at start with one line instead of failing every sync.
 
 Three kinds of address, one URL form: one server (`redis://`, `rediss://`, `unix://`, as redis-py
 reads them), a Sentinel group (`redis+sentinel://` the sentinels `/` the master group's name), and

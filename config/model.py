@@ -26,7 +26,7 @@ MAX_PORT = 65535
 # `cluster` shares each quota across every kqp instance that uses the same Redis.
 QUOTA_SCOPES = ("instance", "cluster")
 
-# The two fetch_throttle modes (DESIGN.md): deliver the bytes already paid for upstream, or answer
+# The two fetch_throttle modes (README.md, "Fetch over quota"): deliver the bytes already paid for upstream, or answer
 # with the broker's empty KIP-219 response.
 FETCH_THROTTLE_MODES = ("deliver", "empty")
 

@@ -1,20 +1,12 @@
-"""``quotas.pools``: capacity pools, and the pool keys of an entity entry (issue 21).
+"""``quotas.pools``: capacity pools, and the pool keys of an entity entry.
 
 A pool names a budget per quota type, its members (selectors on the principal), optionally the
-topics whose bytes it covers, and optionally an adaptive budget (issue 22)::
-
-    pools:
-      - name: ingest
-        producer_byte_rate: 300000       # one or more budgets, by quota type
-        members:                         # a principal matching any selector belongs
-          - client_id_prefix: job-
-        topics: [events, "logs-*"]       # optional: a topic pool (bytes of these topics only)
-        adaptive: {target_latency_ms: 100, min_budget: 50000}   # optional
-
-An entity entry may carry `weight` (default 1), `min_share` and `max_share` (fractions of a pool's
-budget, 0..1), with or without quota values of its own: an entry with only these, or with nothing
-but its names, names a pool member. Shares are fractions rather than rates because a pool's budget
-changes (a reload, an adaptive budget) and a member's guarantee should follow it.
+topics whose bytes it covers (a topic pool), and optionally an adaptive budget
+(``adaptive: {target_latency_ms, min_budget}``). An entity entry may carry `weight` (default 1),
+`min_share` and `max_share` (fractions of a pool's budget, 0..1), with or without quota values of
+its own: an entry with only these, or with nothing but its names, names a pool member. Shares are
+fractions rather than rates because a pool's budget changes (a reload, an adaptive budget) and a
+member's guarantee should follow it.
 
 Every refusal names its key, as the rest of config/ does; the rules that involve two pools (one
 principal in two pools for one type) are pool_spec.py's, reported here with both pools' paths.

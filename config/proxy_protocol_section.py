@@ -1,20 +1,15 @@
 """The ``proxy_protocol:`` section: whether kqp's listeners read a load balancer's PROXY header.
 
-A balancer (HAProxy, an AWS NLB, a Kubernetes Service) that speaks HAProxy's PROXY protocol writes the
-real client's address before the client's own bytes. kqp reads it only where this section says so,
-and believes it only from the balancers' networks (`trusted`): anyone else could claim any address.
-
-* `mode`: `off` (default), `required` (every connection must come from a trusted network and start
-  with a header), or `optional` (a trusted network may send one; any other source is served as a
-  direct client, and a header from it is refused). YAML reads a bare `off` as false: that is `off`.
-* `trusted`: the balancers' networks (CIDR, or a bare address for one host); required unless off.
-* `listeners`: which of kqp's listeners read the header: `bootstrap`, `brokers` (every per-broker
-  listener), or both (default); a balancer usually sits in front of all of them.
-* `header_timeout_ms`: a header not complete by then closes the connection (the specification asks
-  for at least 3 seconds, to cover a TCP retransmit).
+A balancer that speaks HAProxy's PROXY protocol writes the real client's address before the
+client's own bytes. kqp reads it only where this section says so, and believes it only from the
+balancers' networks (`trusted`, CIDRs): anyone else could claim any address. `mode` is `off`
+(default; YAML's bare `off` reads as false, which is `off` too), `required` or `optional` (a
+trusted network may send one; other sources are served as direct clients). `listeners` says which
+of kqp's listeners read it (`bootstrap`, `brokers`, default both); a header not complete within
+`header_timeout_ms` closes the connection (the specification asks for at least 3 s).
 
 `optional` tells a header from a client's first byte, which the Kafka protocol makes safe: a frame's
-size prefix starts with `\\x00` below 16 MiB, a TLS record with `\\x16`, a header with `P` or `\\r`;
+size prefix starts with a zero byte below 16 MiB, a TLS record with 0x16, a header with `P` or CR;
 so `max_frame_bytes` must stay below `OPTIONAL_MAX_FRAME_BYTES` (checked in the loader).
 """
 

@@ -2,17 +2,9 @@
 
 Kept apart from the loader because live reload re-reads only this section
 (:func:`quota_settings_from`), and because its rules are the quota layer's vocabulary: the entity
-``<user, client-id>`` with ``<default>`` placeholders, and the quota types of KIP-13, KIP-124,
-KIP-599 and KIP-731. An entry names its entity and carries its values side by side::
-
-    - user: alice
-      client_id: spark-writer
-      producer_byte_rate: 1048576
-    - client_id_prefix: spark-job-42-     # every client id starting so, as one group
-      algorithm: token_bucket             # this entry's quotas: KIP-599's bucket
-      producer_byte_rate: 1048576
-    - client_id_prefix: job-a-            # a pool member (pool_section.py): weight, min/max_share,
-      weight: 3                           # with or without quota values of its own
+``<user, client-id>`` with ``<default>`` placeholders, client-id prefixes, and the quota types of
+KIP-13, KIP-124, KIP-599 and KIP-731. An entry names its entity and carries its values side by
+side, with an optional ``algorithm`` for its own quotas.
 
 `pools:` (pool_section.py) is read here too: an entry that sets no quota is only meaningful as a
 pool member, so whether one is allowed depends on the pools.
@@ -139,7 +131,7 @@ QUOTA_FIELDS = {
     "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
     "entities": Field(_entities, []),
     "pools": Field(pools_from, []),  # capacity pools (pool_section.py)
-    "pacing": Field(_on_off, True),  # issue 20: pace clients that do not back off (off: the broker's mutes)
+    "pacing": Field(_on_off, True),  # pace clients that do not back off (off: the broker's mutes)
     **FLEET_FIELDS,  # scope and cluster: where usage is shared (fleet_section.py)
 }
 

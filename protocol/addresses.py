@@ -3,39 +3,15 @@
 kqp listens on one port per upstream node, so each ``host:port`` an upstream advertises must be
 replaced by kqp's own before the client sees it. Which responses carry addresses is derived from
 kafka-python's schemas at import: a struct holding both a ``host`` and a ``port`` field is an
-endpoint. Scanning every response schema kqp can decode finds exactly these:
+endpoint (Metadata, FindCoordinator, DescribeCluster, DescribeQuorum, and the KIP-951
+``NodeEndpoints`` tag of Produce v10+ and Fetch v16+; the list and the look-alikes left alone are
+in protocol/README.md).
 
-* Metadata (all versions): ``brokers[]`` {node_id, host, port, rack};
-* FindCoordinator v0-v3: top-level node_id/host/port; v4+: ``coordinators[]``;
-* DescribeCluster (all versions): ``brokers[]`` {broker_id, host, port, ...}; with
-  endpoint_type 2 (KIP-919) these are controllers, rewritten all the same;
-* DescribeQuorum v2+: ``nodes[].listeners[]`` {name, host, port}, the node id from the parent;
-* Produce v10+ and Fetch v16+: the top-level tagged field ``NodeEndpoints`` (KIP-951 new-leader
-  hints), present only when a partition reports NOT_LEADER_OR_FOLLOWER.
-
-Look-alikes that are not broker endpoints and stay untouched: DescribeGroups
-``members[].client_host`` (a client's address, no port) and the ACL ``host`` of
-DescribeAcls/DeleteAcls (a principal's host pattern, no port).
-
-How, without decoding what need not be decoded: the skip walker (:mod:`kqp.protocol.walker`,
-built from the public JSON schemas) finds the byte range of the top-level field that holds the
-endpoints; only that field is decoded and re-encoded, and the frame is spliced around it. A
-Metadata response with thousands of partitions costs a walk over ``brokers`` only. Decoding one
-field needs kafka-python's field objects (``cls._struct``: it has no public per-field decoder), so
-which fields hold endpoints is also read from them; the walker's fields come in the same order
-(a test checks it for every version).
-
-Produce v10+ and Fetch v16+ responses are on the hot path: every one must be checked for
-``NodeEndpoints``, which sits after all partition data. That check is one generated walk to the
-top-level tag section (records skipped by their length, never read: a few hundred ns per partition)
-and one byte read: a section that starts with 0 has no tags, and nothing is decoded or copied.
-FindCoordinator v0-v3, whose endpoint *is* the top-level struct, is small and decoded whole.
-
-Such a response usually spans several reads. ``rewrite_addresses_parts`` takes it as the parts it
-arrived in: the walk to the tag section runs across them (record data skipped by length, never
-joined), and when the section holds NodeEndpoints, only the section is copied and decoded; the
-rewritten frame is the original parts up to it, then the new section. The other responses that
-carry addresses hold no record data, and a split one is joined first.
+The skip walker finds the byte range of the top-level field that holds the endpoints; only that
+field is decoded (with kafka-python's field objects, which come in the walker's order: a test
+checks it) and re-encoded, and the frame is spliced around it. Produce and Fetch responses, on the
+hot path and usually split over several reads, are walked as their parts to the tag section (one
+byte says whether it holds tags); only a section holding NodeEndpoints is copied and decoded.
 """
 
 from __future__ import annotations

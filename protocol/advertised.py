@@ -1,24 +1,16 @@
 """What kqp advertises to clients, and which requests go through on their header alone.
 
-kqp reads the bodies of a few APIs: Produce and Fetch (quotas: acks, bytes, records, max_bytes),
-ApiVersions and SASL (answered or read by kqp), CreateTopics, DeleteTopics, CreatePartitions and
-Metadata (KIP-599 mutations), and every response that can name a broker (Metadata,
-FindCoordinator, DescribeCluster, DescribeQuorum, Produce and Fetch NodeEndpoints, ShareFetch):
-kqp must rewrite those addresses, or a client would go round it. Those APIs are advertised only at
-versions kqp decodes.
+The APIs whose bodies kqp reads (Produce, Fetch, ApiVersions, SASL, the KIP-599 mutations and
+Metadata) and every response that can name a broker are advertised only at versions kqp decodes:
+an address kqp cannot rewrite would send a client round it. Every other API needs nothing from
+kqp but its header, as Kroxylicious decides per API and version what to decode: a version the
+upstream serves and kqp has no layout for is advertised all the same and passed through, charged
+to request quotas only, its response matched by correlation id and left untouched (a throttle
+still mutes; only the ``throttle_time_ms`` hint is missing).
 
-Every other API kqp needs nothing from but its header, as Kroxylicious decides per API and version
-what to decode: a version the upstream serves and kqp has no layout for (Kafka 4 dropped
-ListOffsets v0, OffsetCommit v0-v1... from the schemas kafka-python ships; kafka-python has no
-schema at all for delegation tokens, KIP-848 or KIP-714) is advertised all the same and goes
-through on its header alone: charged to the request quotas (one request, its handler time),
-never to byte quotas, its response matched by correlation id and passed on untouched. A throttle
-still mutes the connection (KIP-219); only the hint in the response's ``throttle_time_ms`` is
-missing, as kqp does not know where that version keeps it.
-
-Limit: no version newer than Kafka's definitions kqp carries describe (kafka-python's schemas, or
-Kafka 3.9's for the APIs it has none for, :mod:`kqp.protocol.kafka39`) is advertised, and no API
-key neither knows: a newer version might add a broker address, as Produce v10 and Fetch v16 did.
+No version newer than the definitions kqp carries (kafka-python's schemas, or Kafka 3.9's facts in
+:mod:`kqp.protocol.kafka39`) is advertised, and no API key neither knows: a newer version might
+add a broker address, as Produce v10 and Fetch v16 did.
 """
 
 from __future__ import annotations

@@ -1,33 +1,16 @@
 """ApiVersions: answered by kqp itself, and asked of upstreams by one probe.
 
-kqp advertises to clients the intersection of what the upstream supports and what kqp can serve
-(:mod:`kqp.protocol.advertised`), so it encodes the ApiVersions response itself
-(:func:`encode_api_versions_response`). A client newer than kqp may ask with a version above
-kqp's maximum; kqp then answers as Kafka's broker does (``RequestContext`` serialises it at v0):
-a v0 body with UNSUPPORTED_VERSION and kqp's own ApiVersions range, so the client retries with a
-version both understand. The response header is
-always v0 (KIP-511).
+kqp advertises the intersection of what the upstream supports and what kqp can serve
+(:mod:`kqp.protocol.advertised`), so it encodes the ApiVersions response itself. A client asking
+above kqp's maximum gets what Kafka's broker sends: a v0 body with UNSUPPORTED_VERSION and kqp's
+own range; the response header is always v0 (KIP-511). :func:`client_software` reads KIP-511's
+client software name and version from v3+ requests.
 
-A client's ApiVersions v3+ request names its software (KIP-511: ``client_software_name`` and
-``client_software_version``); :func:`client_software` reads them, for saying which client
-libraries honour throttles.
-
-kqp learns an upstream's ranges with one probe, :class:`ApiVersionsProbe`, which follows Kafka's
-client rule (``NetworkClient.handleApiVersionsResponse``): ask with a version; an upstream that does
-not support it answers UNSUPPORTED_VERSION in the v0 layout with its own ApiVersions range, and the
-client asks again at the highest version both know, or at v0 when the answer names no range.
-
-Two test upstreams do not conform, and the rules above cover both without a case of their own:
-
-* librdkafka's mock cluster supports ApiVersions v0-v2 only. Asked with v3+, it answers
-  UNSUPPORTED_VERSION but writes the api-key count as one raw byte (neither Kafka's v0 int32 nor
-  a compact N+1 varint). kafka-python, which parses any error answer as v0, fails on it. kqp
-  reads an error answer as v0 only when that layout accounts for every byte; otherwise the answer
-  names no range, and the probe falls back to v0 as Kafka's client does.
-* Tansu answers requests above its maximum with a normal v3-layout answer and error 0 instead of
-  UNSUPPORTED_VERSION, and always sends every v3 tagged field (features, ZK-migration flag), which
-  Debian's librdkafka 2.0.2 (kcat) fails to skip. kqp asks at v3, which Tansu supports, parses the
-  tagged fields fine, and clients never see them: kqp's own answer carries no tagged fields.
+:class:`ApiVersionsProbe` learns an upstream's ranges by Kafka's client rule
+(``NetworkClient.handleApiVersionsResponse``): an UNSUPPORTED_VERSION answer names the upstream's
+own range and the probe asks again at the highest version both know, or at v0 when it names none.
+An error answer is read as v0 only when that layout accounts for every byte, which also covers the
+mock cluster's malformed answer and Tansu's (protocol/README.md, "Quirks of the test upstreams").
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Per-API knowledge as tables keyed by api key, built once at import from kafka-python.
 
-kafka-python 3 ships Apache Kafka's JSON message schemas and a request and a response class per
-API. From them this module derives what the hot path needs to look up in O(1): which API keys kqp
-can decode and at which versions (the schemas' ``validVersions``, from v0 for Produce and Fetch
-as Kafka 3.9 defines them: :mod:`kqp.protocol.kafka39`), which versions are flexible
-(``flexibleVersions``, Kafka 3.9's facts for APIs with no schema) and hence which request/response
-header version a frame uses, and the classes to decode with. Nothing here is typed in by hand but
-Kafka 3.9's version facts (kafka39, checked against kafka-python's schemas where both have them) and
-one table that lives in Kafka's Java code rather than in its schemas:
+From kafka-python 3's copy of Apache Kafka's JSON message schemas this module derives what the hot
+path looks up in O(1): which API keys kqp can decode and at which versions (from v0 for Produce and
+Fetch, as Kafka 3.9 defines them: :mod:`kqp.protocol.kafka39`), which versions are flexible and
+hence which request and response header versions a frame uses (Kafka's
+``ApiKeys.requestHeaderVersion``; an ApiVersions response always uses header v0, KIP-511), and the
+classes to decode with. Nothing is typed in by hand but Kafka 3.9's version facts and one table
+that lives in Kafka's Java code rather than in its schemas:
 ``AbstractResponse.shouldClientThrottle(version)``, the KIP-219 switch saying from which version a
 client throttles itself.
-
-Header versions (Kafka's ``ApiKeys.requestHeaderVersion``/``responseHeaderVersion``): request
-header v2 and response header v1 for flexible versions, v1 and v0 otherwise, except that an
-ApiVersions *response* always uses header v0 (KIP-511: a client must be able to read it before it
-knows what the broker supports).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """What kqp reads and rewrites in Fetch (api key 1): max_bytes, record counts, throttled answers.
 
-Three broker behaviours are reproduced here, each from Apache Kafka's handling of Fetch:
-
-* KafkaApis.handleFetchRequest caps a consumer's fetch at the bytes its quota allows in one
-  quota window (quota x (window count - 1) x window size), so that no single response is bound
-  to be throttled whatever came before it: ``max_bytes = min(max_bytes, cap)`` and then
-  ``min_bytes = min(min_bytes, max_bytes)``. Partition max bytes are left alone, as the broker
-  leaves them, and a follower's fetch (replica id >= 0) is never capped.
-* Record and batch counts of a response (KIP-731 record-rate quotas) come from one walk over
-  responses -> partitions -> records by the FetchResponse schema (:mod:`kqp.protocol.walker`),
-  skipping aborted transactions, tagged fields and the rest by length, each records field handed
-  to :meth:`RecordCounts.add_from`.
-* A throttled fetch answered empty (KIP-219, FetchContext.getThrottledResponse): throttle set,
-  no partition data. See ``empty_fetch_response`` for what is kept and why.
+Three broker behaviours, each from Apache Kafka's handling of Fetch: the cap of a consumer's
+``max_bytes`` at what its quota allows in one span (``KafkaApis.handleFetchRequest``; partition
+limits and a follower's fetch are left alone), record and batch counts of a response (one walk by
+the FetchResponse schema, each ``records`` field handed to :meth:`RecordCounts.add_from`), and a
+throttled fetch answered empty (KIP-219, ``FetchContext.getThrottledResponse``; see
+``empty_fetch_response`` for what is kept and why).
 
 All of it runs per Fetch, so it reads the body in place and only builds bytes when it rewrites.
 Responses are read as the parts they arrived in (a Fetch response of a few MB spans many reads):

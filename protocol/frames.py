@@ -2,27 +2,15 @@
 
 Every Kafka request and response travels as a 4-byte big-endian signed size followed by that many
 bytes. :class:`FrameDecoder` is the sans-io half of a connection's reader (h11's
-``receive_data``/``next_event`` shape): the transport feeds it the immutable ``bytes`` objects it
-received, and ``next_frame()`` hands back whole frames as memoryviews over those very objects.
+``receive_data``/``next_event`` shape): the transport feeds it the immutable ``bytes`` it received,
+and it hands back whole frames as memoryviews over those very objects, or a frame that spans reads
+as the parts it arrived in (``next_frame_parts``), never joined.
 
-Why it is shaped so:
-
-* Zero-copy on the hot path. A frame lying inside one received chunk is returned as a memoryview
-  slice of that chunk; only a frame spanning chunks costs one ``b"".join``. The views stay valid
-  forever because they view immutable ``bytes``; the decoder never writes into a buffer it has
-  handed out.
-* The size prefix is checked as soon as its 4 bytes are in (Kafka's ``socket.request.max.bytes``
-  applies to the size value, exactly as ``NetworkReceive`` does): a negative size raises
-  :class:`ProtocolError`, a size above the limit raises :class:`FrameTooLarge`, before kqp waits
-  for the body. A peer cannot make kqp buffer more than one legal frame plus what TCP delivered.
-* O(1) per frame apart from the unavoidable join: chunks sit in a deque with a read offset into
-  the first one, and the decoder keeps a running count of buffered bytes.
-* A frame trickled in tiny reads costs about its size, not a ``bytes`` object per read (33 bytes
-  of overhead for each byte a slowloris client sends): reads under ``COALESCE_BYTES`` that leave
-  the frame incomplete are appended to one ``bytearray``, sealed into a chunk when the frame (or a
-  large read) arrives. Nothing handed out ever views it, so it may grow.
-* Errors are sticky: once the stream is known to be broken, every later call raises the same
-  error, so a caller that keeps going by mistake cannot resynchronise on garbage.
+The size prefix is checked as soon as its 4 bytes are in (as Kafka's ``NetworkReceive`` checks
+``socket.request.max.bytes``): a negative size raises :class:`ProtocolError`, one above the limit
+:class:`FrameTooLarge`, before a byte of the body is kept. Small reads of an incomplete frame
+(under ``COALESCE_BYTES``) go into one ``bytearray``, so a trickled frame costs its size, not an
+object per read. Errors are sticky: once the stream is broken every call raises the same error.
 """
 
 from __future__ import annotations

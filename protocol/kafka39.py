@@ -1,27 +1,16 @@
 """What Apache Kafka 3.9's message definitions say that kafka-python 3's schemas no longer say.
 
-kafka-python 3 ships Kafka 4's JSON message definitions. Kafka 4 dropped the oldest versions of
-several APIs (KIP-896), among them Produce v0-v2 and Fetch v0-v3, and its definitions start at
-v3 and v4. A Kafka 3.x upstream still serves those versions, and a client pinned to Kafka 0.10's
-versions speaks nothing else. Some APIs kafka-python has no definition for at all (delegation
-tokens, KIP-848's ConsumerGroupHeartbeat, KIP-714 telemetry, KIP-932 share groups).
+kafka-python 3 ships Kafka 4's definitions, which dropped the oldest versions of several APIs
+(KIP-896), Produce v0-v2 and Fetch v0-v3 among them, and has none at all for some APIs (delegation
+tokens, KIP-848, KIP-714, KIP-932). A Kafka 3.x upstream still serves them. These facts were read
+from ``clients/src/main/resources/common/message/*.json`` at Kafka's 3.9 branch (commit
+c821449fb7c); nothing of those files is copied:
 
-The facts below were read from ``clients/src/main/resources/common/message/*.json`` at Apache
-Kafka's ``3.9`` branch (commit c821449fb7c); nothing of those files is copied here:
-
-* ``OLDEST_VERSIONS``: the first version of each side of ProduceRequest/ProduceResponse
-  (``validVersions`` "0-11") and FetchRequest/FetchResponse ("0-17"). Every field's own
-  ``versions`` range in those four definitions is the same in 3.9 and in the copy kafka-python
-  ships, for every version 3.9 defines (the copy adds only v13's TopicId, and Fetch v18's
-  HighWatermark), so kqp's walker lays the old versions out from the schema it already has; only
-  the lower bound of ``validVersions`` moved. kqp's tests check those layouts against
-  kafka-python's hand-written v0-v3 classes (``kafka.protocol.old``), an independent source.
-* ``UNSCHEMED``: for each API a broker listener serves that has no definition in kafka-python, its
-  newest version, its first flexible version (request and response alike in every one of them, so
-  kqp knows the header versions), and whether its response names brokers (a struct with Host and
-  Port): kqp cannot rewrite those, so they are never advertised. ShareFetch and ShareAcknowledge
-  carry KIP-951-style NodeEndpoints; the controller-only APIs (Vote, FetchSnapshot, ...) are left
-  out, as no client reaches them through a broker's listener.
+* ``OLDEST_VERSIONS``: Produce and Fetch start at v0. Every field's version range is the same in
+  3.9's definitions and kafka-python's for those versions, so the walker lays the old versions out
+  from the schema it has (tests check them against kafka-python's hand-written old classes).
+* ``UNSCHEMED``: per API without a schema, its newest and first flexible version (so kqp knows the
+  header versions) and whether its response names brokers (then it is never advertised).
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """KIP-599 topic mutations: read, split and answer CreateTopics, DeleteTopics, CreatePartitions.
 
-A controller mutation quota is charged per partition created or deleted, and an over-quota
-request is answered topic by topic: the broker rejects the topics that do not fit with
-THROTTLING_QUOTA_EXCEEDED (89) and carries out the rest. kqp does the same in front of the
+An over-quota mutation is answered topic by topic: the broker rejects the topics that do not fit
+with THROTTLING_QUOTA_EXCEEDED (89) and carries out the rest. kqp does the same in front of the
 upstream: it reads the topics of a request, forwards a request holding only the admitted ones,
-then merges the upstream's results with its own rejections back into one response in the
-client's original topic order. These requests are small and rare, so unlike Produce and Fetch
-they are decoded and re-encoded whole with kafka-python's message classes.
+then merges the upstream's results with its own rejections in the client's topic order. These
+requests are small and rare, so they are decoded and re-encoded whole with kafka-python's classes.
 
-What a topic costs, as Apache Kafka records it (ZkAdminManager / ReplicationControlManager):
-* CreateTopics: the partitions the topic gets: len(assignments) for a manual assignment, else
-  num_partitions, else (-1) the broker's ``num.partitions`` default, unknown to kqp: reported as
-  ``partitions=None`` (Kafka's own default for that setting is 1).
-* DeleteTopics: the topic's current partition count: metadata kqp must look up (None here).
-* CreatePartitions: the increment, new count minus current count: ``target_count`` here,
-  the current count again from metadata (None here).
-* validate_only: the ZooKeeper-era broker recorded nothing for it; the KRaft controller
-  (ReplicationControlManager.createTopic / createPartitions) applies the quota before the
-  validate_only result drops its records, so it is charged. The flag is returned for the caller.
-
-What a broker refuses before it consults the quota needs more of each entry than its cost, so a
-`TopicMutation` also carries the fields Kafka validates (replication factor, manual assignments,
-null config values). A Metadata request may make a broker create topics too
-(allow_auto_topic_creation): `metadata_auto_create` reads which.
+A `TopicMutation` carries the topic's cost as Kafka records it (partitions created, deleted or
+added; ``None`` where the count comes from metadata kqp must look up) and the fields a controller
+validates before it consults the quota. ``validate_only`` is charged, as the KRaft controller
+charges it. `metadata_auto_create` reads which topics a Metadata request may auto-create.
 """
 
 from __future__ import annotations

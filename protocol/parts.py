@@ -1,29 +1,15 @@
 """A frame as the parts it arrived in, addressed by its own offsets, with copies only of what a cut splits.
 
-The transport hands kqp immutable ``bytes`` chunks, and a large frame (a Produce request of some
-hundred KB, a Fetch response of a few MB) usually spans several of them. The frame decoder
-(:meth:`~kqp.protocol.frames.FrameDecoder.next_frame_parts`) returns such a frame as ``parts``,
-views whose concatenation is the frame, size prefix included, so that it is forwarded with
-``transport.writelines`` and never joined. The readers that must look into it (record counts, the
-``NodeEndpoints`` tag, ``throttle_time_ms``) address it through :class:`SplitFrame` by offsets in
-the whole frame:
+A large frame (a Produce request of some hundred KB, a Fetch response of a few MB) usually spans
+several reads. The frame decoder returns it as ``parts``, views whose concatenation is the frame,
+so that it is forwarded with ``transport.writelines`` and never joined. The readers that must look
+into it (record counts, the ``NodeEndpoints`` tag, ``throttle_time_ms``) address it through
+:class:`SplitFrame` by offsets in the whole frame: ``at(pos)`` (the part holding a byte),
+``window(pos, size)`` (the part itself, or a copy of the few bytes a part boundary cuts: the only
+copy a reader pays), ``views(start, stop)`` (to forward around an unchanged middle) and
+``copy(start, stop)`` (for the small regions kqp decodes).
 
-* ``at(pos)``: the part holding byte ``pos`` and the offset that part starts at, so a reader that
-  stays inside one part reads it in place;
-* ``window(pos, size)``: a buffer holding the ``size`` bytes from ``pos`` (fewer at the frame's
-  end) contiguously: the part itself when they lie in one part, else a copy of those few bytes.
-  This is the only copy a split frame costs a reader: the bytes of a length, a count or a batch
-  header that a part boundary happens to cut;
-* ``views(start, stop)``: the bytes between two offsets as views of the parts, to forward a
-  rewritten frame around an unchanged middle without copying it;
-* ``copy(start, stop)``: those bytes joined, for the small regions kqp decodes (a tag section).
-
-The schema walker (:mod:`kqp.protocol.walker`) compiles a second flavour of each walk that reads
-through ``window`` and skips record data by length across parts; a frame that arrived in one part
-is read by the ordinary walk on that part, as before.
-
-Three small helpers serve the few places that do need a frame whole: `joined` (one copy, none for
-a frame in one part), and `frame_of` / `with_body` for a frame kqp builds or gives a new body.
+`joined`, `frame_of` and `with_body` serve the few places that need a frame whole or build one.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """The PROXY protocol header (HAProxy's proxy-protocol.txt, v1 text and v2 binary), read incrementally.
 
-A load balancer in front of kqp (HAProxy's `send-proxy`/`send-proxy-v2`, an AWS NLB, a Kubernetes
-Service with the annotation) writes this header before the first byte of the client's own stream,
-so that kqp learns who the client really is instead of seeing the balancer's address.
+A load balancer in front of kqp writes this header before the client's own stream, so that kqp
+learns who the client really is. `ProxyHeaderParser.receive(data)` returns how many bytes of
+`data` belong to the header, never more: the listener reading it off the raw socket (before any
+TLS handshake) takes exactly those and leaves the client's first bytes unread. `result` is then a
+`ProxyHeader`, or `NO_HEADER` when the first byte cannot start either signature (nothing taken).
 
-`ProxyHeaderParser.receive(data)` takes bytes as they arrive and returns how many of them belong to
-the header, never more: the caller (kqp's listener, which reads the header off the raw socket before
-any TLS handshake) drops exactly those and leaves the rest, the client's own first bytes, unread.
-Once `result` is set it is a `ProxyHeader`, or `NO_HEADER` when the very first byte cannot start
-either signature (a listener that makes the header optional then serves the stream as it is; no
-byte was taken). A header that does not match the specification raises `ProxyHeaderError`, a
-`ProtocolError`: the listener closes that connection only. Sticky, as the frame decoder is: after an
-error every call raises it again.
-
-What is kept: the source address, for per-IP limits, logs and metrics. `source` is None where the
-specification says to use the socket's own endpoints: v1 `UNKNOWN`, the v2 `LOCAL` command (a
-balancer's health check), and the v2 families kqp has no use for (`AF_UNSPEC`, `AF_UNIX`, and UDP
-over either IP family, which falls back to UNSPEC as the specification allows). v2 TLVs are
-checked for shape (each type-length-value inside the header) and skipped; the whole v2 header is
-bounded (`MAX_V2_LENGTH`), as the v1 line is by the specification (107 bytes).
+A header the specification refuses raises `ProxyHeaderError` (a `ProtocolError`, closing that
+connection only), sticky as the frame decoder's errors are. `source` is None where the
+specification says to keep the socket's own peer (v1 `UNKNOWN`, v2 `LOCAL`, `AF_UNSPEC`, `AF_UNIX`,
+UDP). TLVs are checked for shape and skipped; a v2 header is bounded by `MAX_V2_LENGTH`.
 """
 
 from __future__ import annotations

@@ -5,15 +5,10 @@ runs per partition on the hot path. It never decompresses and never copies recor
 from batch to batch by each batch's size field and reads only the fixed RecordBatch header fields
 it needs with ``struct.unpack_from`` on the caller's buffer.
 
-Finding the ``records`` fields inside a body is the schema walker's job
-(:mod:`kqp.protocol.walker`): :meth:`RecordCounts.add_from` is shaped as its ``on_records``
-callback, so one walk both skips the body and counts its records. ``BodyError``, the one error any
-body reader raises for bytes that do not parse, is defined there and re-exported here.
-
-A frame that spans several reads is counted as its parts (:class:`~kqp.protocol.parts.SplitFrame`):
-:meth:`RecordCounts.add_from_parts` counts the batches inside each part in place and reads the
-header of a batch that a part boundary cuts from a window, a copy of at most 61 bytes when the
-boundary cuts the header itself; the batch's records are skipped by its size, never copied.
+:meth:`RecordCounts.add_from` is shaped as the schema walker's ``on_records`` callback, so one
+walk both skips the body and counts its records; ``add_from_parts`` counts a split frame in place,
+copying at most a batch header that a part boundary cuts. ``BodyError`` is re-exported from the
+walker.
 """
 
 from __future__ import annotations

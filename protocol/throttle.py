@@ -1,22 +1,14 @@
 """Where ``throttle_time_ms`` sits in each response, and raising it in place.
 
-KIP-219 has kqp answer at once with ``throttle_time_ms`` filled in. The field is an int32 whose
-position is derived here from kafka-python's schemas, per (api key, version), at import:
+KIP-219 has kqp answer at once with ``throttle_time_ms`` filled in. The int32's position is
+derived from kafka-python's schemas per (api key, version) at import: ``"first"`` (the first body
+field, most APIs), ``"walk"`` (behind variable-length fields: Produce, ApiVersions, OffsetDelete;
+the skip walker finds the offset reading only lengths and counts) or ``"none"`` (no such field).
 
-* ``"first"``: it is the first body field, so it lives at ``body_offset`` (most APIs);
-* ``"walk"``: it comes after other fields, some variable-length (Produce after its responses,
-  ApiVersions after its api keys, OffsetDelete after its error code); the offset is found by the
-  schema-driven skip walker (:mod:`kqp.protocol.walker`), which only reads lengths and counts;
-* ``"none"``: this version has no throttle field (e.g. Metadata v0-v2, SaslHandshake).
-
-Deviation from the first plan, on purpose: "walk" responses are *not* decoded and re-encoded with
-kafka-python. Walking finds the field's offset without building objects, and the patch is then the
-same 4-byte overwrite as for "first" - cheaper, and it cannot lose fields a re-encode would drop.
-
-Patching never writes into the caller's frame (it views immutable received bytes), and never copies
-it: :func:`throttle_patch_parts` takes the frame as the parts it arrived in and returns parts for
-``transport.writelines``: views of the original around a fresh 4-byte field. A field that a part
-boundary cuts is read from a 4-byte copy; the walk to a "walk" field reads across parts the same way.
+A "walk" response is not decoded and re-encoded: the patch is the same 4-byte overwrite as for
+"first", cheaper, and it cannot drop fields a re-encode would lose. Patching never writes into the
+caller's frame and never copies it: :func:`throttle_patch_parts` returns views of the original
+parts around a fresh 4-byte field, for ``transport.writelines``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """Record bytes per topic, and the few per-partition facts an adaptive pool reads, in one walk.
 
-Topic pools (issue 21) charge the bytes of the partitions whose topics they cover: each ``records``
-field's size in a Produce request or a Fetch response, per topic. Adaptive pools (issue 22) read the
-responses to their members' requests: the upstream's own ``throttle_time_ms``, Produce partitions
-answered REQUEST_TIMED_OUT, and whether a Fetch's broker had more to give than it returned (a
-partition's high watermark beyond the last offset returned: then the broker answered at once, and
-its time is latency; otherwise it may have waited on ``max_wait_ms``). Only principals in such pools
-pay for this walk; the forwarding path of everyone else never calls it.
+Topic pools charge each ``records`` field's size in a Produce request or a Fetch response to its
+topic. Adaptive pools read the responses to their members' requests: the upstream's own
+``throttle_time_ms``, Produce partitions answered REQUEST_TIMED_OUT, and whether a Fetch's broker
+had more to give than it returned (then its time is latency, not a wait on ``max_wait_ms``). Only
+principals in such pools pay for this walk.
 
-How: the schema walker's generated code (walker.py), compiled here with *marks*: a field named in
-``_MARKS`` at a nesting level (0: the body, 1: a topic, 2: a partition) is handed to the sink as
-``mark(code, buf, start, end)`` during the walk, and every ``records`` field as ``add_from`` (or
-``add_from_parts`` across parts), exactly as record counting does. Arrays whose elements hold a mark
-are walked element by element even where the plain walk skips them by ``n * size``. Names and ids
-are read in place (a name a part boundary cuts is read from a copy of its bytes); record data is
-never read, except the header of a Fetch partition's batches when its high watermark is wanted.
-
-Produce v13 and Fetch v13+ name topics by id (KIP-516): those come back as ``uuid.UUID``, for the
-caller to resolve through its topic cache.
+The schema walker's generated code is compiled here with *marks*: a field named in ``_MARKS`` at a
+nesting level (body, topic, partition) is handed to the sink as ``mark(code, buf, start, end)``
+during the walk, and every ``records`` field as ``add_from`` (or ``add_from_parts``), as record
+counting does. Record data is never read, except a Fetch batch header when its high watermark is
+wanted. Produce v13 and Fetch v13+ name topics by id (KIP-516): those come back as ``uuid.UUID``.
 """
 
 from __future__ import annotations

@@ -1,42 +1,16 @@
 """The one schema-driven skip walker over Kafka message bodies: field offsets and record data.
 
-kqp reads or rewrites a handful of fields that may sit behind variable-length data: Produce's
-``acks`` behind the transactional id, ``throttle_time_ms`` after Produce's responses or
-ApiVersions' api keys, a Fetch response's ``NodeEndpoints`` tag after every partition's records;
-and it counts records (KIP-731) in every ``records`` field of Produce requests and Fetch
-responses. Decoding whole messages with kafka-python would copy record data and build an object
-per partition, so this module walks bodies instead, reading only lengths and counts.
+kqp reads or rewrites a handful of fields that may sit behind variable-length data (Produce's
+``acks``, ``throttle_time_ms`` after Produce's responses, a Fetch response's ``NodeEndpoints``
+tag) and counts records in every ``records`` field. Decoding whole messages would copy record
+data and build an object per partition, so bodies are walked, reading only lengths and counts.
 
-Why it is shaped so:
-
-* Schemas come from Apache Kafka's JSON message definitions as kafka-python ships them, through
-  its public ``load_json`` (the same data its message classes are built from; its private
-  ``_struct`` field objects are not needed to *skip*, so nothing here depends on them). Field
-  order, presence per version, types, nullability and flexible versions (compact lengths and
-  tagged fields, KIP-482) are never written by hand. kqp pins ``kafka-python>=3.0.12,<4`` and
-  the tests walk every (api, version) against kafka-python's own encoder to catch a change.
-* Walks are generated code. For each (message, version, range of top-level fields) the schema is
-  compiled once, on first use, into the source of one straight-line Python function: fixed-size
-  runs folded into one ``pos += n``, loops only where the schema has arrays, the one-byte varint
-  case inline. An interpreter over a plan, or a tree of closures, pays a Python call or a
-  dispatch per field per element; the generated walk of a 50-partition Fetch response is several
-  times cheaper (numbers in ``tests/protocol/bench_hot_path.py``). kafka-python generates its own
-  encoders and decoders the same way. Only integers and helper names enter the generated
-  source; :meth:`MessageWalker.source` shows it.
-* Record data is skipped by its length prefix, unless the caller passes ``on_records``: then every
-  non-null ``records`` field is handed to it as ``(buf, start, end)`` during the same walk, which
-  is how ``records.py`` counts batches without a second walk.
-* A frame that spans several reads is walked as its parts (:class:`~kqp.protocol.parts.SplitFrame`),
-  never joined. Each walk has a second generated flavour for that: the same straight-line code over
-  a *window* (a part, or a copy of the few bytes a part boundary cuts), where every read of a
-  count, length or marker is preceded by one comparison, ``pos + size > lim``, and only when it
-  fails is the window moved (``_refill``). Positions stay window-relative, so the reads themselves
-  are the contiguous walk's; skips by length simply run past the window. A ``records`` field goes
-  to a :class:`RecordSink`: ``add_from(buf, start, end)`` when it lies in the window, else
-  ``add_from_parts(frame, start, end)`` with offsets in the frame. Walks of a frame that arrived
-  in one piece keep the contiguous flavour: that is the common case, and it pays nothing for this.
-
-Buffers are anything ``struct.unpack_from`` and indexing accept (memoryview, bytes, bytearray).
+Schemas come from kafka-python's public ``load_json`` (never written by hand; the tests walk every
+(api, version) against kafka-python's own encoder). Each (message, version, range of top-level
+fields) is compiled once into one straight-line Python function, as kafka-python builds its
+decoders: an interpreter pays a call per field per element. :meth:`MessageWalker.source` shows it.
+Records are skipped by length unless ``on_records`` is given. A frame split over several reads is
+walked as its parts by a second generated flavour over a window, with one bounds check per read.
 Malformed or truncated input raises :class:`BodyError`, which is a :class:`ProtocolError`.
 """
 

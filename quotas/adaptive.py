@@ -1,43 +1,17 @@
 """An adaptive pool's effective budget: a control law on the upstream latency the pool's requests see.
 
-The pool's configured budget is the ceiling; the law lowers the effective budget while the
-upstream is slower than `target_latency` for the pool's requests, raises it while it is healthy, and
-never goes below the floor. Updated once per quota window with that window's `WindowSignals`
+The pool's configured budget is the ceiling; the law lowers the effective budget while the upstream
+is slower than `target_latency` for the pool's requests, raises it while it is healthy, and never
+goes below the floor. Updated once per quota window with that window's `WindowSignals`
 (upstream_signals.py) and the pool's demand; `now` is an argument, nothing here reads a clock.
 
-The law (ADAPTIVE_NOTES.md draws it). B is the budget, τ the target, L the window's latency, D the
-pool's delivered rate (units its answered requests carried per second, the larger of the last two
-windows), U the pool's demand (what its members offered, throttled offers included).
-
-* L: per broker, the median of the window's samples, topped up with the previous windows' samples
-  (up to 4 back) while fewer than 5: one slow request among five cannot move it. The pool's L is its
-  worst broker's: the clients a saturated broker makes wait are the ones the pool must make room
-  for. A broker that answered nothing while a Produce has waited longer than τ counts as that slow.
-* Over target (L > τ): ``B = min(B, D * (1 + τ/L) / 2)``. The factor is the mean of 1 and the
-  gradient τ/L, so B at most halves in a window. It is taken from D, not from B: while the upstream
-  is saturated D is what it actually gets through for the pool, so the budget lands just under that,
-  by as much as latency is over target, and repeated windows over target do not compound (a budget
-  already under D holds while the queue drains). A budget cut from B instead keeps falling for as
-  long as the queue takes to drain, and the loop rings (the simulation showed a 3.5 s cycle of ±60%).
-* Harder signals take the same anchor: answers with the upstream's own `throttle_time_ms`
-  (the broker's quotas on kqp's clients) ``B = min(B, 0.9 D)``; request timeouts and upstream
-  disconnects ``B = min(B, D) / 2``, at most once a second (one broker restart is one event).
-* Healthy (L ≤ τ), with the pool using at least 2/3 of B:
-  - below the level the last decrease left (`ssthresh`, TCP's slow-start threshold; the ceiling
-    before any), B doubles per window, but never beyond twice D: after an idle spell, what was safe
-    is regained at once, and a new pool finds a broker's capacity in a few windows without running
-    a queue's worth ahead of it;
-  - above it, it probes: ``B = min(B * (1 + 0.15 (τ - L)/τ), max(B, 1.075 D), max(B, 1.5 U))``.
-    The increase scales with B (a step sized on a 10 MB/s ceiling would be far too coarse for a
-    400 kB/s broker) and with the headroom under target (nothing right at it); it never runs more
-    than 7.5% ahead of what the upstream delivered, so once the broker is full B stops at ~D instead
-    of overshooting by a queue's worth before latency shows it. From 400 to 800 kB/s takes ~1.5 s.
-* Idle (U < B/1.5): B decays 5% per window towards 1.5 U. A budget that grew while nobody used it
-  would flood the broker when they return; a returning pool regrows it by slow start.
-* Always ``floor <= B <= ceiling``; a new pool starts at the floor and slow-starts to the ceiling (or
-  to the first window over target).
-
-A change of 1% or more is kept as a `BudgetChange` (old, new, why) for `kqp explain`.
+The law's table and the reasons for its constants are in quotas/README.md ("Adaptive pools"). In
+short: over target, ``B = min(B, D * (1 + τ/L) / 2)``, anchored on what the upstream delivered (D)
+so that windows over target while a queue drains do not compound; healthy and busy, a slow start up
+to `ssthresh` (never past 2 D), then a probe scaled by B and by the headroom under target, never
+more than `PROBE` above D; idle, a decay towards 1.5 x demand; the upstream's own throttles,
+timeouts and disconnects cut harder. Always ``floor <= B <= ceiling``. A change of 1% or more is
+kept as a `BudgetChange` (old, new, why) for `kqp explain`.
 """
 
 from __future__ import annotations

@@ -1,32 +1,17 @@
 """One adaptive budget for a fleet: every process reports its windows, one law state lives in the store.
 
-In cluster scope (and across `--workers`) each kqp process sees only its own clients' requests: its
-latency samples, its delivered bytes, its members' demand. If each ran the law on those alone, N
-processes would find N different limits, each from 1/N of the evidence. So the fleet runs ONE law:
+Each kqp process sees only its own clients' requests; N processes each running the law on their
+own 1/N of the evidence would find N different limits, so the fleet runs ONE law. When a window
+(fleet time) ends, each process queues a `Report` (its `WindowSignals` and its members' demand) for
+the next exchanges. The store holds the law's state and `applied`, the last window folded in, and
+answers with the state and the reports of the windows closed since (`grace_windows`, more than one
+sync interval). Whoever sees closed windows first merges their reports (histograms add up), runs
+the law, uses the result at once and proposes it; the store takes a proposal only if it starts from
+the `applied` it holds (compare-and-set), and the others adopt it.
 
-1. Reports. When a quota window w (fleet time, as the usage ledger aligns them) ends, each process
-   queues its `Report` for it: its `WindowSignals` and its own members' demand. Each exchange sends
-   the reports not yet folded in; the store keeps them per window and instance.
-2. One state. The store holds the law's state (`AdaptiveBudget.snapshot`) and `applied`, the last
-   window folded into it. Its answer gives every process that state and the reports of each window
-   after `applied` that is closed: ended `grace_windows` ago, long enough for every process to have
-   reported it (the grace must exceed one sync interval).
-3. Whoever sees closed windows first advances the state: it merges each window's reports
-   (`WindowSignals.merged`: histograms and counts add up, so the fleet's median is the median of all
-   the fleet's samples), runs the law on them in order, uses the result at once, and proposes it
-   with the next exchange. The store takes a proposal only if it starts from the `applied` it holds
-   (compare-and-set): the first wins, the others adopt it at their next exchange. Every process runs
-   the same code on the same inputs, so a losing proposal was almost always the same state anyway.
-
-No leader, no lease, no clock but the store's windows, and the law itself only here in Python: the
-store (Redis, or the `--workers` parent) only keeps strings and compares two integers.
-`AdaptiveStore` is that store in memory, the specification a Redis script must follow.
-
-While the store cannot be reached a process runs the law on its own windows, reading its delivered
-rate and demand as N times its own (the symmetry estimate fleet.py makes for usage: the others are
-assumed to do what it does) while the pool enforces its budget at its share (B / N). When the store
-answers again it adopts the fleet's state; if nobody advanced that state for longer than the store
-keeps reports, it is stale, and the returning process proposes its own instead. Time is an argument.
+No leader, no lease, the law only here in Python: the store keeps strings and compares two integers
+(`AdaptiveStore` is that store in memory, the specification a Redis script follows). Alone, a
+process runs the law on its own windows read as N times its own while the pool enforces B / N.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Adaptive pools at run time: per adaptive (pool, quota type), its signals, its law and its windows.
 
-The control law (adaptive.py) and the signals (upstream_signals.py) are pure and clock-free; this is
-where they meet a pool's ledger (pool_ledger.py). An `AdaptivePool` holds a `SignalCollector`, fed
-by the proxy with every answered request of a member (latency per broker, units delivered, the
-upstream's own throttle, timeouts, disconnects), and an `AdaptiveBudget` built from the pool's
-config: ceiling = the configured budget, floor = `adaptive_floor(ceiling, the config's members'
-min_share sum, adaptive.min_budget)`, target = `target_latency_ms`.
+The law (adaptive.py) and the signals (upstream_signals.py) are pure; this is where they meet a
+pool's ledger. An `AdaptivePool` holds a `SignalCollector`, fed by the proxy with every answered
+request of a member, and an `AdaptiveBudget` (ceiling: the configured budget; floor:
+`adaptive_floor`; target: `target_latency_ms`).
 
-Where the per-window step runs. The ledger reallocates once per quota window, on the first charge of
-the window (or when metrics or the fleet exchange bring it up to date, with `now`), and just before
-it divides it hands the window's end to the pool here (`PoolLedger.on_window`): the law closes every
-window since the last (`law.update` with the collector's signals and the pool's demand), and the
-ledger divides the budget the law returns. So the law runs on the same windows as reallocation
-(fleet time's in cluster scope), from the charge path, with `now` as an argument, and no timer of
-its own on the forwarding loop: a timer could fire between two windows' charges and would have to
-agree with the ledger on window boundaries anyway. Windows in which no member charged anything
-(the pool was idle) are closed at the next charge as idle windows, at most `CATCH_UP` of them. A
-broker that answers nothing stops the clients sending (their in-flight limit), and so the charges;
-the members' oldest unanswered Produce is then the window's latency (the law's stall signal),
-and its answers' latency, timeouts and disconnects reach the law when they come.
-
-In a fleet (cluster scope, or `--workers`) a `FleetBudget` is the law's replica: each closed window
-becomes a report; the fleet exchange (`fleet_exchange`) sends the reports, adopts the fleet's state
-and runs the law on the fleet's closed windows; alone, the replica runs the law on its own windows
-scaled by the instances (adaptive_fleet.py). Every function takes `now`; nothing reads a clock.
+The law runs when the ledger closes a window, just before it divides (`PoolLedger.on_window`): on
+the same windows as the division (fleet time's in cluster scope), from the charge path, with `now`
+as an argument and no timer of its own, which would have to agree with the ledger on window
+boundaries anyway. Idle windows are closed at the next charge (at most `CATCH_UP`) or by the upkeep;
+a broker that answers nothing stops the charges, and the members' oldest unanswered Produce is then
+the window's latency. In a fleet a `FleetBudget` replica reports each window and adopts the fleet's
+state (adaptive_fleet.py). Every function takes `now`; nothing reads a clock.
 """
 
 from __future__ import annotations

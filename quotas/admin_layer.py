@@ -2,14 +2,9 @@
 
 kqp has two stores where Kafka has one: the YAML file (the base, owned by whoever edits it) and the
 state file that AlterClientQuotas writes (`admin.state_file`). An `AdminLayer` is the state file's
-content: per entity, per quota type, a value or ``None``. The effective settings are the base with
-the layer laid over it (`overlay`):
-
-* a value in the layer wins over the base's value for the same entity and type: it is the later,
-  explicit change, as in Kafka where the last AlterClientQuotas wins;
-* ``None`` (a removal of a value the base sets) hides the base's value, so a quota removed through
-  the API is gone, as Kafka's describe shows it, whatever the YAML says; a removal of a value only
-  the layer set just drops it from the layer.
+content: per entity, per quota type, a value or ``None``. `overlay` lays it over the base: a value
+in the layer wins (the later, explicit change, as Kafka's last AlterClientQuotas wins); ``None``
+hides the base's value, so a quota removed through the API is gone whatever the YAML says.
 
 Pure and immutable: every function returns new mappings, so a change is computed off to the side and
 swapped in whole through `QuotaManager.update_settings`, exactly as a config reload is.

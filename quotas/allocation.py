@@ -1,32 +1,15 @@
 """Weighted max-min fair division of a pool's budget among its members: pure arithmetic, no state.
 
-A pool (quotas.pools) has a budget B of one quota type and members, each with a weight w, a demand
-d (what it offered lately; ``inf`` while a throttle held it back) and optional bounds, `min_share`
-and `max_share`, as fractions of B. `allocate` divides B by *water-filling*: it finds the level L
-at which
-
-    a_i = clamp(L * w_i, floor_i, cap_i),   cap_i = min(d_i, max_share_i * B),
-                                            floor_i = min(min_share_i * B, cap_i)
-
-sums to B. So a member offering less than its share gets all it offers (a_i = d_i), the rest is
-split among the others in proportion to their weights, nobody goes above `max_share`, and a member
-that wants it gets at least `min_share` (a guarantee, never a gift: the floor is capped by the
-demand). This is weighted max-min fairness: no member can gain without taking from one whose
-allocation per unit of weight is already no larger (or that sits on its floor).
-
-It is work-conserving: when every demand is met and budget remains, nobody wants the slack, and it
-is handed out too, by the same water-filling from the demands up to `max_share`, so a member can
-grow before the next reallocation notices. The allocations then sum to B, except where
-`max_share`s sum under 1: a cap is a cap, and that part of the budget stays unallocated.
-
-`min_share`s that sum over 1 cannot all be honoured: when the floors of the members that want
-them exceed B, each gets its floor scaled down in proportion (floor_i * B / sum of floors), which is
-what "guaranteed" can mean for an overbooked pool. Weights of 0 are refused here and at config
-time: a member with no weight would get nothing while anyone else wanted anything.
+A member has a weight w, a demand d (``inf`` while a throttle held it back) and optional bounds,
+`min_share` and `max_share`, as fractions of the budget B. `allocate` water-fills: it finds the
+level L at which ``a_i = clamp(L * w_i, floor_i, cap_i)`` sums to B, with ``cap_i = min(d_i,
+max_share_i * B)`` and ``floor_i = min(min_share_i * B, cap_i)`` (a floor is a guarantee, never a
+gift). Slack no demand takes is handed out the same way up to `max_share` (work-conserving); floors
+of wanting members that exceed B are scaled down alike; weights of 0 are refused.
 
 `fair_shares` is the allocation every member would get if all demanded without limit: the share a
-member is guaranteed whatever the others do, which the pool keeps as the quota of a member using
-less than it (pool_ledger.py says why). Sorting the breakpoints makes both O(n log n).
+member keeps as its quota while it uses less (pool_ledger.py). Sorting the breakpoints makes both
+O(n log n).
 """
 
 from __future__ import annotations

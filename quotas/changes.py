@@ -3,7 +3,7 @@
 
 A config reload and an admin change both go through `QuotaManager.update_settings`, which logs the
 lines of `describe_changes` with what the change did to the measurements (sensors restarted or
-released). `entity_changes` is the same comparison as data, for issue 23's audit trail: each entity
+released). `entity_changes` is the same comparison as data, for the audit trail: each entity
 whose quota values in force differ, with all of them before and after (not only the keys that
 changed, so one record reads on its own). Entities are named by Kafka's config paths, pools by their
 names.

@@ -1,25 +1,15 @@
 """Connection limits: how many connections kqp holds, per process and per client IP, and how fast
 one IP may open them. Pure accounting with an explicit clock, like the rest of `quotas/`.
 
-Kafka's broker (`SocketServer.ConnectionQuotas`, KIP-612) is the model, check for check:
+Kafka's `SocketServer.ConnectionQuotas` (KIP-612) is the model, check for check: the process count
+(`max.connections`), then the IP's creation rate (a sampled rate over the quota windows; a
+connection over it is closed after the throttle ``(O - T) / T * W`` capped at one window, and
+un-recorded, so refused attempts do not keep the IP over), then the IP's count
+(`max.connections.per.ip`). Where Kafka's acceptor blocks while the process is full, kqp refuses the
+newcomer at once: its client retries with its backoff instead of waiting in the kernel's backlog.
 
-- `max_connections` (Kafka's `max.connections`): the whole process's open connections. Kafka's
-  acceptor blocks until a slot frees; kqp refuses the newcomer at once instead (its client retries
-  with its reconnect backoff), so a full proxy answers promptly rather than leaving clients in the
-  kernel's backlog until their connect times out.
-- `connection_creation_rate_per_ip` (Kafka's `max.connection.creation.rate` for an IP, KIP-612):
-  a sampled rate per IP over the quota windows (`window_count` x `window_size_seconds`, Kafka's
-  `quota.window.num` and `quota.window.size.seconds`). A connection that takes the rate over its
-  bound is not served: it is closed after the throttle `(O - T) / T * W`, capped at one window
-  (`QuotaUtils.boundedThrottleTime` with the window as its bound), and it is un-recorded, so
-  refused attempts do not keep the IP over its rate.
-- `max_connections_per_ip` (Kafka's `max.connections.per.ip`): checked after the rate, as Kafka
-  does; the newcomer is closed at once.
-
-None means no limit (Kafka's default, Int.MaxValue). `admit` either counts the connection (the
-caller then owes exactly one `release`) or says why not; nothing is counted for a refusal.
-Per-IP rates are dropped once their samples have all expired, so the table holds only IPs seen in
-the last `window_count` windows.
+None means no limit. `admit` either counts the connection (the caller then owes exactly one
+`release`) or says why not. Per-IP rates are dropped once their samples have all expired.
 """
 
 from __future__ import annotations

@@ -1,51 +1,16 @@
 """Which configured entity's quota applies to a principal, and which sensor it is charged to.
 
 Kafka resolves quotas through eight config levels, most specific first (ClientQuotaManager's
-DefaultQuotaCallback):
+DefaultQuotaCallback); kqp adds client-id prefix entities just below the exact client id of the
+same user level, the longest first (the table is in quotas/README.md, "Entity resolution"). So a
+group never takes a client an operator named exactly, and a named user's entities come before any
+`<default>` user's. Each quota type resolves on its own, as Kafka keeps one quota map per type.
 
-    1 /users/<user>/clients/<client-id>     5 /users/<default>/clients/<default>
-    2 /users/<user>/clients/<default>       6 /users/<default>
-    3 /users/<user>                         7 /clients/<client-id>
-    4 /users/<default>/clients/<client-id>  8 /clients/<default>
-
-kqp adds client-id prefix entities (`/users/<user>/client-id-prefixes/<prefix>`): every client id
-that starts with the prefix is charged to one sensor, the group's. A prefix sits just below the exact
-client id at the same user level, the longest matching prefix first, and above that level's
-`<default>` client; without a user the same holds among the `/clients` levels:
-
-    1  /users/<user>/clients/<client-id>              5  /users/<default>/clients/<default>
-    1p /users/<user>/client-id-prefixes/<prefix>      6  /users/<default>
-    2  /users/<user>/clients/<default>                7  /clients/<client-id>
-    3  /users/<user>                                  7p /client-id-prefixes/<prefix>
-    4  /users/<default>/clients/<client-id>           8  /clients/<default>
-    4p /users/<default>/client-id-prefixes/<prefix>
-
-So a group never takes a client that an operator named exactly, and a named user's entities all
-come before any `<default>` user's, as in Kafka. The group's sensor is per user at 1p and 4p (each
-user's clients with the prefix share one quota, as `/users/<default>/clients/c` gives each user its
-own) and shared by every user at 7p, as `/clients/c` is. An empty client id matches no prefix.
-
-Each quota type resolves on its own: an entity that sets only `producer_byte_rate` does not match
-for `consumer_byte_rate`, which falls through to less specific levels (Kafka keeps one quota map
-per quota manager, i.e. per type).
-
-The level that matched decides the sensor (Kafka's quota metric tags): levels 1, 2, 4 and 5 give
-each `<user, client-id>` its own sensor; levels 3 and 6 share one sensor among all clients of a
-user (client id tag ""); levels 7 and 8 share one among all users of a client id (user tag "").
-So `/users/alice/clients/<default>` limits each of alice's clients separately while `/users/alice`
-limits all of them together.
-
-An empty client id (also what Kafka makes of a null one, RequestHeader.parse) names no client, and
-Kafka resolves it in two steps that kqp folds into one. DefaultQuotaCallback.quotaMetricTags walks
-the eight levels by which entities exist; at every user level that it can stop on (2, 3, 5, 6) the
-tags are (user, ""), and at levels 7 and 8 they are ("", ""). quotaLimit then reads the limit
-from the tags alone: (user, "") looks up `/users/<user>`, then `/users/<default>`; ("", "") looks
-up nothing. So for an empty client id `/clients/<default>` never applies, `/users/u/clients/<default>`
-and `/users/<default>/clients/<default>` only hand over to the user levels, and the quota is
-`/users/u`, else `/users/<default>`, else none, charged to the user's shared (user, "") sensor.
-
-Resolution runs on every request, so results are cached per principal on the settings instance
-(`QuotaSettings.resolution_cache`); new settings come with an empty cache.
+The level that matched decides the sensor (Kafka's quota metric tags). An empty client id (what
+Kafka makes of a null one) names no client: Kafka's two steps, `quotaMetricTags` then `quotaLimit`
+reading the limit from the tags alone, fold into one here: `/users/u`, else `/users/<default>`, else
+none, charged to the user's shared sensor. Resolution runs on every request, so results are cached
+per principal on the settings instance (`QuotaSettings.resolution_cache`).
 """
 
 from __future__ import annotations

@@ -1,67 +1,17 @@
 """One quota for a fleet: what a kqp process tells the others about its usage, and how it merges theirs.
 
-Kafka's quotas are per broker and kqp's per process. In cluster scope (and across `--workers`) every
-process keeps measuring locally, on the fast path, exactly as before; in addition each sensor's usage
-is cut into windows aligned on a clock the fleet shares ("fleet time": the store's clock, which every
-process tracks as an offset from its own monotonic clock), and once per sync interval the
-`FleetLedger` sends each active sensor's new usage per window to the store and gets back the fleet's
-total per window. The store is Redis (a Lua script) or, for `--workers` without Redis, the parent
-process (`fleet_store.FleetStore`, the same rules in Python). Nothing here ever waits for it: a
-request only adds to a dict; the exchange runs off the request path and this module only says what
-to send (`collect`) and what to make of the answer (`merge`, `failed`).
+In cluster scope (and across `--workers`) every process keeps measuring locally, on the fast path;
+in addition each sensor's usage is cut into windows of fleet time (the store's clock, tracked as an
+offset from the local monotonic one), and once per sync interval the `FleetLedger` sends each active
+sensor's new usage per window to the store and gets back the fleet's totals. Nothing here waits for
+the store: the driver runs the exchange off the request path; this module only says what to send
+(`collect`) and what to make of the answer (`merge`, `failed`).
 
-How the fleet's usage enters Kafka's arithmetic. A sensor's rate is the sum of its samples over the
-measured span divided by Kafka's `Rate.windowSize`. Shared, the sum is this process's own samples,
-always fresh, plus the others' usage (fleet total minus what this process sent) in the windows still
-inside the span, as of the last exchange. The window length stays Kafka's `Rate.windowSize` over this
-process's own samples: taking the others' oldest window instead stretched it by up to one window
-beyond the samples this process had already purged, and the fleet ran 5-10% over T in simulation;
-a process that has just joined measures the fleet's span over (window_count - 1) windows, which errs
-on the strict side. Every process therefore sees (nearly) the same fleet rate, and throttles its own
-clients with Kafka's ``X = (O - T) / T * W``: the fleet, not each process, is held to T.
-
-What a process cannot know is what the others used since the last exchange. Counting it as zero
-goes badly exactly when it matters: whenever the fleet's rate falls below T (a sample holding a burst
-ages out, Kafka's sawtooth), every process sees the same headroom and fills all of it before the next
-exchange tells it about the others, so the fleet overshoots N-fold (a simulation with 3 processes
-syncing every 100 ms delivered 1.25 T, one span carrying 3.2 T). So the others' unseen usage is
-estimated by symmetry: each other process the store saw adding to the sensor within the last span
-is assumed to have used, since this process's last exchange, what this process used. N active
-processes then each fill 1/N of a headroom; a process using a quota alone counts nobody else. The
-residual error is bounded in the README ("How far above its quota a fleet can go") and simulated in
-quotas/README.md ("The fleet ledger").
-
-A busy machine stretches what a process does not know, so three moments get the same care:
-- A sensor that has not heard from the fleet yet (a client new to this process, or back after a
-  span idle) counts every other process present as using it as much as this one, like a process
-  that cannot reach the store; counting nobody, every late joiner passed a whole first burst on
-  top of a fleet already at its quota (a span of 2.3 T on the wire). The throttle such a guess earns
-  is capped at one sync interval (sensor.py): the next request is judged on the fleet's real usage.
-- While an exchange is on the wire, the usage it carries still counts in the estimate (`in_flight`):
-  the reply being awaited, not the request sent, is what will tell about the others.
-- A view older than two intervals plus the driver's timeout (a loop that ran nothing for a while,
-  its exchange task included) is not trusted: `check` puts the ledger alone until the next success.
-  The clock offset is taken from the quickest of the last few exchanges (NTP's clock filter): a
-  reply read late by a busy loop would otherwise shift every window index by half its delay.
-
-KIP-599's token bucket is shared as its spending, not as its tokens: each process keeps a replica of
-the entity's bucket, spends its own mutations at once and the others' as each exchange reports them
-(the increase of their per-window totals). Refill is the same function of time everywhere, so the
-replicas agree up to the others' spending of the last sync interval. A central bucket (tokens taken
-in Redis) would be exact but cost a Redis round trip per request, which the fast path must never wait
-for; the replica errs only late, and a late debit only makes a replica stricter afterwards.
-
-When the store cannot be reached the ledger is "alone": the others' numbers are dropped and each
-quota is enforced at its share, limit / n, n being the instances the last exchange counted (before
-any exchange: `expected_instances`). Usage keeps accumulating per window and is sent when the store
-answers again, so the fleet's totals catch up. Time is always an argument (`now`, local monotonic
-seconds); the clock offset and the store's answers are plain numbers handed in by the driver.
-
-A store may be several independent parts: a Redis Cluster spreads the sensors over slot groups,
-each on its own shard with its own epoch. So each sensor's totals carry the epoch of the part that
-holds them (a part that lost its data gets that part's usage again, nobody else's), and a part may
-fail while the others answer (`ExchangeIncomplete`): the ledger then goes alone as for any failure,
-but what the answering parts applied counts as sent, so it is never added twice.
+A shared rate is this process's own samples plus the others' usage, over Kafka's `Rate.windowSize`
+of the own samples; what the others used since the last exchange is estimated by symmetry. Token
+buckets are shared as their spending. Unreachable or stale, the ledger is alone: each quota at its
+share. A store in parts (a Redis Cluster's slot groups) carries an epoch per part. The reasons and
+the simulated bounds are in quotas/README.md ("The fleet ledger"). Time is always an argument.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The store side of the fleet exchange, in memory: what `kqp run --workers N` runs without Redis.
 
-The parent process of `--workers` keeps one `FleetStore` and answers its workers' `SyncRequest`s
-with it (proxy/runtime/fleet_local.py carries them over a Unix socket). It is also the
-specification of the Redis backends: proxy/runtime/fleet_redis.py's Lua script does exactly this,
-step for step, on one Redis and spread over a Redis Cluster's slot groups, and a test runs them on
-the same requests and compares the answers (a cluster's sensors carry their group's epoch, which
-the comparison sets aside).
-
-Per exchange, for the calling instance:
-1. note the instance as present at `now`; forget instances silent for `live_ms`;
-2. for each sensor (keyed by window width and name): add the deltas to its per-window totals, drop
-   windows older than `keep_windows` before the current one, keep the sensor for `ttl_ms` more if it
-   received anything, note the instance as adding to it at `now`, and return its totals with the
-   number of other instances that added to it within `active_ms`;
-3. answer with the store's epoch (set from the first request's proposal), its clock and the number
-   of instances present.
-Sensors nobody touched for their ttl are deleted, as Redis expires their keys.
+The parent process of `--workers` answers its workers' `SyncRequest`s with one `FleetStore`
+(proxy/runtime/fleet_local.py carries them over a Unix socket). It is also the specification of the
+Redis backends: proxy/runtime/fleet_redis.py's Lua script does exactly this, step for step, and a
+test compares their answers. Per exchange, for the calling instance: note it present at `now` and
+forget instances silent for `live_ms`; per sensor, add the deltas to its per-window totals, drop
+windows older than `keep_windows`, keep the sensor `ttl_ms` more if it received anything, note the
+instance as adding to it, and return its totals with the number of other instances that added
+within `active_ms`; answer with the store's epoch, its clock and the instances present. Sensors
+nobody touched for their ttl are deleted, as Redis expires their keys.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """The quota engine the proxy calls: charge usage to sensors, get back the throttles it earns.
 
 One `QuotaManager` holds every sensor, keyed by quota type and `QuotaKey` (Kafka keeps one
-ClientQuotaManager per quota type; here one object holds them all so a request's several quotas
-resolve with one cache lookup). Each `record_*` call records first and then checks, as Kafka's
-`Sensor.record` does, and returns one `Violation` per quota exceeded, with its pace for clients that
-do not back off (issue 20; sensor.py); `throttle.combine` turns them into the request's throttle.
+ClientQuotaManager per quota type; one object here resolves a request's several quotas with one
+cache lookup). Each `record_*` call records first and then checks, as Kafka's `Sensor.record` does,
+and returns one `Violation` per quota exceeded, with its pace for clients that do not back off
+(sensor.py); `throttle.combine` turns them into the request's throttle. A `record_*` whose quota
+types no entity configures returns at once, without resolving the principal.
 
-Fast path: the manager knows which quota types any entity configures at all. A `record_*` whose
-types are all unconfigured returns at once, without resolving the principal; otherwise the cost is
-one cached resolution and O(window_count) per configured type.
-
-Capacity pools (issue 21) live in `self.pools` (pools.py): a principal a pool takes is charged there
-too, by the same `record_*` call, and its pool throttles come back with its entity quotas'
-violations, so the largest throttle, and so the smaller limit, wins. Without pools the calls only
-test one flag more. Topic pools are charged by the proxy through `record_topic_bytes`.
-
-Shared quotas (cluster scope, `--workers`): given a `FleetLedger`, every sensor is created with its
-`SharedUsage`, so recording also notes the usage for the next exchange and throttles are computed on
-the fleet's rate (fleet.py). The manager keeps the ledger's sensors in step with its own: a sensor
-released here is forgotten there, and new windows restart both.
-Time is an argument everywhere (`now`, monotonic seconds): this module never reads a clock.
+Capacity pools live in `self.pools` (pools.py): the same `record_*` call charges a principal's pool
+too, and the pool's throttles come back beside the entity quotas', so the smaller limit wins. Given
+a `FleetLedger`, every sensor is created with its `SharedUsage` and throttles on the fleet's rate
+(fleet.py); the manager keeps the ledger's sensors in step with its own. Time is an argument
+everywhere (`now`, monotonic seconds): this module never reads a clock.
 """
 
 from __future__ import annotations

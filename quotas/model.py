@@ -166,7 +166,7 @@ class QuotaSettings:
     # a pool member for every pooled type, whether or not it sets a quota itself.
     pools: tuple[PoolSpec, ...] = ()
     shares: Mapping[EntitySpec, MemberShare] = field(default_factory=dict)
-    # quotas.pacing (issue 20): the proxy mutes clients that do not back off for their requests' own
+    # quotas.pacing: the proxy mutes clients that do not back off for their requests' own
     # cost (`Violation.pace_seconds`) rather than the whole throttle; False is the broker's behaviour.
     pacing: bool = True
     # quota type -> {entity: limit}; derived once so resolution does a handful of dict lookups.

@@ -1,68 +1,16 @@
 """One pool's budget of one quota type at run time: its members' sensors, demand and allocations.
 
-Each member (pool_membership.py) has a `QuotaSensor` of its own, as an entity has, whose limit is
-the member's quota in the pool; its throttles are Kafka's (respond at once, throttle_time_ms, mute),
-and the manager returns them with the entity quotas' from the same `record_*` call, so the smaller
-limit wins. The allocation work is per window, never per request: a charge costs a window index, an
-addition and the sensor's own charge; the first charge of a new window (any member's) reallocates.
-
-Demand. A member's demand is unbounded if a pool throttle held it back at any time in the last two
-complete windows (a throttled member would have sent more: what it sent is not what it offered; a
-throttle's whole mute counts, so that a member muted for several windows does not look idle).
-Otherwise it is what it used: the most it used in either of the last two windows, in units per
-second, but no more than its rate over the whole span. The windows see a member go quiet at once
-(two, so that one whose requests straddle a boundary does not look idle), but read lumpy traffic
-high (one 16 KB request every 0.3 s is 80 kB/s in one 0.2 s window and nothing in the next); the
-span's rate is smooth but slow to see a member stop. The smaller of the two has the merits of both.
-
-Quota. At each reallocation `allocation.allocate` divides the budget B over the active members'
-demands (weighted max-min: a, work-conserving) and `fair_shares` gives each member's guaranteed
-share g (its allocation if everyone wanted without limit). The member's quota is
-
-    q = max(a, g)
-
-so a member using less than its guaranteed share keeps that share as its quota, and only what it
-does not use is lent: the others' allocations already count on it (a is max-min over demand). An
-idle member's share is lent within two windows of its going quiet. It comes back at once: a member
-that is new, back after a span of silence, or a lender that uses within one window more than twice
-what it was measured at, is taken to want its whole share from that charge on (demand unbounded) and
-the pool divides again before the charge is checked, so the borrowers' quotas shrink then and there
-("reallocation within a window reclaims it"); the next window measures what it really uses.
-
-The sensors judge usage against the quota in force when it was used: when a member's quota moves,
-its samples are rescaled with it (`QuotaSensor.follow_limit`), so a borrower whose quota shrinks
-is not made to pay back, as if it had been over quota, what it used within the larger one, and a
-member whose quota grows gets no retroactive credit to burst with. (An entity's own quota keeps
-Kafka's rule: a new limit judges the old samples.) A token bucket accrues at the rate in force anyway.
-
-The bound during a reclaim. Let lenders L be the active members with a < g. The quotas sum to
-
-    sum q = sum a + sum_L (g - a) <= B + lent,    lent = sum_L (g - a) <= B - sum_(not L) g
-
-and each member is held to its q, so the rate of the pool, as its members' sensors measure it, is
-at most B + lent, and above B only while lenders use more than the demand they were measured at.
-That ends at the lender's first charge past twice its measured demand in a window (for a lender
-back from nothing: its first charge), which divides again with lent = 0 for it, or at the next
-window's reallocation: so a returning lender overlaps its borrowers by at most that one request, or
-by less than twice its measured demand for less than two windows. `lent` is what `PoolState` reports;
-test_pool_ledger.py checks the sum at every step of a run. Bursts within the span are the
-algorithm's, as for any entity: the sampled rate lets a member spend unused quota of its span at
-once (Kafka's first window for a new one), a token bucket its burst, each counted against its q.
-
-Fleet scope. Each member's sensor shares its usage through the fleet ledger (`SharedUsage`, as an
-entity's does), so it is measured and throttled on the fleet's rate, and a second shared counter
-marks the windows in which a pool throttle held it back anywhere. Demand is the fleet's: usage per
-window is this process's plus the others' (as of the last exchange), held is anyone's. So every
-process computes the same allocation, within one sync interval. Members are known to a process when
-it serves them or when the config names them with a fixed key (`static_keys`, read every exchange
-even unused: `SharedUsage.watched`). Members only other processes know (one per client id under a
-`<default>` entry) are seen through pool-wide totals, also shared (usage, held marks, and the weights
-of the members charged per window): what they hold beyond the known members is one more claim, with
-those members' weight, demanding that usage (unbounded while they are held). So the budget holds for
-the fleet; between such members the split is only as fair as that estimate (a member served by two
-processes counts twice in it). While the store is
-unreachable the others' numbers are dropped and each process divides B among its own members, and
-the sensors enforce that at the ledger's share (B / n), as entity quotas do.
+Each member (pool_membership.py) has a `QuotaSensor` of its own whose limit is its quota in the
+pool; its throttles are Kafka's, and the manager returns them with the entity quotas' from the same
+`record_*` call, so the smaller limit wins. The division is per window, never per request: a charge
+costs a window index, an addition and the sensor's own charge; the first charge of a new window
+reallocates: each member's demand (unbounded while a pool throttle held it back in the last two
+windows, else its recent use), weighted max-min over the demands (allocation.py), and each member's
+quota ``max(allocation, fair share)``, so only unused share is lent. A lender that comes back is
+taken to want its whole share and the pool divides again before its charge is checked. When a
+member's quota moves, its samples follow (`QuotaSensor.follow_limit`). In a fleet, usage, held
+marks and weights are shared through the fleet ledger, so every process divides alike; the bound
+on overshoot during a reclaim and the reasons are in quotas/README.md ("Capacity pools").
 """
 
 from __future__ import annotations
@@ -179,7 +127,7 @@ class PoolLedger:
     def _algorithm(self, membership: Membership) -> str:
         """How the member's pool quota measures use: its entity's algorithm (or the section's), but a
         token bucket in an adaptive pool, whose budget sits near the upstream's capacity: the sampled
-        rate's echo bursts would overrun it (ADAPTIVE_NOTES.md: 0.27 C for the jobs against 0.98 C)."""
+        rate's echo bursts would overrun it (quotas/README.md: 0.27 C for the jobs against 0.98 C)."""
         if self.pool.adaptive is not None:
             return TOKEN_BUCKET
         s = self.settings
@@ -376,7 +324,7 @@ class PoolLedger:
         return sum(m.fair - m.allocation for m in self.members.values() if m.allocation < m.fair)
 
     def set_budget(self, budget: float, now: float) -> None:
-        """The budget to divide from now on, at most the configured ceiling (issue 22's control law
+        """The budget to divide from now on, at most the configured ceiling (the adaptive control law
         lowers it while the upstream is slow and raises it back); divided at once."""
         if not (math.isfinite(budget) and budget >= 0):
             raise ValueError(f"a pool budget must be a finite number >= 0, got {budget}")

@@ -1,23 +1,15 @@
 """Who a principal is in a pool: the entity it resolves to, the member key, and that entity's share.
 
-Issue 21: "each member is the quota entity a request resolves to". For a pooled quota type T the
-principal walks Kafka's precedence (entities.py, prefix levels included) and stops at the first
-entity that either sets T itself or names a pool member (an entry with weight, min_share or
-max_share, or with nothing but its names: `QuotaSettings.shares`). That entity's sensor key is the
-member, so
-
-- a `client_id_prefix` entry is one member (one Spark job, all its executors);
-- a `<default>` entry gives one member per whatever its key separates (`client_id: <default>`: one
-  per client id; `user: <default>`: one per user), as it gives one sensor each;
-- a principal that reaches no such entity is its own member, keyed by its user and client id, with
-  the default share (weight 1).
-
-An entity that sets another type only (say consumer_byte_rate) does not capture a producer pool's
-members, as it does not capture producer quotas: each type resolves on its own, as in Kafka.
+Each member is the quota entity a request resolves to. For a pooled quota type T the principal
+walks Kafka's precedence (entities.py, prefix levels included) and stops at the first entity that
+either sets T itself or names a pool member (an entry with weight, min_share or max_share, or with
+nothing but its names: `QuotaSettings.shares`). That entity's sensor key is the member: a
+`client_id_prefix` entry is one member (one Spark job, all its executors), a `<default>` entry gives
+one member per whatever its key separates, and a principal that reaches no such entity is its own
+member with weight 1. An entity that sets another type only does not capture the pool's members.
 
 For cluster scope, `static_keys` lists the members every process can know from the config alone
-(entries whose key does not depend on the principal: a named user, client id or prefix), so that
-each process reads their fleet-wide usage even before serving them (pool_ledger.py).
+(a named user, client id or prefix), so that each reads their fleet-wide usage before serving them.
 """
 
 from __future__ import annotations

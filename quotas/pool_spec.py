@@ -1,21 +1,16 @@
-"""Capacity pools as configured: frozen values that `QuotaSettings.pools` holds (issue 21).
+"""Capacity pools as configured: frozen values that `QuotaSettings.pools` holds.
 
 A pool is a budget of one or more quota types, shared by the principals its member selectors pick
 (`user`, `client_id`, `client_id_prefix`; a principal matching any selector belongs) and, for a
-topic pool, only for the bytes of the topics it names (`events`, or `logs-*` where `*` is any run of
-characters). Each selected principal takes part as the entity it resolves to (pool_membership.py),
-with the `MemberShare` (weight, min_share, max_share) of that entity's entry.
+topic pool, only for the bytes of the topics it names (`events`, or `logs-*`). Each selected
+principal takes part as the entity it resolves to (pool_membership.py), with the `MemberShare`
+(weight, min_share, max_share) of that entity's entry.
 
-Two rules keep a request's charge unambiguous, and both are checked here, exactly:
-
-- a principal is in at most one principal pool per quota type (two pools whose selectors could
-  pick one principal, for a type both budget, are refused), and the bytes of a topic are in at most
-  one topic pool per quota type and principal. A principal pool and a topic pool may both apply:
-  they budget different things (a principal's requests, a topic's bytes) and both are enforced.
-- types that cannot be divided this way are refused, with the reason (`REFUSED`).
-
-This module imports nothing from the rest of kqp (model.py imports it): quota types are compared as
-the strings they are (`QuotaType` is a StrEnum), so keys stay whatever the caller gave.
+Two rules keep a request's charge unambiguous, both checked here exactly: a principal is in at most
+one principal pool per quota type, and a topic's bytes in at most one topic pool per type and
+principal (a principal pool and a topic pool may both apply); types that cannot be divided this way
+are refused with the reason (`REFUSED`). This module imports nothing from the rest of kqp
+(model.py imports it): quota types are compared as the strings they are.
 """
 
 from __future__ import annotations
@@ -134,7 +129,7 @@ def patterns_overlap(a: str, b: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AdaptiveSpec:
-    """`adaptive:` on a pool (issue 22): the budget becomes a ceiling that a control loop lowers while
+    """`adaptive:` on a pool: the budget becomes a ceiling that a control loop lowers while
     the upstream's latency for the pool's requests is above `target_latency_ms`. Carried as
     configured; the control law lives in its own module."""
 

@@ -3,16 +3,10 @@
 `PoolBook` holds one `PoolLedger` per (pool, quota type) and answers the manager's per-request
 question in one cached lookup: for this principal and this kind of charge (a Produce, a Fetch
 response, a request), which ledgers, as which member, with which of the call's values. A principal
-in no pool costs that lookup and nothing else; with no pool configured the manager does not even
-ask (`kinds`).
-
-Topic pools are charged by `charge_topics`, which the proxy calls with the bytes of each topic of a
-Produce request or Fetch response, only while `topic_types` is not empty: the proxy reads topic
-names for nothing else. Each topic's pools are found once per topic name (cached).
-
-On new settings (`update`), a ledger whose pool and type persist keeps its members' measurements,
-with their new shares; a member whose entity no longer names a member of that type is released;
-new quota windows restart everything, as they do for entity sensors. Time is always an argument.
+in no pool costs that lookup; with no pool configured the manager does not even ask (`kinds`).
+Topic pools are charged by `charge_topics`, which the proxy calls only while `topic_types` is not
+empty. On new settings (`update`) a ledger whose pool and type persist keeps its members'
+measurements; new quota windows restart everything. Time is always an argument.
 """
 
 from __future__ import annotations
@@ -182,7 +176,7 @@ class PoolBook:
 
     def watching(self, p: Principal, kind: int) -> tuple[AdaptivePool, ...]:
         """The adaptive pools that `p`'s answered requests of `kind` (PRODUCE or FETCH) report to: its
-        principal pools of that kind's types, and of request_rate (issue 22)."""
+        principal pools of that kind's types, and of request_rate."""
         found = self._watch.get(p)
         if found is None:
             if len(self._watch) >= MAX_CACHED:
@@ -272,7 +266,7 @@ class PoolBook:
 
     # -- upkeep and views --------------------------------------------------------------------------
     def set_budget(self, pool: str, quota_type: QuotaType, budget: float, now: float) -> None:
-        """The budget `pool` divides for `quota_type` from now on (the adaptive hook, issue 22)."""
+        """The budget `pool` divides for `quota_type` from now on (the adaptive hook)."""
         self.ledgers[(pool, quota_type)].set_budget(budget, now)
 
     def expire(self, now: float, idle_seconds: float) -> int:

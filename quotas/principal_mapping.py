@@ -1,24 +1,14 @@
-"""Kafka's `ssl.principal.mapping.rules`: from a client certificate's distinguished name to a user.
+r"""Kafka's `ssl.principal.mapping.rules`: from a client certificate's distinguished name to a user.
 
-The `user` half of a quota entity comes from the connection's principal; for a TLS client Kafka
-takes the subject of its certificate, rendered as RFC 2253 (`CN=alice,OU=eng,O=Acme,C=US`), and
-maps it through these rules (Kafka's `SslPrincipalMapper`, read for its semantics):
+For a TLS client Kafka takes its certificate's subject, rendered as RFC 2253
+(`CN=alice,OU=eng,O=Acme,C=US`), through these rules (Kafka's `SslPrincipalMapper`, read for its
+semantics): ``DEFAULT`` keeps the name; ``RULE:pattern/replacement/`` applies when `pattern` matches
+the *whole* name and replaces every match (Java's `String.replaceAll`), a trailing ``L`` or ``U``
+lower- or upper-casing the result; the first rule that applies wins, and none refuses the client.
 
-* ``DEFAULT`` keeps the distinguished name as it is.
-* ``RULE:pattern/replacement/`` applies when `pattern` matches the *whole* name; the result is the
-  name with every match of `pattern` replaced (Java's `String.replaceAll`), ``$1`` naming a group.
-  A trailing ``L`` or ``U`` (``RULE:p/r/L``) lower- or upper-cases the result.
-* The first rule that applies wins; when none does, Kafka refuses the connection.
-
-Rules are written as Kafka writes them, Java regular expressions and Java replacement strings
-included: `\\` escapes the next character in both parts, and a reference to a group the pattern
-does not have (``$3`` with two groups) is literal text, as Kafka arranges. Python's `re` reads the
-constructs such rules use (classes, groups, lazy and possessive quantifiers, anchors) as Java does;
-`\\w`, `\\d`, `\\s` and case folding are ASCII, as in Java by default, and ``(?<name>...)`` is
-accepted for Python's ``(?P<name>...)``. Everything that can be wrong with a rule is found when the
-rules are parsed, i.e. when the config loads, so a handshake never meets a broken rule.
-
-Pure: strings in, strings out, no I/O.
+Rules are written as Kafka writes them: `\` escapes in both parts, a reference to a missing group is
+literal text, `\w`, `\d`, `\s` and case folding are ASCII, and ``(?<name>...)`` is accepted. Every
+rule is checked when the config loads, so a handshake never meets a broken rule. Pure: no I/O.
 """
 
 from __future__ import annotations

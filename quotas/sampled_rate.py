@@ -1,22 +1,15 @@
 """Kafka's windowed rate (`Rate` over a `WindowedSum` `SampledStat`), with an explicit clock.
 
-Why reproduce Kafka's arithmetic rather than a simpler moving average: kqp promises the throttle
-times a broker would compute, and those depend on the details below.
-
-- A sample covers `window_size` seconds from its first event; a record arriving after that opens
-  the next sample (samples start at event times, not on aligned boundaries).
-- `window_count` samples are monitored, plus one extra slot for the sample that overlaps the start
-  of the monitored span, so `window_count + 1` slots rotate.
-- Before each measurement, samples whose last event is `window_count * window_size` or more old
-  are reset ("purged"): an idle entity's history disappears, it does not linger as zeros.
-- The rate is the sum of the samples divided by `Rate.windowSize`: the time since the oldest
-  sample started, but never less than `window_count - 1` full windows plus the elapsed part of
-  the current one. This is what keeps a fresh entity's first burst from reading as an enormous
-  rate: a first record of B bytes reads as B / ((window_count - 1) * window_size).
+kqp promises the throttle times a broker would compute, and those depend on Kafka's details rather
+than on a simpler moving average: samples start at event times, `window_count + 1` slots rotate,
+samples a span old are purged before each measurement, and the rate divides by `Rate.windowSize`,
+never less than `window_count - 1` full windows plus the current one's elapsed part (which is what
+keeps a fresh entity's first burst from reading as an enormous rate). quotas/README.md ("The
+sampled rate") spells each rule out.
 
 Memory: one flat `array('d')` of `(window_count + 1) * 3` floats (value, start, last event per
-slot) and a handful of slots, so ten thousand sensors cost a few megabytes. Measuring sums at most
-`window_count + 1` slots, a constant.
+slot), so ten thousand sensors cost a few megabytes; measuring sums at most `window_count + 1`
+slots.
 """
 
 from __future__ import annotations

@@ -1,38 +1,17 @@
 """One quota sensor: what one quota key has used of one quota type, and the throttle it earns.
 
-Kafka's `Sensor.record` records first and checks the quota afterwards, so usage is counted even
-while the entity is over quota; a throttled client's next request finds the rate it really caused.
-`QuotaSensor.charge` does the same (`add` then `throttle`).
+Kafka's `Sensor.record` records first and checks afterwards, so usage counts even while the entity
+is over quota; `QuotaSensor.charge` does the same. Rate quotas measure with a `SampledRate` and
+throttle by ``(O - T) / T * W``; a token-bucket quota (always `controller_mutation_rate`) enforces
+with a `TokenBucket` and keeps a `SampledRate` for observation only. A quota of 0 blocks: any use
+throttles for the whole span. A shared sensor also hands every recording to its `SharedUsage` and
+measures against the fleet (fleet.py).
 
-Rate quotas measure with a `SampledRate` and throttle by ``(O - T) / T * W`` (capped at one window
-for request quotas). `controller_mutation_rate`, and any quota whose entity says `algorithm:
-token_bucket`, also keeps a `SampledRate` (Kafka's `mutation-rate` metric, for observation only)
-but enforces with a `TokenBucket` (KIP-599: rate Q, burst Q * window_count * window_size, throttle
-``-K / Q``, request quotas still capped at one window).
-
-A quota of 0 means "block": the arithmetic has no finite answer (no delay brings a positive rate
-down to zero), so any use throttles for the whole measured span, `window_count * window_size`,
-after which the use has aged out of the samples and the entity gets one more request through.
-Kafka itself refuses a zero quota (ClientQuotaControlManager: "must be greater than 0").
-
-A shared sensor (cluster scope, `--workers`) also hands every recording to its `SharedUsage` and
-measures against the fleet: its own samples plus the others' (fleet.py), at the full limit while the
-fleet is reachable and at its share (`FleetLedger.scale`) while it is not. Its token bucket is a
-replica that the exchange also debits with the others' mutations.
-
-Pacing (issue 20, beyond Kafka): `pace` is how long to mute a client that does not back off by
-itself for one recording, instead of the whole throttle: the recording's own cost, `value / limit`
-seconds of quota, queued behind the costs of the key's earlier recordings over quota (`paced_until`,
-a virtual clock as GCRA keeps one: each adds its whole cost, even one whose throttle was shorter),
-never more than the throttle. While a key stays over quota its requests are
-then spaced by their costs, whichever connection sends them, so n connections share the limit
-rather than get it n times. Shared, the limit paced at is this process's part of it, in proportion
-to its share of the fleet's usage, so the processes' paced rates add up to the limit.
-
-Every check also moves the sensor's `line` (`ThrottleLine`): `now + throttle`, when the key is back
-within its quota by this check. The violations hand it on by reference, so a connection throttled
-earlier learns what the key's other connections were admitted since (the connection core's gate:
-quotas/README.md, "Several connections of one key"). A refund moves it back by what it refunds.
+Beyond Kafka, `pace` is how long to mute a client that does not back off by itself: the recording's
+own cost, `value / limit` seconds, queued behind the key's earlier over-quota costs on a virtual
+clock (`paced_until`, as GCRA keeps one), never more than the throttle. And every check moves the
+sensor's `line` (`ThrottleLine`, ``now + throttle``), handed on by reference so that the key's other
+connections see it (quotas/README.md, "Pacing" and "Several connections of one key").
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """Throttle-time arithmetic (Kafka's QuotaUtils) and how several quotas on one request combine.
 
-KIP-13 / KIP-124: if O is the observed rate and T the target over a window W, the delay X that
-brings the average back to the target solves ``O * W / (W + X) = T``, so ``X = (O - T) / T * W``,
-with W the rate's own window (`SampledRate.window_size`). Byte-rate (and record/batch-rate)
-throttles are used as computed; request quotas (`request_percentage`, `request_rate`) are capped at
-one window (`window_size_seconds`) so a GC pause or one huge request cannot silence a client,
-heartbeats included, for long (KIP-124).
+KIP-13 / KIP-124: ``X = (O - T) / T * W``, the delay that brings the observed rate O back to the
+target T over the rate's own window W. Byte, record and batch throttles are used as computed;
+request quotas are capped at one window so a GC pause or one huge request cannot silence a client,
+heartbeats included, for long.
 
-Co-existence (KIP-124): the KIP describes the byte-rate delay applied first and the request quota
-checked afterwards. What the broker does (KafkaApis for Produce and Fetch,
-`sendResponseMaybeThrottleWithControllerQuota` for topic mutations) is to record every quota for
-the request, take the largest throttle, and throttle the channel once, for that time, under the
-quota that produced it; on a tie the request quota is named. The throttles do not add up: the
-client waits once, and while it waits every rate falls together. `combine` does exactly that.
-
-Throttles are seconds as floats until the proxy writes a response; `throttle_ms` turns one into
-the `throttle_time_ms` Kafka would send: Java's Math.round of the milliseconds (half up), so a
-throttle under half a millisecond is 0, which is no throttle at all (no mute either).
-
-Pacing (issue 20, beyond Kafka): a violation also carries `pace_seconds`, how long to mute a client
-that does not back off by itself (sensor.py, `QuotaSensor.pace`); the largest throttle's violation
-(`largest`) is the one whose pace applies, so its cause decides which cost caps the mute.
+`combine` does what the broker does (KafkaApis; `sendResponseMaybeThrottleWithControllerQuota` for
+mutations): record every quota, take the largest throttle, throttle the channel once under the
+quota that produced it, a tie naming the request quota. `throttle_ms` is Java's Math.round of the
+milliseconds, so a throttle under half a millisecond is no throttle (no mute either). A violation
+also carries `pace_seconds` (sensor.py); the largest throttle's violation decides the pace.
 """
 
 from __future__ import annotations
@@ -66,7 +55,7 @@ class Violation:
     throttle_seconds: float
     key: QuotaKey
     pool: str | None = None
-    # Pacing (issue 20): the mute for a client that does not back off, at most `throttle_seconds`;
+    # Pacing: the mute for a client that does not back off, at most `throttle_seconds`;
     # None: not paced (a KIP-599 strict rejection recorded nothing to pace by).
     pace_seconds: float | None = None
     # The sensor's line (producer and consumer rates only): what the key's later checks, whichever

@@ -1,20 +1,14 @@
 """KIP-599's token bucket for controller mutations, with an explicit clock.
 
-A sampled rate copes badly with bursts: 560 partitions created at once against a quota of 5/s
-over 100 one-second windows hold the average above 5/s until that sample leaves the span, 100 s
-later, although 12 s of refill would pay for it. The bucket accrues tokens continuously instead:
+A sampled rate copes badly with bursts: 560 partitions created at once against 5/s over 100
+one-second windows hold the average above 5/s for 100 s, although 12 s of refill would pay for
+them. The bucket accrues tokens continuously: refill ``K = min(K + (now - T) * R, B)`` with the
+burst B = R * window_count * window_size; recording N ``K = min(K - N, B)``, possibly negative (one
+request may create a topic of any size); throttle ``-K / R`` while K < 0.
 
-- refill: ``K = min(K + (now - T) * R, B)``, with R the quota and B = R * window_count *
-  window_size the burst;
-- recording N mutations: ``K = min(K - N, B)``; K may go negative, so one request may create a
-  topic of any size;
-- throttle: ``-K / R`` while K < 0, the time the refill needs to bring K back to zero.
-
-Whether a request is admitted is the caller's rule (tokens >= 0 for Kafka's strict quota, always
-for the permissive one); see `QuotaManager.admit_mutations`.
-
-A new bucket starts full. Kafka's starts with 0 tokens last updated at time 0, so its first
-refill, at any real clock reading, fills it to the burst: the same thing, said directly.
+Admission is the caller's rule (tokens >= 0 for Kafka's strict quota, always for the permissive
+one; `QuotaManager.admit_mutations`). A new bucket starts full: Kafka's starts with 0 tokens last
+updated at time 0, so its first refill fills it, the same thing said directly.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """What kqp measured of an upstream's health in one quota window, for one adaptive pool.
 
-An adaptive pool's budget follows the latency its own requests see at the upstream (forward to
-response, per broker), and a few harder signals (adaptive.py says how). This module holds the
-measurements and nothing else, so the same numbers serve one process and a fleet:
+The measurements and nothing else, so the same numbers serve one process and a fleet:
+`LatencyHistogram` (four logarithmic buckets per doubling from 1 ms, each value known within 9%;
+buckets add up, so histograms of windows, brokers or processes merge exactly), `WindowSignals` (one
+window's histograms per broker, the units delivered, counts of the harder signals; frozen and
+mergeable) and `SignalCollector` (the mutable side the proxy feeds; `take` closes a window).
 
-* `LatencyHistogram`: latency samples in logarithmic buckets, four per doubling from 1 ms (each
-  value is known to within 9%). Buckets add up, so histograms of several windows, brokers or kqp
-  processes merge exactly, and a percentile of the merge is the percentile of all their samples.
-  Recording costs one `log2`; memory is one dict entry per bucket in use.
-* `WindowSignals`: one window's histograms per broker, the units the pool's answered requests
-  carried (its delivered rate), and counts of the harder signals. Frozen, mergeable (`merged`).
-* `SignalCollector`: the mutable side the proxy feeds while the window runs; `take` closes it.
-
-Which responses count (`counts_as_latency`): every Produce; a Fetch only when it returned records
-and the broker still had more to give (a partition's high watermark beyond the records returned).
-A Fetch that waited on `max_wait_ms` for data to arrive measured the producers, not the broker; one
-that had more to give answered as soon as it had read, so its time is the broker's. Time is always an
-argument here; nothing reads a clock.
+`counts_as_latency`: every Produce; a Fetch only when it returned records and the broker still had
+more to give, for one that waited on `max_wait_ms` measured the producers, not the broker. Time is
+always an argument here; nothing reads a clock.
 """
 
 from __future__ import annotations

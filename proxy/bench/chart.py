@@ -1,4 +1,4 @@
-"""The benchmark's PNG chart: one panel per question the performance issue asks.
+"""The benchmark's PNG chart: one panel per question the performance goals ask.
 
 Panels: produce and consume throughput (MB/s, and two producers at once where kqp's workers are
 measured), latency added over direct (p50, p99), CPU seconds

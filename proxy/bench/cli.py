@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="worker count for the kqp --workers scaling reference (when kqp has it)")
     parser.add_argument("--busy", type=float, default=0.0, metavar="SECONDS",
                         help="add the busy workload: as many connections as the connections hold, each producing "
-                             "and fetching once a second for SECONDS (1000 for 60 s: the issue's load test)")
+                             "and fetching once a second for SECONDS (1000 for 60 s: the load test)")
     parser.add_argument("--profile", nargs="?", const="produce", metavar="WORKLOADS",
                         help="after the rounds, py-spy record kqp during one more run of each of these "
                              f"(comma-separated: {', '.join(PROFILED)}; default produce)")

@@ -2,17 +2,13 @@
 
     python -m kqp.proxy.bench.fleet_exchange [--entities 1000,10000] [--exchanges 40] [--out DIR]
 
-Starts one Redis with a replica (as a Sentinel group runs it) and a Redis Cluster of three masters
-and three replicas (redis_nodes.py: Debian's redis-server, loopback, nothing on disk), so both
-layouts pay for replication alike. Then, per layout and entity count, it drives the real exchange
-(kqp's `FleetLedger` and the Redis backend `kqp run` uses) the way a busy process does: every
-entity used in every interval, so every sensor carries a delta. Two processes take
-turns, so each sensor has another adder to count, as in a fleet. It prints, per case, the time
-per exchange (median and p99 of the wall time from sending to the parsed answer), the CPU this
-process spends per exchange (building, sending, parsing, merging), and the CPU Redis spends per
-exchange (INFO's used_cpu_user + used_cpu_sys over the run, the idle rate measured beforehand
-subtracted; masters and replicas apart), then the cluster's figures as ratios of one Redis's.
-A measurement, not a test: the numbers move with the machine.
+Starts one Redis with a replica and a Redis Cluster of three masters and three replicas
+(redis_nodes.py: loopback, nothing on disk), so both layouts pay for replication alike, then drives
+the real exchange (kqp's `FleetLedger` and the backend `kqp run` uses) as a busy process does:
+every entity used in every interval, two processes taking turns. It prints per case the wall time
+per exchange (median, p99), this process's CPU per exchange, and Redis's (INFO's used_cpu_* over
+the run, idle subtracted), then the cluster's figures as ratios of one Redis's. A measurement, not
+a test: the numbers move with the machine.
 """
 
 from __future__ import annotations

@@ -1,34 +1,17 @@
 """How the benchmark runs kqp itself: the command, what it supports, and one config per variant.
 
-kqp is measured in four configurations against the same upstream:
-- `none`: no quotas at all, the cost of the proxy alone;
-- `every-entity`: every quota type configured at every level of Kafka's entity precedence (so
-  each client resolves to a quota and every sensor records), with limits no benchmark reaches, the
-  cost of quota accounting when nothing is throttled;
-- `metrics-quotas`: `every-entity` with the Prometheus endpoint on, as a production kqp runs: every
-  observer hook records per entity as well, and every Produce request and Fetch response is walked
-  to its record batches (the record and batch quotas, and kqp_records_total, need the counts);
-- `throttle`: a byte-rate quota for every client id below what the path can carry, so the
-  produce and consume figures show the quota being enforced rather than the proxy's speed
-  (with 0.2 s quota windows, so that the rate settles within a run of a few seconds);
-- `every-entity-pool`: `every-entity` and a capacity pool that every bench client is a member of, its
-  budgets (producer and consumer bytes) never reached: what a pool costs when it does not bind
-  (issue 21: CPU per GB within 5% of `every-entity`);
-- `every-entity-cluster`: `every-entity` in cluster scope, its usage exchanged with a redis-server
-  every 100 ms: what sharing quotas across a fleet costs, against `every-entity`;
-- `producer-rate` and `request-rate`: one quota for every client id, never reached:
-  `producer_byte_rate` (known when a request arrives, so kqp keeps the client's pipelining) or
-  `request_rate` (known only from the response, so kqp forwards one request at a time per
-  connection, mute reason `response_pending`): together, what that serialisation costs.
+The variants (`none`, `every-entity`, `metrics-quotas`, `throttle`, `every-entity-pool`,
+`every-entity-cluster`, `producer-rate`, `request-rate`) are the references proxy/README.md lists
+("The benchmark"): the proxy alone, quota accounting that never binds (with the metrics endpoint,
+a pool, or cluster scope on top), a quota enforced, and what forwarding one request at a time for
+response-side quotas costs.
 
-kqp is driven through its command line, as a user would start it, run by this very interpreter
-(`python -m kqp.proxy.tools.cli`): the kqp measured is the one the harness itself is imported from.
-A `kqp` console script found on disk may belong to another install or checkout (an editable
-install made before a refactor still runs the old module). If the command refuses to start, the
-harness records kqp as unavailable with the reason instead of failing, so the rest of the
-benchmark stays usable while kqp is being built. The one exception is a baseline
-(`kqp bench --baseline [LABEL=]PATH`): another build, run by the interpreter of its own checkout, with
-the configs this harness writes (`none` only, which every build reads).
+kqp is driven through its command line, run by this very interpreter (`python -m
+kqp.proxy.tools.cli`): the kqp measured is the one the harness is imported from, where a `kqp`
+console script on disk may belong to another install. If the command refuses to start, kqp is
+recorded as unavailable with the reason, so the rest of the benchmark stays usable. A baseline
+(`kqp bench --baseline [LABEL=]PATH`) is another build, run by its own checkout's interpreter with
+the `none` config, which every build reads.
 """
 
 from __future__ import annotations

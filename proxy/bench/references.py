@@ -1,20 +1,14 @@
 """The references the benchmark compares, and how each one is brought up on a fresh upstream.
 
-Every measurement ("cell": one reference in one round) gets its own Tansu broker started from the
-same binary with the same flags and memory storage. Tansu's memory store keeps every record it is
-given (about 1.4 GB of RSS after 1.3 GB produced), so a broker shared by the whole run would make
-the later references run against a fuller, slower broker than the earlier ones. A fresh broker per
-cell, in interleaved rounds, keeps the comparison fair.
+Every cell (one reference in one round) gets its own Tansu broker with memory storage: Tansu keeps
+every record it is given (about 1.4 GB of RSS after 1.3 GB produced), so a broker shared by the run
+would make later references run against a fuller, slower broker. The relay cannot rewrite broker
+addresses, so in its cell the broker advertises the relay's address.
 
-The relay cannot rewrite the broker addresses in Metadata (it parses nothing), so for the relay
-cell the broker advertises the relay's address; every other reference rewrites addresses itself
-and the broker advertises its own.
-
-The TLS references measure what TLS costs kqp, with mutual TLS as a deployment would run it. With
-`tls="client"` the clients speak TLS to kqp and kqp plaintext to the broker. With `tls="both"` kqp
-also speaks TLS upstream; Tansu's own TLS does not work in the version shipped, so the broker sits
-behind the bench relay terminating TLS (and advertises the relay's address). That relay is in the
-path of the MB/s figures of `kqp-tls-both`, not in kqp's CPU per GB, which counts kqp's process only.
+The TLS references measure what mutual TLS costs kqp: with `tls="client"` the clients speak TLS to
+kqp and kqp plaintext to the broker; with `tls="both"` kqp also speaks TLS upstream, to the broker
+behind the bench relay terminating TLS (Tansu's own TLS does not work in the version shipped). That
+relay is in the path of `kqp-tls-both`'s MB/s, not in kqp's CPU per GB, which counts kqp only.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """A bare TCP byte relay: the least any Python proxy on asyncio can cost.
 
 `kqp bench` measures kqp against this relay to separate what kqp's Kafka work costs from what any
-asyncio proxy pays for moving bytes through one more process. So the relay does nothing kqp does not
-have to do: no parsing, no buffering of its own, one upstream connection per client connection,
-and backpressure both ways (a side stops being read while the other side's write buffer is over its
-high-water mark). It is deliberately not a Kafka proxy: it cannot rewrite broker addresses, so the
-benchmark starts the upstream broker advertising the relay's address instead.
+asyncio proxy pays for moving bytes through one more process. So it does nothing kqp does not have
+to do: no parsing, no buffering of its own, one upstream connection per client connection, and
+backpressure both ways. It cannot rewrite broker addresses, so the benchmark has the broker
+advertise the relay's address instead.
 
-Run it with `python -m kqp.proxy.bench.relay --listen 127.0.0.1:19092 --upstream 127.0.0.1:9092`; it logs
-`relay ready` on stderr once listening.
-
-`Half` and `ClientHalf` are also the forwarding core of the test suite's wire tap
-(tests/helpers/wire_tap.py), which subclasses them to cut each direction into frames and record
-them. The subclassing costs this relay nothing: its own path is unchanged.
-`relay ready` on stderr once listening. With `--tls-cert` and `--tls-key` it terminates TLS and relays
-plaintext: the benchmark's TLS upstream (a TLS broker, for kqp's `upstream.tls`) is Tansu behind it.
+Run it with `python -m kqp.proxy.bench.relay --listen 127.0.0.1:19092 --upstream 127.0.0.1:9092`; it
+logs `relay ready` on stderr once listening. With `--tls-cert` and `--tls-key` it terminates TLS and
+relays plaintext (the benchmark's TLS upstream). `Half` and `ClientHalf` are also the forwarding
+core of the test suite's wire tap (tests/helpers/wire_tap.py), which subclasses them.
 """
 
 from __future__ import annotations

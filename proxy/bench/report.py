@@ -29,7 +29,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
 }
 
-# Ratios the issue's goals are stated in: (label, workload, metric, numerator, denominator).
+# Ratios the performance goals are stated in: (label, workload, metric, numerator, denominator).
 _MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kqp-quotas", "kqp"),
                ("relay", "direct"), ("tansu-proxy", "direct"), ("kqp-tls", "kqp"), ("kqp-tls-both", "kqp"),
                ("kqp-cluster", "kqp-quotas"))
@@ -40,7 +40,7 @@ RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     *((f"{workload} cpu_s_per_gb {tls}/kqp", workload, "cpu_s_per_gb", tls, "kqp")
       for workload in ("produce", "consume") for tls in ("kqp-tls", "kqp-tls-both")),
     ("produce cpu_s_per_gb kqp-cluster/kqp-quotas", "produce", "cpu_s_per_gb", "kqp-cluster", "kqp-quotas"),
-    # Issue 21: a pool that does not bind costs within 5% of kqp-quotas per GB.
+    # The goal for a pool that does not bind: within 5% of kqp-quotas' CPU per GB.
     *((f"{workload} cpu_s_per_gb kqp-pool/kqp-quotas", workload, "cpu_s_per_gb", "kqp-pool", "kqp-quotas")
       for workload in ("produce", "consume")),
     ("latency p99_ms kqp-cluster/kqp-quotas", "latency", "p99_ms", "kqp-cluster", "kqp-quotas"),

@@ -1,20 +1,15 @@
-"""Which client libraries honour throttles, and each entity's recent throttles (issue 20).
+"""Which client libraries honour throttles, and each entity's recent throttles.
 
-Three things the observer keeps beside its per-entity counters (metrics.py), each bounded:
+Kept beside the observer's per-entity counters (metrics.py), each bounded: `ClientStats` counts
+throttles given to clients that do not back off, per client software
+(`kqp_client_throttle_ignored_total{software,version,reason}`, KIP-511's names), the requests
+dropped because their client gave up (`kqp_requests_dropped_total`), and, from the open connections
+at scrape time, each software's connections and whether they honour throttles
+(`kqp_client_connections`). `RecentThrottles` keeps each entity's throttles of the last minutes in
+10 s buckets (count, total, largest, per cause) for `kqp explain`.
 
-* `ClientStats`: throttles given to clients that do not back off by themselves, per client
-  software (`kqp_client_throttle_ignored_total{software,version,reason}`: KIP-511's names, or
-  "unknown" and the API and version of the throttled request; reason `version` or `observed`,
-  `kqp.proxy.connection.backoff`), the requests dropped because their client gave up
-  (`kqp_requests_dropped_total`), and, read from the open connections at scrape time, how many
-  connections each software has and whether they honour throttles
-  (`kqp_client_connections{software,version,honours_throttles}`).
-* `RecentThrottles`: per entity, its throttles of the last minutes in 10 s buckets (count, total,
-  largest, per cause), for `kqp explain`.
-
-Client software names come from clients: they are checked against KIP-511's pattern where they are
-read (anything else is `invalid`) and cut to 64 characters, and past `MAX_SOFTWARE` label sets new
-ones are counted as `other`; like entities, a label set idle for the expiry time is dropped.
+Software names come from clients: they are checked against KIP-511's pattern (else `invalid`), cut
+to 64 characters, counted as `other` past `MAX_SOFTWARE` label sets, and dropped when idle.
 """
 
 from __future__ import annotations
@@ -138,8 +133,8 @@ class RecentThrottles:
 
 
 class ClientHooks:
-    """The observer's hooks for issue 20 (mixed into `PrometheusObserver`, which sets `clients` and
-    its clock)."""
+    """The observer's hooks for client software and given-up requests (mixed into
+    `PrometheusObserver`, which sets `clients` and its clock)."""
 
     clients: ClientStats
 

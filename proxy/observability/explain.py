@@ -1,23 +1,15 @@
-"""`kqp explain`'s answer: why one client id (and user) is throttled, as JSON (issue 20, "why is my job slow?").
+"""`kqp explain`'s answer: why one client id (and user) is throttled, as JSON ("why is my job slow?").
 
-Served by the metrics endpoint at `GET /explain?client_id=X[&user=U]` (http_endpoint.py) and printed
-as text by `kqp explain` (`kqp.proxy.tools.explain_cli`). One document, assembled on the loop's
-thread from what kqp already keeps, nothing measured anew:
+Served at `GET /explain?client_id=X[&user=U]` (http_endpoint.py) and printed as text by `kqp
+explain` (`kqp.proxy.tools.explain_cli`). One document, assembled on the loop's thread from what kqp
+already keeps, nothing measured anew: the precedence `ladder` (`kqp.quotas.entities.ladder`, the
+walk resolution makes); each quota in force with its limit, entity, sensor and rate (and the
+fleet's, in shared scope); the `throttles` of the last 5 minutes by cause
+(`client_metrics.RecentThrottles`); open `connections` (software, whether it honours throttles, how
+long still muted: `kqp.proxy.connection.views`); `pools`, and `budget_changes` from a provider
+plugged in at assembly (null while none is).
 
-* `ladder`: every precedence level for the principal, which quota types each decides and why every
-  other level does not (`kqp.quotas.entities.ladder`, the same walk resolution makes);
-* `quotas`: each quota type in force, its limit, the entity and level it comes from, the sensor it
-  is charged to, and the current rate: this process's, and in shared scope (cluster, `--workers`)
-  the fleet's beside it, which is what the throttle is computed on;
-* `throttles`: the principal's throttles of the last 5 minutes (count, total, largest, per cause),
-  from the observer's per-entity buckets (`client_metrics.RecentThrottles`);
-* `connections`: its open connections (peer, listener, client software, whether it honours
-  throttles, how long it is still muted), from views of the cores (`kqp.proxy.connection.views`);
-* `pools`: each pool that takes it, the budget, and its member's allocation and usage; and
-  `budget_changes`, from a provider plugged in where the server is assembled (adaptive pools' recent
-  budget changes, per pool), null while none is.
-
-When no user is given, the user is the one the client id's open connections authenticated as (the
+With no user given, the user is the one the client id's open connections authenticated as (the
 first, if several), else ANONYMOUS; `user_from` says which.
 """
 

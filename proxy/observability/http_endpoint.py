@@ -1,19 +1,14 @@
 """kqp's HTTP endpoint on `metrics.listen`: /metrics, /healthz, /readyz and /explain.
 
-A few dozen lines of asyncio streams rather than a web framework: three GET paths, one request per
-connection (`Connection: close`), bounded header size and read time, so a stuck or hostile scraper
-costs one socket and nothing else. The exposition text comes from prometheus-client's
-`generate_latest`: the observer's series are frozen on the loop's thread (`prepare_scrape`), then
-rendered in a worker thread, so a scrape of 10k entities does not stall forwarding for the length
-of a render.
+A few dozen lines of asyncio streams rather than a web framework: GET only, one request per
+connection, bounded header size and read time, so a stuck or hostile scraper costs one socket. The
+observer's series are frozen on the loop's thread (`prepare_scrape`) and rendered by
+prometheus-client in a worker thread, so a scrape of 10k entities does not stall forwarding.
 
-The endpoint is handed what it serves: a registry and a readiness callable (the server's, which
-says why it is not ready). It starts before kqp has reached its upstream: /healthz answers 200
-from the start (the process is alive; a liveness probe must not restart a proxy that waits for
-Kafka), and /readyz answers 503 with the callable's reason until it says ready. `/explain?client_id=X
-[&user=U]` answers `kqp explain`'s JSON (explain.py) when the server hands it an explainer: like
-/metrics it says who is throttled and why, so it is as exposed as the metrics listener (loopback by
-default); it only reads.
+It is handed what it serves: a registry, a readiness callable and optionally an explainer. It
+starts before kqp has reached its upstream: /healthz answers 200 from the start (a liveness probe
+must not restart a proxy that waits for Kafka), /readyz 503 with the reason until ready.
+`/explain` says who is throttled and why, so it is as exposed as the metrics (loopback by default).
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """Prometheus metrics for kqp: a `ProxyObserver` that counts traffic per quota entity.
 
-Sessions report events through the hooks of `hooks.py`. Hooks run on the forwarding path, several
-per request, so they only add to plain numbers held per principal (a dict lookup and an addition,
-no lock: everything runs on the event loop's thread). The Prometheus view is built when /metrics
-is scraped, by one collector on the observer's own `CollectorRegistry` (never the global one, so
-tests and several proxies in one process stay apart):
+Connections report events through the hooks of `hooks.py`. Hooks run on the forwarding path,
+several per request, so they only add to plain numbers held per principal (a dict lookup and an
+addition, no lock: everything runs on the loop's thread). The Prometheus view is built at scrape
+time by one collector on the observer's own `CollectorRegistry` (never the global one, so tests and
+several proxies in one process stay apart): counters and the upstream latency histogram from those
+numbers, and gauges of state (muted connections, the delay queue, quota limits and rates from the
+manager, upstream health) read then. `prepare_scrape` freezes it all on the loop's thread; the text
+is rendered in a worker thread.
 
-- counters and the upstream latency histogram, from those numbers;
-- gauges that describe state rather than events: muted connections and the delay queue, kept
-  from the connections' mute hooks (which also give each entity's muted connection-seconds,
-  `kqp_muted_seconds_total`: the share of time it spent throttled, as `kqp top` shows it); quota
-  limits and measured rates, read from the quota manager (quota_metrics.py); upstream health and
-  readiness, read through the callables the server binds.
-
-`prepare_scrape` freezes all of it on the loop's thread; rendering the text then runs in a worker
-thread. A scrape of 10k entities costs the loop tens of milliseconds every scrape interval, instead
-of a lock per counter per request.
-
-Cardinality is bounded the way Kafka bounds its quota sensors: an entity (a `<user, client-id>`
-principal) that sends no request for `entity_expiry_seconds` loses its series, here and in the
-quota manager; past `max_entities` distinct principals, new ones are counted under
+Cardinality is bounded as Kafka bounds its sensors: a principal that sends nothing for
+`entity_expiry_seconds` loses its series, and past `max_entities` new principals count under
 `user="other", client_id="other"` until expiry frees room.
 """
 
@@ -121,7 +112,7 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         self._latency: dict[int, _Latency] = {}
         # (entity, quota) -> [connections muted now, when that number last changed]
         self._muted: dict[tuple[Principal, str], list[float]] = {}
-        self.clients, self.recent = ClientStats(), RecentThrottles(self.max_entities)   # issue 20: client_metrics.py
+        self.clients, self.recent = ClientStats(), RecentThrottles(self.max_entities)   # client_metrics.py
         self.quotas: QuotaManager | None = None
         self.upstream: Callable[[], UpstreamHealth] | None = None
         self.readiness: Callable[[], tuple[bool, str]] | None = None

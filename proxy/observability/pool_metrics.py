@@ -46,7 +46,7 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
                      "unused shares", MEMBER)
     demand = gauge("kqp_pool_member_demand", "What the member offered in the last windows (+Inf while a pool "
                    "throttle holds it back)", MEMBER)
-    # Adaptive pools (issue 22): the law's view beside the budget it sets (kqp_pool_budget).
+    # Adaptive pools: the law's view beside the budget it sets (kqp_pool_budget).
     latency = gauge("kqp_pool_adaptive_latency_seconds", "The upstream latency the adaptive law read in its last "
                     "window: the median of the pool's answers, its slowest broker's (NaN: no answer counted)", POOL)
     target = gauge("kqp_pool_adaptive_target_seconds", "The adaptive pool's target_latency_ms, in seconds", POOL)

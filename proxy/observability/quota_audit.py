@@ -1,20 +1,15 @@
-"""The audit trail of quota changes (issue 23): one structured event per entity changed, and a count.
+"""The audit trail of quota changes: one structured event per entity changed, and a count.
 
-Every change of the quotas in force, wherever it came from, is one event per entity
-(`kqp.quotas.changes.entity_changes`: all its values before and after), logged on the `kqp.audit`
-logger with its fields as `extra=` (so `--log-format json` gives them as keys: `who`, `source`,
-`entity`, `before`, `after`) and counted in `kqp_quota_changes_total{source}`. Sources:
-
-* ``admin_api``: an AlterClientQuotas that changed something, `who` the principal (`User:ops`);
-  validate_only, refused and all-invalid requests change nothing and record nothing;
-* ``reload``: the config file's quotas reloaded (`who` null: kqp cannot know who edited the file);
-* ``state_file``: the state file's changes put in force at start over the config file's quotas, or
-  the file changed on disk by another process sharing it (or by hand); `who` null.
+Every change of the quotas in force is one event per entity (`kqp.quotas.changes.entity_changes`:
+all its values before and after), logged on the `kqp.audit` logger with its fields as `extra=` (so
+`--log-format json` gives `who`, `source`, `entity`, `before`, `after` as keys) and counted in
+`kqp_quota_changes_total{source}`. Sources: ``admin_api`` (an AlterClientQuotas that changed
+something; `who` its principal), ``reload`` (the config file; `who` null) and ``state_file`` (put
+in force at start, or changed on disk by another process; `who` null).
 
 An event is a plain dict, the same one the state file's history keeps (`quota_history.py`), with a
-wall-clock `ts` (UTC, milliseconds, as the JSON log's): the history outlives the process, so a
-monotonic time would mean nothing in it. The clock is injected; the counts are read by the metrics
-endpoint's registry, where this object is registered as a collector.
+wall-clock `ts` (UTC, milliseconds): the history outlives the process, so a monotonic time would
+mean nothing in it. The clock is injected; the counts are read by the endpoint's registry.
 """
 
 from __future__ import annotations

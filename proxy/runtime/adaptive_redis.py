@@ -3,21 +3,15 @@
 `kqp.quotas.adaptive_fleet` says what the processes exchange and why; its `AdaptiveStore` is the
 specification, and this script does the same, step for step (a test runs both on the same
 requests): take a proposal if it starts from the `applied` the store holds (compare-and-set), keep
-the reports of windows not folded in yet, drop the ones folded or older than `keep_windows`, and
-answer with the state and the reports of the closed windows. The store's clock is Redis `TIME`, as
-in the usage exchange (fleet_redis.py). Each budget's key has a hash tag of its own, so that on a
-Redis Cluster each budget lives in one slot, and the budgets spread over the masters:
+the reports of windows not folded in yet, and answer with the state and the reports of the closed
+windows, sorted by window then instance so every process folds the same floats in the same order.
+The clock is Redis `TIME`, as in the usage exchange.
 
-    {prefix:adaptive:budget}:w{window_ms}     hash: "applied", "state", and "r:{window}:{instance}"
-                                              -> that instance's report; expires after 4 x keep_windows
-                                              windows without an exchange (the fleet is gone)
-
-(`budget` is "pool:quota type", the pool's name %-quoted, so no brace of it can end the tag.) On one
-Redis every budget goes in one script call, sent in the same pipeline as the usage exchange's
-(fleet_redis.py: one round trip); on a Redis Cluster each budget is one call of its own, all at once
-(`exchange`). Reports go back sorted by window, then instance, so every process folds the
-same numbers in the same order and gets the same floats. Redis connection handling (URL, password,
-Sentinel, Cluster, timeouts) is fleet_redis.py's.
+Each budget is one hash, `{prefix:adaptive:budget}:w{window_ms}` ("applied", "state", and
+"r:{window}:{instance}" reports), under a hash tag of its own so that on a Redis Cluster budgets
+spread over the masters (`budget` is "pool:quota type", %-quoted so no brace ends the tag). On one
+Redis every budget goes in one call, pipelined with the usage exchange; on a Cluster, one call per
+budget, all at once. Connection handling is fleet_redis.py's.
 """
 
 from __future__ import annotations

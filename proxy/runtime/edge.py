@@ -1,36 +1,17 @@
 """The asyncio edge of a connection: transport callbacks in, the core's actions carried out.
 
 `ClientEdge` is the `asyncio.Protocol` of a client socket and owns the upstream socket
-(`UpstreamEdge`). Each callback becomes one event for the sans-io core
-(`kqp.proxy.connection.core.Connection`), stamped with the loop's time; the actions the core returns
-are carried out in order. The actions are the truth: `Mute` and `Unmute` go to the side's
-`FlowControl` (`flow_control.py`: uvicorn's idempotent flow control, a side read only while none of
-its reasons is held), which pauses or resumes the transport once the event's actions are done; the
-edge never reads the core's state to decide.
+(`UpstreamEdge`). Each callback becomes one event for the sans-io core, stamped with the loop's
+time; the actions the core returns are carried out in order. The actions are the truth: `Mute` and
+`Unmute` go to the side's `FlowControl` (flow_control.py), which pauses or resumes the transport
+once the event's actions are done. Events raised while actions run (a write crossing the high-water
+mark, an effect answered at once) are queued, so the core never sees re-entry.
 
-Events that arrive while actions are being carried out (a `write` that crosses the high-water mark
-calls `pause_writing` at once, an effect answered at once) are queued and handled after, so the core
-never sees re-entry.
-
-The effects the core asks for are the runtime's: `ConnectUpstream` opens the upstream socket (its
-deadline is the core's timer), `LookUpTopics` and `CommitQuotas` run as tasks of this connection
-(the commit writes the state file in a thread: `quota_store.py`) and answer with their event,
-`EnsureListeners` binds what is missing and answers at once (a bind is synchronous: the port is
-known when it returns). A task that fails unexpectedly closes this connection only (`internal_error`).
-The loop is `EdgeWiring.loop`, its clock and its tasks included, so a test drives the edge with a
-fake loop and fake transports (`tests/proxy/test_edge.py`).
-
-On a TLS listener the client transport arrives with its handshake done (`listeners.py`); the edge
-reads the peer certificate and hands the user it maps to (`EdgeWiring.identify`) to the core with
-`ClientConnected`. A client whose certificate maps to no user is refused before the core hears of
-it, and counted and logged with the handshake refusals. The upstream socket gets TLS from
-`EdgeWiring.upstream_tls` when `upstream.tls` is on.
-
-`limits:` (`admission.py`): a plaintext client is admitted here, when its connection is made; a TLS
-listener admits before the handshake and hands the edge its `Slot`. Behind a load balancer that
-writes a PROXY header (`proxy_protocol.py`) the listener hands the edge the real client's address,
-which is then what is admitted and what the logs name (`10.1.2.3:5000 via 10.0.0.7:41000`). Either way the edge releases
-the slot when the client's socket is lost, and a refused client never reaches the core.
+Effects are the runtime's: `ConnectUpstream` opens the upstream socket, `LookUpTopics` and
+`CommitQuotas` run as tasks of this connection, `EnsureListeners` binds at once; a task that fails
+unexpectedly closes this connection only. TLS identity, admission (`limits:`) and a PROXY header's
+real peer come from the listener and `EdgeWiring`, whose loop a test replaces with a fake one
+(`tests/proxy/test_edge.py`).
 """
 
 from __future__ import annotations

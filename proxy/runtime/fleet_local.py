@@ -110,7 +110,7 @@ class _Handler(socketserver.StreamRequestHandler):
             with self.server.lock:
                 now = time.time()
                 answer = encode_reply(self.server.store.exchange(request, now))
-                if "A" in document:   # adaptive pools (issue 22): their one law per budget
+                if "A" in document:   # adaptive pools: their one law per budget
                     answer["A"] = encode_adaptive_reply(self.server.adaptive.exchange(decode_adaptive(document["A"]),
                                                                                       now))
             self.wfile.write(frame(answer))

@@ -2,30 +2,16 @@
 
 A script rather than a pipeline because the exchange is read-modify-read: add this instance's
 deltas, prune old windows, then read the totals, atomically, in one round trip, with the store's own
-clock (`TIME`), which every instance then uses as the fleet clock. It does exactly what
-`kqp.quotas.fleet_store.FleetStore.exchange` does in memory (a test runs both on the same requests).
+clock (`TIME`) as the fleet clock. It does exactly what `kqp.quotas.fleet_store.FleetStore.exchange`
+does in memory (a test runs both on the same requests). Keys share the hash tag `{prefix}`:
+`{prefix}:instances`, `{prefix}:epoch` (set once; a Redis that lost its data gets a new one and
+every instance resends its span) and a hash per sensor, `{prefix}:w{window_ms}:{name}`.
 
-Keys (all under one hash tag, `{prefix}`, so that a script call touches one slot):
-
-    {prefix}:instances           sorted set: instance -> last exchange (ms); expires with live_ms
-    {prefix}:epoch               the store's epoch: set once by the first instance; a Redis that
-                                 lost its data (restarted without persistence) gets a new one, and
-                                 the instances send their usage of the last span again
-    {prefix}:w{window_ms}:{name} hash per sensor: window index -> the fleet's usage in it, and
-                                 "@instance" -> when that instance last added to it (ms); expires
-                                 ttl_ms after the last write
-
-The same script serves a Redis Cluster (fleet_redis_cluster.py), where the sensors are spread over
-slot groups, each under a hash tag of its own with an epoch key of its own; there only the call on
-`{prefix}` keeps the instance registry (the "registry" flag below) and gives the fleet's clock.
-
-The client is redis-py's asyncio client: `redis://`, `rediss://` (TLS) and `unix://` URLs as
-redis-py reads them, a password from the URL or from `quotas.cluster.password_env`, Sentinel
-(`redis+sentinel://`) through redis-py's `Sentinel.master_for`, which asks the sentinels for the
-current master on every new connection and so follows a failover, and Redis Cluster
-(`redis+cluster://`) through redis-py's `RedisCluster`, which reads the slot map from the nodes
-again after any connection error and so follows a failover too. redis-py's own retries are off:
-an exchange that fails is simply the next interval's to retry, within the deadline the driver sets.
+The client is redis-py's asyncio client: `redis://`, `rediss://`, `unix://`, a password from the URL
+or `password_env`, Sentinel through `Sentinel.master_for` and Redis Cluster through `RedisCluster`,
+both of which follow a failover. redis-py's own retries are off: a failed exchange is the next
+interval's to retry, within the driver's deadline. fleet_redis_cluster.py runs this script per
+slot group.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """The fleet exchange over a Redis Cluster: the sensors spread over slot groups, one call per group.
 
-A Lua script may only touch keys of one slot, and one slot lives on one master. Under a single
-hash tag a big fleet would put every entity on one node; so the sensors are hashed (crc32 of the
-name, the same in every process) into `GROUPS` slot groups, each under a hash tag of its own, and
-an exchange runs fleet_redis.py's script once per group that has sensors (once per chunk of
-CHUNK), all groups at once. What stays global, and where:
+A Lua script may only touch keys of one slot, and one slot lives on one master, so a single hash
+tag would put every entity on one node. Sensors are hashed (crc32 of the name) into `GROUPS` slot
+groups, each under a hash tag of its own, and fleet_redis.py's script runs once per group with
+sensors (per chunk of CHUNK), all groups at once. Group 0, the home group, is `{prefix}` itself: it
+alone keeps the instance registry and its node's `TIME` is the fleet clock; the other groups read
+their own node's `TIME` only to prune what the same node wrote, so NTP agreement is enough. Each
+group has its own epoch, as a shard can lose its data alone. Adaptive budgets run beside the groups
+(`exchange_with`, adaptive_redis.py). A shard down fails its groups' calls: the process goes alone,
+and what the other groups applied counts as sent (`ExchangeIncomplete`).
 
-- the instance registry and the fleet's clock: group 0 is the "home" group, under `{prefix}`
-  itself, with the very keys one Redis has; its call runs in every exchange, registers the
-  instance, counts those present, and its node's `TIME` is the fleet clock every process tracks.
-  The other groups' scripts read their own node's `TIME` only to prune their windows and to age
-  out their adders, comparing it with times the same node wrote, so the nodes' clocks only need to
-  agree within a quota window (keep_windows has one window of slack): NTP does that.
-- the epoch: one per group (`{tag}:epoch`), because a shard can lose its data on its own. Each
-  sensor's totals carry its group's epoch, and the ledger sends a sensor's usage again when its
-  group's epoch changes (kqp.quotas.fleet), as it does for a restarted Redis.
-- adaptive pools (issue 22): each pool budget's one key has a hash tag of its own (adaptive_redis.py),
-  so it is one call on the master of its slot, run beside the groups' (`exchange_with`);
-- the outcome: a shard down fails its groups' calls (connection refused, or CLUSTERDOWN from every
-  node while the cluster waits for the failover). The exchange then fails and the process goes
-  alone at its share; the groups that did answer applied their part, which the ledger counts as
-  sent (`ExchangeIncomplete`) so that the next exchange does not add it twice.
-
-The group tags are spread evenly over the slot space: group g (g >= 1) is `{prefix#g.n}` with n
-the first number putting the tag's slot into the g-th of GROUPS - 1 equal slot ranges. `redis-cli
---cluster create` gives each master an even range of slots, so each master gets its share of
-groups (the 15 over 3 masters: 5 each, and the home group), not a share left to chance.
+Group g's tag is `{prefix#g.n}`, n the first number putting its slot into the g-th of GROUPS - 1
+equal slot ranges, so `redis-cli --cluster create`'s even ranges give each master its share.
 """
 
 from __future__ import annotations

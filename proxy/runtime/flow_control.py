@@ -1,21 +1,14 @@
 """Whether one socket is read: paused while any of its mute reasons is held (uvicorn's FlowControl).
 
-The core says why a side must not be read with `Mute(reason)` and `Unmute(reason)` actions, one
-for each change of each reason (`kqp.proxy.connection.mute`); a side is read again only when none
-of its reasons is left, so one reason can never resume what another paused (aiohttp's two pause
-flags, combined explicitly). The edge keeps one `FlowControl` per side and hands it each action;
-the helper keeps the side's reasons itself, so the edge never asks the core for its state.
-
-Why the edge counts reasons rather than the core emitting per-side pause/resume: the actions keep
-saying *why* (the playbooks state them so, and the reason is what a log or a trace wants), the
-core's own mute state stays the one that blocks requests, and this helper is the small, idempotent
-translation from reasons to a transport's two calls.
+The core says why a side must not be read with `Mute(reason)` and `Unmute(reason)` actions
+(`kqp.proxy.connection.mute`); a side is read again only when none of its reasons is left, so one
+reason can never resume what another paused (aiohttp's two pause flags, combined explicitly). The
+edge keeps one `FlowControl` per side and hands it each action, so it never asks the core for its
+state; the actions keep saying *why*, which is what playbooks, logs and traces want.
 
 Changes are applied by `sync`, once after all the actions of one event: an event that lifts one
-reason and sets another (a response arrives, the next request is read and held) costs the transport
-nothing, where applying each action at once would resume and pause it again. Pausing and resuming
-are idempotent; a side without a transport yet (the upstream while it connects) takes its state when
-one is attached.
+reason and sets another costs the transport nothing. Pausing and resuming are idempotent; a side
+without a transport yet (the upstream while it connects) takes its state when one is attached.
 """
 
 from __future__ import annotations

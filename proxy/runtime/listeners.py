@@ -1,26 +1,16 @@
 """kqp's listening sockets: one bootstrap listener, and one listener per upstream broker node id.
 
-A broker's listener is bound synchronously (socket, bind, listen) the moment kqp first hears of the
-broker: from its own Metadata refresh, or from a response that names a broker kqp has no listener
-for, which the connection core holds until the edge has carried out its `EnsureListeners`
-(`listen_for`), so the port can be written into the very response that named it. Accepting starts a
-moment later and the kernel's backlog holds any client that is quicker than that. The core asks
-`lookup`'s answer, which binds nothing, for every broker a response names.
+A broker's listener is bound synchronously the moment kqp first hears of the broker (its own
+Metadata refresh, or a response naming it, which the core holds until `EnsureListeners` is done:
+`listen_for`), so the port can go into the very response that named it; the kernel's backlog holds
+a client quicker than the accept. `lookup` binds nothing and answers the core for every broker.
 
-With `tls:` every listener accepts its sockets itself, from a readiness callback as asyncio's
-servers do, and hands each to the loop's `connect_accepted_socket` with the current TLS context
-(`ListenerTls.context`: a rotated certificate serves the next client). The connection's protocol is
-made only once the handshake has succeeded, and a handshake that fails raises right here, so every
-refusal (a plaintext client, an expired or untrusted certificate, a timeout) is known with its peer,
-counted and logged, where `create_server(ssl=...)` would drop it silently. `limits:` are checked
-before the handshake (`admission.py`), so a refused client costs no TLS work; the connection's
-`Slot` goes to its edge, or is released here if the handshake fails. Plaintext listeners leave
-admission to the edge, which learns the peer when its connection is made.
-
-With `proxy_protocol:` on a listener (`proxy_protocol.py`) it accepts its sockets itself too, TLS or
-not, and each socket's load-balancer header is read first, off the raw socket: the real client's
-address it names is what `limits:` count (before the handshake on TLS listeners, in the edge on
-plaintext ones, as without a header), what refusals and logs show and what the edge is handed.
+With `tls:` or `proxy_protocol:` a listener accepts its sockets itself and hands each to the loop's
+`connect_accepted_socket`: a PROXY header is read first off the raw socket (proxy_protocol.py),
+`limits:` are checked before the handshake (admission.py: a refused client costs no TLS work), and
+the handshake runs here with the current context, so every refusal is known with its peer, counted
+and logged where `create_server(ssl=...)` would drop it silently. Plaintext listeners without a
+header leave admission to the edge.
 """
 
 from __future__ import annotations

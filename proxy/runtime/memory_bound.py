@@ -2,21 +2,12 @@
 ("Bounded memory"; the buffers one by one in proxy/README.md, "Memory bound") and the RSS tests
 measure against.
 
-A connection is two byte streams, requests (client to upstream) and responses (upstream to client),
-and each holds two buffers in kqp:
-
-* the frame decoder's: at most one frame still incomplete (the size prefix is checked against
-  `max_frame_bytes` before a byte of the body is kept, and a frame trickled in tiny reads costs its
-  size, `protocol/frames.py`) plus what the last read brought beyond it;
-* the write buffer towards the other side: the transport's high-water mark, plus what one event may
-  write past it (the frames that read completed), because reading stops after the event that
-  crossed the mark (`WriteBuffer` -> BACKPRESSURE / CLIENT_SLOW in the core).
-
-A read is at most `READ_CHUNK_BYTES` (uvloop's and asyncio's receive size), so each direction holds
-at most `WRITE_HIGH_WATER + 2 x (max_frame_bytes + READ_CHUNK_BYTES)`. The in-flight records
-(`InFlight`, one per forwarded request awaiting its response) and a mutation request held for a
-topic lookup are counted on top: the records by their number, the held request is a frame the
-decoder already counted.
+Each direction of a connection holds the frame decoder's buffer (at most one incomplete frame, its
+size prefix checked before a byte of the body is kept, plus what the last read brought beyond it)
+and the write buffer towards the other side (the high-water mark plus what one event may write past
+it, since reading stops after the event that crossed it). A read is at most `READ_CHUNK_BYTES`, so
+a direction holds at most `WRITE_HIGH_WATER + 2 x (max_frame_bytes + READ_CHUNK_BYTES)`. The
+in-flight records are counted on top, by their number.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """A load balancer's PROXY header, read off an accepted socket before anything else on the connection.
 
-With `proxy_protocol:` on a listener (`listeners.py`), each accepted socket comes here first: who
-sent it (the socket's peer, the balancer) is checked against `trusted`, the header is read with the
-sans-io `kqp.protocol.proxy_header.ProxyHeaderParser`, and the address it names becomes the
-connection's peer for everything after: `limits:` (per IP), the TLS handshake's refusals, the logs,
-the core. Only then does the listener admit the client and start TLS or the connection's edge.
+With `proxy_protocol:` on a listener (listeners.py), each accepted socket comes here first: its peer
+(the balancer) is checked against `trusted`, the header is read with the sans-io
+`kqp.protocol.proxy_header.ProxyHeaderParser`, and the address it names becomes the connection's
+peer for everything after (`limits:`, TLS refusals, logs, the core). Each read peeks (`MSG_PEEK`)
+and only the bytes the parser says are the header's are taken from the kernel, so the client's
+first bytes stay for TLS or the edge. Why at the edge rather than in the core: proxy/README.md,
+"Behind a load balancer".
 
-Why here and not in the connection core: the header comes before the TLS handshake (the balancer
-writes it on the raw TCP stream), and `limits:` are checked before the handshake and before the core
-exists; both need the real address already. So the header is read off the raw socket, and exactly
-the header: each read peeks (`MSG_PEEK`), the parser says how many of those bytes are the header's,
-and only those are taken from the kernel, so the client's first bytes (a ClientHello, a Kafka
-frame) stay for the TLS layer or the edge. Bytes that are all the header's are taken at once, so a
-header trickled in pieces never makes the socket readable again with nothing new (no busy loop).
-
-What closes the connection, counted in `kqp_connections_closed_total{reason}` and logged at most
-once a second per cause (`refusals.py`, logger `kqp.proxy_protocol`):
-`proxy_header_untrusted` (a source outside `trusted`: any connection in `required` mode, one that
-sends a header in `optional` mode), `proxy_header_malformed`, `proxy_header_missing` (`required`
-and the first byte cannot start a header) and `proxy_header_timeout` (`header_timeout_ms`). A client
-that leaves first (a balancer's TCP health check) is `client_closed`, logged at debug level only.
+Refusals are counted in `kqp_connections_closed_total{reason}` and logged at most once a second per
+cause (logger `kqp.proxy_protocol`): `proxy_header_untrusted`, `proxy_header_malformed`,
+`proxy_header_missing`, `proxy_header_timeout`. A client that leaves first (a balancer's health
+check) is `client_closed`, logged at debug level only.
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """The state file's history: the last `HISTORY_LIMIT` audit events, kept across restarts.
 
-Beside the state file, as JSON Lines: `<admin.state_file>.history.jsonl`, one event a line, oldest
-first (`proxy/observability/quota_audit.py` says what an event holds). A sibling file rather than a
-`history:` key in the YAML state file, for two reasons:
+Beside the state file, as JSON Lines (`<admin.state_file>.history.jsonl`, oldest first), not as a
+key of the YAML state file: the state file is parsed on the loop at every change another process
+makes, and a thousand events took PyYAML 1.2 s against 3 ms as JSON; and the state file's format
+stays what the previous version reads.
 
-* Cost. The state file is YAML, parsed by PyYAML's pure-Python loader on every change another process
-  makes (on the event loop, `QuotaStore.refresh`). A thousand events in it measured 1.2 s to parse
-  and 1.0 s to dump on a development machine; as JSON Lines they parse in 3 ms. The YAML file stays
-  a few lines per entity, as small as before.
-* Compatibility. The state file's format is unchanged, so the previous kqp version still reads it
-  (a rollback needs nothing), and a state file from before the history existed loads as it did: its
-  history simply starts empty.
-
-Written by the store's thread, under the state file's lock (`<state file>.lock`), so processes
-sharing the state file share one history: read, append, keep the last `HISTORY_LIMIT`, write
-atomically (a temporary file renamed over it). An admin change is appended by the process that
-committed it, right after the state file (a crash between the two renames loses that one event,
-never the change). A config reload is appended by every process that reloads: under `--workers N`
-(or instances on one volume) all N do, so an event is skipped when the entity's latest recorded
-event is the same change from a reload (`_already_recorded`). A change read from the state file (at
-start, or written by another process or by hand) is logged and counted but not appended: kqp did
-not make it, and writing the file in answer to reading it would race the one who did.
-
-`HISTORY_LIMIT` is a constant: 1,000 events is months of hand-made changes and about 200 kB, rewritten
-on each change, while a reload that touches every entity of a large config still fits. Older events
-remain in the logs (`kqp.audit`).
+Written by the store's thread under the state file's lock, so processes sharing the state file
+share one history: read, append, keep the last `HISTORY_LIMIT`, write atomically. An admin change
+is appended by the process that committed it, right after the state file. A config reload is
+appended by every process that reloads, so an event that repeats the entity's latest recorded
+change is skipped (`_already_recorded`). A change read from the state file is logged but not
+appended: kqp did not make it. 1,000 events are about 200 kB; older ones stay in the logs.
 """
 
 from __future__ import annotations

@@ -1,34 +1,16 @@
 """The admin state file (`admin.state_file`): read at start, written atomically, followed live.
 
-`QuotaStore` keeps the two layers of quota settings, the config file's (the base, swapped on a
-config reload: `rebase`) and the admin API's (the state file: `commit`), and hands their overlay to
-`apply`, the quota manager's `update_settings`: an admin change goes through exactly the path of a
-config reload, so measurements and token buckets carry over.
+`QuotaStore` keeps the two layers of quota settings, the config file's (swapped on a reload:
+`rebase`) and the admin API's (`commit`), and hands their overlay to the quota manager's
+`update_settings`: an admin change takes a reload's path, so measurements carry over.
 
-A commit (the connection core's `CommitQuotas` action, carried out by the edge) holds an exclusive
-lock (`flock` on `<state file>.lock`) while it re-reads the file, applies the change and writes the
-result atomically: a temporary file in the same directory, fsync, rename over the state file, fsync
-of the directory. Re-reading under the lock is what lets several processes share one state file
-(`kqp run --workers N`, or kqp instances mounting one volume): each sees the others' changes and none
-overwrites them. Every process also polls the file's stat (as the config reloader does), so a change
-another process wrote is in force here within a poll.
-
-The write and its fsyncs run in one thread of the store's own (`commit` awaits it), never on the
-event loop; the new settings are then put in force on the loop, as a reload's are. One thread, so
-commits from several connections of a process are written, and put in force, in the order they were
-asked, each reading what the one before wrote (the `flock` orders them across processes). The
-AlterClientQuotas answer goes only once the change is durable, as Kafka's controller answers. A file
-that cannot be read or written leaves everything as it was: at start kqp refuses to run; later, the
-change is refused (UNKNOWN_SERVER_ERROR naming the file) or, for a file changed under kqp, the running
-layer is kept and the error logged.
-
-Every change of the quotas in force passes `_changed` with who made it and where it came from (the
-admin API, the state file changed on disk, a config reload), the settings before and after: there the
-audit trail (issue 23, `kqp.proxy.observability.quota_audit`) logs and counts one event per entity
-changed, and the history beside the state file (`quota_history.py`) keeps the admin API's and the
-reloads' events. An admin change's events are computed under the lock from the file's own before and
-after, so they are exactly what that commit changed, and appended to the history in the same turn of
-the store's thread; a reload's are appended by the store's thread afterwards, never on the loop.
+A commit holds `flock` on `<state file>.lock` while it re-reads the file, applies the change and
+writes atomically (temporary file, fsync, rename, fsync of the directory), so processes sharing one
+file never overwrite each other; each also polls the file's stat to follow the others. The write
+runs in the store's one thread, never on the loop, so commits land in the order asked, and the
+AlterClientQuotas answer goes once the change is durable. Every change of the quotas in force
+passes `_changed` with who made it, its source and the settings before and after: the one hook of
+the audit trail (`kqp.proxy.observability.quota_audit`) and of the history (quota_history.py).
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """The proxy process: where its parts are built and wired, and its life (start, reload, drain, stop).
 
-`ProxyServer._assemble` is the one place that builds the quota manager (and, when quotas are shared,
-the fleet exchange it reports to), the process-wide policies (`kqp.proxy.policies`: the topic cache,
-the mutation gate, the quota admin), the connection core's API handler registry
-(`standard_handlers`) and its charging, the observer's bindings, the delay driver, the listeners
-and the upstream cluster, and hands each part only what it uses: the connection core gets
-`CoreParts`, each connection's asyncio edge gets `EdgeWiring`, the HTTP endpoint gets a registry
-and `readiness`. Running code reads the loop's clock (`loop.time`), handed to it here, never its own.
+`ProxyServer._assemble` is the one place that builds the quota manager (and the fleet exchange),
+the process-wide policies (`kqp.proxy.policies`), the handler registry (`standard_handlers`) and its
+charging, the observer's bindings, the delay driver, the listeners and the upstream cluster, and
+hands each part only what it uses: the core gets `CoreParts`, each edge `EdgeWiring`, the HTTP
+endpoint a registry and `readiness`. Running code reads the loop's clock, handed to it here.
 
-A connection decides its own end (`kqp.proxy.connection.phases`): the idle reaper only sends each
-one an `IdleCheck`, and on shutdown each drains and closes itself; the server waits for its open
-set to empty, or for `shutdown_grace_ms`, and closes what is left.
-
-Start-up order matters for clients: kqp learns the upstream's brokers and API versions first, binds
-one listener per broker, and only then opens the bootstrap listener, so the first Metadata a client
-gets through kqp can already be answered with kqp's own ports.
+A connection decides its own end: the idle reaper only sends each an `IdleCheck`, and on shutdown
+each drains and closes itself; the server waits for its open set to empty or `shutdown_grace_ms`.
+Start-up learns the upstream's brokers and versions first and binds one listener per broker before
+the bootstrap listener, so a client's first Metadata already gets kqp's own ports.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """What a muted client's socket holds, seen without reading it: the back-off probe's and the
-give-up rule's eyes (issue 20; `kqp.proxy.connection.backoff`, `kqp.proxy.connection.giving_up`).
+give-up rule's eyes (`kqp.proxy.connection.backoff`, `kqp.proxy.connection.giving_up`).
 
-While a connection is muted kqp does not read it, so whatever the client sends waits in the kernel.
-Two questions are answered there, only for the edge's timer (a throttled connection's), never on
-the forwarding path:
-
-* how many bytes wait unread: `ioctl(FIONREAD)`, as the kernel counts them (on a TLS connection
-  the encrypted bytes: still whether the client sent anything);
-* whether the client has closed or reset the connection: `poll` with `POLLRDHUP`, which Linux sets
-  once the peer's FIN is in even while data is queued before it, and `POLLHUP`/`POLLERR` after a
-  reset. A plain read would have to take the queued requests first.
-
-Either answer is None or False where the transport has no socket to ask (a test's fake transport) or
-the platform cannot tell (`POLLRDHUP` is Linux's; elsewhere only a reset is seen).
+A muted connection is not read, so what the client sends waits in the kernel. Two questions are
+answered there, only for a throttled connection's timer, never on the forwarding path: how many
+bytes wait unread (`ioctl(FIONREAD)`; on TLS, the encrypted bytes), and whether the client closed
+or reset the connection (`poll` with `POLLRDHUP`, which Linux sets once the peer's FIN is in even
+behind queued data, and `POLLHUP`/`POLLERR` after a reset). Either answer is None or False where
+the transport has no socket to ask (a test's fake one) or the platform cannot tell.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Turning a DataFrame's rows into Kafka messages, with the built-in Kafka sink's column contract.
 
-Spark's built-in sink reads the columns `topic`, `key`, `value`, `headers` and `partition` by exact
-name and checks their types before any task starts; kqp's sink keeps that contract so a job moves
-between the two without touching its DataFrame:
-
-| column    | type                                  | meaning                                   |
-|-----------|---------------------------------------|-------------------------------------------|
-| value     | string or binary (required)           | record value; null is a tombstone         |
-| key       | string or binary                      | record key; null means no key             |
-| topic     | string (required without `topic` opt) | destination; the `topic` option overrides |
-| headers   | array<struct<key:string,value:binary>>| record headers                            |
-| partition | int                                   | explicit partition; null = partitioner    |
-
-Other columns are ignored. Strings are written as UTF-8, as the built-in sink casts them.
+Spark's built-in sink reads the columns `value` (string or binary, required), `key`, `topic`
+(required without the `topic` option, which overrides it), `headers`
+(`array<struct<key:string,value:binary>>`) and `partition` (int) by exact name and checks their
+types before any task starts; kqp's sink keeps that contract (deploy/spark/README.md has the
+table), so a job moves between the two without touching its DataFrame. Other columns are ignored;
+strings are written as UTF-8, as the built-in sink casts them.
 
 The schema is described by `(name, simpleString)` pairs so this module never imports pyspark:
 it is checked on the driver, pickled to the executors, and unit-tested on its own.

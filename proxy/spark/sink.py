@@ -2,21 +2,15 @@
 
 Spark 4's Python Data Source API (`pyspark.sql.datasource`) runs Python writers inside Spark's
 own write path, batch and streaming, so a job gets a Kafka sink from this module alone, where
-Spark's built-in sink needs `spark-sql-kafka` and its dependencies on every classpath:
-
-    from kqp.spark import register
-    register(spark)                                  # once per SparkSession
-    df.write.format("kqp-kafka").option("kafka.bootstrap.servers", "127.0.0.1:19092") \\
-        .option("topic", "events").save()
-    df.writeStream.format("kqp-kafka").option(...).option("checkpointLocation", ...).start()
+Spark's built-in sink needs `spark-sql-kafka` on every classpath. `kqp.spark.register(spark)` once
+per session, then `format("kqp-kafka")` with the built-in sink's options.
 
 The shape follows the API: the DataSource (driver) checks options and schema once and builds a
 picklable plan; each task's `write` runs `task_writer.write_messages` with its own idempotent
-producer and returns a KafkaCommitMessage; the driver's `commit` (per job, or per micro-batch for
-streaming) sums them and, when the `kqp.commitLog` option names a file, appends one JSON line per
-commit or abort, so a job can audit what each micro-batch wrote. Writers take pyarrow batches
-(`DataSourceArrowWriter`): Spark hands the data over as Arrow anyway, and converting whole columns
-is cheaper than building a Row per record.
+producer and returns a KafkaCommitMessage; the driver's `commit` (per job, or per micro-batch)
+sums them and, when `kqp.commitLog` names a file, appends one JSON line per commit or abort. Writers
+take pyarrow batches (`DataSourceArrowWriter`): Spark hands data over as Arrow anyway, and
+converting whole columns is cheaper than a Row per record.
 """
 
 from __future__ import annotations

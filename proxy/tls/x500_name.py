@@ -1,21 +1,16 @@
-"""A certificate's subject written as Kafka sees it: Java's `X500Principal.getName()` (RFC 2253).
+r"""A certificate's subject written as Kafka sees it: Java's `X500Principal.getName()` (RFC 2253).
 
-Kafka maps a TLS client to a user from this exact string (`ssl.principal.mapping.rules` match it
-character for character), so kqp renders it as Java does rather than as any RFC 4514 library does:
+Kafka's `ssl.principal.mapping.rules` match this exact string character for character, so kqp
+renders it as Java does rather than as an RFC 4514 library does: RDNs last to first, joined by
+``,`` (a multi-valued RDN's attributes by ``+``, in encoded order); only RFC 2253's keywords (CN,
+C, L, ST, O, OU, STREET, DC, UID), any other attribute, or a value of a type Java does not read as
+a string, written as its dotted OID and ``#`` plus the hex of its DER; string bytes read as UTF-8
+whatever their type; ``, = + < > # ; " \`` escaped wherever they are (``=`` and ``#`` too, which
+`cryptography` leaves alone inside a value), NUL as ``\00``, leading and trailing spaces and
+carriage returns escaped, everything else as it is.
 
-* RDNs last to first, joined by ``,``; the attributes of a multi-valued RDN joined by ``+`` in the
-  order they are encoded.
-* Only RFC 2253's keywords: CN, C, L, ST, O, OU, STREET, DC, UID. Any other attribute (emailAddress,
-  serialNumber, ...) is written as its dotted OID and ``#`` plus the hex of its DER encoding, and so
-  is a value of a type Java does not read as a string (UniversalString, NumericString, ...). The
-  bytes of a string value are read as UTF-8 whatever its type, as Java reads them.
-* In string values ``, = + < > # ; " \\`` are escaped with a backslash wherever they are (``=`` and
-  ``#`` too, which RFC 4514 writers such as `cryptography` leave alone inside a value), a NUL is
-  ``\\00``, and every leading or trailing space or carriage return is escaped; other characters,
-  non-ASCII included, stay as they are.
-
-The subject is read straight from the certificate's DER (a certificate OpenSSL has just verified),
-so no X.509 library is needed on the handshake path. Pure: bytes in, a string out.
+The subject is read straight from the certificate's DER (one OpenSSL has just verified), so no
+X.509 library is needed on the handshake path. Pure: bytes in, a string out.
 """
 
 from __future__ import annotations

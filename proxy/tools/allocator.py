@@ -1,18 +1,15 @@
 """glibc malloc settings for a process that moves large, short-lived buffers.
 
 Every read the event loop hands kqp is a fresh ``bytes`` of up to 256 KiB, and kqp keeps the reads
-a frame spans until the frame is whole (a Fetch response of a few MB: several reads), forwards
-them as they are, and frees them together. glibc's defaults serve that pattern badly: a 256 KiB
-block sits at its dynamic mmap threshold, and the heap top is trimmed as soon as twice that is
-free, so the memory of a frame's reads goes back to the kernel and is faulted in again page by page
-for the next frame. Measured on the benchmark's consume workload: about 230 minor page faults per
-MB moved, as much system CPU as everything else kqp does. A relay that frees each read at once
-reuses the same block and never sees this. A fixed mmap threshold above any read and a trim
-threshold of tens of MB let freed reads be reused the same way (15 faults per MB).
+a frame spans until the frame is whole, then frees them together. Under glibc's dynamic thresholds
+such a block sits at the mmap threshold and the heap top is trimmed as soon as twice that is free,
+so a frame's reads are unmapped and faulted in again page by page for the next frame (figures in
+proxy/README.md, "Tools"). A fixed mmap threshold above any read and a trim threshold of tens of MB
+let freed reads be reused, as a relay that frees each read at once reuses one block.
 
-The settings only bound what glibc keeps for reuse: at most ``TRIM_THRESHOLD_BYTES`` of free heap
-top stays resident. Where the environment sets malloc's own knobs (``MALLOC_*_`` variables,
-``GLIBC_TUNABLES``), or the C library is not glibc, nothing is changed.
+At most ``TRIM_THRESHOLD_BYTES`` of free heap top stays resident. Where the environment sets
+malloc's own knobs (``MALLOC_*_`` variables, ``GLIBC_TUNABLES``), or the C library is not glibc,
+nothing is changed.
 """
 
 from __future__ import annotations

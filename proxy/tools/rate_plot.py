@@ -1,20 +1,14 @@
 """The throttled producer's delivered rate against its quota, as data and as a PNG (`kqp demo --plot`).
 
-What the plot is for: a byte-rate quota does not hold a new client to a flat line. Kafka's sampled
-rate (kqp.quotas.sampled_rate) measures a new entity as if it had `window_count - 1` empty windows
-behind it, so its first burst of `(window_count - 1) * window_size * quota` bytes is let through at
-once (a little more in fact: usage is recorded before it is checked, so the request that crosses
-the line goes through too, one per connection); the client is then throttled until the average is
-back at the quota. When the
-sample that holds that burst expires, `window_count` windows later, the measured rate drops, and
-the client bursts again: an echo of the first burst, once per span. Averaged over spans the
-delivered rate is the quota.
+A byte-rate quota does not hold a new client to a flat line: Kafka's sampled rate lets its first
+burst of about `(window_count - 1) * window_size * quota` bytes through at once, throttles it back
+to the quota, and lets it burst again when the sample holding that burst expires, once per span.
+The plot shows that sawtooth.
 
 `rate_series` turns delivery times into per-window rates, plus the rate kqp's own `SampledRate`
-reads from the same deliveries (what the throttle arithmetic sees). It is pure, so tests can feed
-it synthetic deliveries. `write_plot` draws the series; matplotlib is optional (the `bench`
-extra) and imported only there. The PNG carries the series as JSON in a tEXt chunk (`SERIES_KEY`),
-so a test, or a curious user, can check the numbers the picture was drawn from (`read_series`).
+reads from the same deliveries; it is pure, so tests feed it synthetic deliveries. `write_plot`
+draws the series (matplotlib is optional and imported only there). The PNG carries the series as
+JSON in a tEXt chunk (`SERIES_KEY`), so a test or a user can check its numbers (`read_series`).
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """`kqp top`: a live terminal view of one kqp, read from its /metrics endpoint.
 
 One row per entity (user, client id): each quota's measured rate against its limit, the share of
-time its connections spent throttled, its muted connections; the entity furthest over any of its
-quotas comes first. A client-id prefix group is one quota shared by its members: it has a row of its
-own, its client id shown as the prefix followed by `*` (`etl-*`), and its members follow it,
-indented, each with its own usage (no limit: the limit is the group's), so the members' figures add
-up to the group's instead of repeating it. Capacity pools follow the entities, one block each
-(top_pools.py), then the client software and whether it honours throttles (top_clients.py).
+time its connections spent throttled, its muted connections; furthest over any quota first. A
+client-id prefix group has a row of its own (`etl-*`) followed by its members, indented, each with
+its own usage, so the members add up to the group. Pools (top_pools.py) and client software
+(top_clients.py) follow. Rates against limits are kqp's own quota measurements; everything else is
+a counter differentiated between two reads, THROTTLED included: seconds muted by a throttle per
+second (`kqp_muted_seconds_total`, 1.00 is one connection muted all the time), not the throttle
+time given, which a long mute reports at once. `--once` reads twice, one interval apart.
 
-The rates against limits are the ones kqp measures its quotas with (`kqp_quota_usage`,
-`kqp_quota_limit`, `kqp_quota_group_*`). Everything else is a counter differentiated between two
-reads: a member's own usage (`kqp_bytes_total`, `kqp_records_total`, `kqp_requests_total`,
-`kqp_request_handler_seconds_total`) and THROTTLED, the seconds the entity's connections spent
-muted by a throttle per second (`kqp_muted_seconds_total`), both over the last RATE_SECONDS: 1.00
-is one connection muted all the time, 0.25 one connection muted a quarter of the time, 2.00 two
-connections always muted. (The
-throttle time *given*, `kqp_throttle_seconds_total`, is no such share: a client muted by one long
-throttle gets none while it waits, and one with several connections or requests in flight gets
-more than a second per second.) `--once` reads twice, one interval apart, to fill them.
-
-Drawing is plain ANSI (cursor home, clear to end of line, clear below) rather than curses: it
-redraws without flicker in any terminal and in tmux, and with `--once`, or when stdout is not a
-terminal, the same frame is printed as plain text for scripts. Parsing and rendering are pure
-functions of the scraped text, tested without a terminal.
+Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
+and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
+of the scraped text, tested without a terminal.
 """
 
 from __future__ import annotations

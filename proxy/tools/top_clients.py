@@ -1,4 +1,4 @@
-"""`kqp top`'s client software view: which client libraries honour throttles (issue 20).
+"""`kqp top`'s client software view: which client libraries honour throttles.
 
 One line per client software and version (KIP-511's names from ApiVersions v3+, or `unknown` and
 the API and version it was throttled on): its open connections by whether they honour throttles

@@ -1,6 +1,6 @@
 """Smoke run of the fleet-exchange cost benchmark: it runs end to end on both layouts, no thresholds.
 
-Its figures are read by a person (REDIS_CLUSTER_NOTES.md quotes them); this only proves the script
+Its figures are read by a person (proxy/README.md, "Fleet exchange", quotes them); this only proves the script
 still starts one Redis (with a replica) and a 3+3 Redis Cluster, measures every case and prints the ratios, and
 stops every server it started.
 """

@@ -162,7 +162,7 @@ async def test_the_registry_and_clock_follow_the_home_master_to_its_replica(clus
         assert abs(a.ledger.offset - (time.time() - time.monotonic())) < 0.5   # the replica's TIME
 
 
-# The ACL REDIS_CLUSTER_NOTES.md gives kqp's user, for key_prefix "t": the keys of every slot group,
+# The ACL deploy/k8s/fleet/redis-cluster/README.md gives kqp's user, for key_prefix "t": the keys of every slot group,
 # the script and the commands it runs, and what redis-py's cluster client reads the slot map with.
 KQP_ACL = ("on >kqp-pw resetkeys ~{t}:* ~{t#*}:* resetchannels -@all +evalsha +script|load +time +set +get "
            "+zadd +zremrangebyscore +zcard +pexpire +hincrbyfloat +hset +hgetall +hdel +cluster|slots +command")

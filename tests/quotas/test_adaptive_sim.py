@@ -102,7 +102,7 @@ def test_kafkas_sampled_rate_keeps_bursts_no_budget_removes() -> None:
     # expire together it is "new" again and gets T x (11 - 1) x 0.2 s at once (README, "Quota
     # algorithms"). Two members at T = B/2 put B x 2 s in the FIFO at a time, i.e. 2 s of queue at
     # B = C: to keep the bystander's p99 under 0.5 s the law has to hold B near C/4, and the jobs fall
-    # short of 0.6 C. Adaptive pools want `algorithm: token_bucket` (ADAPTIVE_NOTES.md).
+    # short of 0.6 C. Adaptive pools want `algorithm: token_bucket` (quotas/README.md, "Adaptive pools").
     run = simulate(replace(BASE, token_bucket=False))
     assert run.jobs_rate(*MEASURED) < 0.6 * C, trace(run, 5, 25)
     assert run.bystander_p99(*MEASURED) > adaptive().bystander_p99(*MEASURED), trace(run, 5, 25)
