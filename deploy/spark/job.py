@@ -1,19 +1,17 @@
 """A PySpark job that writes keyed rows to Kafka through kqp, with either Kafka sink.
 
     python deploy/spark/job.py --bootstrap 127.0.0.1:19092 --topic events --client-id orders-etl
-    python deploy/spark/job.py --sink builtin --jars /opt/spark-kafka-jars ...   # Spark's own sink
+    python deploy/spark/job.py --sink builtin ...      # Spark's own sink (add --jars FOLDER offline)
     python deploy/spark/job.py --mode stream --rows-per-second 20000 --seconds 300 ...
 
-`--sink kqp` (default) uses kqp's jar-free `kqp-kafka` data source; `--sink builtin` uses Spark's
-built-in `kafka` sink, whose connector jars (spark-sql-kafka-0-10, kafka-clients,
-spark-token-provider-kafka, commons-pool2) must be in the `--jars` folder, since these machines
-cannot fetch them from Maven. Both take the same options and the same DataFrame (key, value).
-
+`--sink builtin` is Spark's `kafka` sink; its connector (spark-sql-kafka-0-10 at pyspark's version)
+comes from `--jars FOLDER` (with kafka-clients, spark-token-provider-kafka, commons-pool2) or else
+from Maven Central (`spark.jars.packages`; under spark-submit, give spark-submit `--packages`).
+`--sink kqp` (default) is kqp's jar-free `kqp-kafka` sink. Same options, same DataFrame (key, value).
 Batch mode writes `--rows` rows (keys "0".."rows-1") and prints one JSON line: rows, seconds,
 rows/s. Stream mode runs a rate source into the sink for `--seconds` (0 = until stopped) or
-`--max-batches` micro-batches, whichever comes first, with a checkpoint, and prints each batch's
-progress. In a cluster the same
-file runs under spark-submit; leave `--master` out there, so spark-submit's master applies.
+`--max-batches` micro-batches, with a checkpoint, and prints each batch's progress. Under
+spark-submit in a cluster leave `--master` out.
 """
 
 from __future__ import annotations
@@ -23,7 +21,10 @@ import json
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
+
+CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13"   # Spark 4 is built for Scala 2.13 only
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,7 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--topic", default="spark-events")
     p.add_argument("--client-id", default="spark-job", help="kafka.client.id: the job's quota entity")
     p.add_argument("--sink", choices=["kqp", "builtin"], default="kqp")
-    p.add_argument("--jars", help="folder with the built-in sink's connector jars (--sink builtin)")
+    p.add_argument("--jars", help="--sink builtin: a folder of the connector's jars (default: "
+                                  "spark.jars.packages from Maven Central)")
     p.add_argument("--mode", choices=["batch", "stream"], default="batch")
     p.add_argument("--rows", type=int, default=100_000, help="batch mode: rows to write")
     p.add_argument("--partitions", type=int, default=4, help="batch mode: write tasks")
@@ -48,18 +50,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def session_conf(args: argparse.Namespace) -> dict[str, str]:
+    """The SparkSession settings the chosen sink needs: for the built-in one, its connector."""
+    if args.sink != "builtin":
+        return {}
+    if not args.jars:
+        # The connector at pyspark's own version: Spark's Kafka classes change between releases.
+        return {"spark.jars.packages": f"{CONNECTOR}:{version('pyspark')}"}
+    jars = sorted(str(p) for p in Path(args.jars).glob("*.jar"))
+    if not jars:
+        raise SystemExit(f"no .jar files in {args.jars}")
+    return {"spark.jars": ",".join(jars)}
+
+
 def session(args: argparse.Namespace) -> object:
     from kqp.spark.session import local_session
 
-    conf = {}
-    if args.sink == "builtin":
-        if not args.jars:
-            raise SystemExit("--sink builtin needs --jars FOLDER with the Kafka connector jars")
-        jars = sorted(str(p) for p in Path(args.jars).glob("*.jar"))
-        if not jars:
-            raise SystemExit(f"no .jar files in {args.jars}")
-        conf["spark.jars"] = ",".join(jars)
-    return local_session(f"kqp-{args.sink}-sink-{args.client_id}", args.master, conf)
+    return local_session(f"kqp-{args.sink}-sink-{args.client_id}", args.master, session_conf(args))
 
 
 def sink_options(args: argparse.Namespace) -> dict[str, str]:

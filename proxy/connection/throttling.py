@@ -156,14 +156,16 @@ class Throttling:
         if found is None:
             return False
         lines, cause = found
-        until = max(line.until for line in lines)
         since = now if self.gated_since is None else self.gated_since
         cap = min(GATE_MAX_SECONDS, *(line.span for line in lines))
-        if cause[0] != principal or until - now <= GATE_SLACK_SECONDS or now - since >= cap:
+        # One deadline, compared in one form: `now - since >= cap` can be false at `now == since + cap`
+        # (float rounding), and a hold until `now` mutes nothing, so the core would read it again at once.
+        until = min(max(line.until for line in lines), since + cap)
+        if cause[0] != principal or until - now <= GATE_SLACK_SECONDS:
             self.gated_since = None
             return False
         self.gated_since = since
-        if self._mute_until(min(until, since + cap), cause, out):
+        if self._mute_until(until, cause, out):
             out.append(SetTimer(self._wake_at()))
         return True
 

@@ -126,6 +126,27 @@ def test_the_gate_holds_one_request_a_span_at_most_and_never_more_than_ten_secon
         assert throttling.gated_since is None, "the next request has a cap of its own"
 
 
+def test_the_gate_lets_a_request_go_at_its_cap_whatever_the_float_rounding() -> None:
+    """The timer at the cap's end reads the loop clock as exactly `since + cap`, and in binary floating
+    point `(since + cap) - since` can fall short of `cap` (101.101 - 100.001 = 1.0999999999999943 <
+    1.1, a span of 11 windows of 0.1 s). The gate must let the request go then: holding it again
+    until the same instant mutes nothing, and the core's read loop would take it again at once, for
+    ever (seen with Spark's consumers under a prefix quota: one kqp spinning, every client stalled).
+    Whenever the gate holds a request, the connection is muted."""
+    span, since = 0.1 * 11, 100.001
+    assert (since + span) - since < span   # the rounding this test is about
+    throttling, _, _ = room()
+    line, out = ThrottleLine(since, span), []
+    throttling.throttle(throttling.decide(entry(), [Violation(BYTES, 0.101, KEY, line=line)]), since - 0.101, out)
+    assert throttling.timer_fired(since, out)
+    line.until = since + 100.0   # the key's other connections hold it far over: the cap decides
+    out.clear()
+    assert throttling.gate(0, P, since, out) and throttling.muted and out[-1] == SetTimer(since + span)
+    assert throttling.timer_fired(since + span, out) and not throttling.muted
+    assert not throttling.gate(0, P, since + span, out), "held its cap: it goes"
+    assert not throttling.muted and throttling.gated_since is None
+
+
 def test_a_paced_throttle_keeps_no_line_and_ends_an_earlier_one() -> None:
     """Pacing (issue 20) mutes a client that cannot back off (Produce v5 here) for its request's
     queued cost, which already shares the key among its connections: the gate must not hold it for

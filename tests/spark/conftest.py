@@ -1,10 +1,13 @@
-"""Fixtures for the Spark sink tests: one local SparkSession and one mock Kafka cluster per session.
+"""Fixtures for the Spark tests: one local SparkSession and one mock Kafka cluster per session.
 
 A SparkSession costs seconds to start (a JVM and Python workers), so every Spark test in this
-process shares one, as the brief for CI on two cores asks. The upstream is librdkafka's mock
-cluster in a subprocess (tests/upstreams/mock_cluster.py), or the real cluster named by
-KQP_TEST_BOOTSTRAP. Spark tests skip, with the reason, where pyspark, pyarrow or Java is missing;
-the pure tests of the sink's options, rows and produce loop run everywhere.
+process shares one, as CI on two cores needs. It starts with Spark's own Kafka connector on its
+class path (`spark.jars`: tests/jvm/spark-kafka/pom.xml resolved by Maven, or the folder
+KQP_SPARK_KAFKA_JARS names), so the same session serves kqp's jar-free `kqp-kafka` sink and the
+built-in `kafka` sink and source. The jar-free tests write to librdkafka's mock cluster in a
+subprocess (tests/upstreams/mock_cluster.py), or the real cluster named by KQP_TEST_BOOTSTRAP; the
+built-in ones to Apache Kafka (the suite's `kafka` fixture). Spark tests skip, with the reason,
+where pyspark, pyarrow or Java is missing; the pure tests of the sink's parts run everywhere.
 """
 
 from __future__ import annotations
@@ -25,13 +28,36 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # tests/helpers and tests/upstreams are shared with the e2e suite
     sys.path.insert(0, str(TESTS))
 
+JARS_OVERRIDE = "KQP_SPARK_KAFKA_JARS"   # a folder of connector jars a user brings instead of Maven's
+
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark_kafka_jars() -> list[str]:
+    """The jar files of Spark's built-in Kafka connector at pyspark's version; [] where Maven is
+    missing (outside CI, where `.ci/run` installs it and a missing one fails the run)."""
+    from upstreams import jvm
+
+    folder = os.environ.get(JARS_OVERRIDE)
+    if not folder:
+        try:
+            folder = str(jvm.jars("spark-kafka"))
+        except jvm.JvmMissing:
+            if os.environ.get("CI"):
+                raise
+            return []
+    found = sorted(str(p) for p in Path(folder).glob("*.jar"))
+    if not found:
+        raise pytest.UsageError(f"{JARS_OVERRIDE}={folder} holds no .jar files")
+    return found
+
+
+@pytest.fixture(scope="session")
+def spark(spark_kafka_jars: list[str]) -> Iterator[Any]:
     reason = spark_missing_reason()
     if reason:
         pytest.skip(f"Spark cannot run here: {reason}")
-    session = local_session("kqp-spark-tests", "local[2]")
+    conf = {"spark.jars": ",".join(spark_kafka_jars)} if spark_kafka_jars else {}
+    session = local_session("kqp-spark-tests", "local[2]", conf)
     from kqp.spark import register
 
     register(session)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import time
 import urllib.request
 import uuid
 from collections import Counter
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+from helpers.observability import metrics_url
 
 # The quotas of the throttling kqp fixture (conftest.py), one client id per test so each test's
 # throttle counter is its own. 100k rows of ~25 payload bytes are ~3 MB of Produce frames: at
@@ -22,24 +27,33 @@ STREAM_QUOTA_BYTES_PER_SECOND = 30_000
 STREAM_ROWS, STREAM_ROWS_PER_BATCH = 9_000, 3_000
 BATCH_CLIENT = "spark-batch-throttled"
 STREAM_CLIENT = "spark-stream-throttled"
-BUILTIN_CLIENT = "spark-builtin-throttled"
 DEMO_CLIENT = "spark-demo-throttled"
 THROTTLING_QUOTAS = {
     "window_size_seconds": WINDOW_SECONDS,
     "window_count": 11,
     "entities": [
         {"client_id": BATCH_CLIENT, "producer_byte_rate": QUOTA_BYTES_PER_SECOND},
-        {"client_id": BUILTIN_CLIENT, "producer_byte_rate": QUOTA_BYTES_PER_SECOND},
         {"client_id": DEMO_CLIENT, "producer_byte_rate": QUOTA_BYTES_PER_SECOND},
         {"client_id": STREAM_CLIENT, "producer_byte_rate": STREAM_QUOTA_BYTES_PER_SECOND},
     ],
 }
 
 
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "spark"
+
+
+def deploy_job() -> ModuleType:
+    """deploy/spark/job.py as a module, so a test runs its functions in the shared SparkSession."""
+    spec = importlib.util.spec_from_file_location("kqp_deploy_spark_job", DEPLOY / "job.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def kqp_throttle_seconds(kqp: Any, client_id: str) -> float:
     """kqp_throttle_seconds_total summed over quota types for one client id, from kqp's /metrics."""
-    url = f"http://{kqp.config['metrics']['listen']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(f"{metrics_url(kqp)}/metrics", timeout=5) as response:
         text = response.read().decode()
     label = re.compile(rf'[{{,]client_id="{re.escape(client_id)}"[,}}]')
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -96,10 +110,9 @@ def assert_exactly_once(counts: Counter[bytes], rows: int) -> None:
     assert set(counts) == {str(i).encode() for i in range(rows)}, f"{missing} keys missing or unexpected"
 
 
-def run_stream(spark: object, bootstrap: str, topic: str, checkpoint: str, commit_log: str, *,
-               rows: int, rows_per_batch: int, options: dict[str, str] | None = None,
-               timeout: float = 120.0) -> object:
-    """A rate-micro-batch stream of keys "0".."rows-1" into the kqp-kafka sink, stopped cleanly.
+def run_stream(spark: object, bootstrap: str, topic: str, checkpoint: str, *, rows: int, rows_per_batch: int,
+               fmt: str = "kqp-kafka", options: dict[str, str] | None = None, timeout: float = 120.0) -> object:
+    """A rate-micro-batch stream of keys "0".."rows-1" into a Kafka sink (`fmt`), stopped cleanly.
 
     The source keeps producing batches; rows past `rows` are filtered out, so once the stream has
     moved past them every later batch is empty and stopping it cannot cut a batch that writes.
@@ -114,9 +127,9 @@ def run_stream(spark: object, bootstrap: str, topic: str, checkpoint: str, commi
         .select(F.col("value").cast("string").alias("key"), F.lit("payload-0123456789").alias("value"))
     )
     writer = (
-        frame.writeStream.format("kqp-kafka")
+        frame.writeStream.format(fmt)
         .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-        .option("kqp.commitLog", commit_log).option("checkpointLocation", checkpoint)
+        .option("checkpointLocation", checkpoint)
     )
     for key, value in (options or {}).items():
         writer = writer.option(key, value)

@@ -87,8 +87,8 @@ def test_streaming_query_commits_each_micro_batch(spark: Any, kafka_bootstrap: s
                                                   tmp_path: Path) -> None:
     log = tmp_path / "commits.jsonl"
     rows, per_batch = 20_000, 5_000
-    query = run_stream(spark, kafka_bootstrap, topic, str(tmp_path / "checkpoint"), str(log),
-                       rows=rows, rows_per_batch=per_batch)
+    query = run_stream(spark, kafka_bootstrap, topic, str(tmp_path / "checkpoint"),
+                       rows=rows, rows_per_batch=per_batch, options={"kqp.commitLog": str(log)})
     assert query.exception() is None and not query.isActive
     commits = [c for c in read_commit_log(log) if c["outcome"] == "commit"]
     by_batch = {c["batch_id"]: c["rows"] for c in commits}

@@ -48,8 +48,9 @@ def test_throttled_streaming_query_commits_each_micro_batch_and_stops_cleanly(
         spark: Any, kafka_bootstrap: str, throttling_kqp: Any, topic: str, tmp_path: Path) -> None:
     log = tmp_path / "commits.jsonl"
     rows, per_batch = STREAM_ROWS, STREAM_ROWS_PER_BATCH
-    query = run_stream(spark, throttling_kqp.bootstrap, topic, str(tmp_path / "checkpoint"), str(log),
-                       rows=rows, rows_per_batch=per_batch, options={"kafka.client.id": STREAM_CLIENT})
+    options = {"kafka.client.id": STREAM_CLIENT, "kqp.commitLog": str(log)}
+    query = run_stream(spark, throttling_kqp.bootstrap, topic, str(tmp_path / "checkpoint"),
+                       rows=rows, rows_per_batch=per_batch, options=options)
     assert query.exception() is None and not query.isActive
     commits = [c for c in read_commit_log(log) if c["outcome"] == "commit"]
     by_batch = {c["batch_id"]: c["rows"] for c in commits}
