@@ -20,7 +20,7 @@ from kqp.config.fleet_section import FLEET_FIELDS, fleet_config, fleet_document
 from kqp.config.model import FleetConfig
 from kqp.config.pool_section import SHARE_KEYS, member_share, pool_document, pools_from, share_document, share_value
 from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
-from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings, QuotaType
+from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, STEADY, EntitySpec, QuotaSettings, QuotaType
 from kqp.quotas.pool_spec import MemberShare, PoolSpec
 
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
@@ -128,7 +128,7 @@ def _entities(value: object, path: str) -> Entities:
 QUOTA_FIELDS = {
     "window_size_seconds": Field(number(above=0), 1),  # quota.window.size.seconds
     "window_count": Field(integer(minimum=2), 11),  # quota.window.num
-    "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
+    "algorithm": Field(_algorithm, STEADY),  # every entity's, unless its entry names one
     "entities": Field(_entities, []),
     "pools": Field(pools_from, []),  # capacity pools (pool_section.py)
     "pacing": Field(_on_off, True),  # pace clients that do not back off (off: the broker's mutes)
@@ -182,7 +182,7 @@ def _check_adaptive_algorithm(data: object, pools: tuple[PoolSpec, ...], path: s
         raise ConfigError(child(path, "algorithm"), f"sampled, but the members of adaptive pool {adaptive} "
                           "measure with a token bucket (Kafka's sampled rate lets a span's unused quota through "
                           "at once, which overruns a budget held near the upstream's capacity); leave "
-                          "algorithm out (entity quotas then measure with the sampled rate, the default) or set "
+                          "algorithm out (entity quotas then measure with the default, steady) or set "
                           "token_bucket")
 
 
@@ -206,7 +206,7 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
         "pacing": "on" if settings.pacing else "off",
         "entities": entries,
     }
-    if settings.algorithm != SAMPLED:   # the default goes unwritten: an adaptive pool refuses it written out
+    if settings.algorithm != STEADY:   # the default goes unwritten
         document["algorithm"] = settings.algorithm
     if settings.pools:
         document["pools"] = [pool_document(pool) for pool in settings.pools]

@@ -98,7 +98,7 @@ class QuotaManager:
         updates a live metric's quota): a token bucket keeps its tokens, debt included, and refills
         at the new rate up to the new burst; sensors nothing charges any more are released at once.
         A new window size or count changes what every sample means, so then all measurements
-        restart. A sensor whose algorithm changes (sampled <-> token_bucket) restarts too: samples
+        restart. A sensor whose algorithm changes (sampled, steady, token_bucket) restarts too: samples
         say nothing about tokens, and a bucket keeps no samples worth enforcing on; the next request
         creates it afresh (a full bucket, or empty samples), as for a new entity.
         Pools keep their members' measurements likewise (pools.py); `now` dates what they divide anew.
@@ -117,7 +117,7 @@ class QuotaManager:
             for quota_type, sensors in self._sensors.items():
                 for key, sensor in list(sensors.items()):
                     found = resolve_key(settings, quota_type, key)
-                    if found is None or _bucket(settings, quota_type, found) != (sensor.bucket is not None):
+                    if found is None or _algorithm(settings, quota_type, found) != sensor.algorithm:
                         del sensors[key]
                         self._forget(quota_type, key)
                         if found is None:
@@ -147,7 +147,7 @@ class QuotaManager:
             shared = None if fleet is None else fleet.usage_for(sensor_name(quota_type, found.key), now)
             sensor = sensors[found.key] = QuotaSensor(
                 found.limit, s.window_size_seconds, s.window_count, now,
-                cap=cap, token_bucket=_bucket(s, quota_type, found), entity=found.entity, shared=shared,
+                cap=cap, algorithm=_algorithm(s, quota_type, found), entity=found.entity, shared=shared,
             )
         elif sensor.limit != found.limit:
             # update_settings re-checks every key, so this is only a safety net: the latest
@@ -166,7 +166,8 @@ class QuotaManager:
                 continue
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(values[index], now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line,
+                                     sensor.steady, sensor.hold(t)))
         return out
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
@@ -231,7 +232,7 @@ class QuotaManager:
             value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(value, now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now)))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now), None, sensor.steady))
         return out
 
     # -- controller mutations (KIP-599) --------------------------------------------------------
@@ -414,7 +415,8 @@ class QuotaManager:
             self.fleet.forget(sensor_name(quota_type, key))
 
 
-def _bucket(settings: QuotaSettings, quota_type: QuotaType, found: Resolution) -> bool:
-    """Whether the sensor measures with a token bucket: always for KIP-599's mutations, else as
-    the entity's (or the section's) `algorithm` says."""
-    return quota_type == MUTATION or settings.algorithm_for(found.entity) == TOKEN_BUCKET
+def _algorithm(settings: QuotaSettings, quota_type: QuotaType, found: Resolution) -> str:
+    """How the sensor measures: KIP-599's token bucket for mutations always, else as the entity's
+    (or the section's) `algorithm` says."""
+    return TOKEN_BUCKET if quota_type == MUTATION else settings.algorithm_for(found.entity)
+

@@ -161,8 +161,9 @@ class PoolBook:
                 member = ledger.add(found, now)
             t = ledger.charge(member, values[index], now)
             if t > 0:
+                sensor = member.sensor
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
-                                     member.sensor.pace(values[index], t, now), line=member.sensor.line))
+                                     sensor.pace(values[index], t, now), sensor.line, sensor.steady, sensor.hold(t)))
 
     def refund(self, p: Principal, kind: int, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
@@ -260,8 +261,9 @@ class PoolBook:
                 continue
             t = ledger.charge(member, nbytes, now)
             if t > 0:
-                out.append(Violation(quota_type, t, found.key, ledger.pool.name, member.sensor.pace(nbytes, t, now),
-                                     line=member.sensor.line))
+                sensor = member.sensor
+                out.append(Violation(quota_type, t, found.key, ledger.pool.name, sensor.pace(nbytes, t, now),
+                                     sensor.line, sensor.steady, sensor.hold(t)))
         return out
 
     # -- upkeep and views --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ quota, and the timer or the close ends the mute. Only this room sets and lifts `
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from kqp.protocol.errors import ProtocolError
@@ -42,6 +43,10 @@ GATE_SLACK_SECONDS = 0.001
 # by default in the Java client and librdkafka): a third of that, or the quota's span if shorter.
 # Past it the request goes, past the line, as Kafka's connections' do.
 GATE_MAX_SECONDS = 10.0
+# The most a request charged over a steady quota waits before it is forwarded (`Throttle.hold`), the
+# gate's wait included: two thirds of the clients' default request timeout, so that the response
+# still comes in time. Past it the request goes, over the line, as Kafka forwards every request.
+HOLD_MAX_SECONDS = 20.0
 Cause = tuple[Principal, QuotaType]
 
 
@@ -50,7 +55,8 @@ def _off() -> bool:
 
 
 class Throttling:
-    __slots__ = ("backoff", "cause", "gated_since", "lines", "muted_until", "mutes", "observer", "pacing")
+    __slots__ = ("backoff", "cause", "gated", "gated_since", "lines", "muted_until", "mutes", "observer", "pacing",
+                 "send_at")
 
     def __init__(self, observer: ProxyObserver, mutes: MuteState, auth: Authentication | None = None,
                  pacing: Callable[[], bool] = _off) -> None:
@@ -64,14 +70,17 @@ class Throttling:
         # api key -> the lines of this connection's last throttle of a request of that API, with its cause
         self.lines: dict[int, tuple[tuple[ThrottleLine, ...], Cause]] = {}
         self.gated_since: float | None = None   # when the gate first held the request it holds
+        self.gated = 0.0                        # how long the gate held the request it let go last
+        self.send_at: float | None = None       # when the request held before forwarding goes (`hold`)
 
     @property
     def muted(self) -> bool:
         return self.cause is not None
 
-    def decide(self, flight: Flight, violations: list[Violation],
-               lines: tuple[ThrottleLine, ...] = ()) -> Throttle | None:
-        """KIP-124 co-existence: the request's one throttle, or None when nothing throttles it."""
+    def decide(self, flight: Flight, violations: list[Violation], lines: tuple[ThrottleLine, ...] = (),
+               now: float | None = None) -> Throttle | None:
+        """KIP-124 co-existence: the request's one throttle, or None when nothing throttles it. `now`:
+        when it is decided (the request's read time unless given)."""
         if not violations or (worst := largest(violations)) is None:
             return None
         blind = not backs_off(flight.api_key, flight.api_version, flight.expects_response)
@@ -79,12 +88,16 @@ class Throttling:
         ms = throttle_ms(seconds)
         if not ms:
             return None
-        if paced:
-            lines = ()
+        if paced or (worst.steady and flight.plan.produced is not None):
+            lines = ()   # a steady quota's request charged as it is read waits its turn in `hold`, not the gate
         else:
             lines += tuple(v.line for v in violations if v.line is not None and v.quota_type not in CAPPED_TYPES)
+        until = hold = None
+        if worst.steady:
+            until = (flight.sent_at if now is None else now) + seconds
+            hold = min(worst.hold_seconds, max(0.0, HOLD_MAX_SECONDS - self.gated)) or None
         return Throttle(ms, ms / 1000, flight.principal, worst.quota_type, paced,
-                        (flight.api_key, flight.api_version), blind, lines, worst)
+                        (flight.api_key, flight.api_version), blind, lines, worst, until, hold)
 
     def settle(self, flight: Flight, late: list[Violation], now: float) -> Throttle | None:
         """The request's throttle as its response goes: the one decided when it was read, raised by
@@ -92,19 +105,23 @@ class Throttling:
         when it was recorded: the upstream's latency is deducted, as Kafka's ControllerMutationQuota does."""
         carried = flight.throttle
         if carried is None or carried.worst is None:
-            return self.decide(flight, late) if late else None
+            return self.decide(flight, late, now=now) if late else None
         worst = carried.worst
         if worst.quota_type is MUTATION and now > flight.sent_at:
             worst = Violation(MUTATION, max(0.0, worst.throttle_seconds - (now - flight.sent_at)), worst.key)
+        elif carried.until is not None:
+            # A steady quota's throttle ends at its line: what is left of it is told and muted for.
+            worst = dataclasses.replace(worst, throttle_seconds=max(0.0, carried.until - now), hold_seconds=0.0)
         elif not late:
             return carried   # the decision as it was made
-        return self.decide(flight, [worst, *late], () if carried.paced else carried.lines)
+        return self.decide(flight, [worst, *late], () if carried.paced else carried.lines, now)
 
     def _paced(self, worst: Violation, blind: bool) -> tuple[float, bool]:
         """The throttle `worst` asks for, as Kafka's broker mutes for it; or, paced, its pace: for a
         client that cannot back off (`blind`) when it is shorter."""
         pace = worst.pace_seconds
-        if pace is None or pace >= worst.throttle_seconds or not self.pacing():
+        # A steady quota's throttle is the key's debt, which no request may skip: never paced.
+        if pace is None or pace >= worst.throttle_seconds or worst.steady or not self.pacing():
             return worst.throttle_seconds, False
         if blind:
             return pace, True
@@ -143,9 +160,24 @@ class Throttling:
             self.backoff.answered(now)
 
     def hold(self, throttle: Throttle | None, now: float, out: list[Action]) -> None:
-        """Mute from `now` for a throttle known as the request is read; it is counted with the response."""
-        if throttle is not None and self._mute(throttle, now, out):
+        """Mute from `now` for a throttle known as the request is read; it is counted with the response.
+        Its `hold`, if any, is how long the request waits before it is forwarded (`send_due`)."""
+        self.gated = 0.0   # the gate's wait counted against this request's hold: done with
+        if throttle is None:
+            return
+        moved = self._mute(throttle, now, out)
+        if throttle.hold:
+            self.send_at = now + throttle.hold
+            moved = True
+        if moved:
             out.append(SetTimer(self._wake_at()))
+
+    def send_due(self, now: float) -> bool:
+        """Whether the request held before forwarding goes now (the timer fired for it)."""
+        if self.send_at is None or now < self.send_at:
+            return False
+        self.send_at = None
+        return True
 
     def gate(self, api_key: int, principal: Principal, now: float, out: list[Action]) -> bool:
         """Whether a request of `api_key` from `principal`, just read, must wait for its key's line
@@ -162,6 +194,7 @@ class Throttling:
         # (float rounding), and a hold until `now` mutes nothing, so the core would read it again at once.
         until = min(max(line.until for line in lines), since + cap)
         if cause[0] != principal or until - now <= GATE_SLACK_SECONDS:
+            self.gated = now - since
             self.gated_since = None
             return False
         self.gated_since = since
@@ -192,9 +225,11 @@ class Throttling:
         return True
 
     def _wake_at(self) -> float:
-        """When the timer fires next: the mute's end, or before it the back-off probe's reading."""
+        """When the timer fires next: the mute's end, or before it the held request's sending or the
+        back-off probe's reading."""
         probe = None if self.backoff is None else self.backoff.probe_at
-        return self.muted_until if probe is None or probe >= self.muted_until else probe
+        wake = self.muted_until if probe is None or probe >= self.muted_until else probe
+        return wake if self.send_at is None or self.send_at >= wake else self.send_at
 
     def timer_fired(self, now: float, out: list[Action], unread: int | None = None) -> bool:
         """The connection's timer (`unread`: what the client sent since `NoteUnread`, for the probe):
@@ -213,6 +248,7 @@ class Throttling:
 
     def closed(self) -> None:
         """The connection closed: a mute in progress ends with it."""
+        self.send_at = None
         self._end()
 
     def _end(self, due: float | None = None) -> None:
