@@ -352,25 +352,26 @@ class QuotaManager:
             return False
         return not _ON_RESPONSE.isdisjoint(resolutions(self._settings, p))
 
-    def fetch_max_bytes_cap(self, p: Principal) -> int | None:
+    def fetch_max_bytes_cap(self, p: Principal, now: float | None = None) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.
 
         Kafka's getMaxValueInQuotaWindow: consumer_byte_rate x (window_count - 1) x window_size,
-        with the smaller of the entity's quota and its pool member's current one.
+        with the smaller of the entity's quota and its pool member's current one. A steady quota's
+        (given `now`) is also no more than its tokens plus one window of quota: a consumer back from
+        its throttle fetches a window's worth, so its bytes follow the quota's line a window at a time.
         """
-        limits = []
+        s = self._settings
+        span = (s.window_count - 1) * s.window_size_seconds
+        caps: list[float] = []
         if self._fetch:
             res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
             if res is not None:
-                limits.append(res.limit)
+                caps.append(_fetch_cap(res.limit, span, self._sensors[QuotaType.CONSUMER_BYTE_RATE].get(res.key), now))
         if self._pooled[FETCH]:
             pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE)
             if pooled is not None:
-                limits.append(pooled)
-        if not limits:
-            return None
-        s = self._settings
-        return int(min(limits) * (s.window_count - 1) * s.window_size_seconds)
+                caps.append(_fetch_cap(pooled, span, self.pools.sensor(p, QuotaType.CONSUMER_BYTE_RATE), now))
+        return int(min(caps)) if caps else None
 
     def limits(self, p: Principal) -> dict[QuotaType, tuple[QuotaKey, float]]:
         """The quota in force for `p`, per configured quota type, with the key it is charged to."""
@@ -420,3 +421,11 @@ def _algorithm(settings: QuotaSettings, quota_type: QuotaType, found: Resolution
     (or the section's) `algorithm` says."""
     return TOKEN_BUCKET if quota_type == MUTATION else settings.algorithm_for(found.entity)
 
+
+def _fetch_cap(limit: float, span: float, sensor: QuotaSensor | None, now: float | None) -> float:
+    """One consumer quota's cap on a Fetch (`QuotaManager.fetch_max_bytes_cap`)."""
+    cap = limit * span
+    if sensor is None or not sensor.steady or now is None:
+        return cap
+    tokens = sensor.tokens(now) or 0.0
+    return min(cap, max(tokens, 0.0) + limit * sensor.window)

@@ -21,6 +21,7 @@ from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings, Quo
 from kqp.quotas.pool_ledger import Member, PoolLedger
 from kqp.quotas.pool_membership import Membership, counts_for, membership, share_of, static_keys
 from kqp.quotas.pool_spec import PoolSpec
+from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import Violation
 
 PRODUCE, FETCH, REQUEST = 0, 1, 2   # the kinds of charge, each with its values' order
@@ -210,6 +211,15 @@ class PoolBook:
                 if ledger.quota_type == quota_type:
                     member = ledger.members.get(found.key)
                     return ledger.budget if member is None else member.quota
+        return None
+
+    def sensor(self, p: Principal, quota_type: QuotaType) -> QuotaSensor | None:
+        """The sensor of `p`'s member in its pool of `quota_type`, once it has one."""
+        for entries in self._entries_of(p):
+            for ledger, found, _ in entries:
+                if ledger.quota_type == quota_type:
+                    member = ledger.members.get(found.key)
+                    return None if member is None else member.sensor
         return None
 
     # -- topic pools -------------------------------------------------------------------------------

@@ -154,10 +154,11 @@ class QuotaSensor:
                 # real usage, which includes what it used now.
                 t = shared.ledger.sync_interval
         if self.cap is not None and t > self.cap:
-            if self.steady and self.bucket is not None and t != math.inf:
-                # A capped quota (KIP-124) forgives what it does not enforce, as the sampled rate
-                # forgets: a debt past the cap would throttle requests still to come.
-                self.bucket.record(-(t - self.cap) * self.bucket.rate, now)
+            if self.steady and self.bucket is not None and self.span < t != math.inf:
+                # A capped quota (KIP-124) mutes one window at most, so a debt is repaid over later
+                # requests; past a span's worth it is forgiven (a GC pause, one huge request), as the
+                # sampled rate forgets it, so that no client is held at the cap for long.
+                self.bucket.record(-(t - self.span) * self.bucket.rate, now)
             t = self.cap
         self.line.until = now + t
         if t > 0:

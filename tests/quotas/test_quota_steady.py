@@ -77,17 +77,20 @@ def test_after_the_allowance_every_30_s_span_holds_the_quota_where_the_sampled_r
     assert min(sampled) < 0.95, (min(sampled), max(sampled))
 
 
-def test_a_capped_request_quota_forgives_what_it_does_not_enforce() -> None:
+def test_a_capped_request_quota_repays_its_debt_and_forgives_past_a_span() -> None:
     """request_rate 10/s over 2 windows of 1 s: the allowance is one window, 10 requests. 15 more at
-    once owe 1.5 s, capped at one window (KIP-124): the 0.5 s past the cap is forgiven, so the key
-    is paid at 1.0 s, as the mute it was given says."""
+    once owe 1.5 s, capped at one window (KIP-124): the debt stays, so the next requests pay it back
+    a window at a time. Owing more than a span's worth (2 s), the rest is forgiven."""
     m = manager(window_count=2, request_rate=10)
     for _ in range(10):
         assert m.record_request(P, 0.0, 0.0) == []
     throttles = [combine(m.record_request(P, 0.0, 0.0))[0] for _ in range(15)]
     assert throttles[-1] == 1.0 and max(throttles) == 1.0
-    # At 1.0 s the forgiven bucket is back at 0 (not at -5): the next request owes its own 0.1 s.
-    assert combine(m.record_request(P, 0.0, 1.0))[0] == pytest.approx(0.1)
+    # At 1.0 s, K = -15 + 10 = -5: the next request owes 0.6 s, its own and what the cap left.
+    assert combine(m.record_request(P, 0.0, 1.0))[0] == pytest.approx(0.6)
+    for _ in range(20):   # K = -26 at 1.0 s: 2.6 s owed, past the span: forgiven to 2 s
+        m.record_request(P, 0.0, 1.0)
+    assert combine(m.record_request(P, 0.0, 3.0))[0] == pytest.approx(0.1)   # K = -20 + 20 - 1
 
 
 def test_a_reload_to_another_algorithm_restarts_the_sensor_and_a_new_limit_keeps_the_debt() -> None:
@@ -100,3 +103,16 @@ def test_a_reload_to_another_algorithm_restarts_the_sensor_and_a_new_limit_keeps
                                             algorithm=TOKEN_BUCKET), 0.0)
     assert lines[-1] == "restarted 1 sensor(s) whose algorithm changed"
     assert m.record_produce(P, 22_000, 1, 1, 0.0) == []           # KIP-599's burst: 11 windows
+
+
+def test_a_steady_consumer_quota_caps_a_fetch_at_its_tokens_and_one_window() -> None:
+    """Kafka's cap, the allowance (10 windows of T), bounds a fresh consumer's Fetch; back from a
+    throttle it asks for what it has in tokens and one window more, so its bytes follow the line."""
+    m = manager(consumer_byte_rate=T)
+    assert m.fetch_max_bytes_cap(P, 0.0) == 10_000
+    m.record_fetch(P, 10_000, 1, 1, 0.0)                          # K = 0
+    assert m.fetch_max_bytes_cap(P, 0.0) == 1000
+    m.record_fetch(P, 1000, 1, 1, 0.0)                            # K = -1000: throttled 1 s
+    assert m.fetch_max_bytes_cap(P, 0.5) == 1000                  # still in debt: a window's worth
+    assert m.fetch_max_bytes_cap(P, 4.0) == 4000                  # K = 3000, and a window
+    assert m.fetch_max_bytes_cap(P) == 10_000                     # no time given: Kafka's
