@@ -122,7 +122,8 @@ def test_prefix_entries_and_algorithms() -> None:
      "quotas.entities[0].client_id_prefix: must not be empty"),
     ({"entities": [{"client_id": "c", "algorithm": "leaky", "request_rate": 1}]},
      "quotas.entities[0].algorithm: must be one of steady, sampled, token_bucket, got 'leaky'"),
-    ({"algorithm": "token-bucket"}, "quotas.algorithm: must be one of steady, sampled, token_bucket, got 'token-bucket'"),
+    ({"algorithm": "token-bucket"},
+     "quotas.algorithm: must be one of steady, sampled, token_bucket, got 'token-bucket'"),
     ({"entities": [{"client_id_prefix": "p", "algoritm": "sampled", "request_rate": 1}]},
      "quotas.entities[0].algoritm: unknown key; did you mean 'algorithm'?"),
 ])
