@@ -1,9 +1,10 @@
 """The Python Kafka clients behind the command line every family under tests/clients/ shares.
 
-Usage: python client.py LIBRARY produce|consume ARGS... (tests/clients/README.md), LIBRARY one of
-`confluent-kafka` (librdkafka), `kafka-python` (3.x, or 2.x when run by the interpreter of
-helpers.old_kafka_python's environment: both import `kafka`) and `aiokafka`. It imports nothing
-from the test suite, so any interpreter with its library installed runs it.
+Usage: python client.py LIBRARY produce|consume|mutate ARGS... (tests/clients/README.md), LIBRARY
+one of `confluent-kafka` (librdkafka), `kcat` (Debian's kcat, librdkafka too, fed records on its
+stdin), `kafka-python` (3.x, or 2.x when run by the interpreter of helpers.old_kafka_python's
+environment: both import `kafka`) and `aiokafka`. It imports nothing from the test suite, so any
+interpreter with its library installed runs it.
 
 Beyond the contract: `--outstanding-bytes N` bounds what is offered but not yet acknowledged
 (default 4 x `--batch-bytes`, as the Java program), so a test can let a client with 1 MB batches
@@ -11,7 +12,9 @@ pipeline a few of them; `--batch-bytes 0` leaves the library's own batch size (l
 `produce` also reports `offer_start`/`offer_end` and `consume` `consume_start`/`consume_end`, in
 `time.monotonic()`'s clock (the wire taps'). Throttle figures: librdkafka's statistics (the largest
 `brokers.*.throttle.max`, the mean of the windows' averages), kafka-python's `*-throttle-time-max`
-and `-avg` metrics; aiokafka records none (null).
+and `-avg` metrics; aiokafka and kcat record none (null). `mutate BOOTSTRAP PREFIX CLIENT_ID SECONDS
+[--partitions 2]` creates topics PREFIX-<n>, one CreateTopics request after another (a topic refused
+with THROTTLING_QUOTA_EXCEEDED is asked again), and reports `created`, [time, partitions] pairs.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -32,7 +38,7 @@ DRAIN_SECONDS = 60.0
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="client.py")
-    p.add_argument("library", choices=("confluent-kafka", "kafka-python", "aiokafka"))
+    p.add_argument("library", choices=("confluent-kafka", "kcat", "kafka-python", "aiokafka"))
     modes = p.add_subparsers(dest="mode", required=True)
     produce = modes.add_parser("produce")
     for name in ("bootstrap", "topic", "client_id"):
@@ -51,18 +57,26 @@ def _parser() -> argparse.ArgumentParser:
         consume.add_argument(name)
     consume.add_argument("count", type=int)
     consume.add_argument("timeout", type=float)
-    for sub in (produce, consume):
+    mutate = modes.add_parser("mutate")
+    for name in ("bootstrap", "prefix", "client_id"):
+        mutate.add_argument(name)
+    mutate.add_argument("seconds", type=float)
+    mutate.add_argument("--partitions", type=int, default=2)
+    for sub in (produce, consume, mutate):
         sub.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     return p
 
 
 def _conf(items: list[str]) -> dict[str, Any]:
-    """--conf values: ints and floats as numbers, true/false as booleans, the rest as strings."""
+    """--conf values: ints and floats as numbers, true/false as booleans, the rest as strings;
+    kafka-python's `api_version=0.11` as the tuple it takes."""
     out: dict[str, Any] = {}
     for item in items:
         key, _, raw = item.partition("=")
         value: Any = raw
-        if raw in ("true", "false"):
+        if key == "api_version":
+            value = tuple(int(part) for part in raw.split("."))
+        elif raw in ("true", "false"):
             value = raw == "true"
         else:
             for kind in (int, float):
@@ -213,6 +227,97 @@ def _rdkafka_poll(consumer: Any) -> list[tuple[bytes | None, int]]:
     return out
 
 
+def kcat_produce(a: argparse.Namespace, report: Report) -> None:
+    """kcat -P fed `key<TAB>value` lines; its queue (4 batches) bounds what is outstanding, the pipe
+    blocking while it is full. Delivery failures are the lines kcat prints about them."""
+    batch = a.batch_bytes or 1_000_000
+    bound = a.outstanding_bytes or 4 * max(batch, a.record_bytes)
+    argv = [shutil.which("kcat") or "kcat", "-P", "-b", a.bootstrap, "-t", a.topic, "-K", "\t", "-q",
+            "-X", f"client.id={a.client_id}", "-X", f"linger.ms={a.linger_ms}", "-X", f"acks={a.acks}",
+            "-X", f"compression.codec={a.compression}", "-X", f"queue.buffering.max.kbytes={max(1, bound // 1024)}"]
+    if a.batch_bytes:
+        argv += ["-X", f"batch.size={a.batch_bytes}"]
+    for item in a.conf:
+        argv += ["-X", item]
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=err, stdout=subprocess.DEVNULL)
+        assert proc.stdin is not None
+        sent, start = 0, time.monotonic()
+        deadline = start + a.seconds
+        value = b"x" * a.record_bytes
+        try:
+            while (a.max_records is None or sent < a.max_records) and time.monotonic() < deadline:
+                proc.stdin.write(b"k-%d\t%s\n" % (sent, value))
+                sent += 1
+            end = time.monotonic()
+            proc.stdin.close()
+            proc.wait(DRAIN_SECONDS)
+        except (BrokenPipeError, subprocess.TimeoutExpired) as exc:
+            report.error(repr(exc))
+            end = time.monotonic()
+            proc.kill()
+            proc.wait()
+        err.seek(0)
+        for line in err.read().decode(errors="replace").splitlines():
+            if "fail" in line.lower() or "error" in line.lower():
+                report.error(line.strip(), "timed out" in line.lower())
+        if proc.returncode not in (0, None):
+            report.error(f"kcat exited with {proc.returncode}")
+    report.acked = max(0, sent - report.failed)
+    report.out.update(sent=sent, offer_start=start, offer_end=end)
+
+
+def kcat_consume(a: argparse.Namespace, report: Report) -> dict[str, Any]:
+    argv = [shutil.which("kcat") or "kcat", "-C", "-b", a.bootstrap, "-G", a.group, a.topic, "-q", "-f", "%k\n",
+            "-X", f"client.id={a.client_id}", "-X", "auto.offset.reset=earliest", "-c", str(a.count)]
+    for item in a.conf:
+        argv += ["-X", item]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=a.timeout, check=False)
+        lines, stderr = done.stdout.splitlines(), done.stderr
+    except subprocess.TimeoutExpired as exc:   # the timeout ends it, as the contract's timeout does
+        lines, stderr = (exc.stdout or b"").splitlines(), exc.stderr or b""
+    for line in stderr.decode(errors="replace").splitlines():
+        if "error" in line.lower():
+            report.error(line.strip())
+    return {"consumed": len(lines), "keys_distinct": len(set(lines)), "consume_start": start,
+            "consume_end": time.monotonic()}
+
+
+def rdkafka_mutate(a: argparse.Namespace, report: Report) -> dict[str, Any]:
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": a.bootstrap, "client.id": a.client_id, "log_level": 3,
+                         **_conf(a.conf)})
+    return _mutate_loop(a, report, lambda name: admin.create_topics(
+        [NewTopic(name, a.partitions, 1)], operation_timeout=30, request_timeout=60)[name].result(90),
+        lambda exc: bool(exc.args) and isinstance(exc.args[0], KafkaError)
+        and exc.args[0].code() == KafkaError.THROTTLING_QUOTA_EXCEEDED)
+
+
+def _mutate_loop(a: argparse.Namespace, report: Report, create: Callable[[str], object],
+                 throttled: Callable[[Exception], bool]) -> dict[str, Any]:
+    created: list[list[float]] = []
+    refused, n, start = 0, 0, time.monotonic()
+    while time.monotonic() < start + a.seconds:
+        try:
+            create(f"{a.prefix}-{n}")
+        except Exception as exc:
+            if throttled(exc):
+                refused += 1
+                time.sleep(0.01)
+                continue
+            report.error(repr(exc))
+            if len(report.errors) >= MAX_ERRORS:
+                break
+        else:
+            created.append([time.monotonic(), a.partitions])
+        n += 1
+    return {"created": created, "refused_89": refused, "offer_start": start, "offer_end": time.monotonic()}
+
+
 # ---- kafka-python (3.x and 2.x) ------------------------------------------------------------------
 
 def _kafka_python_throttle(report: Report, metrics: dict[str, dict[str, Any]], group: str, prefix: str) -> None:
@@ -262,6 +367,26 @@ def kafka_python_produce(a: argparse.Namespace, report: Report) -> None:
     _kafka_python_throttle(report, producer.metrics(), "producer-metrics", "produce-throttle-time")
     producer.close(5)
     report.out.update(sent=sent, offer_start=start, offer_end=end)
+
+
+def kafka_python_mutate(a: argparse.Namespace, report: Report) -> dict[str, Any]:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import ThrottlingQuotaExceededError
+
+    admin = KafkaAdminClient(bootstrap_servers=a.bootstrap, client_id=a.client_id, **_conf(a.conf))
+
+    def create(name: str) -> None:
+        result = admin.create_topics([NewTopic(name, a.partitions, 1)], timeout_ms=60_000)
+        for topic in getattr(result, "topic_errors", None) or getattr(result, "topics", None) or ():
+            code = topic[1] if isinstance(topic, tuple) else getattr(topic, "error_code", 0)
+            if code == ThrottlingQuotaExceededError.errno:
+                raise ThrottlingQuotaExceededError()
+            if code:
+                raise RuntimeError(f"CreateTopics error {code}")
+    try:
+        return _mutate_loop(a, report, create, lambda exc: isinstance(exc, ThrottlingQuotaExceededError))
+    finally:
+        admin.close()
 
 
 def kafka_python_consume(a: argparse.Namespace, report: Report) -> dict[str, Any]:
@@ -370,6 +495,10 @@ def _consume_loop(a: argparse.Namespace, report: Report, poll: Callable[[], list
 
 
 def _version(library: str) -> str:
+    if library == "kcat":
+        done = subprocess.run([shutil.which("kcat") or "kcat", "-V"], capture_output=True, text=True, check=False)
+        found = [line for line in done.stdout.splitlines() if line.startswith("Version ")]
+        return " ".join(found[0].split()[1:2]) if found else "unknown"
     if library == "confluent-kafka":
         import confluent_kafka
 
@@ -383,14 +512,17 @@ def main(argv: list[str]) -> int:
     report = Report(a.library, _version(a.library))
     began = time.monotonic()
     if a.mode == "produce":
-        run = {"confluent-kafka": rdkafka_produce, "kafka-python": kafka_python_produce,
+        run = {"confluent-kafka": rdkafka_produce, "kcat": kcat_produce, "kafka-python": kafka_python_produce,
                "aiokafka": lambda a, r: asyncio.run(_aiokafka_produce(a, r))}[a.library]
         run(a, report)
         report.out.update(acked=report.acked, failed=report.failed, timeouts=report.timeouts)
-    else:
-        consume = {"confluent-kafka": rdkafka_consume, "kafka-python": kafka_python_consume,
+    elif a.mode == "consume":
+        consume = {"confluent-kafka": rdkafka_consume, "kcat": kcat_consume, "kafka-python": kafka_python_consume,
                    "aiokafka": lambda a, r: asyncio.run(_aiokafka_consume(a, r))}[a.library]
         report.out.update(consume(a, report))
+    else:
+        mutate = {"confluent-kafka": rdkafka_mutate, "kafka-python": kafka_python_mutate}[a.library]
+        report.out.update(mutate(a, report))
     report.out.update(errors=report.errors, seconds=time.monotonic() - began)
     print(json.dumps(report.out), flush=True)
     return 0
