@@ -218,12 +218,12 @@ def standard_cells(windows: Mapping[str, float], kind: str = "kafka", referee: b
         Cell("pool-sarama", "producer_byte_rate", 2 * quota, tuple(Member("sarama", f"pool-sarama-{m}")
                                                                    for m in "ab"), scope="pool"),
         _one("records-p", "producer_record_rate", quota / 1000, "confluent-kafka", **BATCHED),
-        _one("batches-p", "producer_batch_rate", quota / 12_500, "franz-go"),
+        _one("batches-p", "producer_batch_rate", quota / 25_000, "franz-go"),
         _one("records-c", "consumer_record_rate", quota / 1000, "java", conf=SMALL_FETCHES["java"]),
-        _one("batches-c", "consumer_batch_rate", quota / 12_500, "kafka-python", conf=SMALL_FETCHES["kafka-python"]),
+        _one("batches-c", "consumer_batch_rate", quota / 25_000, "kafka-python", conf=SMALL_FETCHES["kafka-python"]),
         # One request at a time (a request quota's response_pending): quotas a loaded machine's round
-        # trips still let a client exceed.
-        _one("requests", "request_rate", 20, "confluent-kafka", **TINY),
+        # trips still let a client exceed well, or its first allowance lasts most of a run.
+        _one("requests", "request_rate", 10, "confluent-kafka", **TINY),
         Cell("handler", "request_percentage", 1, tuple(Member("confluent-kafka", f"handler-{m}", TINY) for m in "abc"),
              scope="prefix"),
     ]
@@ -351,7 +351,7 @@ def largest_response(run: Run, cell: Cell) -> float:
 
 
 def _preload_bytes(cell: Cell, seconds: float) -> float:
-    per_record = {"byte": RECORD_BYTES, "record": 1, "batch": 1 / 16}[cell.unit] if cell.unit != "requests" else 1
+    per_record = {"byte": RECORD_BYTES, "record": 1, "batch": 1 / 16}[cell.unit]
     return 1.3 * cell.quota * seconds * RECORD_BYTES / per_record
 
 
@@ -375,9 +375,10 @@ def _watch_handler_time(run: Run, running: list[tuple[Member, Any]]) -> None:
 
 def _watch_kafka_request_time(stack: contextlib.ExitStack, run: Run, client_id: str, jmx_url: str) -> None:
     """Kafka's own measure of a client id's request_percentage (the Request sensor's `request-time`,
-    percent of a thread, over Kafka's windows), read every half second with Kafka's JmxTool."""
+    percent of a thread, over Kafka's windows), read every half second with Kafka's JmxTool (Kafka's
+    JmxReporter leaves the empty user tag out of the bean's name)."""
     argv = java_clients.java_command("org.apache.kafka.tools.JmxTool", "--jmx-url", jmx_url, "--object-name",
-                                     f"kafka.server:type=Request,user=,client-id={client_id}", "--attributes",
+                                     f"kafka.server:type=Request,client-id={client_id}", "--attributes",
                                      "request-time", "--reporting-interval", "500", "--wait")
     proc = stack.enter_context(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                                 stdin=subprocess.DEVNULL, text=True))
