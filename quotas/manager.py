@@ -22,17 +22,23 @@ from dataclasses import dataclass
 from kqp.quotas.changes import describe_changes
 from kqp.quotas.entities import Resolution, resolutions, resolve_key
 from kqp.quotas.fleet import FleetLedger, sensor_name
-from kqp.quotas.model import QUOTA_TYPES, TOKEN_BUCKET, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
-from kqp.quotas.pools import FETCH, PRODUCE, REQUEST, PoolBook
+from kqp.quotas.model import (
+    QUOTA_TYPES,
+    TOKEN_BUCKET,
+    ChargeKind,
+    EntitySpec,
+    Principal,
+    QuotaKey,
+    QuotaSettings,
+    QuotaType,
+)
+from kqp.quotas.pools import Pools
 from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
 
 __all__ = ["QuotaManager", "SensorState", "Violation", "combine"]
 
 MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
-# (quota type, index of the value it measures in the record_* call's (bytes, records, batches)).
-_PRODUCE = ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2))
-_FETCH = ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2))
 _PRODUCE_COUNTS = frozenset({QuotaType.PRODUCER_RECORD_RATE, QuotaType.PRODUCER_BATCH_RATE})
 _FETCH_COUNTS = frozenset({QuotaType.CONSUMER_RECORD_RATE, QuotaType.CONSUMER_BATCH_RATE})
 # Quotas whose throttle is known only once a request's response is back: the request quotas (handler
@@ -66,20 +72,21 @@ class QuotaManager:
         self.fleet = fleet
         if fleet is not None:
             fleet.configure(settings.window_size_seconds, settings.window_count)
-        self.pools = PoolBook(settings, now, fleet)
+        self.pools = Pools(settings, now, fleet)
         self._apply(settings)
 
     def _apply(self, settings: QuotaSettings) -> None:
         self._settings = settings
         on = settings.quota_types
-        self._produce = tuple(p for p in _PRODUCE if p[0] in on)
-        self._fetch = tuple(f for f in _FETCH if f[0] in on)
+        self._produce = tuple(p for p in ChargeKind.PRODUCE.types if p[0] in on)
+        self._fetch = tuple(f for f in ChargeKind.FETCH.types if f[0] in on)
         self._request = tuple(t for t in _REQUEST if t in on)
         self._mutation = MUTATION in on
         self._produce_counts = bool(_PRODUCE_COUNTS & on)
         self._fetch_counts = bool(_FETCH_COUNTS & on)
         self._on_response = bool(_ON_RESPONSE & on)
-        self._pooled = self.pools.kinds   # (produce, fetch, request): whether any principal pool charges it
+        # Whether any principal pool charges the kind: plain attributes, as read on every request.
+        self._pooled_produce, self._pooled_fetch, self._pooled_request = self.pools.kinds
 
     @property
     def settings(self) -> QuotaSettings:
@@ -172,15 +179,15 @@ class QuotaManager:
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Produce request: producer byte, record and batch rates (uncapped throttles)."""
         out = self._charge_all(self._produce, p, (nbytes, records, batches), now) if self._produce else []
-        if self._pooled[PRODUCE]:
-            self.pools.charge(p, PRODUCE, (nbytes, records, batches), now, out)
+        if self._pooled_produce:
+            self.pools.charge(p, ChargeKind.PRODUCE, (nbytes, records, batches), now, out)
         return out
 
     def record_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Fetch response: consumer byte, record and batch rates (uncapped throttles)."""
         out = self._charge_all(self._fetch, p, (nbytes, records, batches), now) if self._fetch else []
-        if self._pooled[FETCH]:
-            self.pools.charge(p, FETCH, (nbytes, records, batches), now, out)
+        if self._pooled_fetch:
+            self.pools.charge(p, ChargeKind.FETCH, (nbytes, records, batches), now, out)
         return out
 
     @property
@@ -199,8 +206,8 @@ class QuotaManager:
         """Take back a Fetch's usage (Kafka's `unrecordQuotaSensor`), for a throttled fetch
         answered empty: the client did not get those bytes, so they must not count."""
         values = (nbytes, records, batches)
-        if self._pooled[FETCH]:
-            self.pools.refund(p, FETCH, values, now)
+        if self._pooled_fetch:
+            self.pools.refund(p, ChargeKind.FETCH, values, now)
         if not self._fetch:
             return
         found = resolutions(self._settings, p)
@@ -219,8 +226,8 @@ class QuotaManager:
         throttles are capped at one window. Which APIs are exempt is the caller's decision.
         """
         out: list[Violation] = []
-        if self._pooled[REQUEST]:
-            self.pools.charge(p, REQUEST, (1.0,), now, out)
+        if self._pooled_request:
+            self.pools.charge(p, ChargeKind.REQUEST, (1.0,), now, out)
         if not self._request:
             return out
         found = resolutions(self._settings, p)
@@ -322,7 +329,7 @@ class QuotaManager:
     # -- queries -------------------------------------------------------------------------------
     def counts_produce_records(self, p: Principal) -> bool:
         """Whether a record or batch rate applies to `p`'s Produce (else counting is wasted work)."""
-        if self._pooled[PRODUCE] and self.pools.applies(p, _PRODUCE_COUNTS):
+        if self._pooled_produce and self.pools.applies(p, _PRODUCE_COUNTS):
             return True
         if not self._produce_counts:
             return False
@@ -330,7 +337,7 @@ class QuotaManager:
 
     def counts_fetch_records(self, p: Principal) -> bool:
         """Whether a record or batch rate applies to `p`'s Fetch responses."""
-        if self._pooled[FETCH] and self.pools.applies(p, _FETCH_COUNTS):
+        if self._pooled_fetch and self.pools.applies(p, _FETCH_COUNTS):
             return True
         if not self._fetch_counts:
             return False
@@ -343,9 +350,9 @@ class QuotaManager:
         request; a proxy that forwarded it already could not. The proxy forwards one request at a
         time for these principals instead.
         """
-        if (self._pooled[FETCH] or self._pooled[REQUEST]) and self.pools.applies(p, _ON_RESPONSE):
+        if (self._pooled_fetch or self._pooled_request) and self.pools.applies(p, _ON_RESPONSE):
             return True
-        if self.pools.reads[FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE):
+        if self.pools.reads[ChargeKind.FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE):
             return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
         if not self._on_response:
             return False
@@ -362,7 +369,7 @@ class QuotaManager:
             res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
             if res is not None:
                 limits.append(res.limit)
-        if self._pooled[FETCH]:
+        if self._pooled_fetch:
             pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE)
             if pooled is not None:
                 limits.append(pooled)

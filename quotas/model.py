@@ -27,6 +27,7 @@ from kqp.quotas.pool_spec import MemberShare, PoolSpec, pool_conflict
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal name for an unauthenticated connection
 DEFAULT = "<default>"  # Kafka's placeholder entity name (ZooKeeperInternals.DEFAULT_STRING)
 
+
 class QuotaType(enum.StrEnum):
     """What a quota measures, under the names Kafka's configs use. A `StrEnum`, so a member equals
     (and hashes as) its YAML key and metric label: settings parsed from text and code naming a type
@@ -44,6 +45,29 @@ class QuotaType(enum.StrEnum):
 
 
 QUOTA_TYPES: tuple[QuotaType, ...] = tuple(QuotaType)
+
+
+class ChargeKind(enum.IntEnum):
+    """What one charge is for: a Produce request, a Fetch response, any request. An `IntEnum`, so a
+    kind indexes the per-kind tuples (flags, caches) at the cost of a tuple index."""
+
+    PRODUCE = 0
+    FETCH = 1
+    REQUEST = 2
+
+    @property
+    def types(self) -> tuple[tuple[QuotaType, int], ...]:
+        """The rate quota types a charge of this kind counts in, each with the index of the value it
+        measures in the charge's values: (bytes, records, batches) for PRODUCE and FETCH, (1,) for
+        REQUEST (`request_percentage` measures handler time, not a value of the charge)."""
+        return _CHARGED[self]
+
+
+_CHARGED: tuple[tuple[tuple[QuotaType, int], ...], ...] = (
+    ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2)),
+    ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2)),
+    ((QuotaType.REQUEST_RATE, 0),),
+)
 
 # How a quota measures use (README "Quota algorithms"): Kafka's sampled rate, or KIP-599's token bucket.
 SAMPLED = "sampled"

@@ -1,7 +1,7 @@
 """Every pool of a quota manager: which pool ledger each request is charged to, and their life.
 
-`PoolBook` holds one `PoolLedger` per (pool, quota type) and answers the manager's per-request
-question in one cached lookup: for this principal and this kind of charge (a Produce, a Fetch
+`Pools` holds one `PoolLedger` per (pool, quota type) and answers the manager's per-request
+question in one cached lookup: for this principal and this `ChargeKind` (a Produce, a Fetch
 response, a request), which ledgers, as which member, with which of the call's values. A principal
 in no pool costs that lookup; with no pool configured the manager does not even ask (`kinds`).
 Topic pools are charged by `charge_topics`, which the proxy calls only while `topic_types` is not
@@ -17,18 +17,15 @@ from dataclasses import dataclass
 from kqp.quotas.adaptive import BudgetChange
 from kqp.quotas.adaptive_pools import AdaptivePool, AdaptiveView
 from kqp.quotas.fleet import FleetLedger
-from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
+from kqp.quotas.model import ChargeKind, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
 from kqp.quotas.pool_ledger import Member, PoolLedger
 from kqp.quotas.pool_membership import Membership, counts_for, membership, share_of, static_keys
 from kqp.quotas.pool_spec import PoolSpec
 from kqp.quotas.throttle import Violation
 
-PRODUCE, FETCH, REQUEST = 0, 1, 2   # the kinds of charge, each with its values' order
-KIND_TYPES: tuple[tuple[tuple[QuotaType, int], ...], ...] = (
-    ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2)),
-    ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2)),
-    ((QuotaType.REQUEST_RATE, 0),),
-)
+# The connection core still imports these names; the lead removes them once it imports ChargeKind.
+PRODUCE, FETCH = ChargeKind.PRODUCE, ChargeKind.FETCH
+_ANSWERED = (ChargeKind.PRODUCE, ChargeKind.FETCH)   # the kinds whose answers adaptive pools watch
 MAX_CACHED = 65536   # principals or topic names, as entities.py bounds its cache
 
 Entry = tuple[PoolLedger, Membership, int]   # a ledger, the member charged, the index of its value
@@ -61,7 +58,7 @@ class PoolState:
     adaptive: AdaptiveView | None = None   # an adaptive pool's law: target, latency, changes
 
 
-class PoolBook:
+class Pools:
     """The pools of one settings generation, their ledgers and the per-principal lookups."""
 
     def __init__(self, settings: QuotaSettings, now: float, fleet: FleetLedger | None = None) -> None:
@@ -96,12 +93,13 @@ class PoolBook:
             for key in list(ledger.members):
                 ledger.forget(key)
         principal = [ledger for ledger in self.ledgers.values() if not ledger.pool.topics]
-        self.kinds = tuple(any(ledger.quota_type in {t for t, _ in types} for ledger in principal)
-                           for types in KIND_TYPES)
+        #: Per `ChargeKind`: whether a principal pool charges it at all.
+        self.kinds = tuple(any(ledger.quota_type in {t for t, _ in kind.types} for ledger in principal)
+                           for kind in ChargeKind)
         self.topic_types = frozenset(ledger.quota_type for ledger in self.ledgers.values() if ledger.pool.topics)
         #: (Produce, Fetch): whether an adaptive pool may watch a principal's answered requests of the kind.
-        self.watch_kinds = tuple(any(a.ledger.quota_type in {t for t, _ in types} | {QuotaType.REQUEST_RATE}
-                                     for a in self.adaptive.values()) for types in KIND_TYPES[:2])
+        self.watch_kinds = tuple(any(a.ledger.quota_type in {t for t, _ in kind.types} | {QuotaType.REQUEST_RATE}
+                                     for a in self.adaptive.values()) for kind in _ANSWERED)
         #: (Produce, Fetch): whether the proxy must look further into the kind at all, for a topic pool
         #: of its byte rate or an adaptive pool watching it (else it reads headers and sizes only).
         self.reads = (QuotaType.PRODUCER_BYTE_RATE in self.topic_types or self.watch_kinds[0],
@@ -138,8 +136,8 @@ class PoolBook:
             if len(self._entries) >= MAX_CACHED:
                 self._entries.clear()
             per_kind: list[tuple[Entry, ...]] = []
-            for types in KIND_TYPES:
-                index = dict(types)
+            for kind in ChargeKind:
+                index = dict(kind.types)
                 per_kind.append(tuple(
                     (ledger, membership(self.settings, ledger.quota_type, p), index[ledger.quota_type])
                     for ledger in self.ledgers.values()
@@ -153,8 +151,9 @@ class PoolBook:
         member = ledger.members.get(found.key)
         return ledger.add(found, now) if member is None else member
 
-    def charge(self, p: Principal, kind: int, values: tuple[float, ...], now: float, out: list[Violation]) -> None:
-        """Charge `values` (in `KIND_TYPES[kind]`'s order) to `p`'s pools; violations go to `out`."""
+    def charge(self, p: Principal, kind: ChargeKind, values: tuple[float, ...], now: float,
+               out: list[Violation]) -> None:
+        """Charge `values` (in `kind.types`' order) to `p`'s pools; violations go to `out`."""
         for ledger, found, index in self._entries_of(p)[kind]:
             member = ledger.members.get(found.key)
             if member is None:
@@ -164,17 +163,17 @@ class PoolBook:
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
                                      member.sensor.pace(values[index], t, now), line=member.sensor.line))
 
-    def refund(self, p: Principal, kind: int, values: tuple[float, ...], now: float) -> None:
+    def refund(self, p: Principal, kind: ChargeKind, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
             member = ledger.members.get(found.key)
             if member is not None:
                 ledger.refund(member, values[index], now)
 
-    def pools_of(self, p: Principal, kind: int) -> tuple[PoolLedger, ...]:
+    def pools_of(self, p: Principal, kind: ChargeKind) -> tuple[PoolLedger, ...]:
         """The principal pools that charge `p`'s requests of `kind` (to attribute, say, their latency)."""
         return tuple(ledger for ledger, _, _ in self._entries_of(p)[kind])
 
-    def watching(self, p: Principal, kind: int) -> tuple[AdaptivePool, ...]:
+    def watching(self, p: Principal, kind: ChargeKind) -> tuple[AdaptivePool, ...]:
         """The adaptive pools that `p`'s answered requests of `kind` (PRODUCE or FETCH) report to: its
         principal pools of that kind's types, and of request_rate."""
         found = self._watch.get(p)
@@ -182,10 +181,11 @@ class PoolBook:
             if len(self._watch) >= MAX_CACHED:
                 self._watch.clear()
             entries = self._entries_of(p)
+            requests = entries[ChargeKind.REQUEST]
             found = self._watch[p] = tuple(tuple(
                 self.adaptive[key] for key in dict.fromkeys((ledger.pool.name, ledger.quota_type)
-                                                            for ledger, _, _ in (*entries[k], *entries[REQUEST]))
-                if key in self.adaptive) for k in (PRODUCE, FETCH))
+                                                            for ledger, _, _ in (*entries[k], *requests))
+                if key in self.adaptive) for k in _ANSWERED)
         return found[kind]
 
     def adaptive_changes(self, now: float) -> dict[str, list[tuple[QuotaType, BudgetChange]]]:

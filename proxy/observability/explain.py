@@ -95,15 +95,15 @@ class Explainer:
         }
 
     def _pools(self, principal: Principal, now: float) -> list[dict[str, Any]]:
-        book = self.quotas.pools
-        states = {(s.name, str(s.quota_type)): s for s in book.snapshot(now)}
+        pools = self.quotas.pools
+        states = {(s.name, str(s.quota_type)): s for s in pools.snapshot(now)}
         out = []
-        for spec in book.settings.pools:
+        for spec in pools.settings.pools:
             if not spec.selects(principal.user, principal.client_id):
                 continue
             for quota_type in spec.budgets:
                 state = states.get((spec.name, str(quota_type)))
-                key = membership(book.settings, quota_type, principal).key
+                key = membership(pools.settings, quota_type, principal).key
                 member = None if state is None else next((m for m in state.members if m.key == key), None)
                 out.append({
                     "pool": spec.name, "quota_type": str(quota_type), "topics": list(spec.topics),

@@ -1,6 +1,6 @@
 """Prometheus series for capacity pools: each pool's budget and usage, each member's division.
 
-Read from the quota manager's `PoolBook.snapshot` at scrape time, on the loop's thread, like the
+Read from the quota manager's `Pools.snapshot` at scrape time, on the loop's thread, like the
 per-entity quota gauges (metrics.py calls `pool_families`). A member is labelled by its quota key,
 as Kafka's quota metrics are tagged: `user`, `client_id` (empty when the member is a user or a
 prefix group) and `client_id_prefix` (empty unless it is a prefix group). Members are listed while
@@ -8,7 +8,7 @@ they take part in the division; one silent for a span drops out, and its series 
 sets expire with the members (and the members with `metrics.entity_expiry_seconds`, as sensors).
 
 `budget_changes` is `kqp explain`'s view of the same pools: an adaptive pool's recent changes of
-budget, each as a JSON-ready record, from `PoolBook.adaptive_changes`.
+budget, each as a JSON-ready record, from `Pools.adaptive_changes`.
 """
 
 from __future__ import annotations
