@@ -32,6 +32,7 @@ from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
 from kqp.proxy.runtime.fleet_redis import CHUNK, RedisExchange
 from kqp.proxy.runtime.fleet_redis_cluster import GROUPS, RedisClusterExchange, group_of
 from kqp.proxy.runtime.fleet_sync import FleetSync
+from kqp.quotas.adaptive_fleet import AdaptiveRequest
 from kqp.quotas.fleet import FleetLedger, SyncReply, SyncRequest
 from kqp.quotas.fleet_store import FleetStore
 
@@ -94,7 +95,7 @@ async def test_the_script_answers_as_the_store_does(tmp_path: Path, layout: str)
                     if (step + i) % 3:
                         fleet.usage_for(sensor, now).record(1000.5 * (i + 1) + step, now)
                 request = fleet.collect(now)
-                reply = await backend.exchange(request, soon())
+                reply, _ = await backend.exchange(request, soon())
                 expected = store.exchange(request, reply.now)
                 assert as_one_store(reply) == expected, f"step {step}, instance {i}"
                 for item, totals in zip(request.sensors, reply.sensors, strict=True):
@@ -124,7 +125,7 @@ async def test_many_sensors_go_in_chunks_and_answer_alike(tmp_path: Path, layout
             for i in range(count):
                 fleet.usage_for(f"request_rate::c{i}", now).record(i + 0.25, now)
             request = fleet.collect(now)
-            reply = await backend.exchange(request, soon())
+            reply, _ = await backend.exchange(request, soon())
             assert as_one_store(reply) == store.exchange(request, reply.now)
             assert len(reply.sensors) == count
         assert reply.sensors[-1].windows and reply.sensors[-1].others_active == 1
@@ -241,10 +242,11 @@ async def test_run_stops_between_exchanges_as_soon_as_asked(tmp_path: Path) -> N
         backend, exchanged, stop = redis_exchange(server.url), asyncio.Event(), asyncio.Event()
         real_exchange = backend.exchange
 
-        async def exchange(request: SyncRequest, deadline: float) -> SyncReply:   # the real one, then a signal
-            reply = await real_exchange(request, deadline)
+        async def exchange(request: SyncRequest, deadline: float,   # the real one, then a signal
+                           adaptive: AdaptiveRequest | None = None) -> tuple[SyncReply, None]:
+            reply, _ = await real_exchange(request, deadline)
             exchanged.set()
-            return reply
+            return reply, None
 
         backend.exchange = exchange   # type: ignore[method-assign]
         sync = FleetSync(ledger("a"), backend, 60.0, TIMEOUT, time.monotonic)
@@ -267,7 +269,7 @@ async def test_a_redis_restarted_empty_gets_the_usage_again(tmp_path: Path) -> N
         now = time.monotonic()
         a.usage_for(name, now).record(700, now)
         request = a.collect(now)
-        a.merge(request, await backend.exchange(request, soon()), now, time.monotonic())
+        a.merge(request, (await backend.exchange(request, soon()))[0], now, time.monotonic())
         first.kill()
         second.start()   # the same port, nothing kept
         for fleet in (a, a, b):   # a sees a new epoch, then sends its 700 again; b reads them
