@@ -39,7 +39,7 @@ from kqp.quotas.model import QuotaSettings
 from .quota_history import append_history
 from .reload import POLL_SECONDS, file_stamp
 
-__all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "read_state", "write_atomically"]
+__all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "open_state", "read_state", "write_atomically"]
 
 log = logging.getLogger("kqp.admin")
 
@@ -58,6 +58,15 @@ def read_state(path: str) -> AdminLayer:
     if not os.path.exists(path):
         return MappingProxyType({})
     return parse_state(read_file(path), path)
+
+
+def open_state(path: str) -> AdminLayer:
+    """The state file's layer, as kqp starts with it; ConfigError when kqp could not keep it (a
+    directory it cannot write in) or it does not load."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError("admin.state_file", f"kqp cannot write in the directory {directory}")
+    return read_state(path)
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -84,10 +93,7 @@ class QuotaStore:
     def __init__(self, path: str, base: QuotaSettings, apply: Callable[[QuotaSettings], list[str]],
                  audit: QuotaAudit | None = None) -> None:
         self.path, self.base = path, base
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise ConfigError("admin.state_file", f"kqp cannot write in the directory {directory}")
-        self.layer = read_state(path)   # a file that does not load stops kqp here
+        self.layer = open_state(path)   # a file that does not load stops kqp here
         self._apply = apply
         self.audit = audit or QuotaAudit()
         self._stamp = file_stamp(path)
