@@ -81,20 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> ProxyConfig:
-    """The config `kqp run` would start with, refused as one line on stderr (ConfigError) where it
-    would not start: the same code for `run` and `check-config`."""
-    cfg = load_config(args.config) if args.config else None
-    config = with_overrides(cfg, upstream=args.upstream, listen=args.listen, advertised_host=args.advertised_host)
-    preflight(config, args.workers)
+def _load(args: argparse.Namespace) -> ProxyConfig | None:
+    """The config `kqp run` would start with, or None where it would not start, said as one line on
+    stderr: the same code for `run` and `check-config`."""
+    try:
+        cfg = load_config(args.config) if args.config else None
+        config = with_overrides(cfg, upstream=args.upstream, listen=args.listen, advertised_host=args.advertised_host)
+        preflight(config, args.workers)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return None
     return config
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        config = _load(args)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
+    if (config := _load(args)) is None:
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
     tune_malloc()  # before any worker is forked: they inherit it
@@ -119,10 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    try:
-        config = _load(args)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
+    if (config := _load(args)) is None:
         return EXIT_USAGE
     entities = len(config.quotas.entities)
     print(f"{args.config}: ok (listen {config.listen}, {len(config.upstream.bootstrap_servers)} upstream "
