@@ -40,9 +40,10 @@ pytestmark = needs_redis
 TIMEOUT = 0.25
 
 
-def ledger(name: str, expected: int = 1, interval: float = 0.1) -> FleetLedger:
+def ledger(name: str, expected: int = 1, interval: float = 0.1, window: float = 0.2) -> FleetLedger:
     # Windows of 0.2 s x 11 around the wall clock, as a live kqp's would be.
-    return FleetLedger(name, f"epoch-{name}", 0.2, 11, expected, interval, clock_offset=time.time() - time.monotonic())
+    return FleetLedger(name, f"epoch-{name}", window, 11, expected, interval,
+                       clock_offset=time.time() - time.monotonic())
 
 
 def redis_exchange(url: str, password: str | None = None, prefix: str = "t",
@@ -120,7 +121,10 @@ async def test_many_sensors_go_in_chunks_and_answer_alike(tmp_path: Path, layout
             # A 1 s interval keeps an instance present for 10 s: a's exchange of thousands of sensors
             # can take about a second on a busy machine, and the spec counts presence in float
             # seconds where the script counts whole milliseconds; at the edge of live_ms they differ.
-            fleet = ledger(name, interval=1.0)
+            # Windows of 1 s likewise keep a's usage (13 s) and activity (11 s) in every slot group's
+            # answer: each group's script reads TIME when it runs, seconds after the home group's on
+            # a loaded cluster, and with 0.2 s windows a's usage had aged out of the last groups.
+            fleet = ledger(name, interval=1.0, window=1.0)
             now = time.monotonic()
             for i in range(count):
                 fleet.usage_for(f"request_rate::c{i}", now).record(i + 0.25, now)
