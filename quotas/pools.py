@@ -23,8 +23,6 @@ from kqp.quotas.pool_membership import Membership, counts_for, membership, share
 from kqp.quotas.pool_spec import PoolSpec
 from kqp.quotas.throttle import Violation
 
-# The connection core still imports these names; the lead removes them once it imports ChargeKind.
-PRODUCE, FETCH = ChargeKind.PRODUCE, ChargeKind.FETCH
 _ANSWERED = (ChargeKind.PRODUCE, ChargeKind.FETCH)   # the kinds whose answers adaptive pools watch
 MAX_CACHED = 65536   # principals or topic names, as entities.py bounds its cache
 

@@ -1,6 +1,6 @@
 """What topic pools read of a Produce or a Fetch: its records bytes per topic, names resolved.
 
-Only for a principal a topic pool takes (`PoolBook.wants_topics`): the frame's records bytes per
+Only for a principal a topic pool takes (`Pools.wants_topics`): the frame's records bytes per
 topic (`kqp.protocol.topic_bytes`), ids resolved to names through the topic cache where the version
 names topics by id (KIP-516). A Produce naming an id the cache does not know is held for one topic
 lookup first (the cache learns ids from the Metadata answers clients get); a Fetch response's unknown
