@@ -25,8 +25,8 @@ from kafka.protocol.old.list_offsets import ListOffsetsRequest_v0, ListOffsetsRe
 from kqp.protocol.advertised import BODY_APIS
 from kqp.protocol.apis import ApiKey
 from kqp.proxy.connection import events as ev
-from kqp.proxy.connection.handlers.registry import SASL_APIS
 from kqp.proxy.connection.events import MuteReason
+from kqp.proxy.connection.handlers.registry import SASL_APIS
 from kqp.proxy.policies.mutation_gate import GATED_APIS
 from kqp.proxy.policies.quota_admin import ADMIN_APIS, QuotaAdmin
 

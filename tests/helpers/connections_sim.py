@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 from kqp.protocol.apis import ApiKey
 from kqp.proxy.connection.events import Action, SetTimer
-from kqp.proxy.connection.plans import PASS, Flight
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.mute import MuteState
+from kqp.proxy.connection.plans import PASS, Flight
 from kqp.proxy.connection.throttling import Throttling
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings

@@ -19,7 +19,8 @@ from kqp.proxy.policies.topic_metadata import TopicMetadata
 DEFAULT = 3     # the controller's num.partitions in these cases
 
 
-CHECKS = {ApiKey.CreateTopics: create_topic, ApiKey.DeleteTopics: delete_topic, ApiKey.CreatePartitions: create_partitions}
+CHECKS = {ApiKey.CreateTopics: create_topic, ApiKey.DeleteTopics: delete_topic,
+          ApiKey.CreatePartitions: create_partitions}
 
 
 def verdict(api: int, topic, topics, looked_up: bool, default_partitions: int = 1) -> Verdict:
