@@ -34,6 +34,10 @@ class ProxyObserver:
 
     def throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None: ...
 
+    def observed_throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None:
+        """A request would have been throttled for `seconds` had `principal`'s observed `quota_type`
+        been enforced (`mode: observe`): counted only, nothing was told or muted."""
+
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         """A connection was muted by a throttle that `principal`'s `quota_type` caused."""
 
