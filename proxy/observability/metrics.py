@@ -67,6 +67,7 @@ class _Entity:
     requests: dict[int, int] = field(default_factory=dict)          # api key -> count
     handler: float | None = None                                    # seconds
     throttle: dict[str, list[float]] = field(default_factory=dict)  # quota -> [seconds, responses]
+    observed: dict[str, list[float]] = field(default_factory=dict)  # mode observe: quota -> [seconds, requests]
     muted: dict[str, float] = field(default_factory=dict)           # quota -> connection-seconds muted
 
 
@@ -113,6 +114,7 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         # (entity, quota) -> [connections muted now, when that number last changed]
         self._muted: dict[tuple[Principal, str], list[float]] = {}
         self.clients, self.recent = ClientStats(), RecentThrottles(self.max_entities)   # client_metrics.py
+        self.recent_observed = RecentThrottles(self.max_entities)   # what observed quotas would have throttled
         self.quotas: QuotaManager | None = None
         self.upstream: Callable[[], UpstreamHealth] | None = None
         self.readiness: Callable[[], tuple[bool, str]] | None = None
@@ -156,6 +158,10 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
             e = self._entities[p] = _Entity(p.user, p.client_id, self.now())
         return e
 
+    def principals(self) -> list[Principal]:
+        """The principals seen within `entity_expiry_seconds` (the `other` bucket left out)."""
+        return [p for p in self._entities if p != _OTHER_PRINCIPAL]
+
     @property
     def entity_count(self) -> int:
         """Distinct label sets held, the `other` bucket included."""
@@ -169,6 +175,7 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         for p in stale:
             del self._entities[p]
         self.recent.forget(stale)
+        self.recent_observed.forget(stale)
         self.clients.expire(now, limit)
         if self.quotas is not None:
             self.quotas.expire(now, limit)
@@ -231,6 +238,15 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         totals[1] += 1
         self.recent.add(principal, quota_type, seconds, self.now())
 
+    def observed_throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None:
+        observed = self._entity(principal).observed
+        totals = observed.get(quota_type)
+        if totals is None:
+            totals = observed[quota_type] = [0.0, 0]
+        totals[0] += seconds
+        totals[1] += 1
+        self.recent_observed.add(principal, quota_type, seconds, self.now())
+
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
         muted = self._muted.get(key)
@@ -286,6 +302,10 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                             "quota that caused it", ("quota", *ENTITY))
         muted = counter("kqp_muted_seconds", "Seconds client connections spent muted by a throttle, summed "
                         "over the entity's connections, by the quota that caused it", ("quota", *ENTITY))
+        observed = counter("kqp_observed_throttle_seconds", "Throttle time quotas in mode observe would have given "
+                           "(nothing was told or muted), by the quota that would have caused it", ("quota", *ENTITY))
+        observed_n = counter("kqp_observed_throttled_requests", "Requests quotas in mode observe would have "
+                             "throttled, by the quota that would have caused it", ("quota", *ENTITY))
         now = self.now()
         for key, running in self._muted.items():   # mutes still running count up to this scrape
             self._fold(key, running, now)
@@ -303,7 +323,10 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                 throttled.add_metric((quota, *who), n)
             for quota, seconds in e.muted.items():
                 muted.add_metric((quota, *who), seconds)
-        yield from (nbytes, records, requests, handler, throttle, throttled, muted)
+            for quota, (seconds, n) in e.observed.items():
+                observed.add_metric((quota, *who), seconds)
+                observed_n.add_metric((quota, *who), n)
+        yield from (nbytes, records, requests, handler, throttle, throttled, muted, observed, observed_n)
         connections = GaugeMetricFamily("kqp_connections", "Open client connections", labels=("listener",))
         for listener, n in self._connections.items():
             connections.add_metric((listener,), n)

@@ -331,3 +331,25 @@ def test_upstream_anomalies_are_counted_by_kind() -> None:
     obs.upstream_anomaly("unreadable")
     assert value(obs, "kqp_upstream_anomalies_total", kind="unawaited") == 2
     assert value(obs, "kqp_upstream_anomalies_total", kind="unreadable") == 1
+
+
+def test_observed_throttles_count_apart_and_observed_quotas_and_pools_are_marked() -> None:
+    from kqp.quotas.pool_spec import MemberSelector, PoolSpec
+
+    obs, clock = make()
+    spec = EntitySpec(None, "metered")
+    pool = PoolSpec("ingest", {"consumer_byte_rate": 1000.0}, (MemberSelector(client_id="free"),), mode="observe")
+    quotas = bound(clock, QuotaSettings(entities={spec: {"producer_byte_rate": 100.0}}, modes={spec: "observe"},
+                                        pools=(pool,)), obs)
+    obs.request(METERED, ApiKey.Produce, 1100)
+    quotas.record_fetch(FREE, 10, 0, 0, 0.0)
+    obs.observed_throttled(METERED, "producer_byte_rate", 2.5)
+    obs.observed_throttled(METERED, "producer_byte_rate", 0.5)
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    assert value(obs, "kqp_observed_throttle_seconds_total", quota="producer_byte_rate", **who) == 3.0
+    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 2
+    assert value(obs, "kqp_throttle_seconds_total", quota="producer_byte_rate", **who) is None   # nothing told
+    assert value(obs, "kqp_quota_observed", quota="producer_byte_rate", **who) == 1
+    assert value(obs, "kqp_pool_observed", pool="ingest", quota="consumer_byte_rate") == 1
+    assert obs.recent_observed.summary(METERED, 0.0, 300)["producer_byte_rate"]["count"] == 2
+    assert not obs.recent.summary(METERED, 0.0, 300)
