@@ -13,6 +13,8 @@ from kqp.quotas.model import Principal, QuotaType
 class ProxyObserver:
     #: Whether produce/fetch record counts are wanted even when no record quota needs them.
     wants_records: bool = False
+    #: Whether every Produce's and Fetch response's bytes per topic are wanted (`topic_bytes`).
+    wants_topics: bool = False
 
     def connection_opened(self, listener: str) -> None: ...
 
@@ -29,6 +31,9 @@ class ProxyObserver:
     def produced(self, principal: Principal, nbytes: int, records: int) -> None: ...
 
     def fetched(self, principal: Principal, nbytes: int, records: int) -> None: ...
+
+    def topic_bytes(self, principal: Principal, direction: str, sizes: tuple[tuple[str, int], ...]) -> None:
+        """A Produce request's (`produce`) or a Fetch response's (`fetch`) records bytes per topic."""
 
     def handler_time(self, principal: Principal, seconds: float) -> None: ...
 

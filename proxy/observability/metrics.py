@@ -68,6 +68,7 @@ class _Entity:
     handler: float | None = None                                    # seconds
     throttle: dict[str, list[float]] = field(default_factory=dict)  # quota -> [seconds, responses]
     observed: dict[str, list[float]] = field(default_factory=dict)  # mode observe: quota -> [seconds, requests]
+    topics: dict[tuple[str, str], int] = field(default_factory=dict)  # (direction, topic) -> records bytes
     muted: dict[str, float] = field(default_factory=dict)           # quota -> connection-seconds muted
 
 
@@ -99,11 +100,13 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
 
     def __init__(self, *, entity_expiry_seconds: float = 3600.0, max_entities: int = 10_000,
                  clock: Callable[[], float] | None = None, registry: CollectorRegistry | None = None,
-                 process_metrics: bool = True) -> None:
+                 process_metrics: bool = True, topic_bytes: bool = False) -> None:
         if entity_expiry_seconds <= 0 or max_entities < 1:
             raise ValueError("entity_expiry_seconds must be > 0 and max_entities >= 1")
         self.entity_expiry_seconds = float(entity_expiry_seconds)
         self.max_entities = int(max_entities)
+        self.wants_topics = topic_bytes
+        self._topic_series = 0   # (entity, direction, topic) series held, bounded by max_entities
         self._clock = clock
         self._entities: dict[Principal, _Entity] = {}
         self._connections: dict[str, int] = {}
@@ -126,7 +129,8 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
 
     @classmethod
     def from_config(cls, config: MetricsConfig) -> PrometheusObserver:
-        return cls(entity_expiry_seconds=config.entity_expiry_seconds, max_entities=config.max_entities)
+        return cls(entity_expiry_seconds=config.entity_expiry_seconds, max_entities=config.max_entities,
+                   topic_bytes=config.topic_bytes)
 
     @staticmethod
     def for_proxy(config: MetricsConfig) -> ProxyObserver:
@@ -173,7 +177,7 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         limit = self.entity_expiry_seconds
         stale = [p for p, e in self._entities.items() if now - e.seen >= limit]
         for p in stale:
-            del self._entities[p]
+            self._topic_series -= len(self._entities.pop(p).topics)
         self.recent.forget(stale)
         self.recent_observed.forget(stale)
         self.clients.expire(now, limit)
@@ -224,6 +228,18 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
 
     def fetched(self, principal: Principal, nbytes: int, records: int) -> None:
         self._traffic(principal, "fetch", nbytes, records)
+
+    def topic_bytes(self, principal: Principal, direction: str, sizes: tuple[tuple[str, int], ...]) -> None:
+        topics = self._entity(principal).topics
+        for topic, nbytes in sizes:
+            key = (direction, topic)
+            if key not in topics:
+                if self._topic_series >= self.max_entities:
+                    key = (direction, OTHER)   # past the cap: one more series per entity at most
+                if key not in topics:
+                    self._topic_series += 1
+                    topics[key] = 0
+            topics[key] += nbytes
 
     def handler_time(self, principal: Principal, seconds: float) -> None:
         e = self._entity(principal)
@@ -306,6 +322,8 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                            "(nothing was told or muted), by the quota that would have caused it", ("quota", *ENTITY))
         observed_n = counter("kqp_observed_throttled_requests", "Requests quotas in mode observe would have "
                              "throttled, by the quota that would have caused it", ("quota", *ENTITY))
+        topic_bytes = counter("kqp_topic_bytes", "Record bytes per topic of Produce requests and Fetch responses "
+                              "(metrics.topic_bytes)", ("direction", *ENTITY, "topic"))
         now = self.now()
         for key, running in self._muted.items():   # mutes still running count up to this scrape
             self._fold(key, running, now)
@@ -326,7 +344,11 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
             for quota, (seconds, n) in e.observed.items():
                 observed.add_metric((quota, *who), seconds)
                 observed_n.add_metric((quota, *who), n)
+            for (direction, topic), b in e.topics.items():
+                topic_bytes.add_metric((direction, *who, topic), b)
         yield from (nbytes, records, requests, handler, throttle, throttled, muted, observed, observed_n)
+        if self.wants_topics:
+            yield topic_bytes
         connections = GaugeMetricFamily("kqp_connections", "Open client connections", labels=("listener",))
         for listener, n in self._connections.items():
             connections.add_metric((listener,), n)
