@@ -5,11 +5,9 @@ time its connections spent throttled, its muted connections; furthest over any q
 client-id prefix group has a row of its own (`etl-*`) followed by its members, indented, each with
 its own usage, so the members add up to the group. Pools (top_pools.py) and client software
 (top_clients.py) follow. Rates against limits are kqp's own quota measurements; everything else is
-a counter differentiated between two reads, THROTTLED included: seconds muted by a throttle per
-second (`kqp_muted_seconds_total`, 1.00 is one connection muted all the time), not the throttle
-time given, which a long mute reports at once. While any quota is in mode observe, MODE and
-WOULD THROTTLE (the throttle time observed quotas would have given, per second) are shown too.
-`--once` reads twice, one interval apart.
+a counter differentiated between two reads: THROTTLED is seconds muted by a throttle per second
+(`kqp_muted_seconds_total`; 1.00 is one connection always muted), MODE and WOULD THROTTLE (shown
+while a quota is observed) what observed quotas would have given. `--once` reads twice.
 
 Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
 and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
