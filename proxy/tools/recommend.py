@@ -28,7 +28,7 @@ from kqp.quotas.entities import resolutions
 from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings
 
 from .prometheus_api import Prometheus, PrometheusError, format_duration, parse_duration
-from .usage_history import Entities, Period, entity_entry, principal_of
+from .usage_history import Entities, Period, entity_entry, per_principal, principal_of
 
 __all__ = ["Observed", "Proposal", "add_parser", "nice", "propose", "render", "run"]
 
@@ -97,7 +97,7 @@ def propose(period: Period, entities: Entities, q: float, headroom: float, span:
     step = max(period.scrape_seconds, period.since / MAX_POINTS)
     out: list[Proposal] = []
     for quota_type, counter, _ in RATES:
-        found = period.matrix(f"sum by (user, client_id) (rate({counter}[{window}]))", step)
+        found = period.matrix(per_principal("rate", counter, window), step)
         for key, (points, members) in _series(found, entities, quota_type).items():
             values = [v for v in points.values() if v > 0]   # while it was active: a job that runs an hour a
             if not values:                                   # day needs its quota for that hour

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .prometheus_api import Prometheus, PrometheusError, parse_duration
-from .usage_history import Entities, Period, principal_of
+from .usage_history import Entities, Period, per_principal, principal_of
 
 __all__ = ["CSV_COLUMNS", "Row", "add_parser", "collect", "render", "run"]
 
@@ -72,7 +72,7 @@ def collect(period: Period, by_topic: bool = False) -> Report:
     """The period's rows (module docstring); PrometheusError if kqp exports no per-topic bytes."""
     rows: dict[tuple[str, str], Row] = {}
     for column, counter in COUNTERS.items():
-        for series in period.vector(f"sum by (user, client_id) (increase({counter}[{period.range}]))"):
+        for series in period.vector(per_principal("increase", counter, period.range)):
             p = principal_of(series["metric"])
             row = rows.setdefault((p.user, p.client_id), Row(p.user, p.client_id))
             setattr(row, column, float(series["value"][1]))
@@ -84,7 +84,7 @@ def collect(period: Period, by_topic: bool = False) -> Report:
 
 
 def _split(period: Period, rows: list[Row]) -> list[Row]:
-    found = period.vector(f"sum by (user, client_id, direction, topic) (increase({TOPIC_COUNTER}[{period.range}]))")
+    found = period.vector(per_principal("increase", TOPIC_COUNTER, period.range, ("direction", "topic")))
     if not found and not period.prometheus.series(TOPIC_COUNTER, period.start, period.end):
         raise PrometheusError(f"no {TOPIC_COUNTER} on {period.prometheus.url}: kqp counts bytes per topic only with "
                               "metrics.topic_bytes: true in its config; set it and restart kqp, or leave out --by "

@@ -22,11 +22,15 @@ from kqp.quotas.model import ANONYMOUS, Principal, QuotaKey, QuotaSettings
 
 from .prometheus_api import Prometheus, PrometheusError, format_duration
 
-__all__ = ["Entities", "Period", "entity_entry", "principal_of"]
+__all__ = ["Entities", "Period", "entity_entry", "per_principal", "principal_of"]
 
 # How far back kqp's series are looked for when none is in the period: to tell "not scraping kqp" apart.
 LOOK_BACK_SECONDS = 30 * 86400.0
 DEFAULT_SCRAPE_SECONDS = 15.0
+# The labels of kqp's per-principal counters besides user and client_id (deploy/prometheus/README.md).
+COUNTER_LABELS = {"kqp_bytes_total": ("direction",), "kqp_requests_total": ("api",),
+                  "kqp_throttle_seconds_total": ("quota",), "kqp_observed_throttle_seconds_total": ("quota",),
+                  "kqp_topic_bytes_total": ("direction", "topic")}
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,14 @@ def _scrape_seconds(prometheus: Prometheus, since: float, end: float) -> float:
     gaps = [float(b[0]) - float(a[0]) for series in found for a, b in zip(series["values"], series["values"][1:],
                                                                               strict=False)]
     return statistics.median(gaps) if gaps else DEFAULT_SCRAPE_SECONDS
+
+
+def per_principal(function: str, counter: str, window: str, by: tuple[str, ...] = ()) -> str:
+    """PromQL: `function` (rate, increase) of a kqp counter (a selector of one) per principal and `by`,
+    summed over every kqp scraped, each counted once even where two scrape jobs read it (one `instance`)."""
+    labels = ", ".join(dict.fromkeys(("user", "client_id", *by, *COUNTER_LABELS.get(counter.split("{")[0], ()))))
+    return (f"sum by (user, client_id{''.join(', ' + b for b in by)}) "
+            f"(max by ({labels}, instance) ({function}({counter}[{window}])))")
 
 
 def principal_of(labels: Mapping[str, str]) -> Principal:

@@ -2,14 +2,14 @@
 
 Three confluent-kafka producers send 10 kB records through kqp at 50, 100 and 200 kB/s for a minute
 (`helpers.steady_producer`, paced); a Prometheus (`helpers.prometheus_server`) scrapes kqp's metrics
-endpoint every second. Then the commands run as users run them (`kqp ...` in a subprocess):
-`recommend --since 2m --config` proposes each client id a producer_byte_rate between 1.0 and 2.5 x
-the rate it sent at (0.95 quantile x 1.2 headroom: about 1.2 x for a steady rate), as YAML that parses,
-and marks the one client id the config already limits (an observed 100 kB/s) with its old value;
-`report --since 2m --format csv` gives each client id's produced bytes within 20 % of the record
-bytes it sent (kqp counts whole Produce frames: a few per cent more), and `--by topic` (kqp's
-`metrics.topic_bytes` on) splits them per topic, adding up. Once kqp is gone and the range holds
-none of its samples, both commands say so in one line and exit 1.
+endpoint every second, in two jobs (each kqp must still count once). Then the commands run as users
+run them (`kqp ...` in a subprocess): `recommend --since 2m --config` proposes each client id a
+producer_byte_rate between 1.0 and 2.5 x the rate it sent at (0.95 quantile x 1.2 headroom: about
+1.2 x for a steady rate), as YAML that parses, and marks the one client id the config already limits
+(an observed 100 kB/s) with its old value; `report --since 2m --format csv` gives each client id's
+produced bytes within 20 % of the record bytes it sent (kqp counts whole Produce frames: a few per
+cent more), and `--by topic` (kqp's `metrics.topic_bytes` on) splits them per topic. Once kqp is
+gone and the range holds none of its samples, both commands say so in one line and exit 1.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_recommend_and_report_read_a_minute_of_traffic_from_prometheus(mock_clus
     quotas = {"entities": [{"client_id": "steady-100", "producer_byte_rate": 100_000, "mode": "observe"}]}
     proxy = kqp(mock_cluster, quotas, metrics={"listen": "127.0.0.1:0", "topic_bytes": True})
     host, port = split_host_port(metrics_url(proxy).removeprefix("http://"))
-    with prometheus(tmp_path, [f"{host}:{port}"]) as prom:
+    with prometheus(tmp_path, [f"{host}:{port}"], twice=True) as prom:
         deadline = time.monotonic() + 10
         while not query(prom, 'up{job="kqp"} == 1'):   # kqp scraped before the first byte: all of it is seen
             assert time.monotonic() < deadline, "prometheus never scraped kqp"

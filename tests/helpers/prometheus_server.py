@@ -2,8 +2,9 @@
 
 `prometheus(directory, targets)` runs it from deploy/prometheus/prometheus.yml with the scrape and
 evaluation intervals shortened to 1 s and `targets` as its kqp job's targets (none: it scrapes no
-kqp), the shipped alert rules loaded (`edit_rules` may change them first), and yields its base URL;
-it is stopped on exit. `api` and `query` ask its HTTP API.
+kqp; `twice`: a second job scrapes them too, as a pods job and a service-endpoints job may), the
+shipped alert rules loaded (`edit_rules` may change them first), and yields its base URL; it is
+stopped on exit. `api` and `query` ask its HTTP API.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
 @contextmanager
-def prometheus(directory: Path, targets: Sequence[str], *,
+def prometheus(directory: Path, targets: Sequence[str], *, twice: bool = False,
                edit_rules: Callable[[dict[str, Any]], None] | None = None) -> Iterator[str]:
     if not os.path.exists(PROMETHEUS):
         pytest.skip("needs Prometheus: apt-get install -y prometheus")
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["scrape_configs"][0]["static_configs"] = [{"targets": list(targets)}]
+    if twice:
+        config["scrape_configs"].append({**config["scrape_configs"][0], "job_name": "kqp-again"})
     rules = yaml.safe_load((DEPLOY / "prometheus" / "kqp-alerts.yml").read_text())
     if edit_rules is not None:
         edit_rules(rules)
