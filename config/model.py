@@ -225,6 +225,7 @@ class MetricsConfig:
     listen: HostPort | None
     entity_expiry_seconds: float
     max_entities: int
+    topic_bytes: bool = False   # kqp_topic_bytes_total: every request's topics read (the report's --by topic)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 A pool names a budget per quota type, its members (selectors on the principal), optionally the
 topics whose bytes it covers (a topic pool), and optionally an adaptive budget
-(``adaptive: {target_latency_ms, min_budget}``). An entity entry may carry `weight` (default 1),
+(``adaptive: {target_latency_ms, min_budget}``), and a ``mode`` (observe or enforce; default
+``quotas.mode``). An entity entry may carry `weight` (default 1),
 `min_share` and `max_share` (fractions of a pool's budget, 0..1), with or without quota values of
 its own: an entry with only these, or with nothing but its names, names a pool member. Shares are
 fractions rather than rates because a pool's budget changes (a reload, an adaptive budget) and a
@@ -17,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kqp.config.errors import ConfigError, shown
-from kqp.config.schema import child, did_you_mean, name, number
-from kqp.quotas.model import QuotaType
+from kqp.config.schema import child, choice, did_you_mean, name, number
+from kqp.quotas.model import MODES, QuotaType
 from kqp.quotas.pool_spec import (
     POOL_TYPES,
     REFUSED,
@@ -33,7 +34,7 @@ from kqp.quotas.pool_spec import (
 
 SELECTOR_KEYS = ("user", "client_id", "client_id_prefix")
 SHARE_KEYS = ("weight", "min_share", "max_share")
-_POOL_KEYS = ("name", "members", "topics", "adaptive", *POOL_TYPES)
+_POOL_KEYS = ("name", "members", "topics", "adaptive", "mode", *POOL_TYPES)
 _ADAPTIVE_KEYS = ("target_latency_ms", "min_budget")
 _fraction = number(minimum=0)
 _budget = number(above=0)
@@ -155,7 +156,8 @@ def _pool(entry: object, path: str) -> PoolSpec:
     if adaptive is not None and topics:
         raise ConfigError(child(path, "adaptive"), "applies to a pool of members (their requests' latency), not to "
                                                    "a topic pool; make the pool's members a principal pool")
-    return PoolSpec(pool_name, budgets, members, topics, adaptive)
+    mode = None if fields.get("mode") is None else choice(*MODES)(fields["mode"], child(path, "mode"))
+    return PoolSpec(pool_name, budgets, members, topics, adaptive, mode)
 
 
 def pools_from(value: object, path: str) -> tuple[PoolSpec, ...]:
@@ -193,6 +195,8 @@ def pool_document(pool: PoolSpec) -> dict[str, object]:
         if pool.adaptive.min_budget:
             adaptive["min_budget"] = {str(k): v for k, v in pool.adaptive.min_budget.items()}
         out["adaptive"] = adaptive
+    if pool.mode is not None:
+        out["mode"] = pool.mode
     return out
 
 

@@ -23,6 +23,7 @@ from kqp.quotas.changes import describe_changes
 from kqp.quotas.entities import Resolution, resolutions, resolve_key
 from kqp.quotas.fleet import FleetLedger, sensor_name
 from kqp.quotas.model import (
+    OBSERVE,
     QUOTA_TYPES,
     TOKEN_BUCKET,
     ChargeKind,
@@ -87,6 +88,9 @@ class QuotaManager:
         self._on_response = bool(_ON_RESPONSE & on)
         # Whether any principal pool charges the kind: plain attributes, as read on every request.
         self._pooled_produce, self._pooled_fetch, self._pooled_request = self.pools.kinds
+        # Whether any quota is observed: only then do the questions below look at each quota's mode.
+        self._observing = settings.mode == OBSERVE or OBSERVE in settings.modes.values() or any(
+            settings.observes_pool(pool) for pool in settings.pools)
 
     @property
     def settings(self) -> QuotaSettings:
@@ -173,7 +177,8 @@ class QuotaManager:
                 continue
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(values[index], now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line,
+                                     res.observed))
         return out
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
@@ -238,7 +243,7 @@ class QuotaManager:
             value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(value, now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now)))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now), observed=res.observed))
         return out
 
     # -- controller mutations (KIP-599) --------------------------------------------------------
@@ -251,7 +256,7 @@ class QuotaManager:
             return []
         if (t := (sensor := self._sensor(MUTATION, res, now)).charge(partitions, now)) <= 0:
             return []
-        return [Violation(MUTATION, t, res.key, None, sensor.pace(partitions, t, now))]
+        return [Violation(MUTATION, t, res.key, None, sensor.pace(partitions, t, now), observed=res.observed)]
 
     def mutation_tokens_available(self, p: Principal, now: float) -> bool:
         """Kafka's strict admit rule: a mutation is accepted iff the bucket has tokens >= 0.
@@ -296,7 +301,7 @@ class QuotaManager:
         if (sensor.tokens(now) or 0.0) >= 0:
             sensor.add(partitions, now)
             return None
-        return Violation(MUTATION, sensor.throttle(now), res.key)
+        return Violation(MUTATION, sensor.throttle(now), res.key, observed=res.observed)
 
     def add_mutations(self, p: Principal, partitions: int, now: float) -> None:
         """Record strictly admitted mutations without a check: an admitted topic never throttles,
@@ -324,7 +329,7 @@ class QuotaManager:
         res = resolutions(self._settings, p).get(MUTATION)
         if res is None:
             return []
-        return [Violation(MUTATION, self._sensor(MUTATION, res, now).throttle(now), res.key)]
+        return [Violation(MUTATION, self._sensor(MUTATION, res, now).throttle(now), res.key, observed=res.observed)]
 
     # -- queries -------------------------------------------------------------------------------
     def counts_produce_records(self, p: Principal) -> bool:
@@ -348,35 +353,46 @@ class QuotaManager:
 
         A broker reads one request per connection at a time, so such a throttle stops the next
         request; a proxy that forwarded it already could not. The proxy forwards one request at a
-        time for these principals instead.
+        time for these principals instead. An observed quota holds nothing back: it is measured all
+        the same, response by response.
         """
-        if (self._pooled_fetch or self._pooled_request) and self.pools.applies(p, _ON_RESPONSE):
+        enforced = self._observing
+        if (self._pooled_fetch or self._pooled_request) and self.pools.applies(p, _ON_RESPONSE, enforced):
             return True
-        if self.pools.reads[ChargeKind.FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE):
+        if self.pools.reads[ChargeKind.FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE, enforced):
             return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
         if not self._on_response:
             return False
-        return not _ON_RESPONSE.isdisjoint(resolutions(self._settings, p))
+        found = resolutions(self._settings, p)
+        if not enforced:
+            return not _ON_RESPONSE.isdisjoint(found)
+        return any(not res.observed for quota_type, res in found.items() if quota_type in _ON_RESPONSE)
 
     def fetch_max_bytes_cap(self, p: Principal) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.
 
         Kafka's getMaxValueInQuotaWindow: consumer_byte_rate x (window_count - 1) x window_size,
-        with the smaller of the entity's quota and its pool member's current one.
+        with the smaller of the entity's quota and its pool member's current one. An observed quota
+        caps nothing: it changes no request.
         """
         limits = []
         if self._fetch:
             res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
-            if res is not None:
+            if res is not None and not res.observed:
                 limits.append(res.limit)
         if self._pooled_fetch:
-            pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE)
+            pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE, enforced=True)
             if pooled is not None:
                 limits.append(pooled)
         if not limits:
             return None
         s = self._settings
         return int(min(limits) * (s.window_count - 1) * s.window_size_seconds)
+
+    def observed(self, p: Principal, quota_type: QuotaType) -> bool:
+        """Whether `p`'s quota of `quota_type` is observed (False also when none applies)."""
+        res = resolutions(self._settings, p).get(quota_type)
+        return res is not None and res.observed
 
     def limits(self, p: Principal) -> dict[QuotaType, tuple[QuotaKey, float]]:
         """The quota in force for `p`, per configured quota type, with the key it is charged to."""

@@ -73,6 +73,10 @@ _CHARGED: tuple[tuple[tuple[QuotaType, int], ...], ...] = (
 SAMPLED = "sampled"
 TOKEN_BUCKET = "token_bucket"
 ALGORITHMS: tuple[str, ...] = (SAMPLED, TOKEN_BUCKET)
+# What a quota's throttles do (README "Rolling out quotas"): throttle clients, or only be counted.
+ENFORCE = "enforce"
+OBSERVE = "observe"
+MODES: tuple[str, ...] = (ENFORCE, OBSERVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +180,8 @@ class QuotaSettings:
     ``window_size_seconds`` and ``window_count`` are Kafka's ``quota.window.size.seconds`` and
     ``quota.window.num``. ``algorithm`` is how every quota measures use unless ``algorithms`` names
     another for an entity (controller_mutation_rate is a token bucket whatever they say, KIP-599).
+    ``mode`` likewise, unless ``modes`` (or a pool's own ``mode``) names another: an observed quota
+    is measured and charged as if enforced, and its throttles are only counted.
     A reload builds a new instance; the per-type index, the prefix index and the resolution cache
     live on the instance, so replacing the settings is what invalidates the cache. `pools` and
     `shares` are the capacity pools (pool_spec.py); the quota manager hands them to pools.py.
@@ -193,6 +199,8 @@ class QuotaSettings:
     # quotas.pacing: the proxy mutes clients that do not back off for their requests' own
     # cost (`Violation.pace_seconds`) rather than the whole throttle; False is the broker's behaviour.
     pacing: bool = True
+    mode: str = ENFORCE
+    modes: Mapping[EntitySpec, str] = field(default_factory=dict)
     # quota type -> {entity: limit}; derived once so resolution does a handful of dict lookups.
     by_type: Mapping[str, Mapping[EntitySpec, float]] = field(init=False, repr=False, compare=False)
     # entity user (a name, <default> or None) -> (prefix lengths, longest first; the prefixes).
@@ -216,6 +224,13 @@ class QuotaSettings:
             if isinstance(spec, EntitySpec) and spec not in self.entities:
                 raise ValueError(f"{spec.path}: an algorithm for an entity that sets no quota")
         object.__setattr__(self, "algorithms", MappingProxyType(dict(self.algorithms)))
+        for spec, mode in (("quotas", self.mode), *self.modes.items(),
+                           *((f"pool {p.name}", p.mode) for p in self.pools if p.mode is not None)):
+            if mode not in MODES:
+                raise ValueError(f"{getattr(spec, 'path', spec)}: mode must be one of {MODES}, got {mode!r}")
+            if isinstance(spec, EntitySpec) and spec not in self.entities:
+                raise ValueError(f"{spec.path}: a mode for an entity that sets no quota")
+        object.__setattr__(self, "modes", MappingProxyType(dict(self.modes)))
         _check_pools(self.pools, self.shares)
         object.__setattr__(self, "pools", tuple(self.pools))
         object.__setattr__(self, "shares", MappingProxyType(dict(self.shares)))
@@ -239,6 +254,14 @@ class QuotaSettings:
     def algorithm_for(self, entity: EntitySpec) -> str:
         """How `entity`'s quotas measure use: its own `algorithm`, else the section's."""
         return self.algorithms.get(entity, self.algorithm)
+
+    def observes(self, entity: EntitySpec) -> bool:
+        """Whether `entity`'s quotas are observed: its own `mode`, else the section's."""
+        return self.modes.get(entity, self.mode) == OBSERVE
+
+    def observes_pool(self, pool: PoolSpec) -> bool:
+        """Whether `pool`'s throttles are observed: its own `mode`, else the section's."""
+        return (pool.mode or self.mode) == OBSERVE
 
     @property
     def enabled(self) -> bool:

@@ -108,6 +108,7 @@ class PoolLedger:
         self.unseen_weight = 1.0
         # An adaptive pool's window step (adaptive_pools.py): (now, window, demand) -> the budget to divide.
         self.on_window: Callable[[float, int, float], float] | None = None
+        self.observed = settings.observes_pool(pool)   # its throttles counted, never acted on
         if fleet is not None:
             name = pool_sensor_name(pool.name, quota_type, None)
             self.total, self.total_held, self.total_weight = (fleet.usage_for(name + suffix, now)

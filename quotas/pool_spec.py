@@ -151,6 +151,7 @@ class PoolSpec:
     members: tuple[MemberSelector, ...] = ()    # empty: every principal (topic pools only)
     topics: tuple[str, ...] = ()                # empty: all of a member's traffic (a principal pool)
     adaptive: AdaptiveSpec | None = None
+    mode: str | None = None                     # "observe" or "enforce"; None: quotas.mode
 
     def __post_init__(self) -> None:
         if not self.name:

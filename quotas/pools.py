@@ -54,6 +54,7 @@ class PoolState:
     topics: tuple[str, ...]
     members: tuple[MemberState, ...]
     adaptive: AdaptiveView | None = None   # an adaptive pool's law: target, latency, changes
+    observed: bool = False                 # mode observe: its throttles are counted, never acted on
 
 
 class Pools:
@@ -81,6 +82,7 @@ class Pools:
                     released += _carry_over(ledger, pool, settings, now)
                 self.ledgers[key] = ledger
                 ledger.on_window = None
+                ledger.observed = settings.observes_pool(pool)
                 if pool.adaptive is not None:
                     self.adaptive[key] = _adaptive(old_adaptive.get(key), ledger, settings, now)
                 if self._fleet is not None:
@@ -159,7 +161,7 @@ class Pools:
             t = ledger.charge(member, values[index], now)
             if t > 0:
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
-                                     member.sensor.pace(values[index], t, now), line=member.sensor.line))
+                                     member.sensor.pace(values[index], t, now), member.sensor.line, ledger.observed))
 
     def refund(self, p: Principal, kind: ChargeKind, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
@@ -196,15 +198,19 @@ class Pools:
             changes.sort(key=lambda item: item[1].at)
         return out
 
-    def applies(self, p: Principal, types: frozenset[QuotaType]) -> bool:
-        """Whether a principal pool of one of `types` takes `p`."""
-        return any(ledger.quota_type in types for entries in self._entries_of(p) for ledger, _, _ in entries)
+    def applies(self, p: Principal, types: frozenset[QuotaType], enforced: bool = False) -> bool:
+        """Whether a principal pool of one of `types` takes `p` (`enforced`: a pool not observed)."""
+        return any(ledger.quota_type in types and not (enforced and ledger.observed)
+                   for entries in self._entries_of(p) for ledger, _, _ in entries)
 
-    def quota(self, p: Principal, quota_type: QuotaType) -> float | None:
-        """`p`'s member's quota in its pool of `quota_type` (the budget before it joined), or None."""
+    def quota(self, p: Principal, quota_type: QuotaType, enforced: bool = False) -> float | None:
+        """`p`'s member's quota in its pool of `quota_type` (the budget before it joined), or None
+        (`enforced`: None for an observed pool)."""
         for entries in self._entries_of(p):
             for ledger, found, _ in entries:
                 if ledger.quota_type == quota_type:
+                    if enforced and ledger.observed:
+                        return None
                     member = ledger.members.get(found.key)
                     return ledger.budget if member is None else member.quota
         return None
@@ -231,10 +237,11 @@ class Pools:
                 if ledger.quota_type == quota_type and ledger.pool.topics and ledger.pool.covers(topic))
         return found
 
-    def wants_topics(self, p: Principal, quota_type: QuotaType) -> bool:
-        """Whether a topic pool of `quota_type` takes `p` (else its topics need not be read)."""
+    def wants_topics(self, p: Principal, quota_type: QuotaType, enforced: bool = False) -> bool:
+        """Whether a topic pool of `quota_type` takes `p` (else its topics need not be read;
+        `enforced`: a pool not observed)."""
         return quota_type in self.topic_types and any(
-            ledger.quota_type == quota_type for ledger in self._topic_pools(p))
+            ledger.quota_type == quota_type and not (enforced and ledger.observed) for ledger in self._topic_pools(p))
 
     def charge_topics(self, p: Principal, quota_type: QuotaType, sizes: Iterable[tuple[str, int]], now: float,
                       refund: bool = False) -> list[Violation]:
@@ -259,7 +266,7 @@ class Pools:
             t = ledger.charge(member, nbytes, now)
             if t > 0:
                 out.append(Violation(quota_type, t, found.key, ledger.pool.name, member.sensor.pace(nbytes, t, now),
-                                     line=member.sensor.line))
+                                     member.sensor.line, ledger.observed))
         return out
 
     # -- upkeep and views --------------------------------------------------------------------------
@@ -289,7 +296,7 @@ class Pools:
             adaptive = self.adaptive.get((ledger.pool.name, ledger.quota_type))
             out.append(PoolState(ledger.pool.name, ledger.quota_type, ledger.budget, ledger.ceiling,
                                  sum(m.usage for m in members) + ledger.unseen, ledger.lent, ledger.pool.topics,
-                                 members, None if adaptive is None else adaptive.view()))
+                                 members, None if adaptive is None else adaptive.view(), ledger.observed))
         return out
 
 

@@ -37,6 +37,8 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
                   "fleet's in cluster scope)", POOL)
     lent = gauge("kqp_pool_lent", "What members using less than their fair share lend the others now", POOL)
     members = gauge("kqp_pool_members", "Members taking part in the division", POOL)
+    observed = gauge("kqp_pool_observed", "1 for a pool in mode observe: it divides and charges, and its "
+                     "throttles are counted, never acted on", POOL)
     allocation = gauge("kqp_pool_member_allocation", "The quota the member is held to in the pool: its "
                        "max-min allocation, or its fair share if that is more", MEMBER)
     fair = gauge("kqp_pool_member_fair_share", "What the member gets if every member wants without limit "
@@ -71,6 +73,8 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
         usage.add_metric(labels, state.usage)
         lent.add_metric(labels, state.lent)
         members.add_metric(labels, len(state.members))
+        if state.observed:
+            observed.add_metric(labels, 1.0)
         for m in state.members:
             who = (*labels, m.key.user, m.key.client_id, m.key.client_id_prefix or "")
             allocation.add_metric(who, m.allocation)
@@ -78,8 +82,8 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
             used.add_metric(who, m.usage)
             borrowed.add_metric(who, m.borrowed)
             demand.add_metric(who, m.demand)
-    yield from (budget, ceiling, usage, lent, members, allocation, fair, used, borrowed, demand, latency, target,
-                floor, delivered, changes)
+    yield from (budget, ceiling, usage, lent, members, observed, allocation, fair, used, borrowed, demand, latency,
+                target, floor, delivered, changes)
 
 
 def budget_changes(quotas: QuotaManager, clock: Callable[[], float]) -> Callable[[str], list[dict[str, Any]]]:

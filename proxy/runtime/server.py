@@ -209,9 +209,12 @@ class ProxyServer:
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
-        recent = observer.recent if isinstance(observer, PrometheusObserver) else None
-        explain = Explainer(self.quotas, self.connection_views, self.loop.time, recent,
-                            budget_changes(self.quotas, self.loop.time))
+        prometheus = observer if isinstance(observer, PrometheusObserver) else None
+        explain = Explainer(self.quotas, self.connection_views, self.loop.time,
+                            None if prometheus is None else prometheus.recent,
+                            budget_changes(self.quotas, self.loop.time),
+                            None if prometheus is None else prometheus.recent_observed,
+                            None if prometheus is None else prometheus.principals)
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
                                         lambda: prepare_scrape(observer), explain)
         try:

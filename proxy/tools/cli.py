@@ -1,4 +1,4 @@
-"""The `kqp` command: run, check-config, demo, top, explain, bench, sasl-credential, quotas.
+"""The `kqp` command: run, check-config, demo, top, explain, recommend, report, bench, sasl-credential, quotas.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
 a clean SIGTERM.
@@ -20,7 +20,7 @@ from kqp.proxy.runtime.logs import setup_logging
 from kqp.proxy.runtime.preflight import preflight
 from kqp.proxy.runtime.workers import WorkerSeat, run_workers
 
-from . import explain_cli, quotas_cli, sasl_credential
+from . import explain_cli, quotas_cli, recommend, report, sasl_credential
 from .allocator import tune_malloc
 
 EXIT_USAGE = 2
@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="print one plain-text frame and exit")
 
     explain_cli.add_parser(sub)
+    recommend.add_parser(sub)
+    report.add_parser(sub)
     sasl_credential.add_parser(sub)
     quotas_cli.add_parser(sub)
 
@@ -153,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top,
-                "sasl-credential": sasl_credential.run, "quotas": quotas_cli.run, "explain": explain_cli.run}
+                "sasl-credential": sasl_credential.run, "quotas": quotas_cli.run, "explain": explain_cli.run,
+                "recommend": recommend.run, "report": report.run}
     return handlers[args.command](args)
 
 

@@ -14,7 +14,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-POOL_FAMILIES = ("kqp_pool_budget", "kqp_pool_budget_configured", "kqp_pool_usage", "kqp_pool_lent")
+POOL_FAMILIES = ("kqp_pool_budget", "kqp_pool_budget_configured", "kqp_pool_usage", "kqp_pool_lent",
+                 "kqp_pool_observed")
 MEMBER_FAMILIES = {"kqp_pool_member_allocation": "allocation", "kqp_pool_member_fair_share": "fair",
                    "kqp_pool_member_usage": "usage", "kqp_pool_member_borrowed": "borrowed",
                    "kqp_pool_member_demand": "demand"}
@@ -74,7 +75,8 @@ def pool_lines(pools: dict[tuple[str, str], PoolView], fmt: Callable[[float, str
         usage = pool.values.get("kqp_pool_usage", 0.0)
         used = f"{usage / budget * 100:.0f}%" if budget else "-"
         adaptive = f" (configured {fmt(configured, unit)})" if configured != budget else ""
-        lines.append(f"{name}  {quota}  budget {fmt(budget, unit)}{unit}{adaptive}  "
+        observed = "  [observe]" if pool.values.get("kqp_pool_observed") else ""
+        lines.append(f"{name}{observed}  {quota}  budget {fmt(budget, unit)}{unit}{adaptive}  "
                      f"usage {fmt(usage, unit)}{unit} ({used})  lent {fmt(pool.values.get('kqp_pool_lent', 0.0), unit)}"
                      f"  members {len(pool.members)}")
         rows = [["  MEMBER", "USER", "USAGE", "ALLOCATION", "FAIR SHARE", "BORROWED", "DEMAND"]]

@@ -5,6 +5,8 @@ confluent-kafka producer (librdkafka) in a thread of its own sends a small messa
 milliseconds and counts what was delivered and what failed. `progressed()` waits until more
 messages have been delivered than at the moment it is asked, so a test proves service after the
 misbehaviour, not just before it. Every wait is bounded and the thread stops on `stop()`.
+Given a `rate` (value bytes per second), it sends `value_bytes` records paced to that rate instead,
+and `sent_bytes` is what it handed the client between `started_at` and `stopped_at`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ from .topics import ensure_topic
 
 class SteadyProducer:
     def __init__(self, bootstrap: str, upstream_kind: str, client_id: str = "steady", *,
-                 topic_via: str | None = None, **conf: Any) -> None:
+                 topic_via: str | None = None, rate: float | None = None, value_bytes: int = 10_000,
+                 **conf: Any) -> None:
         """`conf` goes to the producer (TLS settings, say); the topic is made through kqp, or
         through `topic_via` (the upstream itself) when kqp's listener needs what `conf` has."""
+        self.rate, self.value_bytes = rate, value_bytes
+        self.sent_bytes = 0
+        self.started_at = self.stopped_at = 0.0   # when the thread began and stopped producing
         self.topic = unique_topic("steady")
         ensure_topic(topic_via or bootstrap, self.topic, 1, upstream_kind=upstream_kind)
         self._producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
@@ -55,10 +61,20 @@ class SteadyProducer:
 
     def _run(self) -> None:
         sequence = 0
+        value = b"v" * self.value_bytes
+        next_at = self.started_at = time.monotonic()
         while not self._stop.is_set():
-            self._producer.produce(self.topic, value=f"m{sequence}".encode(), on_delivery=self._delivered)
+            if self.rate is None:
+                self._producer.produce(self.topic, value=f"m{sequence}".encode(), on_delivery=self._delivered)
+                self._producer.poll(0.01)
+            else:   # paced: one record each value_bytes / rate seconds, on a schedule that does not drift
+                self._producer.produce(self.topic, value=value, on_delivery=self._delivered)
+                self.sent_bytes += len(value)
+                next_at += len(value) / self.rate
+                while (wait := next_at - time.monotonic()) > 0 and not self._stop.is_set():
+                    self._producer.poll(min(wait, 0.1))   # returns early when a delivery is served
             sequence += 1
-            self._producer.poll(0.01)
+        self.stopped_at = time.monotonic()
         self._producer.flush(30)
         del self._producer   # librdkafka's threads and reconnects to a stopped kqp end with it
 

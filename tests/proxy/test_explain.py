@@ -84,3 +84,27 @@ def test_the_text_says_the_same_as_the_document() -> None:
     assert "  7   /clients/job-1" in text and "matched: decides producer_byte_rate" in text
     assert "10.0.0.7:5123 on broker-1  unknown Produce v3  honours throttles: no (version)  muted 0.40 s more" in text
     assert "ingest  producer_byte_rate  budget 4.9KiB/s" in text and "budget changes: not reported" in text
+
+
+def test_a_group_member_is_told_its_mode_who_shares_its_budget_and_what_observing_counted() -> None:
+    """etl-a is in the etl- prefix group (observed, 100 kB/s), with etl-b and etl-c seen lately; a
+    stranger is not named. The observed throttles of the last minutes are their own section."""
+    section = {"mode": "observe", "entities": [{"client_id_prefix": "etl-", "producer_byte_rate": 100_000},
+                                               {"client_id": "solo", "producer_byte_rate": 5, "mode": "enforce"}]}
+    manager = QuotaManager(quota_settings_from(section), 0.0)
+    me = Principal("ANONYMOUS", "etl-a")
+    seen = [me, Principal("ANONYMOUS", "etl-b"), Principal("ANONYMOUS", "etl-c"), Principal("ANONYMOUS", "solo")]
+    observed = RecentThrottles()
+    observed.add(me, "producer_byte_rate", 0.75, 0.05)
+    doc = Explainer(manager, list, lambda: 0.1, None, None, observed, lambda: seen)("etl-a")
+    [quota] = doc["quotas"]
+    assert quota["mode"] == "observe"
+    assert quota["shared"] == {"by": "client-id-prefix", "more": 0, "others": [
+        {"user": "ANONYMOUS", "client_id": "etl-b"}, {"user": "ANONYMOUS", "client_id": "etl-c"}]}
+    assert doc["observed"]["count"] == 1 and doc["throttles"]["count"] == 0
+    text = "\n".join(render(doc))
+    assert "OBSERVED (counted, not enforced)" in text
+    assert "shares the prefix group's budget with: etl-b (user ANONYMOUS), etl-c (user ANONYMOUS)" in text
+    assert "WOULD HAVE THROTTLED (observed quotas) (last 5 min): 1, 0.75 s in all" in text
+    solo = Explainer(manager, list, lambda: 0.1, None, None, observed, lambda: seen)("solo")
+    assert solo["quotas"][0]["mode"] == "enforce" and "shared" not in solo["quotas"][0]

@@ -59,6 +59,9 @@ class FetchReply(Replier):
         if pools.reads[FETCHES] and pools.topic_types and pools.wants_topics(flight.principal, BYTES):
             reading = fetch_response_topics(flight.api_version, frame, body_offset)
             usage = usage._replace(topics=tuple(topic_sizes(reading, self.topics)[0]))
+        elif self.charging.observer.wants_topics:   # kqp_topic_bytes_total, for everyone
+            reading = fetch_response_topics(flight.api_version, frame, body_offset)
+            usage = usage._replace(topics=tuple(topic_sizes(reading, self.topics, by_id=True)[0]))
         if not self.watched:
             return Reply(frame, fetched=usage)
         if reading is None:

@@ -55,15 +55,18 @@ class ProduceHandler(Handler):
             usage = Usage(size, size - SIZE_PREFIX)
         acks = produce_acks(hdr.api_version, req.head[hdr.body_offset:])
         pools = self.pools
-        if pools.reads[PRODUCE]:
-            if pools.topic_types and pools.wants_topics(principal, BYTES):
-                sizes, unknown = topic_sizes(produce_request_topics(hdr.api_version, frame, hdr.body_offset),
-                                             self.topics)
-                if unknown and not req.looked_up:
-                    return LOOK_UP
-                usage = usage._replace(topics=tuple(sizes))
-            if acks != 0 and (watching := pools.watching(principal, PRODUCE)):
-                return Plan(produced=usage, reply=WATCHED, watching=watching)
+        if pools.reads[PRODUCE] and pools.topic_types and pools.wants_topics(principal, BYTES):
+            sizes, unknown = topic_sizes(produce_request_topics(hdr.api_version, frame, hdr.body_offset),
+                                         self.topics)
+            if unknown and not req.looked_up:
+                return LOOK_UP
+            usage = usage._replace(topics=tuple(sizes))
+        elif self.charging.observer.wants_topics:   # kqp_topic_bytes_total, for everyone
+            sizes, _ = topic_sizes(produce_request_topics(hdr.api_version, frame, hdr.body_offset), self.topics,
+                                   by_id=True)
+            usage = usage._replace(topics=tuple(sizes))
+        if pools.reads[PRODUCE] and acks != 0 and (watching := pools.watching(principal, PRODUCE)):
+            return Plan(produced=usage, reply=WATCHED, watching=watching)
         if acks == 0:
             return Plan(produced=usage, expects_response=False, exempt=True)
         return Plan(produced=usage)
