@@ -10,8 +10,8 @@ handed out the same way, class by class, up to `max_share` (work-conserving). On
 weighted max-min; weights of 0 are refused.
 
 `fair_shares` is the allocation every member would get if all demanded without limit: the share a
-member keeps as its quota while it uses less (pool_ledger.py). Sorting the breakpoints makes both
-O(n log n).
+member keeps as its quota while it uses less (pool_ledger.py); `cut_from_bottom` takes an amount
+back, lowest class first. Sorting the breakpoints makes both O(n log n).
 """
 
 from __future__ import annotations
@@ -122,3 +122,23 @@ def fair_shares(budget: float, claims: Sequence[Claim], class_shares: Sequence[f
     """What each claim would get if every member demanded without limit: its guaranteed share."""
     return allocate(budget, [Claim(c.weight, INFINITE, c.min_share, c.max_share, c.rank) for c in claims],
                     class_shares)
+
+
+def cut_from_bottom(values: Sequence[float], claims: Sequence[Claim], amount: float, above: int = 0) -> list[float]:
+    """`values` (allocations of `claims`) less up to `amount`, taken from the lowest class first, each
+    member of a class giving up the same fraction of what it has; a class is touched only once every
+    class below it has nothing left, and classes of rank `above` or higher never."""
+    out = list(values)
+    left = amount
+    for rank in sorted({c.rank for c in claims}, reverse=True):
+        if left <= 0 or rank <= above:
+            break
+        members = [i for i, c in enumerate(claims) if c.rank == rank]
+        held = math.fsum(out[i] for i in members)
+        if held <= 0:
+            continue
+        cut = min(held, left)
+        for i in members:
+            out[i] *= (held - cut) / held
+        left -= cut
+    return out

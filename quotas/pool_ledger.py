@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from urllib.parse import quote
 
-from kqp.quotas.allocation import INFINITE, Claim, allocate, fair_shares
+from kqp.quotas.allocation import INFINITE, Claim, allocate, cut_from_bottom, fair_shares
 from kqp.quotas.fleet import FleetLedger, SharedUsage, sensor_name
 from kqp.quotas.model import TOKEN_BUCKET, QuotaKey, QuotaSettings, QuotaType
 from kqp.quotas.pool_membership import Membership
@@ -69,7 +69,8 @@ class Member:
     """One member's sensor, its usage per window over the last span, and its division."""
 
     __slots__ = ("allocation", "at", "credit", "demand", "fair", "held", "held_until", "last_use", "membership",
-                 "quota", "rank", "rate", "sensor", "slot", "spent", "static", "trigger", "used", "wants_from")
+                 "quota", "rank", "rate", "sensor", "since", "slot", "spent", "static", "trigger", "used",
+                 "wants_from")
 
     def __init__(self, membership: Membership, sensor: QuotaSensor, now: float, windows: int,
                  static: bool = False) -> None:
@@ -86,6 +87,7 @@ class Member:
         self.quota = sensor.limit
         self.trigger = INFINITE               # usage in a window past which a lender wants its share back
         self.wants_from = -1                  # window since which it wants its share (until one is measured)
+        self.since = -1                       # the window it joined or came back in: its rate is over no more
         self.rank = 0                         # its class, 0 the highest (PoolSpec.rank)
         self.credit = 0.0                     # a burst class's saved quota, units (ledger's `_accrue`)
         self.spent = 0.0                      # credit spent in the current window
@@ -120,8 +122,13 @@ class PoolLedger:
         self.quota_type = quota_type
         self.ceiling = pool.budgets[quota_type]     # the configured budget
         self.budget = self.ceiling                  # the budget divided: below the ceiling while adaptive lowers it
-        self.divided = self.budget                  # ... less what burst credit spent is being repaid with
-        self.debt = 0.0                             # burst credit spent, units, not repaid yet
+        # With a burst class: what the pool used over the span beyond its budget, per second of the
+        # coming window, is divided less (`_excess`), so that no span holds more than the budget's worth.
+        self.excess = 0.0
+        self.used = [0.0] * (settings.window_count + 1)     # the pool's usage per window (a ring, as a member's)
+        self.burst = [0.0] * (settings.window_count + 1)    # ... what burst classes used in it above their quotas
+        self.budgets = [self.budget] * (settings.window_count + 1)   # ... and the budget in force
+        self.used_at = -1
         self.settings = settings
         self.fleet = fleet
         self.members: dict[QuotaKey, Member] = {}
@@ -144,6 +151,8 @@ class PoolLedger:
         self.classes = pool.classes
         self.shares = tuple(c.max_share for c in pool.classes)
         self.bursts = tuple(c.burst_seconds for c in pool.classes) or (0.0,)
+        # the highest class that may burst: what it spends is taken back from the classes below it
+        self.burst_rank = next((rank for rank, b in enumerate(self.bursts) if b > 0), -1)
         self.preemptions = {c.name: self.preemptions.get(c.name, 0) for c in pool.classes}
         for member in self.members.values():
             member.rank = pool.rank(*key_pattern(member.membership.key))
@@ -193,6 +202,7 @@ class PoolLedger:
         member = self.members[membership.key] = Member(membership, self._sensor(membership, self.budget, now),
                                                        now, self.settings.window_count, static)
         member.rank = self.pool.rank(*key_pattern(membership.key))
+        member.since = self.index(now)
         if self.fleet is not None:
             member.held = self.fleet.usage_for(pool_sensor_name(self.pool.name, self.quota_type,
                                                                 membership.key) + ":held", now)
@@ -255,12 +265,23 @@ class PoolLedger:
             # Back after a span of silence, or a lender using twice what it was measured at within one
             # window: it wants its share back, now, before this charge is checked (the borrowers'
             # quotas shrink at once: "reallocation within a window reclaims it").
+            if now - member.last_use >= self.span:
+                member.since = window
             self._wants_share(member, now)
         totals = self.totals[member.rank] if self.totals else None
         if not used[slot] and totals is not None:   # its first charge in this window
             totals.weight.record(member.membership.share.weight, now)
+        if self.used_at != window:
+            self._shift(window)
+        if member.rank < len(self.bursts) and self.bursts[member.rank] > 0:
+            # A burst class's use above its quota in this window, however let through (the quota's own
+            # measurement or the credit): the classes below repay it (`_excess`).
+            allowed = member.quota / self._per_second
+            before = used[slot] + member.spent
+            self.burst[slot] += max(0.0, before + value - allowed) - max(0.0, before - allowed)
         used[slot] += value
         member.last_use = now
+        self.used[slot] += value
         if totals is not None:
             totals.total.record(value, now)
         t = member.sensor.charge(value, now)
@@ -282,16 +303,16 @@ class PoolLedger:
             return member.sensor.throttle(now)
         member.sensor.refund(cover, now)
         member.spent += cover
-        member.used[member.slot] -= cover
-        if self.totals:
-            self.totals[member.rank].total.record(-cover, now)
-        self.debt += cover
+        member.used[member.slot] -= cover   # not its demand: a burst, not a rate it sustains
         return member.sensor.throttle(now)
 
     def refund(self, member: Member, value: float, now: float) -> None:
         """Take back a charge (a Fetch answered empty): the member did not get those units."""
-        member.shift(self.index(now))
+        window = self.index(now)
+        member.shift(window)
         member.used[member.slot] -= value
+        if self.used_at == window:
+            self.used[window % len(self.used)] -= value
         member.sensor.refund(value, now)
         if self.totals:
             self.totals[member.rank].total.record(-value, now)
@@ -310,12 +331,38 @@ class PoolLedger:
                 held.record(1.0, now + n * step)
 
     # -- division --------------------------------------------------------------------------------
+    def _shift(self, window: int) -> None:
+        """The pool's ring at `window`: windows skipped since count 0, each with the budget now in force."""
+        size = len(self.used)
+        for back in range(min(window - self.used_at, size)):
+            self.used[(window - back) % size] = self.burst[(window - back) % size] = 0.0
+            self.budgets[(window - back) % size] = self.budget
+        self.used_at = window
+
+    def _excess(self, window: int) -> float:
+        """How much less to divide in `window`, per second, to repay the bursts: what burst classes used
+        above their quotas in each window, evenly over the window_count - 1 windows after it (so the
+        span that starts with a burst holds no more than the budget's worth), never more than what the
+        pool used in the span's other windows beyond their budgets (the fleet's in cluster scope)."""
+        if self.used_at != window:
+            self._shift(window)
+        size = len(self.used)
+        windows = range(window - self.settings.window_count + 1, window)
+        used = sum(self.used[w % size] for w in windows)
+        if self._shared():
+            for totals in self.totals:
+                others = totals.total.others
+                used += sum(others.get(w, 0.0) for w in windows)
+        over = used - sum(self.budgets[w % size] for w in windows) / self._per_second
+        burst = sum(self.burst[w % size] for w in windows) / (self.settings.window_count - 1)
+        return max(0.0, min(over, burst) * self._per_second)
+
     def _shared(self) -> bool:
         return self.fleet is not None and self.fleet.shared
 
     def _accrue(self, member: Member, previous: int, window: int) -> None:
         """A burst class's member at a new window: credit += quota x the windows closed - what it used
-        in them (spent credit included), kept within [0, burst_seconds x quota]."""
+        in them (spent credit included), kept within [0, what burst_seconds adds to its measurement]."""
         burst = self.bursts[member.rank] if member.rank < len(self.bursts) else 0.0
         if burst <= 0:
             member.credit = member.spent = 0.0
@@ -327,7 +374,11 @@ class PoolLedger:
             others = member.sensor.shared.others   # type: ignore[union-attr]
             used += sum(others.get(w, 0.0) for w in range(first, window))
         earned = member.quota * (window - first) / self._per_second
-        member.credit = min(burst * member.quota, max(0.0, member.credit - member.spent + earned - used))
+        # The quota's own measurement already lets a span (a token bucket) or all but one window of it
+        # (the sampled rate) through at once: the credit is the rest of `burst_seconds`.
+        own = self.span if member.sensor.bucket is not None else self.span - 1 / self._per_second
+        cap = max(0.0, burst - own) * member.quota
+        member.credit = min(cap, max(0.0, member.credit - member.spent + earned - used))
         member.spent = 0.0
 
     def reallocate(self, now: float, window: int | None = None) -> None:
@@ -339,14 +390,12 @@ class PoolLedger:
         last, before = window - 1, window - 2
         held_from = before / self._per_second - self._offset()   # when window `before` began, here
         shared = self._shared()
-        if self.debt and previous >= 0:   # what the windows just closed divided less repaid the credit spent
-            self.debt = max(0.0, self.debt - (self.budget - self.divided) * (window - previous) / self._per_second)
         ranks = max(1, len(self.classes))
         known: list[dict[int, float]] = [{} for _ in range(ranks)]   # fleet: the others' usage of members known here
         known_held: list[dict[int, float]] = [{} for _ in range(ranks)]
         known_weight = [0.0] * ranks         # the weights of known members the others charged last window
         first = window - self.settings.window_count   # the span: the complete windows first .. last
-        bursting = len(self.bursts) > 1 or self.bursts[0] > 0
+        bursting = any(b > 0 for b in self.bursts)
         for member in self.members.values():
             if bursting:
                 self._accrue(member, previous if previous >= 0 else last, window)
@@ -358,6 +407,9 @@ class PoolLedger:
             used1, used2 = member.usage(last), member.usage(before)
             total = sum(member.used) - member.used[member.slot]
             held = member.held_until > held_from
+            # A member here for less than a span is measured over the windows it was here for: over the
+            # whole span it would read low, and a top class's member would keep reclaiming its share.
+            seconds = min(self.span, max(1, window - member.since) / self._per_second)
             if shared:
                 others = member.sensor.shared.others   # type: ignore[union-attr]
                 used1, used2 = used1 + others.get(last, 0.0), used2 + others.get(before, 0.0)
@@ -368,12 +420,14 @@ class PoolLedger:
                 marks = member.held.others             # type: ignore[union-attr]
                 _add(known_held[member.rank], marks)
                 held = held or any(marks.get(w, 0.0) > 0 for w in (before, last, window))
+                if any(first <= w < member.since for w in others):
+                    seconds = self.span                # the others served it before it came here
             member.rate = total / self.span
             if member.wants_from >= last:
                 continue   # joined or came back in the last window: not measured whole yet, still wanting
             # Requests are lumpy: one request in two windows reads as twice the rate in one of them.
             # The rate over the span is smooth but slow to see a member go quiet: take the smaller.
-            member.demand = INFINITE if held else min(max(used1, used2) * self._per_second, member.rate)
+            member.demand = INFINITE if held else min(max(used1, used2) * self._per_second, total / seconds)
         for rank, totals in enumerate(self.totals):
             totals.unseen = self._unseen(totals, window, known[rank], known_held[rank]) if shared else 0.0
             if totals.unseen:
@@ -384,6 +438,8 @@ class PoolLedger:
         if self.on_window is not None:   # adaptive: the law closes the window and says what to divide
             demand = sum(m.demand for m in self.members.values()) + self.unseen
             self.budget = min(self.ceiling, self.on_window(now, window, demand))
+        if bursting:
+            self.excess = self._excess(window)
         self.divide(now)
 
     def _unseen(self, totals: ClassTotals, window: int, known: dict[int, float], known_held: dict[int, float]) -> float:
@@ -409,16 +465,19 @@ class PoolLedger:
 
         Members silent for a span, here and in the fleet, are left out (no share is kept for them);
         they take part again from their next charge, which divides at once. Burst credit being repaid
-        is divided less; the fair shares are the whole budget's, so a member within its share keeps it."""
+        a pool with a burst class takes `excess` back from allocations and fair shares alike, the
+        lowest class first."""
         active = [m for m in self.members.values() if self.active(m, now)]
         claims = [Claim(m.membership.share.weight, m.demand, m.membership.share.min_share,
                         m.membership.share.max_share, m.rank) for m in active]
         for rank, totals in enumerate(self.totals):
             if totals.unseen:
                 claims.append(Claim(totals.unseen_weight, totals.unseen, rank=rank))
-        self.divided = max(0.0, self.budget - self.debt * self._per_second) if self.debt else self.budget
-        allocations = allocate(self.divided, claims, self.shares)
+        allocations = allocate(self.budget, claims, self.shares)
         shares = fair_shares(self.budget, claims, self.shares)
+        if self.excess:
+            allocations = cut_from_bottom(allocations, claims, self.excess, self.burst_rank)
+            shares = cut_from_bottom(shares, claims, self.excess, self.burst_rank)
         twice = 2.0 / self._per_second
         for member in self.members.values():
             member.allocation = member.fair = 0.0   # the inactive keep their quota, and no share
@@ -428,7 +487,7 @@ class PoolLedger:
             quota = max(a, g)
             if quota != member.quota:
                 member.quota = quota
-                member.sensor.follow_limit(quota)
+                member.sensor.follow_limit(quota, now)
 
     @property
     def lent(self) -> float:

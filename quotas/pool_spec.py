@@ -242,6 +242,8 @@ class PoolSpec:
         for i, c in enumerate(self.classes):
             if not c.members and i != len(self.classes) - 1:
                 return f"class {c.name} has no members: only the last class may leave them out (it takes the rest)"
+            if c.burst_seconds and i == len(self.classes) - 1:
+                return f"class {c.name} is the lowest: no class below it repays a burst (burst_seconds)"
             for s in c.members:
                 if self.members and not any(s.overlaps(m) for m in self.members):
                     return f"class {c.name} selects {s.shown}, which is no member of the pool"

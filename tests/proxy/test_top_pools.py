@@ -31,10 +31,11 @@ def test_a_block_per_pool_and_a_line_per_member_largest_allocation_first() -> No
     # 88 kB over the span's 2.2 s = 40 kB/s of 300 kB/s (13%); nobody lends yet
     assert lines[at + 1].startswith("ingest  producer_byte_rate  budget 293.0KiB/s  usage 39.1KiB/s (13%)  lent 0")
     assert lines[at + 2].split() == ["MEMBER", "USER", "USAGE", "ALLOCATION", "FAIR", "SHARE", "BORROWED", "DEMAND"]
-    # job-a-: 66000 / 2.2 = 30 kB/s used and demanded, under its fair share 225k (219.7 KiB/s), which
-    # it keeps as its allocation: the slack goes out by weight (3L + L = 300k) and nobody borrows
-    assert lines[at + 3].split() == ["job-a-*", "-", "29.3Ki", "219.7Ki", "219.7Ki", "0", "29.3Ki"]
-    assert lines[at + 4].split() == ["job-x-1", "ANONYMOUS", "9.8Ki", "73.2Ki", "73.2Ki", "0", "9.8Ki"]
+    # job-a-: 66000 / 2.2 = 30 kB/s used over the span; demanded over the two windows it has been here,
+    # 66000 / 0.4 = 165 kB/s (161.1 KiB/s); under its fair share 225k (219.7 KiB/s), which it keeps as
+    # its allocation: the slack goes out by weight (3L + L = 300k) and nobody borrows
+    assert lines[at + 3].split() == ["job-a-*", "-", "29.3Ki", "219.7Ki", "219.7Ki", "0", "161.1Ki"]
+    assert lines[at + 4].split() == ["job-x-1", "ANONYMOUS", "9.8Ki", "73.2Ki", "73.2Ki", "0", "53.7Ki"]
 
 
 def test_no_pool_no_block() -> None:
