@@ -141,6 +141,7 @@ class PoolLedger:
         # Fleet: per class (one for a pool without classes), its members' usage, held marks and weights.
         self.totals: list[ClassTotals] = []
         self.preemptions: dict[str, int] = {}        # class -> divisions that cut it for a higher class
+        self.wanting_until = -math.inf               # when the last member to want its whole share is measured
         # An adaptive pool's window step (adaptive_pools.py): (now, window, demand) -> the budget to divide.
         self.on_window: Callable[[float, int, float], float] | None = None
         self.set_classes(pool, now)
@@ -218,6 +219,7 @@ class PoolLedger:
         member.demand = INFINITE
         member.wants_from = self.index(now)
         member.last_use = now
+        self.wanting_until = (member.wants_from + 2) / self._per_second - self._offset()
         if len(self.classes) <= member.rank + 1:
             self.divide(now)
             return
@@ -287,6 +289,10 @@ class PoolLedger:
         t = member.sensor.charge(value, now)
         if t > 0 and member.credit > member.spent:
             t = self._spend(member, value, now)
+        if t > 0 and member.quota <= 0 and now < self.wanting_until:
+            # Pre-empted to 0 by a member that wants its whole share until it is measured: mute until
+            # then, not for the whole span a quota of 0 asks (the class above may want far less).
+            t = min(t, self.wanting_until - now)
         if t > 0:
             self._held(member, now, t, window)
         return t

@@ -14,7 +14,6 @@ import copy
 from typing import Any
 
 import pytest
-from helpers.fleet_sim import worst_span
 from helpers.pool_sim import Offer, simulate
 
 from kqp.config import quota_settings_from
