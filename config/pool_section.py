@@ -149,8 +149,8 @@ def _class(entry: object, path: str, last: bool) -> ServiceClass:
     burst = number(minimum=0)(fields["burst_seconds"], child(path, "burst_seconds")) if "burst_seconds" in fields \
         else 0.0
     if burst and last:
-        raise ConfigError(child(path, "burst_seconds"), f"class {class_name} is the lowest: what a class spends of "
-                          "its saved quota is taken back from the classes below it, and none is")
+        raise ConfigError(child(path, "burst_seconds"), f"class {class_name} is the lowest: what a class bursts "
+                          "above its quota is taken back from the classes below it, and none is")
     return ServiceClass(class_name, members, max_share, burst)
 
 

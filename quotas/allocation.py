@@ -6,8 +6,8 @@ A member has a weight w, a demand d (``inf`` while a throttle held it back), opt
 a guarantee, never a gift), with ``cap_i = min(d_i, max_share_i * B)``. Then each class in rank
 order water-fills what is left up to its members' caps and its own `max_share` of B: the level L
 at which ``clamp(L * w_i, floor_i, cap_i)`` sums to what the class takes. Slack no demand takes is
-handed out the same way, class by class, up to `max_share` (work-conserving). One class is plain
-weighted max-min; weights of 0 are refused.
+handed out to every member by weight up to `max_share`, each class within its own (work-conserving).
+One class is plain weighted max-min; weights of 0 are refused.
 
 `fair_shares` is the allocation every member would get if all demanded without limit: the share a
 member keeps as its quota while it uses less (pool_ledger.py); `cut_from_bottom` takes an amount
@@ -99,23 +99,49 @@ def allocate(budget: float, claims: Sequence[Claim], class_shares: Sequence[floa
     ranks: dict[int, list[int]] = {}
     for i, c in enumerate(claims):
         ranks.setdefault(c.rank, []).append(i)
-    order = sorted(ranks.items())
-    # First every class's demand, highest first; then the slack, up to max_share, in the same order.
-    for bounds in (caps, tops):
-        for rank, members in order:
-            if left <= 0:
-                break
-            held = math.fsum(out[i] for i in members)
-            limit = class_shares[rank] * budget if rank < len(class_shares) else budget
-            extra = min(left, min(math.fsum(bounds[i] for i in members), max(held, limit)) - held)
-            if extra <= 0:
-                continue
-            filled = water_fill(held + extra, [weights[i] for i in members], [out[i] for i in members],
-                                [bounds[i] for i in members])
-            for i, a in zip(members, filled, strict=True):
-                out[i] = a
+    limits = {rank: class_shares[rank] * budget if rank < len(class_shares) else budget for rank in ranks}
+    # First every class's demand, highest first ...
+    for rank, members in sorted(ranks.items()):
+        if left <= 0:
+            break
+        held = math.fsum(out[i] for i in members)
+        extra = min(left, min(math.fsum(caps[i] for i in members), max(held, limits[rank])) - held)
+        if extra > 0:
+            _fill(out, members, held + extra, weights, caps)
             left -= extra
+    # ... then the slack, every demand being met: to every member by weight up to max_share, whatever its
+    # class (a class above holds its fair share as its quota already; a class below, left at 0, could
+    # not grow without being throttled first), each class within its own max_share.
+    open_ranks = dict(ranks)
+    while left > 0 and open_ranks:
+        members = [i for group in open_ranks.values() for i in group]
+        room = math.fsum(tops[i] - out[i] for i in members)
+        if room <= 0:
+            break
+        trial = list(out)
+        _fill(trial, members, math.fsum(out[i] for i in members) + min(left, room), weights, tops)
+        over = [rank for rank, group in open_ranks.items()
+                if math.fsum(trial[i] for i in group) > max(limits[rank], math.fsum(out[i] for i in group))]
+        if not over:
+            out = trial
+            break
+        for rank in over:   # a class at its max_share: filled to it alone, and out of the shared fill
+            group = open_ranks.pop(rank)
+            held = math.fsum(out[i] for i in group)
+            extra = min(left, max(0.0, limits[rank] - held))
+            if extra > 0:
+                _fill(out, group, held + extra, weights, tops)
+                left -= extra
     return out
+
+
+def _fill(out: list[float], members: list[int], total: float, weights: Sequence[float],
+          bounds: Sequence[float]) -> None:
+    """Water-fill `members` of `out` up to `total` between what they hold and `bounds`, by weight."""
+    filled = water_fill(total, [weights[i] for i in members], [out[i] for i in members],
+                        [bounds[i] for i in members])
+    for i, a in zip(members, filled, strict=True):
+        out[i] = a
 
 
 def fair_shares(budget: float, claims: Sequence[Claim], class_shares: Sequence[float] = ()) -> list[float]:

@@ -29,6 +29,9 @@ from kqp.quotas.throttle import CAPPED_TYPES
 
 # Unseen members (fleet) below this fraction of the budget are noise of the exchange, not a claim.
 _UNSEEN_FLOOR = 0.005
+# A member of a class with classes below it wants its whole share back (pre-empting them) only once it
+# uses this fraction of that share within a window: one small message is not a class starting to offer.
+_RECLAIM_FLOOR = 0.05
 
 
 def _add(into: dict[int, float], per_window: dict[int, float]) -> None:
@@ -210,8 +213,20 @@ class PoolLedger:
             if static:
                 member.held.watched = member.sensor.shared.watched = True   # type: ignore[union-attr]
         if not static:
-            self._wants_share(member, now)
+            if self._reclaims(member, 0.0, now):
+                self._wants_share(member, now)
+            else:
+                self.divide(now)   # its share of what is left, until it uses enough to want more
         return member
+
+    def _reclaims(self, member: Member, used: float, now: float) -> bool:
+        """Whether `member`, using `used` in the current window, is taken to want its whole share: at
+        once without classes below it, else once `used` is `_RECLAIM_FLOOR` of that share's window."""
+        if member.rank + 1 >= len(self.classes):
+            return True
+        if not member.fair:
+            self.divide(now)
+        return used > _RECLAIM_FLOOR * member.fair / self._per_second
 
     def _wants_share(self, member: Member, now: float) -> None:
         """`member` wants its whole share from now until a full window has measured it: divide now,
@@ -262,13 +277,14 @@ class PoolLedger:
             member.shift(window)
         used = member.used
         slot = member.slot
-        if used[slot] + value > member.trigger or (now - member.last_use >= self.span
-                                                   and member.held_until < now - self.span):
+        back = now - member.last_use >= self.span and member.held_until < now - self.span
+        if back:   # active again from now: measured over the windows from this one, and given a share
+            member.since, member.last_use = window, now
+            member.fair = 0.0
+        if (used[slot] + value > member.trigger or back) and self._reclaims(member, used[slot] + value, now):
             # Back after a span of silence, or a lender using twice what it was measured at within one
             # window: it wants its share back, now, before this charge is checked (the borrowers'
             # quotas shrink at once: "reallocation within a window reclaims it").
-            if now - member.last_use >= self.span:
-                member.since = window
             self._wants_share(member, now)
         totals = self.totals[member.rank] if self.totals else None
         if not used[slot] and totals is not None:   # its first charge in this window

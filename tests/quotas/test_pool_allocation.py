@@ -247,13 +247,16 @@ def test_weighted_max_min_within_a_class() -> None:
     assert got == approx([100_000, 225_000, 75_000])
 
 
-def test_the_slack_goes_to_the_classes_in_order() -> None:
-    # every demand met (50k + 30k): the 320k left goes to class 0 first (a member is not capped by
-    # the class below), so class 1 keeps its demand
-    assert allocate(C, [Claim(demand=50_000, rank=0), Claim(demand=30_000, rank=1)]) == approx([370_000, 30_000])
-    # class 0's members capped at max_share 0.25 (100k): the rest of the slack falls to class 1
+def test_the_slack_goes_to_every_member_by_weight_whatever_its_class() -> None:
+    # every demand met (50k + 30k): the 320k left goes out by weight up to max_share, as in one class:
+    # a class below left at 0 could not grow without being throttled first
+    assert allocate(C, [Claim(demand=50_000, rank=0), Claim(demand=30_000, rank=1)]) == approx([200_000, 200_000])
+    # class 0's member capped at max_share 0.25 (100k): the rest of the slack falls to class 1
     assert allocate(C, [Claim(demand=50_000, max_share=0.25, rank=0), Claim(demand=30_000, rank=1)]) \
         == approx([100_000, 300_000])
+    # and a class's own max_share holds for the slack too: class 0 at most 0.1 B
+    assert allocate(C, [Claim(demand=10_000, rank=0), Claim(demand=30_000, rank=1)], [0.1]) \
+        == approx([40_000, 360_000])
 
 
 def test_floors_below_come_before_a_higher_class() -> None:

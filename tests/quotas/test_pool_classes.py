@@ -114,12 +114,29 @@ def test_a_stream_that_starts_cuts_the_batch_jobs_before_its_first_request_is_ch
     assert produce(m, STREAM, 20_000, 2.05) == 0
     assert [quota(m, p) for p in BATCH] == [0, 0, 0, 0]
     assert ledger(m).preemptions == {"latency": 0, "batch": 1}
-    # A batch request now is throttled (its quota is 0: the whole span, as any quota of 0).
-    assert produce(m, BATCH[0], 40_000, 2.06) == pytest.approx(2.2)
+    # A batch request now is throttled: a quota of 0 asks for the whole span, but the stream wants its
+    # whole share only until it is measured (window 12, from 2.4 s): muted until then, 0.34 s
+    assert produce(m, BATCH[0], 40_000, 2.06) == pytest.approx(0.34)
     # Two windows later the stream is measured (100k) and the batch jobs have the rest again.
     run_windows(m, 11, 14)
     assert [quota(m, p) for p in BATCH] == pytest.approx([75_000] * 4)
     assert quota(m, STREAM) == B
+
+
+def test_a_trickle_from_the_class_above_pre_empts_nobody() -> None:
+    # A stream sending 1 kB now and then: under 5% of its share's window (0.05 x 400k x 0.2 = 4 kB), so
+    # not a class starting to offer. Joining, or back after a span of silence, it cuts nobody.
+    m = manager()
+    for window in range(30):
+        run_windows(m, window, window + 1, stream=False)
+        if window in (10, 12, 25):   # the last after a span of silence
+            assert produce(m, STREAM, 1000, window * W + 0.05) == 0
+            # the batch jobs keep all but what the stream is measured at (1000 B over two windows: 2.5k)
+            assert min(quota(m, p) for p in BATCH) >= 99_000, window
+    assert ledger(m).preemptions == {"latency": 0, "batch": 0}
+    # 5 kB in a window is a stream starting: the batch class falls at once
+    produce(m, STREAM, 5000, 30 * W + 0.05)
+    assert [quota(m, p) for p in BATCH] == [0, 0, 0, 0] and ledger(m).preemptions["batch"] == 1
 
 
 def test_when_the_stream_stops_the_batch_jobs_get_its_share_back_within_three_windows() -> None:
