@@ -213,20 +213,27 @@ class PoolLedger:
             if static:
                 member.held.watched = member.sensor.shared.watched = True   # type: ignore[union-attr]
         if not static:
-            if self._reclaims(member, 0.0, now):
+            if self._reclaims(member, 0.0, self.index(now), now):
                 self._wants_share(member, now)
             else:
                 self.divide(now)   # its share of what is left, until it uses enough to want more
         return member
 
-    def _reclaims(self, member: Member, used: float, now: float) -> bool:
+    def _reclaims(self, member: Member, used: float, window: int, now: float) -> bool:
         """Whether `member`, using `used` in the current window, is taken to want its whole share: at
-        once without classes below it, else once `used` is `_RECLAIM_FLOOR` of that share's window."""
+        once without classes below it. Else once `used` is `_RECLAIM_FLOOR` of that share's window, and,
+        a lender measured already, once this window and the one before hold three of its windows'
+        demand: a client that catches up after a stall (a window short, the next double) is not a
+        class starting to offer more, and pre-empting the classes below for it would be for nothing."""
         if member.rank + 1 >= len(self.classes):
             return True
         if not member.fair:
             self.divide(now)
-        return used > _RECLAIM_FLOOR * member.fair / self._per_second
+        if used <= _RECLAIM_FLOOR * member.fair / self._per_second:
+            return False
+        if member.trigger == INFINITE or member.demand == INFINITE or member.at != window:
+            return True
+        return used + member.usage(window - 1) > 3 * member.demand / self._per_second
 
     def _wants_share(self, member: Member, now: float) -> None:
         """`member` wants its whole share from now until a full window has measured it: divide now,
@@ -281,7 +288,7 @@ class PoolLedger:
         if back:   # active again from now: measured over the windows from this one, and given a share
             member.since, member.last_use = window, now
             member.fair = 0.0
-        if (used[slot] + value > member.trigger or back) and self._reclaims(member, used[slot] + value, now):
+        if (used[slot] + value > member.trigger or back) and self._reclaims(member, used[slot] + value, window, now):
             # Back after a span of silence, or a lender using twice what it was measured at within one
             # window: it wants its share back, now, before this charge is checked (the borrowers'
             # quotas shrink at once: "reallocation within a window reclaims it").

@@ -139,6 +139,25 @@ def test_a_trickle_from_the_class_above_pre_empts_nobody() -> None:
     assert [quota(m, p) for p in BATCH] == [0, 0, 0, 0] and ledger(m).preemptions["batch"] == 1
 
 
+def test_a_stream_catching_up_after_a_stall_pre_empts_nobody_a_surge_does() -> None:
+    m = manager()
+    run_windows(m, 0, 15)
+    # window 15: the stream stalls (nothing); window 16: it catches up, 40 kB, twice its 20 kB. Over the
+    # two windows it sent what it always does: not a class offering more.
+    run_windows(m, 15, 16, stream=False)
+    for p in BATCH:
+        produce(m, p, 40_000, 16 * W + 0.01)
+    produce(m, STREAM, 40_000, 16 * W + 0.02)
+    assert ledger(m).preemptions["batch"] == 0
+    run_windows(m, 17, 20)
+    # a surge: 20 kB, then 45 kB: three windows' worth in two, the batch class falls at once
+    for p in BATCH:
+        produce(m, p, 40_000, 20 * W + 0.01)
+    produce(m, STREAM, 45_000, 20 * W + 0.02)
+    assert ledger(m).preemptions["batch"] == 1
+    assert [quota(m, p) for p in BATCH] == [0, 0, 0, 0]
+
+
 def test_when_the_stream_stops_the_batch_jobs_get_its_share_back_within_three_windows() -> None:
     m = manager()
     run_windows(m, 0, 15)
