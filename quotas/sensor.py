@@ -28,23 +28,22 @@ from kqp.quotas.token_bucket import TokenBucket
 class QuotaSensor:
     """Measurement, limit and last throttle of one `(quota type, QuotaKey)`."""
 
-    __slots__ = ("_scale", "bucket", "burst", "cap", "entity", "last_record", "last_throttle", "limit", "line",
-                 "paced_until", "rate", "shared", "span")
+    __slots__ = ("_scale", "bucket", "cap", "entity", "last_record", "last_throttle", "limit", "line", "paced_until",
+                 "rate", "shared", "span")
 
     def __init__(self, limit: float, window_size: float, window_count: int, now: float, *,
                  cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None,
-                 shared: SharedUsage | None = None, burst: float | None = None) -> None:
+                 shared: SharedUsage | None = None) -> None:
         self.limit = limit
         self.entity = entity  # the configured entity whose quota this is (for logs and metrics)
         self.span = window_size * window_count
-        self.burst = self.span if burst is None else burst   # a token bucket's burst, in seconds of its quota
         self.cap = cap
         self.rate = SampledRate(window_size, window_count)
         self.shared = shared
         self._scale = 1.0 if shared is None else shared.ledger.scale
-        # KIP-599: refill rate Q, burst Q * S * W (unless told otherwise).
+        # KIP-599: refill rate Q, burst Q * S * W.
         quota = limit * self._scale
-        self.bucket = TokenBucket(quota, quota * self.burst, now) if token_bucket else None
+        self.bucket = TokenBucket(quota, quota * self.span, now) if token_bucket else None
         if shared is not None and self.bucket is not None:
             shared.on_others = self.bucket.record   # the others' mutations debit this replica
         self.last_record = now
@@ -62,7 +61,7 @@ class QuotaSensor:
         self.limit = limit
         if self.bucket is not None:
             quota = limit * self._scale
-            self.bucket.update_rate(quota, quota * self.burst)
+            self.bucket.update_rate(quota, quota * self.span)
 
     def follow_limit(self, limit: float, now: float) -> None:
         """A new limit that the past is judged against as it was: samples count as the same fraction
@@ -82,7 +81,7 @@ class QuotaSensor:
         replica follows it as a live quota change (`TokenBucket.update_rate`)."""
         self._scale = scale
         if self.bucket is not None:
-            self.bucket.update_rate(self.limit * scale, self.limit * scale * self.burst)
+            self.bucket.update_rate(self.limit * scale, self.limit * scale * self.span)
 
     def add(self, value: float, now: float) -> None:
         """Record `value` without checking the quota (Kafka's `record(value, time, false)`)."""

@@ -70,7 +70,8 @@ def pool_quotas(classes: bool) -> dict[str, Any]:
 
 
 class Trace(threading.Thread):
-    """The pool's budget and each class's allocation as kqp's metrics show them, every window."""
+    """The pool's budget and each class's allocation as kqp's metrics show them, every other window
+    (a scrape costs kqp's loop a few ms: at every window it would add to what the stream waits for)."""
 
     def __init__(self, metrics: str, started: float) -> None:
         super().__init__(name="classes-trace", daemon=True)
@@ -82,7 +83,7 @@ class Trace(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self.halt.wait(W):
+            while not self.halt.wait(2 * W):
                 samples = scrape(self.metrics)
                 budget = sample(samples, "kqp_pool_budget", **POOL)
                 if budget is None:
