@@ -193,6 +193,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("B/entity", "entities", "rss_bytes_per_entity"),
     ("busy errs", "busy", "errors"),
     ("busy req/s", "busy", "requests_s"),
+    ("stream deliv", "classes", "stream_delivered_ratio"),
+    ("stream p99 ms", "classes", "stream_p99_ms"),
+    ("batch xC", "classes", "batch_share_of_c"),
+    ("batch split min", "classes", "batch_split_min"),
+    ("back s", "classes", "recovery_s"),
 )
 
 
