@@ -2,10 +2,9 @@
 
 The variants (`none`, `every-entity`, `metrics-quotas`, `throttle`, `every-entity-pool`,
 `every-entity-cluster`, `producer-rate`, `request-rate`, `adaptive-pool`, `classes`) are the
-references proxy/README.md lists ("The benchmark"): the proxy alone, quota accounting that never
-binds (with the metrics endpoint, a pool, or cluster scope on top), a quota enforced, what
-forwarding one request at a time for response-side quotas costs, and an adaptive pool on a
-saturated broker without and with service classes.
+references proxy/README.md lists ("The benchmark"): the proxy alone, accounting that never binds
+(with metrics, a pool, or cluster scope), a quota enforced, one request at a time for response-side
+quotas, and an adaptive pool on a saturated broker without and with service classes.
 
 kqp is driven through its command line, run by this very interpreter (`python -m
 kqp.proxy.tools.cli`): the kqp measured is the one the harness is imported from, where a `kqp`

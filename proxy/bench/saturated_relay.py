@@ -10,7 +10,6 @@ until it drains (a broker's bounded request queue), every socket readable in a r
 first so that a flood cannot starve a small client; responses flow back at once. The drain is a
 pacer: credit accrues at C (at most `burst_seconds` of it while idle), each frame spends its size,
 one `call_at` timer waits out a debt. `waits` records each frame's queueing delay and client id.
-
 `python -m kqp.proxy.bench.saturated_relay --listen H:P --upstream H:P --capacity C` runs it as a
 process (`kqp bench`'s classes workload); tests/helpers/saturated_upstream.py runs it in a thread.
 """

@@ -250,7 +250,7 @@ def service_classes(bootstrap: str, topic: str, seconds: float, stop: float, cap
     """A stream and batch jobs through one pool (the classes workload): a producer `job-stream-1` offers
     `stream_rate` bytes/s in `record_bytes` records from 0 s to `stop`; `batch_jobs` producers
     `job-batch-N` offer without limit (16 kB batches) from 1 s to `seconds`. Measured from delivery
-    reports, over 4 s to `stop`: the stream's delivered share of its offer and its delivery latency,
+    reports, over 5 s to `stop`: the stream's delivered share of its offer and its delivery latency,
     the batch jobs' rate against `capacity` and its split; then how long after `stop` the batch jobs
     take 0.7 of `capacity` over a second."""
     import threading
@@ -311,7 +311,7 @@ def service_classes(bootstrap: str, topic: str, seconds: float, stop: float, cap
         thread.start()
     for thread in threads:
         thread.join(seconds + 120.0)
-    a, b = started + 4.0, started + stop
+    a, b = started + 5.0, started + stop
 
     def batch_rate(x: float, y: float, who: str | None = None) -> float:
         moved = sum(n for cid, done in batch_done.items() if who in (None, cid) for at, n in done if x <= at < y)
