@@ -18,7 +18,15 @@ from types import MappingProxyType
 from kqp.config.errors import ConfigError, shown
 from kqp.config.fleet_section import FLEET_FIELDS, fleet_config, fleet_document
 from kqp.config.model import FleetConfig
-from kqp.config.pool_section import SHARE_KEYS, member_share, pool_document, pools_from, share_document, share_value
+from kqp.config.pool_section import (
+    SHARE_KEYS,
+    check_member_classes,
+    member_share,
+    pool_document,
+    pools_from,
+    share_document,
+    share_value,
+)
 from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
 from kqp.quotas.model import (
     ALGORITHMS,
@@ -107,12 +115,13 @@ def _entity_entry(entry: object, path: str) -> Entry:
 
 
 Entities = tuple[Mapping[EntitySpec, Mapping[str, float]], Mapping[EntitySpec, str], Mapping[EntitySpec, str],
-                 Mapping[EntitySpec, MemberShare], dict[EntitySpec, str]]
+                 Mapping[EntitySpec, MemberShare], dict[EntitySpec, str], dict[EntitySpec, str]]
 
 
 def _entities(value: object, path: str) -> Entities:
     """The entity entries: each entity's quota values, the algorithm and the mode of those that name
-    one, the pool share of those that name a pool member, and the path of each pool member entry."""
+    one, the pool share of those that name a pool member, and the path of each pool member entry and
+    of every entry (for errors)."""
     if value is None:
         value = []
     if not isinstance(value, list | tuple):
@@ -122,6 +131,7 @@ def _entities(value: object, path: str) -> Entities:
     modes: dict[EntitySpec, str] = {}
     shares: dict[EntitySpec, MemberShare] = {}
     member_paths: dict[EntitySpec, str] = {}
+    paths: dict[EntitySpec, str] = {}
     first_index: dict[EntitySpec, int] = {}
     for index, entry in enumerate(value):
         entry_path = f"{path}[{index}]"
@@ -133,6 +143,7 @@ def _entities(value: object, path: str) -> Entities:
                 f"same entity {entity.path} as {path}[{first_index[entity]}]; merge the two entries",
             )
         first_index[entity] = index
+        paths[entity] = entry_path
         if values:
             entities[entity] = MappingProxyType(values)
         if algorithm is not None:
@@ -143,7 +154,7 @@ def _entities(value: object, path: str) -> Entities:
             shares[entity] = share
             member_paths[entity] = entry_path
     return (MappingProxyType(entities), MappingProxyType(algorithms), MappingProxyType(modes), MappingProxyType(shares),
-            member_paths)
+            member_paths, paths)
 
 
 QUOTA_FIELDS = {
@@ -173,8 +184,9 @@ def quota_section(data: object, *, path: str = "quotas",
     try:
         values = read_section(data, path, QUOTA_FIELDS)
         fleet = fleet_config(values["scope"], values["cluster"], path)
-        entities, algorithms, modes, shares, member_paths = values["entities"]
+        entities, algorithms, modes, shares, member_paths, paths = values["entities"]
         _check_adaptive_algorithm(data, values["pools"], path)
+        check_member_classes(values["pools"], entities, shares, paths)
         if member_paths and not values["pools"]:
             entity, where = next(iter(member_paths.items()))
             if entity not in entities and shares[entity] == MemberShare():

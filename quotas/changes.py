@@ -52,7 +52,7 @@ def _pool_lines(old: tuple[PoolSpec, ...], new: tuple[PoolSpec, ...]) -> list[st
             lines.append(f"pool {name} {'added' if a is None else 'removed'} ({budgets})")
             continue
         lines += _values(f"pool {name}", dict(a.budgets), dict(b.budgets))
-        for part in ("members", "topics", "adaptive"):
+        for part in ("members", "topics", "adaptive", "classes"):
             if getattr(a, part) != getattr(b, part):
                 lines.append(f"pool {name}: {part} changed")
         if a.mode != b.mode:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kqp.quotas.adaptive import BudgetChange
 from kqp.quotas.adaptive_pools import AdaptivePool, AdaptiveView
+from kqp.quotas.allocation import INFINITE
 from kqp.quotas.fleet import FleetLedger
 from kqp.quotas.model import ChargeKind, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
 from kqp.quotas.pool_ledger import Member, PoolLedger
@@ -41,6 +42,23 @@ class MemberState:
     allocation: float     # the quota it is held to: max(max-min allocation, fair share)
     fair_share: float     # what it gets if every member wants without limit
     borrowed: float       # allocation above its fair share: other members' unused shares
+    service_class: str | None = None   # its class (None: the pool has no classes)
+    credit: float = 0.0   # a burst class's member: the quota it saved, in the quota's unit
+
+
+@dataclass(frozen=True, slots=True)
+class ClassState:
+    """One class of a pool, its members summed (rates in the quota's unit per second)."""
+
+    name: str
+    rank: int             # 0 is served first
+    max_share: float
+    burst_seconds: float
+    members: int          # members taking part in the division
+    allocation: float     # the members' max-min allocations
+    demand: float         # inf while a pool throttle holds one of them back
+    delivered: float      # what the members moved, over the last span's complete windows
+    preemptions: int      # divisions that cut the class at once for a higher class's member
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +73,7 @@ class PoolState:
     members: tuple[MemberState, ...]
     adaptive: AdaptiveView | None = None   # an adaptive pool's law: target, latency, changes
     observed: bool = False                 # mode observe: its throttles are counted, never acted on
+    classes: tuple[ClassState, ...] = ()
 
 
 class Pools:
@@ -290,14 +309,29 @@ class Pools:
         out: list[PoolState] = []
         for ledger in self.ledgers.values():
             ledger.reallocate(now)
+            names = [c.name for c in ledger.classes]
+            active = [m for m in ledger.members.values() if ledger.active(m, now)]
             members = tuple(MemberState(
-                key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
-                m.fair, m.borrowed) for key, m in ledger.members.items() if m.fair > 0)   # the active ones
+                m.membership.key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
+                m.fair, m.borrowed, names[m.rank] if names else None, m.credit) for m in active)
             adaptive = self.adaptive.get((ledger.pool.name, ledger.quota_type))
             out.append(PoolState(ledger.pool.name, ledger.quota_type, ledger.budget, ledger.ceiling,
                                  sum(m.usage for m in members) + ledger.unseen, ledger.lent, ledger.pool.topics,
-                                 members, None if adaptive is None else adaptive.view(), ledger.observed))
+                                 members, None if adaptive is None else adaptive.view(),
+                                 observed=ledger.observed, classes=_classes(ledger, active)))
         return out
+
+
+def _classes(ledger: PoolLedger, active: list[Member]) -> tuple[ClassState, ...]:
+    out = []
+    for rank, c in enumerate(ledger.classes):
+        mine = [m for m in active if m.rank == rank]
+        unseen = ledger.totals[rank].unseen if len(ledger.totals) > rank else 0.0
+        out.append(ClassState(c.name, rank, c.max_share, c.burst_seconds, len(mine),
+                              sum(m.allocation for m in mine), sum(m.demand for m in mine) + unseen,
+                              sum(m.rate for m in mine) + (0.0 if unseen == INFINITE else unseen),
+                              ledger.preemptions.get(c.name, 0)))
+    return tuple(out)
 
 
 def _adaptive(found: AdaptivePool | None, ledger: PoolLedger, settings: QuotaSettings, now: float) -> AdaptivePool:
@@ -321,4 +355,5 @@ def _carry_over(ledger: PoolLedger, pool: PoolSpec, settings: QuotaSettings, now
             released += 1
             continue
         ledger.restart(member, Membership(key, entity, share_of(settings, entity)), now)
+    ledger.set_classes(pool, now)   # members keep their measurements and credit in their new class
     return released

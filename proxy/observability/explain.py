@@ -8,10 +8,9 @@ in shared scope), its mode, and the other principals seen that share its sensor 
 members, a user's clients); the `throttles` of the last 5 minutes by cause, and the `observed` ones
 that quotas in mode observe would have given (`client_metrics.RecentThrottles`); open `connections`
 (software, whether it honours throttles, how long still muted: `kqp.proxy.connection.views`);
-`pools`, and `budget_changes` from a provider plugged in at assembly (null while none is).
-
-With no user given, the user is the one the client id's open connections authenticated as (the
-first, if several), else ANONYMOUS; `user_from` says which.
+`pools` (with the member's class and each class's division), and `budget_changes` from a provider
+plugged in at assembly (null while none is). With no user given, the user is the one the client id's
+open connections authenticated as (the first, if several), else ANONYMOUS; `user_from` says which.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from kqp.proxy.observability.client_metrics import BUCKET_SECONDS, RECENT_BUCKET
 from kqp.quotas.entities import ladder
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import ANONYMOUS, Principal, QuotaKey, QuotaType
+from kqp.quotas.pool_ledger import key_pattern
 from kqp.quotas.pool_membership import membership
 
 __all__ = ["BudgetChanges", "Explainer"]
@@ -130,6 +130,14 @@ class Explainer:
                 state = states.get((spec.name, str(quota_type)))
                 key = membership(pools.settings, quota_type, principal).key
                 member = None if state is None else next((m for m in state.members if m.key == key), None)
+                classes = {}
+                if spec.classes:
+                    rank = spec.rank(*key_pattern(key))
+                    classes = {"class": spec.classes[rank].name, "classes": [] if state is None else [
+                        {"name": c.name, "rank": c.rank, "max_share": c.max_share, "burst_seconds": c.burst_seconds,
+                         "members": c.members, "allocation": c.allocation,
+                         "demand": None if math.isinf(c.demand) else c.demand, "held": math.isinf(c.demand),
+                         "delivered": c.delivered, "preemptions": c.preemptions} for c in state.classes]}
                 out.append({
                     "pool": spec.name, "quota_type": str(quota_type), "topics": list(spec.topics),
                     "budget": None if state is None else state.budget,
@@ -141,7 +149,8 @@ class Explainer:
                                    "demand": None if math.isinf(member.demand) else member.demand,
                                    "held": math.isinf(member.demand),   # a pool throttle holds it back
                                    "allocation": member.allocation, "fair_share": member.fair_share,
-                                   "borrowed": member.borrowed})},
+                                   "borrowed": member.borrowed, "credit": member.credit})},
+                    **classes,
                     "budget_changes": None if self.budget_changes is None else self.budget_changes(spec.name),
                 })
         return out

@@ -6,6 +6,8 @@ as Kafka's quota metrics are tagged: `user`, `client_id` (empty when the member 
 prefix group) and `client_id_prefix` (empty unless it is a prefix group). Members are listed while
 they take part in the division; one silent for a span drops out, and its series with it, so label
 sets expire with the members (and the members with `metrics.entity_expiry_seconds`, as sensors).
+A pool with classes has one series per class (`class` label) and `kqp_pool_member_class` naming
+each member's.
 
 `budget_changes` is `kqp explain`'s view of the same pools: an adaptive pool's recent changes of
 budget, each as a JSON-ready record, from `Pools.adaptive_changes`.
@@ -24,6 +26,7 @@ from kqp.quotas.pools import PoolState
 
 POOL = ("pool", "quota")
 MEMBER = (*POOL, "user", "client_id", "client_id_prefix")
+CLASS = (*POOL, "class")
 
 
 def pool_families(states: list[PoolState]) -> Iterator[Metric]:
@@ -57,6 +60,18 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
                       "of the last two windows), in the quota's unit per second", POOL)
     changes = CounterMetricFamily("kqp_pool_adaptive_changes", "Changes of an adaptive pool's budget of 1% or "
                                   "more, by reason (kqp explain lists them)", labels=(*POOL, "reason"))
+    # Service classes: each class's members summed, and which class each member is in.
+    class_allocation = gauge("kqp_pool_class_allocation", "The class's allocation: its members' max-min "
+                             "allocations, served before the classes below it", CLASS)
+    class_demand = gauge("kqp_pool_class_demand", "What the class's members offered in the last windows (+Inf "
+                         "while a pool throttle holds one back)", CLASS)
+    class_delivered = gauge("kqp_pool_class_delivered", "What the class's members moved: their rates over the "
+                            "span, as their pool quotas measure them", CLASS)
+    class_members = gauge("kqp_pool_class_members", "The class's members taking part in the division", CLASS)
+    preemptions = CounterMetricFamily("kqp_pool_class_preemptions", "Divisions that cut the class at once because "
+                                      "a member of a higher class started offering", labels=CLASS)
+    member_class = gauge("kqp_pool_member_class", "1 for the class the member is in (pools with classes)",
+                         (*MEMBER, "class"))
     for state in states:
         labels = (state.name, str(state.quota_type))
         view = state.adaptive
@@ -82,8 +97,18 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
             used.add_metric(who, m.usage)
             borrowed.add_metric(who, m.borrowed)
             demand.add_metric(who, m.demand)
+            if m.service_class is not None:
+                member_class.add_metric((*who, m.service_class), 1)
+        for c in state.classes:
+            mine = (*labels, c.name)
+            class_allocation.add_metric(mine, c.allocation)
+            class_demand.add_metric(mine, c.demand)
+            class_delivered.add_metric(mine, c.delivered)
+            class_members.add_metric(mine, c.members)
+            preemptions.add_metric(mine, c.preemptions)
     yield from (budget, ceiling, usage, lent, members, observed, allocation, fair, used, borrowed, demand, latency,
-                target, floor, delivered, changes)
+                target, floor, delivered, changes, class_allocation, class_demand, class_delivered, class_members,
+                preemptions, member_class)
 
 
 def budget_changes(quotas: QuotaManager, clock: Callable[[], float]) -> Callable[[str], list[dict[str, Any]]]:

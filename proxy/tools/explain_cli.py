@@ -108,6 +108,13 @@ def render(doc: dict[str, Any]) -> list[str]:
                          f"weight {m['weight']:g}")
         else:
             lines.append(f"    member {_member(m['key'])}: not active in the pool now")
+        if "class" in p:
+            credit = f", burst credit {m['credit']:,.0f}" if m.get("credit") else ""
+            lines.append(f"    in class {p['class']}{credit}; classes, highest first:")
+            for c in p["classes"]:
+                demand = "held" if c["held"] else _rate(c["demand"], q)
+                lines.append(f"      {c['name']}: allocation {_rate(c['allocation'], q)}, demand {demand}, delivered "
+                             f"{_rate(c['delivered'], q)}, {c['members']} member(s), pre-emptions {c['preemptions']}")
         changes = p["budget_changes"]
         lines.append("    budget changes: " + ("not reported" if changes is None else
                                                  "; ".join(c["text"] for c in changes) or "none"))

@@ -73,9 +73,11 @@ def wait_all_non_empty(url: str, exprs: list[str], deadline: float) -> list[str]
 
 def test_prometheus_scrapes_kqp_during_a_throttled_workload(tansu, kqp, tmp_path: Path) -> None:
     # A pool that `free` is in (its budget never reached: `free` sends ~40 kB/s, an adaptive pool's
-    # floor is 1% of 50 MB/s), adaptive, so that the dashboard's pool panels and adaptive panels have data.
+    # floor is 1% of 50 MB/s), adaptive and with classes (`free` in the higher), so that the dashboard's
+    # pool, adaptive and class panels have data.
     pool = {"name": "shared", "producer_byte_rate": 50_000_000, "members": [{"client_id": FREE}],
-            "adaptive": {"target_latency_ms": 1000}}
+            "adaptive": {"target_latency_ms": 1000},
+            "classes": [{"name": "latency", "members": [{"client_id": FREE}]}, {"name": "rest"}]}
     # `free` in mode observe with a request_rate it exceeds (a request every 25 ms against 1/s): the
     # observed-throttle series exist, and its traffic is held back by nothing.
     entities = [{**e, "request_rate": 1, "mode": "observe"} if e["client_id"] == FREE else e
