@@ -65,6 +65,8 @@ class Violation:
     # `hold_seconds` is what of it a request charged before it is forwarded waits first (sensor.py).
     steady: bool = False
     hold_seconds: float = 0.0
+    # The quota is observed (`mode: observe`): its throttle is counted, never told or muted.
+    observed: bool = False
 
 
 def throttle_seconds(observed: float, bound: float, window_size: float) -> float:

@@ -27,6 +27,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "produce-inflight5": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
     "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
     "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
+    "classes": ("stream_delivered_ratio", "stream_p50_ms", "stream_p99_ms", "batch_share_of_c", "batch_split_min",
+                "batch_split_max", "recovery_s", "errors"),
 }
 
 # Ratios the performance goals are stated in: (label, workload, metric, numerator, denominator).
@@ -48,6 +50,8 @@ RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     # What forwarding one request at a time (a request quota, `response_pending`) costs a producer.
     ("produce-inflight5 kqp-request-rate/kqp-producer-rate", "produce-inflight5", "mb_s", "kqp-request-rate",
      "kqp-producer-rate"),
+    # Service classes: the stream's p99 with classes against without (the goal: at most 0.3).
+    ("classes stream_p99_ms kqp-classes/kqp-adaptive", "classes", "stream_p99_ms", "kqp-classes", "kqp-adaptive"),
 )
 # What this tree's kqp is set beside another build's on (`kqp bench --baseline`): before and after.
 BASELINE_METRICS = (("produce", "cpu_s_per_gb"), ("consume", "cpu_s_per_gb"), ("produce", "mb_s"),
@@ -189,6 +193,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("B/entity", "entities", "rss_bytes_per_entity"),
     ("busy errs", "busy", "errors"),
     ("busy req/s", "busy", "requests_s"),
+    ("stream deliv", "classes", "stream_delivered_ratio"),
+    ("stream p99 ms", "classes", "stream_p99_ms"),
+    ("batch xC", "classes", "batch_share_of_c"),
+    ("batch split min", "classes", "batch_split_min"),
+    ("back s", "classes", "recovery_s"),
 )
 
 

@@ -28,7 +28,7 @@ from . import busy_clients, idle_clients, proc_stats, workloads
 from .processes import StartError
 from .references import BROKER, Cell, CellSettings, Reference, open_cell
 
-TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-busy": 3}
+TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-busy": 3, "bench-classes": 1}
 # The Java producer's defaults (librdkafka's in-flight limit is 1000000, its batches 1 MB here):
 # small requests, 5 in flight per connection, where pipelining matters and kqp's one request at a
 # time for a request quota (`response_pending`) shows (`produce-inflight5`).
@@ -43,6 +43,8 @@ WORKLOADS = {
     "produce-inflight5": "produce with the Java producer's defaults: 16 KB batches, 5 requests in flight",
     "entities": "one Metadata request from each of many distinct client ids: proxy memory per entity",
     "busy": "many connections each producing (acks=1) and fetching it back once a second, every answer checked",
+    "classes": "a stream at 100 kB/s and four batch producers flat out in one adaptive pool on a broker saturated "
+               "at 400 kB/s: the stream's delivery and latency, the batch jobs' share and split",
 }
 
 
@@ -60,6 +62,7 @@ class Plan:
     throttle_bytes_s: float
     entities: int = 10_000
     busy_seconds: float = 0.0    # the busy workload's length (`kqp bench --busy SECONDS`; 0: not run)
+    classes_seconds: float = 20.0   # the classes workload: the stream stops 6 s before the end
 
 
 class Runner:
@@ -239,6 +242,12 @@ class Runner:
                                plan.latency_rate, timeout=plan.latency_seconds * 3 + 60)
         return result
 
+    def _classes(self, cell: Cell, _round: int) -> dict[str, Any]:
+        seconds = self.plan.classes_seconds
+        (result,) = self._call(workloads.service_classes, cell.bootstrap, "bench-classes", seconds, seconds - 6.0,
+                               cell.reference.saturated, timeout=seconds + 180)
+        return result
+
     def _entities(self, cell: Cell, _round: int) -> dict[str, Any]:
         pid = cell.proxy.pid if cell.proxy is not None else None
         before = proc_stats.sample(pid) if pid is not None else None
@@ -297,7 +306,8 @@ def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _brief(metrics: dict[str, Any]) -> str:
     keys = ("mb_s", "records_s", "requests_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "proxy_cpu_percent", "connected",
-            "errors", "rss_mb", "rss_bytes_per_entity")
+            "stream_delivered_ratio", "stream_p99_ms", "batch_share_of_c", "batch_split_min", "batch_split_max",
+            "recovery_s", "errors", "rss_mb", "rss_bytes_per_entity")
     parts = []
     for key in keys:
         value = metrics.get(key)

@@ -341,15 +341,16 @@ class Connection:
         # now and goes out with the response; meanwhile nothing more is read, as on a broker, which
         # reads one request at a time. A steady quota's request waits for its line first, all but a window.
         throttle = flight.throttle = throttling.decide(flight, violations) if violations else None
+        acted = throttle.acted if throttle is not None else None   # an observed throttle holds nothing
         if forward is not None:
-            if throttle is not None and throttle.hold:
+            if acted is not None and acted.hold:
                 self._unsent = (flight, forward)   # sent when the timer fires for it (`_timer_fired`)
             else:
                 self._out.append(Send(Side.UPSTREAM, forward))
         throttling.hold(throttle, now, self._out)
         flight.handler_seconds = p.perf() - t0
         if not plan.expects_response:
-            throttling.throttle(throttle, now, self._out)
+            throttling.throttle(throttling.settle(flight, [], now), now, self._out)
             return
         if forward is not None and charging.throttles_on_response(principal):
             # Its throttle is known only when the response is back: hold the next request until then.

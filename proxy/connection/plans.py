@@ -146,6 +146,15 @@ class Throttle:
     # long the request waits before it is forwarded (all of its throttle but one window).
     until: float | None = field(default=None, compare=False)
     hold: float | None = field(default=None, compare=False)
+    # An observed quota decided it (`mode: observe`): it is counted, never told or muted; the client
+    # gets `enforced`, the throttle of the request's enforced quotas alone (None: none).
+    observed: bool = False
+    enforced: Throttle | None = field(default=None, compare=False)
+
+    @property
+    def acted(self) -> Throttle | None:
+        """The throttle the client gets: this one, or for an observed one its enforced part."""
+        return self.enforced if self.observed else self
 
 
 @dataclass(slots=True, eq=False)
