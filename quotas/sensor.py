@@ -3,10 +3,9 @@
 Kafka's `Sensor.record` records first and checks afterwards, so usage counts even while the entity
 is over quota; `QuotaSensor.charge` does the same. `sampled` quotas measure with a `SampledRate` and
 throttle by ``(O - T) / T * W``; `steady` and `token_bucket` quotas (and `controller_mutation_rate`
-always) enforce with a `TokenBucket` and keep a `SampledRate` for observation only: a steady bucket
-holds Kafka's first allowance, (window_count - 1) windows of quota, a token bucket KIP-599's burst,
-window_count windows. A quota of 0 blocks: any use throttles for the whole span. A shared sensor
-also hands every recording to its `SharedUsage` and measures against the fleet (fleet.py).
+always) enforce with a `TokenBucket` (a steady one holds Kafka's first allowance, (window_count - 1)
+windows; KIP-599's, window_count) and keep a `SampledRate` for observation only. A quota of 0
+blocks. A shared sensor also hands every recording to its `SharedUsage` (fleet.py).
 
 Beyond Kafka, `pace` is how long to mute a client that does not back off by itself: the recording's
 own cost, `value / limit` seconds, queued behind the key's earlier over-quota costs on a virtual
