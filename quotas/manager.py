@@ -177,6 +177,8 @@ class QuotaManager:
                 continue
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(values[index], now)) > 0:
+                if res.observed:
+                    t = sensor.forgive(t, now)
                 out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line,
                                      sensor.steady, sensor.hold(t), res.observed))
         return out
@@ -243,8 +245,8 @@ class QuotaManager:
             value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(value, now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now), None, sensor.steady,
-                                     observed=res.observed))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now),
+                                     sensor.line if sensor.steady else None, sensor.steady, observed=res.observed))
         return out
 
     # -- controller mutations (KIP-599) --------------------------------------------------------

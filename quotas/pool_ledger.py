@@ -311,6 +311,8 @@ class PoolLedger:
         if totals is not None:
             totals.total.record(value, now)
         t = member.sensor.charge(value, now)
+        if t > 0 and self.observed:
+            t = member.sensor.forgive(t, now)   # an observed pool enforces no debt: keep one span of it
         if t > 0 and member.credit > member.spent:
             t = self._spend(member, value, now)
         if t > 0 and member.quota <= 0 and now < self.wanting_until:

@@ -156,19 +156,30 @@ class QuotaSensor:
                 # takes the next exchange to tell; the client's next request is judged on the fleet's
                 # real usage, which includes what it used now.
                 t = shared.ledger.sync_interval
+        line = t
         if self.cap is not None and t > self.cap:
-            if self.steady and self.bucket is not None and self.span < t != math.inf:
+            if self.steady:
                 # A capped quota (KIP-124) mutes one window at most, so a debt is repaid over later
-                # requests; past a span's worth it is forgiven (a GC pause, one huge request), as the
-                # sampled rate forgets it, so that no client is held at the cap for long.
-                self.bucket.record(-(t - self.span) * self.bucket.rate, now)
+                # requests, and the line says when (the gate holds the key's Produce and Fetch until
+                # then); past a span's worth it is forgiven (a GC pause, one huge request).
+                line = self.forgive(t, now)
             t = self.cap
-        self.line.until = now + t
+        self.line.until = now + (line if self.steady else t)
         if t > 0:
             self.last_throttle = t
             if self.shared is not None:
                 self.shared.throttled(now + t)
         return t
+
+    def forgive(self, t: float, now: float) -> float:
+        """A bucket's debt past a span's worth forgiven, as the sampled rate forgets it, for a debt
+        nothing enforces (a capped quota's past its cap, an observed quota's, which would otherwise
+        grow for as long as it is observed and throttle the client for as long once enforced);
+        returns the throttle left of `t`."""
+        if self.bucket is None or not self.span < t != math.inf:
+            return t
+        self.bucket.record(-(t - self.span) * self.bucket.rate, now)
+        return self.span
 
     def hold(self, throttle: float) -> float:
         """Of a `throttle` this sensor gave a request charged before it is forwarded, the part that

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.records import BodyError
 from kqp.protocol.throttle import throttle_patch_parts
@@ -32,6 +33,8 @@ from .events import Action, Mute, MuteReason, Parts, SetTimer, Unmute
 from .hooks import ProxyObserver
 from .mute import MuteState
 from .plans import Flight, Throttle
+
+_GATED_BY_REQUEST_QUOTAS = frozenset({ApiKey.Produce, ApiKey.Fetch})
 
 __all__ = ["Throttle", "Throttling"]
 
@@ -100,12 +103,15 @@ class Throttling:
         ms = throttle_ms(seconds)
         if not ms:
             return None
-        if paced or (worst.steady and flight.plan.produced is not None):
+        if paced or (worst.steady and flight.plan.produced is not None and worst.quota_type not in CAPPED_TYPES):
             lines = ()   # a steady quota's request charged as it is read waits its turn in `hold`, not the gate
         else:
-            # An observed quota's line gates nothing: it holds no connection back.
-            lines += tuple(v.line for v in violations
-                           if v.line is not None and v.quota_type not in CAPPED_TYPES and not v.observed)
+            # An observed quota's line gates nothing: it holds no connection back. A request quota's
+            # (steady only: its line is the key's debt, its throttle capped at a window) gates the
+            # connection's next Produce or Fetch, never a heartbeat or a commit.
+            gates_capped = flight.api_key in _GATED_BY_REQUEST_QUOTAS
+            lines += tuple(v.line for v in violations if v.line is not None and not v.observed
+                           and (v.quota_type not in CAPPED_TYPES or (gates_capped and v.steady)))
         until = hold = None
         if worst.steady:
             until = (flight.sent_at if now is None else now) + seconds

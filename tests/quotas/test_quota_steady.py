@@ -116,3 +116,19 @@ def test_a_steady_consumer_quota_caps_a_fetch_at_its_tokens_and_one_window() -> 
     assert m.fetch_max_bytes_cap(P, 0.5) == 1000                  # still in debt: a window's worth
     assert m.fetch_max_bytes_cap(P, 4.0) == 4000                  # K = 3000, and a window
     assert m.fetch_max_bytes_cap(P) == 10_000                     # no time given: Kafka's
+
+
+def test_an_observed_quota_keeps_no_more_than_a_spans_debt() -> None:
+    # Observed, nothing holds the client back: flat out at 3 T for 60 s it would owe 120 s. Kept to
+    # one span's worth (11 s at 1 s x 11), a switch to enforced throttles it for a span at most, as
+    # the sampled rate, which remembers a span, would.
+    settings = QuotaSettings(1.0, 11, {JOB: {"producer_byte_rate": T}}, algorithm=STEADY, mode="observe")
+    m = QuotaManager(settings, 0.0)
+    told = []
+    for step in range(1, 601):
+        told += [v.throttle_seconds for v in m.record_produce(P, int(3 * T / 10), 1, 1, step / 10)]
+    assert max(told) == pytest.approx(11.0)
+    m.update_settings(QuotaSettings(1.0, 11, {JOB: {"producer_byte_rate": T}}, algorithm=STEADY), 60.0)
+    [after] = m.record_produce(P, 1, 1, 1, 60.0)
+    assert not after.observed and after.throttle_seconds == pytest.approx(11.0, abs=0.01)
+    assert not m.record_produce(P, 1, 1, 1, 71.1)   # repaid one span later

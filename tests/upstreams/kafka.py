@@ -186,8 +186,11 @@ class KafkaCluster:
             "group.consumer.heartbeat.interval.ms": "500",
             "group.consumer.min.session.timeout.ms": "6000",
             "group.consumer.session.timeout.ms": "6000",
-            "broker.heartbeat.interval.ms": "500",
-            "broker.session.timeout.ms": "3000",
+            # Several nodes: a short broker session, so a killed node's partitions move in seconds.
+            # One node has nowhere to move them, and a session a starved machine can miss fences the
+            # only broker (NOT_LEADER, NOT_COORDINATOR, "all brokers are currently fenced").
+            "broker.heartbeat.interval.ms": "500" if n > 1 else "2000",
+            "broker.session.timeout.ms": "3000" if n > 1 else "30000",
             "controlled.shutdown.enable": "true",
             "log.segment.bytes": str(64 * 1024 * 1024),
         }
