@@ -236,7 +236,10 @@ class Throttling:
         # One deadline, compared in one form: `now - since >= cap` can be false at `now == since + cap`
         # (float rounding), and a hold until `now` mutes nothing, so the core would read it again at once.
         until = min(max(line.until for line in lines), since + cap)
-        if cause[0] != principal or until - now <= GATE_SLACK_SECONDS:
+        # A line the mute has already run past (it ended at or after it) holds nothing: muting until
+        # then would mute nothing, and the core would read the request again at once, for ever.
+        passed = until <= self.muted_until and THROTTLED not in self.mutes
+        if cause[0] != principal or until - now <= GATE_SLACK_SECONDS or passed:
             self.gated = now - since
             self.gated_since = None
             return False
