@@ -27,7 +27,12 @@ METRICS: dict[str, tuple[str, ...]] = {
     "produce-inflight5": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
     "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
     "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
+    "spark-produce": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
+    "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "lost", "duplicates", "rebalances"),
+    "light": ("p50_ms", "p99_ms", "requests_s", "errors"),
 }
+# Latency workloads, and whose latency theirs is set beside (paired by round) besides direct's.
+LATENCY_WORKLOADS = {"latency": (), "light": ("relay",)}
 
 # Ratios the performance goals are stated in: (label, workload, metric, numerator, denominator).
 _MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kqp-quotas", "kqp"),
@@ -54,7 +59,7 @@ BASELINE_METRICS = (("produce", "cpu_s_per_gb"), ("consume", "cpu_s_per_gb"), ("
                     ("consume", "mb_s"), ("latency", "p50_ms"), ("latency", "p99_ms"))
 # CPU per GB is compared with the relay for every proxy measured (each kqp setup, tansu proxy):
 # the relay is what moving the bytes through one more Python process costs at the least.
-CPU_WORKLOADS = ("produce", "consume")
+CPU_WORKLOADS = ("produce", "consume", "spark-produce", "spark-consume")
 CPU_BASELINE = "relay"
 
 
@@ -98,13 +103,16 @@ def summarize(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[st
         summary.setdefault(ref, {}).setdefault(workload, {})[metric] = statistics.median(series.values())
         summary[ref][workload].setdefault("rounds", float(len(series)))
     for ref, workloads in summary.items():
-        latency = workloads.get("latency")
-        if latency is None:
-            continue
-        for pct in ("p50_ms", "p99_ms"):
-            added = _paired(values, (ref, "latency", pct), ("direct", "latency", pct), "-")
-            if added is not None:
-                latency["added_" + pct] = added
+        for workload, others in LATENCY_WORKLOADS.items():
+            latency = workloads.get(workload)
+            if latency is None:
+                continue
+            for base in ("direct", *others):
+                label = "added_" if base == "direct" else f"over_{base}_"
+                for pct in ("p50_ms", "p99_ms"):
+                    added = _paired(values, (ref, workload, pct), (base, workload, pct), "-")
+                    if added is not None and ref != base:
+                        latency[label + pct] = added
     return summary
 
 
@@ -189,6 +197,13 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("B/entity", "entities", "rss_bytes_per_entity"),
     ("busy errs", "busy", "errors"),
     ("busy req/s", "busy", "requests_s"),
+    ("spark MB/s", "spark-produce", "mb_s"),
+    ("read MB/s", "spark-consume", "mb_s"),
+    ("lost", "spark-consume", "lost"),
+    ("dups", "spark-consume", "duplicates"),
+    ("light p50", "light", "p50_ms"),
+    ("light p99", "light", "p99_ms"),
+    ("p99-relay", "light", "over_relay_p99_ms"),
 )
 
 
