@@ -38,7 +38,7 @@ class FrameDecoder:
         if max_frame_bytes < 0:
             raise ValueError("max_frame_bytes must be >= 0")
         self._max = max_frame_bytes
-        self._chunks: deque[bytes] = deque()
+        self._chunks: deque[bytes | bytearray | memoryview] = deque()
         self._first: memoryview | None = None  # view over _chunks[0], made once per chunk
         self._pos = 0  # read offset into _chunks[0]
         self._size = 0  # bytes buffered and not yet returned
@@ -68,8 +68,8 @@ class FrameDecoder:
         self._first, self._pos, self._size, self._need = None, 0, 0, -1
         return dropped
 
-    def feed(self, data: bytes) -> None:
-        """Take ownership of ``data`` (immutable bytes from the transport); validates a new size prefix."""
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Take ``data`` (bytes, or a buffer its giver never writes again); validates a new size prefix."""
         if self._error is not None:
             raise self._error
         if not data:
@@ -84,6 +84,19 @@ class FrameDecoder:
         self._chunks.append(data)
         if self._need < 0:
             self._read_size()
+
+    def own(self) -> None:
+        """Copy what is held of views into bytes of its own: the views may be of a buffer shared with
+        other connections (a read arena), which the bytes held would otherwise keep alive."""
+        owned: deque[bytes | bytearray | memoryview] = deque()
+        for chunk in self._chunks:
+            if isinstance(chunk, memoryview):
+                if not owned:   # the first chunk: from the read offset on
+                    chunk = (self._first if self._first is not None else chunk)[self._pos:]
+                    self._first, self._pos = None, 0
+                chunk = bytes(chunk)
+            owned.append(chunk)
+        self._chunks = owned
 
     def next_frame(self) -> memoryview | None:
         """One whole frame including its size prefix, or ``None`` if it has not fully arrived."""

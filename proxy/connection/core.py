@@ -124,6 +124,14 @@ class Connection:
     def muted(self, side: Side) -> bool:
         return self.mutes.muted(side)
 
+    def keep_held(self) -> None:
+        """Frames read but not yet taken (muted, or incomplete) are copied into bytes of their own: the
+        edge hands views of a read buffer shared by every connection, which must not stay alive for them."""
+        if self.requests.buffered:
+            self.requests.own()
+        if self.responses.buffered:
+            self.responses.own()
+
     @property
     def user(self) -> str:
         return self.auth.user

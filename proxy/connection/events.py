@@ -19,7 +19,7 @@ from kqp.protocol.addresses import BrokerAddress
 from kqp.quotas.admin_layer import Change
 from kqp.quotas.connection_limits import LIMIT_REASONS
 
-Buffer = bytes | memoryview
+Buffer = bytes | bytearray | memoryview   # a bytearray or a view: read in place, never written again
 Parts = tuple[Buffer, ...]
 
 
@@ -84,13 +84,13 @@ class UpstreamConnectFailed:
 @dataclass(frozen=True, slots=True)
 class ClientData:
     now: float
-    data: bytes
+    data: Buffer
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamData:
     now: float
-    data: bytes
+    data: Buffer
 
 
 @dataclass(frozen=True, slots=True)
