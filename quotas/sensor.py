@@ -132,6 +132,9 @@ class QuotaSensor:
                 t = self.span
         else:
             if shared is None:
+                if self.rate.surely_below(self.limit, now):   # far below the quota: nothing to sum
+                    self.line.until = now
+                    return 0.0
                 observed, window = self.rate.observe(now)
                 limit = self.limit
             else:
