@@ -336,12 +336,19 @@ class QuotaManager:
             return False
         return not _FETCH_COUNTS.isdisjoint(resolutions(self._settings, p))
 
-    def throttles_on_response(self, p: Principal) -> bool:
-        """Whether a quota whose throttle is known only when the response is back applies to `p`.
+    def throttles_on_response(self, p: Principal, now: float | None = None, fetch: bool = True,
+                              in_flight: int = 0) -> bool:
+        """Whether a quota whose throttle is known only when the response is back may throttle the
+        response to `p`'s request (a Fetch if `fetch`) read at `now`, with `in_flight` of the
+        connection's requests still unanswered; without `now`: whether such a quota applies at all.
 
         A broker reads one request per connection at a time, so such a throttle stops the next
         request; a proxy that forwarded it already could not. The proxy forwards one request at a
-        time for these principals instead.
+        time for these principals instead, except where the response cannot throttle: the consumer
+        rates charge Fetch responses only, and a request quota at most half used over even its
+        shortest window, counting what the requests in flight and this one will add (1 request, at
+        most 10 ms of handler time each), is not reached by them (`QuotaSensor.far_below`). A quota
+        not yet charged, shared by a fleet, or kept in a token bucket counts as near.
         """
         if (self._pooled[FETCH] or self._pooled[REQUEST]) and self.pools.applies(p, _ON_RESPONSE):
             return True
@@ -349,7 +356,25 @@ class QuotaManager:
             return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
         if not self._on_response:
             return False
-        return not _ON_RESPONSE.isdisjoint(resolutions(self._settings, p))
+        found = resolutions(self._settings, p)
+        if _ON_RESPONSE.isdisjoint(found):
+            return False
+        if now is None:
+            return True
+        pending = in_flight + 1.0   # each: one request, or at most 10 ms x 100 percent-seconds
+        sensors = self._sensors
+        for quota_type in _ON_RESPONSE:
+            res = found.get(quota_type)
+            if res is None:
+                continue
+            if quota_type not in _REQUEST:
+                if fetch:   # how much a Fetch response brings is not known before it is back
+                    return True
+                continue
+            sensor = sensors[quota_type].get(res.key)
+            if sensor is None or not sensor.far_below(now, pending):
+                return True
+        return False
 
     def fetch_max_bytes_cap(self, p: Principal) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.

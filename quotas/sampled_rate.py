@@ -82,9 +82,10 @@ class SampledRate:
         d[i + _LAST] = now
         self._upper += value
 
-    def surely_below(self, limit: float, now: float) -> bool:
-        """True when the rate at `now` is surely at most `limit`, and measuring it would purge nothing."""
-        return now < self._fresh_until and self._upper <= limit * self._min_span
+    def surely_below(self, limit: float, now: float, pending: float = 0.0) -> bool:
+        """True when the rate at `now` is surely at most `limit`, even with `pending` more recorded, and
+        measuring it would purge nothing."""
+        return now < self._fresh_until and self._upper + pending <= limit * self._min_span
 
     def _scan(self, now: float) -> tuple[float, float]:
         """Purge, then return (sum of samples, start of the oldest): one pass over the slots.

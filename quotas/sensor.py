@@ -167,6 +167,11 @@ class QuotaSensor:
         if limit > 0 and self.line.until > now:
             self.line.until = max(now, self.line.until - value / limit)
 
+    def far_below(self, now: float, pending: float) -> bool:
+        """Surely at most half its quota at `now` with `pending` more recorded, over even the shortest
+        window (a local rate sensor only)."""
+        return self.bucket is None and self.shared is None and self.rate.surely_below(self.limit * 0.5, now, pending)
+
     def charge(self, value: float, now: float) -> float:
         """Record, then check (Kafka's `Sensor.record(value, time, true)`); returns the throttle."""
         self.add(value, now)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import signal
 import subprocess
 import time
 from array import array
@@ -193,10 +194,13 @@ class Runner:
         pid = cell.proxy.pid if cell.proxy is not None else None
         before = proc_stats.sample(pid) if pid is not None else None
         profiler = self._start_profiler(pid, self._profile_to) if self._profile_to is not None else None
-        results = self._run_jobs(jobs, timeout)
+        try:
+            results = self._run_jobs(jobs, timeout)
+        finally:
+            if profiler is not None:   # stopped with the workload, however long it took: it writes then
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(60)
         after = proc_stats.sample(pid) if pid is not None else None
-        if profiler is not None:
-            profiler.wait(60)
         cpu = after.cpu_seconds - before.cpu_seconds if before is not None and after is not None else None
         return results, cpu
 
@@ -229,9 +233,8 @@ class Runner:
     def _start_profiler(self, pid: int | None, out: Path) -> subprocess.Popen[bytes] | None:
         if self.py_spy is None or pid is None:
             return None
-        argv = [self.py_spy, "record", "--pid", str(pid), "--duration",
-                str(max(1, round(max(self.plan.produce_seconds, 3.0)))), "--rate", "200", "--format", "raw",
-                "--native", "-o", str(out)]
+        argv = [self.py_spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--native",
+                "-o", str(out)]
         with open(self.cell_settings.workdir / "py-spy.log", "wb") as log:
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
