@@ -34,7 +34,7 @@ from .references import (
 from .runner import PROFILED, WORKLOADS, Plan, Runner, run_rounds, workdir_for
 
 SHORT = Plan(rounds=1, produce_seconds=1.2, consume_megabytes=24, latency_seconds=0.8, latency_rate=1000,
-             connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000)
+             connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000, idle_connections=2000)
 LONG = Plan(rounds=5, produce_seconds=8.0, consume_megabytes=250, latency_seconds=8.0, latency_rate=1000,
             connections=1000, hold_seconds=4.0, throttle_bytes_s=10e6, entities=10_000)
 BASE_WORKLOADS = ["produce", "consume", "latency", "connections"]
@@ -162,9 +162,14 @@ def _run(args: argparse.Namespace) -> int:
 
     support = kqp_target.probe()
     plans = {ref.name: list(ref.workloads or (TLS_WORKLOADS if ref.tls else BASE_WORKLOADS)) for ref in references}
-    for name in SPARK_REFERENCES:
+    idle = bool(args.workloads) and "idle" in args.workloads.split(",")   # long: only when named
+    # The short preset (the smoke test's) sizes the Spark-like load through the relay and kqp only.
+    spark_refs = ("relay", "kqp") if args.short else (*SPARK_REFERENCES, *(ref.name for ref in baselines))
+    for name in spark_refs:
         if name in plans:
             plans[name][-1:-1] = SPARK_WORKLOADS   # before the connections hold, after the rest
+            if idle and name in ("relay", "kqp", "kqp-metrics-quotas"):
+                plans[name].append("idle")
     for name in ENTITY_REFERENCES:
         if name in plans:
             plans[name].insert(-1, "entities")
@@ -228,6 +233,8 @@ def _run(args: argparse.Namespace) -> int:
     chart_path = chart.write_chart(results, out)
     print()
     print(report.table(results))
+    if sizing := report.sizing(results):
+        print("\n" + sizing)
     print(f"\nresults: {json_path}; chart: {chart_path}; logs: {settings.workdir}")
     summaries = [profile_summary.summarize(path, label) for label, found in profiled.items()
                  for path in sorted(out.glob(Path(found["file"]).stem + "*.txt"))]

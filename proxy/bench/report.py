@@ -30,6 +30,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "spark-produce": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
     "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "lost", "duplicates", "rebalances"),
     "light": ("p50_ms", "p99_ms", "requests_s", "errors"),
+    "idle": ("connected", "errors", "rss_mb", "rss_per_connection_kb"),
 }
 # Latency workloads, and whose latency theirs is set beside (paired by round) besides direct's.
 LATENCY_WORKLOADS = {"latency": (), "light": ("relay",)}
@@ -160,10 +161,11 @@ def cpu_table(results: dict[str, Any]) -> list[str]:
              if any("cpu_s_per_gb" in summary.get(name, {}).get(w, {}) for w in CPU_WORKLOADS)]
     if not names:
         return []
-    rows = [["CPU s/GB", *CPU_WORKLOADS]]
+    measured = [w for w in CPU_WORKLOADS if any("cpu_s_per_gb" in summary[name].get(w, {}) for name in names)]
+    rows = [["CPU s/GB", *measured]]
     for name in names:
         row = [name]
-        for workload in CPU_WORKLOADS:
+        for workload in measured:
             text = _cell(summary[name].get(workload, {}).get("cpu_s_per_gb"))
             ratio = found.get(f"{workload} cpu_s_per_gb {name}/{CPU_BASELINE}")
             row.append(text if ratio is None else f"{text} ({ratio:.2f}x {CPU_BASELINE})")
@@ -204,6 +206,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("light p50", "light", "p50_ms"),
     ("light p99", "light", "p99_ms"),
     ("p99-relay", "light", "over_relay_p99_ms"),
+    ("idle MB", "idle", "rss_mb"),
 )
 
 
@@ -245,6 +248,28 @@ def table(results: dict[str, Any]) -> str:
             # The end of a traceback says most; results.json keeps the whole reason.
             lines.append(f"{name}: unavailable: {reason if len(reason) < 240 else '...' + reason[-237:]}")
     return "\n".join(lines)
+
+
+def sizing(results: dict[str, Any]) -> str:
+    """What README.md's Sizing section quotes, per proxy measured: cores per 100 MB/s (CPU s/GB / 10),
+    memory per connection (busy and idle) and latency added, each a median of the run."""
+    summary = results["summary"]
+    lines = []
+    for name, workloads in summary.items():
+        if name == "direct":
+            continue
+        cores = [f"{w} {workloads[w]['cpu_s_per_gb'] / 10:.3f}" for w in CPU_WORKLOADS
+                 if "cpu_s_per_gb" in workloads.get(w, {})]
+        memory = [f"{label} {workloads[w]['rss_per_connection_kb']:.1f} KB"
+                  for label, w in (("per connection", "connections"), ("per idle connection", "idle"))
+                  if "rss_per_connection_kb" in workloads.get(w, {})]
+        latency = [f"{label} {workloads[w][m]:+.2f} ms" for label, w, m in
+                   (("p50 over direct", "latency", "added_p50_ms"), ("p99 over direct", "latency", "added_p99_ms"),
+                    ("light p99 over relay", "light", "over_relay_p99_ms")) if m in workloads.get(w, {})]
+        if cores or memory or latency:
+            lines.append(f"{name}: cores per 100 MB/s: {', '.join(cores) or '-'}; memory: {', '.join(memory) or '-'}; "
+                         f"latency: {', '.join(latency) or '-'}")
+    return "sizing (medians):\n" + "\n".join("  " + line for line in lines) if lines else ""
 
 
 def write_json(results: dict[str, Any], out: Path) -> Path:

@@ -55,6 +55,7 @@ WORKLOADS = {
     "spark-consume": "4 consumers in one group read back everything spark-produce wrote; every acknowledged "
                      "record must be read exactly once",
     "light": "about 200 records/s of 1 KB (linger 0, acks=all), sent without waiting; per-record latency",
+    "idle": "10,000 connections held open after one ApiVersions and Metadata each: memory per idle connection",
 }
 
 
@@ -72,6 +73,7 @@ class Plan:
     throttle_bytes_s: float
     entities: int = 10_000
     busy_seconds: float = 0.0    # the busy workload's length (`kqp bench --busy SECONDS`; 0: not run)
+    idle_connections: int = 10_000   # the idle workload's connections
 
 
 class Runner:
@@ -326,14 +328,21 @@ class Runner:
         return self._held(cell, idle_clients.idle_connections, cell.host, cell.port, plan.connections,
                           plan.hold_seconds, timeout=plan.hold_seconds + 120)
 
+    def _idle(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        hold = max(plan.hold_seconds, 2.0)
+        return self._held(cell, idle_clients.idle_connections, cell.host, cell.port, plan.idle_connections, hold,
+                          hold + 60, 30.0, timeout=hold + 300, connections=plan.idle_connections)
+
     def _busy(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan
         return self._held(cell, busy_clients.busy_connections, cell.host, cell.port, "bench-busy", TOPICS["bench-busy"],
                           plan.connections, plan.busy_seconds, timeout=plan.busy_seconds + 180)
 
-    def _held(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any, timeout: float) -> dict[str, Any]:
+    def _held(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any, timeout: float,
+              connections: int | None = None) -> dict[str, Any]:
         """Run a many-connections workload; add the proxy's peak RSS (over its baseline) and CPU."""
-        plan = self.plan
+        count = connections or self.plan.connections
         pid = cell.proxy.pid if cell.proxy is not None else None
         baseline = proc_stats.sample(pid) if pid is not None else None
         peak = {"rss": 0}
@@ -348,7 +357,7 @@ class Runner:
         if baseline is not None and peak["rss"]:
             result["rss_mb"] = peak["rss"] / 1e6
             result["rss_baseline_mb"] = baseline.rss_bytes / 1e6
-            result["rss_per_connection_kb"] = (peak["rss"] - baseline.rss_bytes) / 1e3 / plan.connections
+            result["rss_per_connection_kb"] = (peak["rss"] - baseline.rss_bytes) / 1e3 / count
         if baseline is not None and after is not None:
             result["proxy_cpu_percent"] = 100 * (after.cpu_seconds - baseline.cpu_seconds) / result["seconds"]
         return result
