@@ -142,15 +142,29 @@ class FrameDecoder:
         """
         need = self._need
         if need < 0:
+            if not self._size and self._error is None:   # nothing held: the usual end of a read's frames
+                return None
             need = self._read_size()
             if need < 0:
                 return None
         if self._size < need:
             return None
-        first = self._first if self._first is not None else memoryview(self._chunks[0])
-        if len(first) - self._pos >= need:
-            frame = self.next_frame()
-            assert frame is not None
+        first = self._first
+        if first is None:
+            first = self._first = memoryview(self._chunks[0])
+        pos = self._pos
+        end = pos + need
+        if end <= len(first):   # the frame lies in one chunk (next_frame's cut, inline: once per frame)
+            if end < len(first):
+                frame = first[pos:end]
+                self._pos = end
+            else:
+                frame = first[pos:] if pos else first
+                self._chunks.popleft()
+                self._first = None
+                self._pos = 0
+            self._size -= need
+            self._need = -1
             return frame, (frame,)
         parts = tuple(self._take_parts(need))
         self._size -= need

@@ -81,13 +81,15 @@ class UpstreamConnectFailed:
     unknown_broker: bool = False   # kqp knows no address for the listener's broker
 
 
-@dataclass(frozen=True, slots=True)
+# The three made for every read and every write are not frozen: a frozen dataclass's __init__ costs
+# twice as much, and nothing writes them after they are made.
+@dataclass(slots=True)
 class ClientData:
     now: float
     data: Buffer
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpstreamData:
     now: float
     data: Buffer
@@ -195,7 +197,7 @@ class ConnectUpstream:
     node_id: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: see ClientData
 class Send:
     """Write ``parts`` (whose concatenation is one or more whole frames) to ``side``, in one go."""
 
