@@ -84,6 +84,7 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
             "listen": _address(cfg.metrics.listen),
             "entity_expiry_seconds": cfg.metrics.entity_expiry_seconds,
             "max_entities": cfg.metrics.max_entities,
+            "topic_bytes": cfg.metrics.topic_bytes,
         },
         "limits": dataclasses.asdict(cfg.limits),
         "sasl": _sasl(cfg.sasl, reveal_secrets),

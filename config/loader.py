@@ -36,6 +36,7 @@ from kqp.config.sasl_section import sasl_config, upstream_sasl
 from kqp.config.schema import (
     Field,
     api_version_caps,
+    boolean,
     choice,
     host,
     host_port,
@@ -64,6 +65,10 @@ METRICS_FIELDS = {
     "listen": Field(optional(host_port(allow_zero_port=True, bare_port_host="127.0.0.1")), None),
     "entity_expiry_seconds": Field(number(above=0), 3600),
     "max_entities": Field(integer(minimum=1), 10000),
+    # kqp_topic_bytes_total per entity and topic: kqp then reads every Produce request's and Fetch
+    # response's topics (off: only a topic pool's principals'); (entity, topic) pairs past
+    # max_entities count under the topic "other".
+    "topic_bytes": Field(boolean, False),
 }
 
 # Kafka's connection limits default to Int.MaxValue, no limit; kqp's are absent (null) likewise. The

@@ -225,6 +225,7 @@ class MetricsConfig:
     listen: HostPort | None
     entity_expiry_seconds: float
     max_entities: int
+    topic_bytes: bool = False   # kqp_topic_bytes_total: every request's topics read (the report's --by topic)
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,12 @@ class ProxyConfig:
     # again, so a value the file left to its default (advertised_host follows listen, the broker
     # port base follows the listen port) follows an overridden --listen too.
     document: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
+
+    def broker_port_key(self, node_id: int) -> str:
+        """The setting that gives broker ``node_id`` its port, as messages about that port name it."""
+        if node_id in self.broker_ports:
+            return f"broker_ports.{node_id}"
+        return f"broker_port_base + {node_id}"
 
     def broker_port(self, node_id: int) -> int:
         """The port kqp listens on for upstream broker ``node_id``; 0 means an ephemeral port.

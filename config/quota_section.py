@@ -4,7 +4,7 @@ Kept apart from the loader because live reload re-reads only this section
 (:func:`quota_settings_from`), and because its rules are the quota layer's vocabulary: the entity
 ``<user, client-id>`` with ``<default>`` placeholders, client-id prefixes, and the quota types of
 KIP-13, KIP-124, KIP-599 and KIP-731. An entry names its entity and carries its values side by
-side, with an optional ``algorithm`` for its own quotas.
+side, with an optional ``algorithm`` and ``mode`` (observe or enforce) for its own quotas.
 
 `pools:` (pool_section.py) is read here too: an entry that sets no quota is only meaningful as a
 pool member, so whether one is allowed depends on the pools.
@@ -18,13 +18,32 @@ from types import MappingProxyType
 from kqp.config.errors import ConfigError, shown
 from kqp.config.fleet_section import FLEET_FIELDS, fleet_config, fleet_document
 from kqp.config.model import FleetConfig
-from kqp.config.pool_section import SHARE_KEYS, member_share, pool_document, pools_from, share_document, share_value
+from kqp.config.pool_section import (
+    SHARE_KEYS,
+    check_member_classes,
+    member_share,
+    pool_document,
+    pools_from,
+    share_document,
+    share_value,
+)
 from kqp.config.schema import Field, child, choice, did_you_mean, integer, name, number, read_section
-from kqp.quotas.model import ALGORITHMS, DEFAULT, QUOTA_TYPES, SAMPLED, EntitySpec, QuotaSettings, QuotaType
+from kqp.quotas.model import (
+    ALGORITHMS,
+    DEFAULT,
+    ENFORCE,
+    MODES,
+    QUOTA_TYPES,
+    SAMPLED,
+    EntitySpec,
+    QuotaSettings,
+    QuotaType,
+)
 from kqp.quotas.pool_spec import MemberShare, PoolSpec
 
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 _algorithm = choice(*ALGORITHMS)
+_mode = choice(*MODES)
 
 
 def _on_off(value: object, path: str) -> bool:
@@ -46,8 +65,8 @@ _QUOTA_CHECKS = {
 }
 
 
-# entity, its quota values, its algorithm, its pool share (None: not a pool member entry)
-Entry = tuple[EntitySpec, dict[str, float], str | None, MemberShare | None]
+# entity, its quota values, its algorithm, its mode, its pool share (None: not a pool member entry)
+Entry = tuple[EntitySpec, dict[str, float], str | None, str | None, MemberShare | None]
 
 
 def _entity_entry(entry: object, path: str) -> Entry:
@@ -57,6 +76,7 @@ def _entity_entry(entry: object, path: str) -> Entry:
     values: dict[str, float] = {}
     shares: dict[str, float] = {}
     algorithm: str | None = None
+    mode: str | None = None
     for key, value in entry.items():
         key_path = child(path, key)
         if key in _ENTITY_KEYS:
@@ -67,10 +87,12 @@ def _entity_entry(entry: object, path: str) -> Entry:
             values[key] = _QUOTA_CHECKS[key](value, key_path)
         elif key == "algorithm":
             algorithm = _algorithm(value, key_path)
+        elif key == "mode":
+            mode = _mode(value, key_path)
         elif key in SHARE_KEYS:
             shares[key] = share_value(key, value, key_path)
         else:
-            known = (*_ENTITY_KEYS, "algorithm", *SHARE_KEYS, *QUOTA_TYPES)
+            known = (*_ENTITY_KEYS, "algorithm", "mode", *SHARE_KEYS, *QUOTA_TYPES)
             raise ConfigError(key_path, f"unknown key; {did_you_mean(key, known)}")
     prefix = ids["client_id_prefix"]
     if prefix is not None and ids["client_id"] is not None:
@@ -84,30 +106,36 @@ def _entity_entry(entry: object, path: str) -> Entry:
     if algorithm is not None and not values:
         raise ConfigError(child(path, "algorithm"), "applies to the entry's own quotas, and it sets none (a pool "
                                                     "member measures with quotas.algorithm)")
+    if mode is not None and not values:
+        raise ConfigError(child(path, "mode"), "applies to the entry's own quotas, and it sets none (a pool "
+                                               "member's throttles follow its pool's mode)")
     # An entry with no quota of its own names a pool member, with its share or the default one.
     share = member_share(shares, path) if shares or not values else None
-    return EntitySpec(ids["user"], ids["client_id"], prefix), values, algorithm, share
+    return EntitySpec(ids["user"], ids["client_id"], prefix), values, algorithm, mode, share
 
 
-Entities = tuple[Mapping[EntitySpec, Mapping[str, float]], Mapping[EntitySpec, str], Mapping[EntitySpec, MemberShare],
-                 dict[EntitySpec, str]]
+Entities = tuple[Mapping[EntitySpec, Mapping[str, float]], Mapping[EntitySpec, str], Mapping[EntitySpec, str],
+                 Mapping[EntitySpec, MemberShare], dict[EntitySpec, str], dict[EntitySpec, str]]
 
 
 def _entities(value: object, path: str) -> Entities:
-    """The entity entries: each entity's quota values, the algorithm of those that name one, the pool
-    share of those that name a pool member, and the path of each pool member entry (for errors)."""
+    """The entity entries: each entity's quota values, the algorithm and the mode of those that name
+    one, the pool share of those that name a pool member, and the path of each pool member entry and
+    of every entry (for errors)."""
     if value is None:
         value = []
     if not isinstance(value, list | tuple):
         raise ConfigError(path, f"must be a list of entity entries, got {shown(value)}")
     entities: dict[EntitySpec, Mapping[str, float]] = {}
     algorithms: dict[EntitySpec, str] = {}
+    modes: dict[EntitySpec, str] = {}
     shares: dict[EntitySpec, MemberShare] = {}
     member_paths: dict[EntitySpec, str] = {}
+    paths: dict[EntitySpec, str] = {}
     first_index: dict[EntitySpec, int] = {}
     for index, entry in enumerate(value):
         entry_path = f"{path}[{index}]"
-        entity, values, algorithm, share = _entity_entry(entry, entry_path)
+        entity, values, algorithm, mode, share = _entity_entry(entry, entry_path)
         if entity in first_index:
             # Merging two entries silently would hide a typo or a copy-paste; say where both are.
             raise ConfigError(
@@ -115,20 +143,25 @@ def _entities(value: object, path: str) -> Entities:
                 f"same entity {entity.path} as {path}[{first_index[entity]}]; merge the two entries",
             )
         first_index[entity] = index
+        paths[entity] = entry_path
         if values:
             entities[entity] = MappingProxyType(values)
         if algorithm is not None:
             algorithms[entity] = algorithm
+        if mode is not None:
+            modes[entity] = mode
         if share is not None:
             shares[entity] = share
             member_paths[entity] = entry_path
-    return MappingProxyType(entities), MappingProxyType(algorithms), MappingProxyType(shares), member_paths
+    return (MappingProxyType(entities), MappingProxyType(algorithms), MappingProxyType(modes), MappingProxyType(shares),
+            member_paths, paths)
 
 
 QUOTA_FIELDS = {
     "window_size_seconds": Field(number(above=0), 1),  # quota.window.size.seconds
     "window_count": Field(integer(minimum=2), 11),  # quota.window.num
     "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
+    "mode": Field(_mode, ENFORCE),  # every entity's and pool's, unless its entry names one
     "entities": Field(_entities, []),
     "pools": Field(pools_from, []),  # capacity pools (pool_section.py)
     "pacing": Field(_on_off, True),  # pace clients that do not back off (off: the broker's mutes)
@@ -151,8 +184,9 @@ def quota_section(data: object, *, path: str = "quotas",
     try:
         values = read_section(data, path, QUOTA_FIELDS)
         fleet = fleet_config(values["scope"], values["cluster"], path)
-        entities, algorithms, shares, member_paths = values["entities"]
+        entities, algorithms, modes, shares, member_paths, paths = values["entities"]
         _check_adaptive_algorithm(data, values["pools"], path)
+        check_member_classes(values["pools"], entities, shares, paths)
         if member_paths and not values["pools"]:
             entity, where = next(iter(member_paths.items()))
             if entity not in entities and shares[entity] == MemberShare():
@@ -167,6 +201,8 @@ def quota_section(data: object, *, path: str = "quotas",
         entities=entities,
         algorithm=values["algorithm"],
         algorithms=algorithms,
+        mode=values["mode"],
+        modes=modes,
         pools=values["pools"],
         shares=shares,
         pacing=values["pacing"],
@@ -196,6 +232,8 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
         }
         if entity in settings.algorithms:
             entry["algorithm"] = settings.algorithms[entity]
+        if entity in settings.modes:
+            entry["mode"] = settings.modes[entity]
         if entity in settings.shares and (values or settings.shares[entity] != MemberShare()):
             entry.update(share_document(settings.shares[entity]))
         entry.update((str(key), value) for key, value in values.items())   # plain text keys for yaml
@@ -204,6 +242,7 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
         "window_size_seconds": settings.window_size_seconds,
         "window_count": settings.window_count,
         "pacing": "on" if settings.pacing else "off",
+        "mode": settings.mode,
         "entities": entries,
     }
     if settings.algorithm != SAMPLED:   # the default goes unwritten: an adaptive pool refuses it written out

@@ -42,10 +42,11 @@ def overlay(base: QuotaSettings, layer: AdminLayer) -> QuotaSettings:
             else:
                 entity[quota_type] = value
     kept = {spec: values for spec, values in merged.items() if values}
-    # Windows and algorithms stay the config file's (an entity the API adds measures with
-    # quotas.algorithm); an algorithm for an entity left with no quota goes with it.
+    # Windows, algorithms and modes stay the config file's (an entity the API adds measures with
+    # quotas.algorithm, in quotas.mode); an algorithm or mode for an entity left with no quota goes with it.
     return dataclasses.replace(base, entities=kept,
-                               algorithms={spec: a for spec, a in base.algorithms.items() if spec in kept})
+                               algorithms={spec: a for spec, a in base.algorithms.items() if spec in kept},
+                               modes={spec: m for spec, m in base.modes.items() if spec in kept})
 
 
 def apply_changes(layer: AdminLayer, base: QuotaSettings, changes: Iterable[Change]) -> AdminLayer:

@@ -1,15 +1,17 @@
 """Weighted max-min fair division of a pool's budget among its members: pure arithmetic, no state.
 
-A member has a weight w, a demand d (``inf`` while a throttle held it back) and optional bounds,
-`min_share` and `max_share`, as fractions of the budget B. `allocate` water-fills: it finds the
-level L at which ``a_i = clamp(L * w_i, floor_i, cap_i)`` sums to B, with ``cap_i = min(d_i,
-max_share_i * B)`` and ``floor_i = min(min_share_i * B, cap_i)`` (a floor is a guarantee, never a
-gift). Slack no demand takes is handed out the same way up to `max_share` (work-conserving); floors
-of wanting members that exceed B are scaled down alike; weights of 0 are refused.
+A member has a weight w, a demand d (``inf`` while a throttle held it back), optional bounds
+`min_share` and `max_share` (fractions of the budget B), and a class rank (0 the highest). Floors
+``min(min_share_i * B, cap_i)`` are set aside first (scaled down alike if they exceed B: a floor is
+a guarantee, never a gift), with ``cap_i = min(d_i, max_share_i * B)``. Then each class in rank
+order water-fills what is left up to its members' caps and its own `max_share` of B: the level L
+at which ``clamp(L * w_i, floor_i, cap_i)`` sums to what the class takes. Slack no demand takes is
+handed out to every member by weight up to `max_share`, each class within its own (work-conserving).
+One class is plain weighted max-min; weights of 0 are refused.
 
 `fair_shares` is the allocation every member would get if all demanded without limit: the share a
-member keeps as its quota while it uses less (pool_ledger.py). Sorting the breakpoints makes both
-O(n log n).
+member keeps as its quota while it uses less (pool_ledger.py); `cut_from_bottom` takes an amount
+back, lowest class first. Sorting the breakpoints makes both O(n log n).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ INFINITE = math.inf
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One member's say in a division: weight, demand (units/s, ``inf`` for unbounded) and bounds."""
+    """One member's say in a division: weight, demand (units/s, ``inf`` for unbounded), bounds and
+    its class's rank (0 is served first)."""
 
     weight: float = 1.0
     demand: float = INFINITE
     min_share: float = 0.0
     max_share: float = 1.0
+    rank: int = 0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.weight) and self.weight > 0):
@@ -37,6 +41,8 @@ class Claim:
             raise ValueError(f"a demand must be >= 0, got {self.demand}")
         if not 0 <= self.min_share <= self.max_share <= 1:
             raise ValueError(f"need 0 <= min_share <= max_share <= 1, got {self.min_share}, {self.max_share}")
+        if self.rank < 0:
+            raise ValueError(f"a class rank must be >= 0, got {self.rank}")
 
 
 def water_fill(budget: float, weights: Sequence[float], floors: Sequence[float],
@@ -73,8 +79,9 @@ def water_fill(budget: float, weights: Sequence[float], floors: Sequence[float],
     return [min(max(level * w, floors[i]), caps[i]) for i, w in enumerate(weights)]
 
 
-def allocate(budget: float, claims: Sequence[Claim]) -> list[float]:
-    """Each claim's allocation of `budget`, in order: weighted max-min over demand, work-conserving."""
+def allocate(budget: float, claims: Sequence[Claim], class_shares: Sequence[float] = ()) -> list[float]:
+    """Each claim's allocation of `budget`, in order: classes by rank, weighted max-min within one,
+    work-conserving. `class_shares[r]`: the most class r takes, as a fraction of the budget (absent: 1)."""
     if not (math.isfinite(budget) and budget >= 0):
         raise ValueError(f"a budget must be a finite number >= 0, got {budget}")
     if not claims:
@@ -87,14 +94,77 @@ def allocate(budget: float, claims: Sequence[Claim]) -> list[float]:
     if wanted > budget:
         # Overbooked guarantees: each floor scaled down alike.
         return [f * budget / wanted for f in floors]
-    if math.fsum(caps) >= budget:
-        return water_fill(budget, weights, floors, caps)
-    # Every demand met: the slack goes out by weight above the demands, up to max_share.
-    if math.fsum(tops) <= budget:
-        return tops
-    return water_fill(budget, weights, caps, tops)
+    out = list(floors)
+    left = budget - wanted
+    ranks: dict[int, list[int]] = {}
+    for i, c in enumerate(claims):
+        ranks.setdefault(c.rank, []).append(i)
+    limits = {rank: class_shares[rank] * budget if rank < len(class_shares) else budget for rank in ranks}
+    # First every class's demand, highest first ...
+    for rank, members in sorted(ranks.items()):
+        if left <= 0:
+            break
+        held = math.fsum(out[i] for i in members)
+        extra = min(left, min(math.fsum(caps[i] for i in members), max(held, limits[rank])) - held)
+        if extra > 0:
+            _fill(out, members, held + extra, weights, caps)
+            left -= extra
+    # ... then the slack, every demand being met: to every member by weight up to max_share, whatever its
+    # class (a class above holds its fair share as its quota already; a class below, left at 0, could
+    # not grow without being throttled first), each class within its own max_share.
+    open_ranks = dict(ranks)
+    while left > 0 and open_ranks:
+        members = [i for group in open_ranks.values() for i in group]
+        room = math.fsum(tops[i] - out[i] for i in members)
+        if room <= 0:
+            break
+        trial = list(out)
+        _fill(trial, members, math.fsum(out[i] for i in members) + min(left, room), weights, tops)
+        over = [rank for rank, group in open_ranks.items()
+                if math.fsum(trial[i] for i in group) > max(limits[rank], math.fsum(out[i] for i in group))]
+        if not over:
+            out = trial
+            break
+        for rank in over:   # a class at its max_share: filled to it alone, and out of the shared fill
+            group = open_ranks.pop(rank)
+            held = math.fsum(out[i] for i in group)
+            extra = min(left, max(0.0, limits[rank] - held))
+            if extra > 0:
+                _fill(out, group, held + extra, weights, tops)
+                left -= extra
+    return out
 
 
-def fair_shares(budget: float, claims: Sequence[Claim]) -> list[float]:
+def _fill(out: list[float], members: list[int], total: float, weights: Sequence[float],
+          bounds: Sequence[float]) -> None:
+    """Water-fill `members` of `out` up to `total` between what they hold and `bounds`, by weight."""
+    filled = water_fill(total, [weights[i] for i in members], [out[i] for i in members],
+                        [bounds[i] for i in members])
+    for i, a in zip(members, filled, strict=True):
+        out[i] = a
+
+
+def fair_shares(budget: float, claims: Sequence[Claim], class_shares: Sequence[float] = ()) -> list[float]:
     """What each claim would get if every member demanded without limit: its guaranteed share."""
-    return allocate(budget, [Claim(c.weight, INFINITE, c.min_share, c.max_share) for c in claims])
+    return allocate(budget, [Claim(c.weight, INFINITE, c.min_share, c.max_share, c.rank) for c in claims],
+                    class_shares)
+
+
+def cut_from_bottom(values: Sequence[float], claims: Sequence[Claim], amount: float, above: int = 0) -> list[float]:
+    """`values` (allocations of `claims`) less up to `amount`, taken from the lowest class first, each
+    member of a class giving up the same fraction of what it has; a class is touched only once every
+    class below it has nothing left, and classes of rank `above` or higher never."""
+    out = list(values)
+    left = amount
+    for rank in sorted({c.rank for c in claims}, reverse=True):
+        if left <= 0 or rank <= above:
+            break
+        members = [i for i, c in enumerate(claims) if c.rank == rank]
+        held = math.fsum(out[i] for i in members)
+        if held <= 0:
+            continue
+        cut = min(held, left)
+        for i in members:
+            out[i] *= (held - cut) / held
+        left -= cut
+    return out

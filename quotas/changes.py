@@ -52,9 +52,11 @@ def _pool_lines(old: tuple[PoolSpec, ...], new: tuple[PoolSpec, ...]) -> list[st
             lines.append(f"pool {name} {'added' if a is None else 'removed'} ({budgets})")
             continue
         lines += _values(f"pool {name}", dict(a.budgets), dict(b.budgets))
-        for part in ("members", "topics", "adaptive"):
+        for part in ("members", "topics", "adaptive", "classes"):
             if getattr(a, part) != getattr(b, part):
                 lines.append(f"pool {name}: {part} changed")
+        if a.mode != b.mode:
+            lines.append(f"pool {name}: mode {a.mode or 'default'} -> {b.mode or 'default'}")
     return lines
 
 
@@ -68,12 +70,17 @@ def describe_changes(old: QuotaSettings, new: QuotaSettings) -> list[str]:
         )
     if old.algorithm != new.algorithm:
         lines.append(f"quotas.algorithm {old.algorithm} -> {new.algorithm}")
+    if old.mode != new.mode:
+        lines.append(f"quotas.mode {old.mode} -> {new.mode}")
     if old.pacing != new.pacing:
         lines.append(f"quotas.pacing {'on' if old.pacing else 'off'} -> {'on' if new.pacing else 'off'}")
     for spec in sorted(set(old.entities) | set(new.entities), key=lambda e: e.path):
         a, b = old.algorithms.get(spec), new.algorithms.get(spec)
         if a != b and spec in old.entities and spec in new.entities:
             lines.append(f"{spec.path}: algorithm {a or 'default'} -> {b or 'default'}")
+        a, b = old.modes.get(spec), new.modes.get(spec)
+        if a != b and spec in old.entities and spec in new.entities:
+            lines.append(f"{spec.path}: mode {a or 'default'} -> {b or 'default'}")
         lines += _values(spec.path, old.entities.get(spec, {}), new.entities.get(spec, {}), QUOTA_TYPES)
     lines += _pool_lines(old.pools, new.pools)
     for spec in sorted(set(old.shares) | set(new.shares), key=lambda e: e.path):

@@ -26,11 +26,13 @@ MAX_CACHED_PRINCIPALS = 65536
 
 
 class Resolution(NamedTuple):
-    """The quota in force for one quota type: the sensor key, the limit and the entity it came from."""
+    """The quota in force for one quota type: the sensor key, the limit, the entity it came from, and
+    whether that entity's quotas are observed (their throttles counted, never acted on)."""
 
     key: QuotaKey
     limit: float
     entity: EntitySpec
+    observed: bool = False
 
 
 Level = tuple[EntitySpec, QuotaKey]
@@ -96,7 +98,7 @@ def _first(settings: QuotaSettings, specs: list[Level]) -> dict[str, Resolution]
         for spec, key in specs:
             limit = limits.get(spec)
             if limit is not None:
-                found[quota_type] = Resolution(key, limit, spec)
+                found[quota_type] = Resolution(key, limit, spec, settings.observes(spec))
                 break
     return found
 
@@ -180,7 +182,7 @@ def resolve_key(settings: QuotaSettings, quota_type: QuotaType, key: QuotaKey) -
             spec = EntitySpec(None, client)
             limit = limits.get(spec)
             if limit is not None:
-                return Resolution(key, limit, spec)
+                return Resolution(key, limit, spec, settings.observes(spec))
         return None
     found = resolutions(settings, Principal(key.user, key.client_id)).get(quota_type)
     if found is None or found.key != key:

@@ -22,17 +22,24 @@ from dataclasses import dataclass
 from kqp.quotas.changes import describe_changes
 from kqp.quotas.entities import Resolution, resolutions, resolve_key
 from kqp.quotas.fleet import FleetLedger, sensor_name
-from kqp.quotas.model import QUOTA_TYPES, TOKEN_BUCKET, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
-from kqp.quotas.pools import FETCH, PRODUCE, REQUEST, PoolBook
+from kqp.quotas.model import (
+    OBSERVE,
+    QUOTA_TYPES,
+    TOKEN_BUCKET,
+    ChargeKind,
+    EntitySpec,
+    Principal,
+    QuotaKey,
+    QuotaSettings,
+    QuotaType,
+)
+from kqp.quotas.pools import Pools
 from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
 
 __all__ = ["QuotaManager", "SensorState", "Violation", "combine"]
 
 MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
-# (quota type, index of the value it measures in the record_* call's (bytes, records, batches)).
-_PRODUCE = ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2))
-_FETCH = ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2))
 _PRODUCE_COUNTS = frozenset({QuotaType.PRODUCER_RECORD_RATE, QuotaType.PRODUCER_BATCH_RATE})
 _FETCH_COUNTS = frozenset({QuotaType.CONSUMER_RECORD_RATE, QuotaType.CONSUMER_BATCH_RATE})
 # Quotas whose throttle is known only once a request's response is back: the request quotas (handler
@@ -66,20 +73,24 @@ class QuotaManager:
         self.fleet = fleet
         if fleet is not None:
             fleet.configure(settings.window_size_seconds, settings.window_count)
-        self.pools = PoolBook(settings, now, fleet)
+        self.pools = Pools(settings, now, fleet)
         self._apply(settings)
 
     def _apply(self, settings: QuotaSettings) -> None:
         self._settings = settings
         on = settings.quota_types
-        self._produce = tuple(p for p in _PRODUCE if p[0] in on)
-        self._fetch = tuple(f for f in _FETCH if f[0] in on)
+        self._produce = tuple(p for p in ChargeKind.PRODUCE.types if p[0] in on)
+        self._fetch = tuple(f for f in ChargeKind.FETCH.types if f[0] in on)
         self._request = tuple(t for t in _REQUEST if t in on)
         self._mutation = MUTATION in on
         self._produce_counts = bool(_PRODUCE_COUNTS & on)
         self._fetch_counts = bool(_FETCH_COUNTS & on)
         self._on_response = bool(_ON_RESPONSE & on)
-        self._pooled = self.pools.kinds   # (produce, fetch, request): whether any principal pool charges it
+        # Whether any principal pool charges the kind: plain attributes, as read on every request.
+        self._pooled_produce, self._pooled_fetch, self._pooled_request = self.pools.kinds
+        # Whether any quota is observed: only then do the questions below look at each quota's mode.
+        self._observing = settings.mode == OBSERVE or OBSERVE in settings.modes.values() or any(
+            settings.observes_pool(pool) for pool in settings.pools)
 
     @property
     def settings(self) -> QuotaSettings:
@@ -166,21 +177,22 @@ class QuotaManager:
                 continue
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(values[index], now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line,
+                                     res.observed))
         return out
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Produce request: producer byte, record and batch rates (uncapped throttles)."""
         out = self._charge_all(self._produce, p, (nbytes, records, batches), now) if self._produce else []
-        if self._pooled[PRODUCE]:
-            self.pools.charge(p, PRODUCE, (nbytes, records, batches), now, out)
+        if self._pooled_produce:
+            self.pools.charge(p, ChargeKind.PRODUCE, (nbytes, records, batches), now, out)
         return out
 
     def record_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Fetch response: consumer byte, record and batch rates (uncapped throttles)."""
         out = self._charge_all(self._fetch, p, (nbytes, records, batches), now) if self._fetch else []
-        if self._pooled[FETCH]:
-            self.pools.charge(p, FETCH, (nbytes, records, batches), now, out)
+        if self._pooled_fetch:
+            self.pools.charge(p, ChargeKind.FETCH, (nbytes, records, batches), now, out)
         return out
 
     @property
@@ -199,8 +211,8 @@ class QuotaManager:
         """Take back a Fetch's usage (Kafka's `unrecordQuotaSensor`), for a throttled fetch
         answered empty: the client did not get those bytes, so they must not count."""
         values = (nbytes, records, batches)
-        if self._pooled[FETCH]:
-            self.pools.refund(p, FETCH, values, now)
+        if self._pooled_fetch:
+            self.pools.refund(p, ChargeKind.FETCH, values, now)
         if not self._fetch:
             return
         found = resolutions(self._settings, p)
@@ -219,8 +231,8 @@ class QuotaManager:
         throttles are capped at one window. Which APIs are exempt is the caller's decision.
         """
         out: list[Violation] = []
-        if self._pooled[REQUEST]:
-            self.pools.charge(p, REQUEST, (1.0,), now, out)
+        if self._pooled_request:
+            self.pools.charge(p, ChargeKind.REQUEST, (1.0,), now, out)
         if not self._request:
             return out
         found = resolutions(self._settings, p)
@@ -231,7 +243,7 @@ class QuotaManager:
             value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(value, now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now)))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now), observed=res.observed))
         return out
 
     # -- controller mutations (KIP-599) --------------------------------------------------------
@@ -244,7 +256,7 @@ class QuotaManager:
             return []
         if (t := (sensor := self._sensor(MUTATION, res, now)).charge(partitions, now)) <= 0:
             return []
-        return [Violation(MUTATION, t, res.key, None, sensor.pace(partitions, t, now))]
+        return [Violation(MUTATION, t, res.key, None, sensor.pace(partitions, t, now), observed=res.observed)]
 
     def mutation_tokens_available(self, p: Principal, now: float) -> bool:
         """Kafka's strict admit rule: a mutation is accepted iff the bucket has tokens >= 0.
@@ -289,7 +301,7 @@ class QuotaManager:
         if (sensor.tokens(now) or 0.0) >= 0:
             sensor.add(partitions, now)
             return None
-        return Violation(MUTATION, sensor.throttle(now), res.key)
+        return Violation(MUTATION, sensor.throttle(now), res.key, observed=res.observed)
 
     def add_mutations(self, p: Principal, partitions: int, now: float) -> None:
         """Record strictly admitted mutations without a check: an admitted topic never throttles,
@@ -317,12 +329,12 @@ class QuotaManager:
         res = resolutions(self._settings, p).get(MUTATION)
         if res is None:
             return []
-        return [Violation(MUTATION, self._sensor(MUTATION, res, now).throttle(now), res.key)]
+        return [Violation(MUTATION, self._sensor(MUTATION, res, now).throttle(now), res.key, observed=res.observed)]
 
     # -- queries -------------------------------------------------------------------------------
     def counts_produce_records(self, p: Principal) -> bool:
         """Whether a record or batch rate applies to `p`'s Produce (else counting is wasted work)."""
-        if self._pooled[PRODUCE] and self.pools.applies(p, _PRODUCE_COUNTS):
+        if self._pooled_produce and self.pools.applies(p, _PRODUCE_COUNTS):
             return True
         if not self._produce_counts:
             return False
@@ -330,7 +342,7 @@ class QuotaManager:
 
     def counts_fetch_records(self, p: Principal) -> bool:
         """Whether a record or batch rate applies to `p`'s Fetch responses."""
-        if self._pooled[FETCH] and self.pools.applies(p, _FETCH_COUNTS):
+        if self._pooled_fetch and self.pools.applies(p, _FETCH_COUNTS):
             return True
         if not self._fetch_counts:
             return False
@@ -348,11 +360,13 @@ class QuotaManager:
         rates charge Fetch responses only, and a request quota at most half used over even its
         shortest window, counting what the requests in flight and this one will add (1 request, at
         most 10 ms of handler time each), is not reached by them (`QuotaSensor.far_below`). A quota
-        not yet charged, shared by a fleet, or kept in a token bucket counts as near.
+        not yet charged, shared by a fleet, or kept in a token bucket counts as near. An observed
+        quota holds nothing back: it is measured all the same, response by response.
         """
-        if (self._pooled[FETCH] or self._pooled[REQUEST]) and self.pools.applies(p, _ON_RESPONSE):
+        enforced = self._observing
+        if (self._pooled_fetch or self._pooled_request) and self.pools.applies(p, _ON_RESPONSE, enforced):
             return True
-        if self.pools.reads[FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE):
+        if self.pools.reads[ChargeKind.FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE, enforced):
             return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
         if not self._on_response:
             return False
@@ -360,12 +374,12 @@ class QuotaManager:
         if _ON_RESPONSE.isdisjoint(found):
             return False
         if now is None:
-            return True
+            return not enforced or any(not res.observed for t, res in found.items() if t in _ON_RESPONSE)
         pending = in_flight + 1.0   # each: one request, or at most 10 ms x 100 percent-seconds
         sensors = self._sensors
         for quota_type in _ON_RESPONSE:
             res = found.get(quota_type)
-            if res is None:
+            if res is None or (enforced and res.observed):
                 continue
             if quota_type not in _REQUEST:
                 if fetch:   # how much a Fetch response brings is not known before it is back
@@ -380,21 +394,27 @@ class QuotaManager:
         """The most one Fetch may return without being bound to be throttled, or None.
 
         Kafka's getMaxValueInQuotaWindow: consumer_byte_rate x (window_count - 1) x window_size,
-        with the smaller of the entity's quota and its pool member's current one.
+        with the smaller of the entity's quota and its pool member's current one. An observed quota
+        caps nothing: it changes no request.
         """
         limits = []
         if self._fetch:
             res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
-            if res is not None:
+            if res is not None and not res.observed:
                 limits.append(res.limit)
-        if self._pooled[FETCH]:
-            pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE)
+        if self._pooled_fetch:
+            pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE, enforced=True)
             if pooled is not None:
                 limits.append(pooled)
         if not limits:
             return None
         s = self._settings
         return int(min(limits) * (s.window_count - 1) * s.window_size_seconds)
+
+    def observed(self, p: Principal, quota_type: QuotaType) -> bool:
+        """Whether `p`'s quota of `quota_type` is observed (False also when none applies)."""
+        res = resolutions(self._settings, p).get(quota_type)
+        return res is not None and res.observed
 
     def limits(self, p: Principal) -> dict[QuotaType, tuple[QuotaKey, float]]:
         """The quota in force for `p`, per configured quota type, with the key it is charged to."""

@@ -27,6 +27,7 @@ from kqp.quotas.pool_spec import MemberShare, PoolSpec, pool_conflict
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal name for an unauthenticated connection
 DEFAULT = "<default>"  # Kafka's placeholder entity name (ZooKeeperInternals.DEFAULT_STRING)
 
+
 class QuotaType(enum.StrEnum):
     """What a quota measures, under the names Kafka's configs use. A `StrEnum`, so a member equals
     (and hashes as) its YAML key and metric label: settings parsed from text and code naming a type
@@ -45,10 +46,37 @@ class QuotaType(enum.StrEnum):
 
 QUOTA_TYPES: tuple[QuotaType, ...] = tuple(QuotaType)
 
+
+class ChargeKind(enum.IntEnum):
+    """What one charge is for: a Produce request, a Fetch response, any request. An `IntEnum`, so a
+    kind indexes the per-kind tuples (flags, caches) at the cost of a tuple index."""
+
+    PRODUCE = 0
+    FETCH = 1
+    REQUEST = 2
+
+    @property
+    def types(self) -> tuple[tuple[QuotaType, int], ...]:
+        """The rate quota types a charge of this kind counts in, each with the index of the value it
+        measures in the charge's values: (bytes, records, batches) for PRODUCE and FETCH, (1,) for
+        REQUEST (`request_percentage` measures handler time, not a value of the charge)."""
+        return _CHARGED[self]
+
+
+_CHARGED: tuple[tuple[tuple[QuotaType, int], ...], ...] = (
+    ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2)),
+    ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2)),
+    ((QuotaType.REQUEST_RATE, 0),),
+)
+
 # How a quota measures use (README "Quota algorithms"): Kafka's sampled rate, or KIP-599's token bucket.
 SAMPLED = "sampled"
 TOKEN_BUCKET = "token_bucket"
 ALGORITHMS: tuple[str, ...] = (SAMPLED, TOKEN_BUCKET)
+# What a quota's throttles do (README "Rolling out quotas"): throttle clients, or only be counted.
+ENFORCE = "enforce"
+OBSERVE = "observe"
+MODES: tuple[str, ...] = (ENFORCE, OBSERVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +180,8 @@ class QuotaSettings:
     ``window_size_seconds`` and ``window_count`` are Kafka's ``quota.window.size.seconds`` and
     ``quota.window.num``. ``algorithm`` is how every quota measures use unless ``algorithms`` names
     another for an entity (controller_mutation_rate is a token bucket whatever they say, KIP-599).
+    ``mode`` likewise, unless ``modes`` (or a pool's own ``mode``) names another: an observed quota
+    is measured and charged as if enforced, and its throttles are only counted.
     A reload builds a new instance; the per-type index, the prefix index and the resolution cache
     live on the instance, so replacing the settings is what invalidates the cache. `pools` and
     `shares` are the capacity pools (pool_spec.py); the quota manager hands them to pools.py.
@@ -169,6 +199,8 @@ class QuotaSettings:
     # quotas.pacing: the proxy mutes clients that do not back off for their requests' own
     # cost (`Violation.pace_seconds`) rather than the whole throttle; False is the broker's behaviour.
     pacing: bool = True
+    mode: str = ENFORCE
+    modes: Mapping[EntitySpec, str] = field(default_factory=dict)
     # quota type -> {entity: limit}; derived once so resolution does a handful of dict lookups.
     by_type: Mapping[str, Mapping[EntitySpec, float]] = field(init=False, repr=False, compare=False)
     # entity user (a name, <default> or None) -> (prefix lengths, longest first; the prefixes).
@@ -192,6 +224,13 @@ class QuotaSettings:
             if isinstance(spec, EntitySpec) and spec not in self.entities:
                 raise ValueError(f"{spec.path}: an algorithm for an entity that sets no quota")
         object.__setattr__(self, "algorithms", MappingProxyType(dict(self.algorithms)))
+        for spec, mode in (("quotas", self.mode), *self.modes.items(),
+                           *((f"pool {p.name}", p.mode) for p in self.pools if p.mode is not None)):
+            if mode not in MODES:
+                raise ValueError(f"{getattr(spec, 'path', spec)}: mode must be one of {MODES}, got {mode!r}")
+            if isinstance(spec, EntitySpec) and spec not in self.entities:
+                raise ValueError(f"{spec.path}: a mode for an entity that sets no quota")
+        object.__setattr__(self, "modes", MappingProxyType(dict(self.modes)))
         _check_pools(self.pools, self.shares)
         object.__setattr__(self, "pools", tuple(self.pools))
         object.__setattr__(self, "shares", MappingProxyType(dict(self.shares)))
@@ -215,6 +254,14 @@ class QuotaSettings:
     def algorithm_for(self, entity: EntitySpec) -> str:
         """How `entity`'s quotas measure use: its own `algorithm`, else the section's."""
         return self.algorithms.get(entity, self.algorithm)
+
+    def observes(self, entity: EntitySpec) -> bool:
+        """Whether `entity`'s quotas are observed: its own `mode`, else the section's."""
+        return self.modes.get(entity, self.mode) == OBSERVE
+
+    def observes_pool(self, pool: PoolSpec) -> bool:
+        """Whether `pool`'s throttles are observed: its own `mode`, else the section's."""
+        return (pool.mode or self.mode) == OBSERVE
 
     @property
     def enabled(self) -> bool:

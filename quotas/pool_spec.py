@@ -9,7 +9,8 @@ principal takes part as the entity it resolves to (pool_membership.py), with the
 Two rules keep a request's charge unambiguous, both checked here exactly: a principal is in at most
 one principal pool per quota type, and a topic's bytes in at most one topic pool per type and
 principal (a principal pool and a topic pool may both apply); types that cannot be divided this way
-are refused with the reason (`REFUSED`). This module imports nothing from the rest of kqp
+are refused with the reason (`REFUSED`). A pool's `ServiceClass`es order its members, highest
+first, with selectors that never overlap. This module imports nothing from the rest of kqp
 (model.py imports it): quota types are compared as the strings they are.
 """
 
@@ -90,11 +91,43 @@ class MemberSelector:
         a, b = self.client_id_prefix or "", other.client_id_prefix or ""
         return a.startswith(b) or b.startswith(a)
 
+    def contains(self, user: str | None, client_id: str | None, prefix: str | None) -> bool:
+        """Whether every principal of a pattern matches: None is any name, `DEFAULT` one name per
+        member (so never split by this selector), `prefix` every client id starting with it."""
+        if self.user is not None and user not in (self.user, DEFAULT):
+            return False
+        if self.client_id is not None:
+            return client_id in (self.client_id, DEFAULT)
+        if self.client_id_prefix is not None:
+            if client_id is not None:
+                return client_id == DEFAULT or client_id.startswith(self.client_id_prefix)
+            return prefix is not None and prefix.startswith(self.client_id_prefix)
+        return True
+
     @property
     def shown(self) -> str:
         parts = [f"{k}={v}" for k, v in (("user", self.user), ("client_id", self.client_id),
                                           ("client_id_prefix", self.client_id_prefix)) if v is not None]
         return "{" + ", ".join(parts) + "}"
+
+
+def pattern_overlaps(selector: MemberSelector, user: str | None, client_id: str | None, prefix: str | None) -> bool:
+    """Whether some principal of the pattern (as in `MemberSelector.contains`) matches `selector`."""
+    if selector.user is not None and user not in (None, DEFAULT, selector.user):
+        return False
+    if client_id is None or client_id == DEFAULT:
+        mine: tuple[str | None, str | None] = (None, prefix)
+    else:
+        mine = (client_id, None)
+    if mine == (None, None) or (selector.client_id, selector.client_id_prefix) == (None, None):
+        return True
+    if selector.client_id is not None:
+        return selector.client_id == mine[0] if mine[0] is not None else selector.client_id.startswith(mine[1] or "")
+    wanted = selector.client_id_prefix or ""
+    if mine[0] is not None:
+        return mine[0].startswith(wanted)
+    other = mine[1] or ""
+    return other.startswith(wanted) or wanted.startswith(other)
 
 
 def topic_pattern_error(pattern: str) -> str | None:
@@ -142,6 +175,27 @@ class AdaptiveSpec:
         object.__setattr__(self, "min_budget", MappingProxyType(dict(self.min_budget)))
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceClass:
+    """One class of a pool's members: who is in it (empty: the last class only, everyone the others
+    leave), the most the class takes of the budget, and how many seconds of their allocation its
+    members may save while quiet and spend at once."""
+
+    name: str
+    members: tuple[MemberSelector, ...] = ()
+    max_share: float = 1.0
+    burst_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a class needs a name")
+        if not (math.isfinite(self.max_share) and 0 < self.max_share <= 1):
+            raise ValueError(f"class {self.name}: max_share must be a fraction of the budget, 0 < max_share <= 1, "
+                             f"got {self.max_share}")
+        if not (math.isfinite(self.burst_seconds) and self.burst_seconds >= 0):
+            raise ValueError(f"class {self.name}: burst_seconds must be a finite number >= 0, got {self.burst_seconds}")
+
+
 @dataclass(frozen=True)
 class PoolSpec:
     """One configured pool: its budget per quota type, who is in it, and which topics it covers."""
@@ -151,6 +205,8 @@ class PoolSpec:
     members: tuple[MemberSelector, ...] = ()    # empty: every principal (topic pools only)
     topics: tuple[str, ...] = ()                # empty: all of a member's traffic (a principal pool)
     adaptive: AdaptiveSpec | None = None
+    mode: str | None = None                     # "observe" or "enforce"; None: quotas.mode
+    classes: tuple[ServiceClass, ...] = ()      # highest first; none: one class of everyone
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -175,7 +231,47 @@ class PoolSpec:
                 if quota_type not in self.budgets or not 0 <= floor <= self.budgets[quota_type]:
                     raise ValueError(f"pool {self.name}: adaptive min_budget for {quota_type} must be between 0 "
                                      "and the pool's budget of that type")
+        error = self._classes_error()
+        if error:
+            raise ValueError(f"pool {self.name}: {error}")
         object.__setattr__(self, "budgets", MappingProxyType(dict(self.budgets)))
+
+    def _classes_error(self) -> str | None:
+        names = [c.name for c in self.classes]
+        if len(set(names)) != len(names):
+            return f"class names must be unique, got {names}"
+        for i, c in enumerate(self.classes):
+            if not c.members and i != len(self.classes) - 1:
+                return f"class {c.name} has no members: only the last class may leave them out (it takes the rest)"
+            if c.burst_seconds and i == len(self.classes) - 1:
+                return f"class {c.name} is the lowest: no class below it repays a burst (burst_seconds)"
+            for s in c.members:
+                if self.members and not any(s.overlaps(m) for m in self.members):
+                    return f"class {c.name} selects {s.shown}, which is no member of the pool"
+                for earlier in self.classes[:i]:
+                    if any(s.overlaps(e) for e in earlier.members):
+                        return (f"classes {earlier.name} and {c.name} could both take a principal "
+                                f"({c.name}'s {s.shown}): a member is in one class")
+        return None
+
+    def rank(self, user: str | None, client_id: str | None, prefix: str | None) -> int:
+        """The class (index, 0 the highest) of a member whose principals form the pattern (as in
+        `MemberSelector.contains`): the first class containing it, else the lowest."""
+        for i, c in enumerate(self.classes):
+            if any(s.contains(user, client_id, prefix) for s in c.members):
+                return i
+        return max(0, len(self.classes) - 1)
+
+    def class_split(self, user: str | None, client_id: str | None, prefix: str | None
+                    ) -> tuple[ServiceClass, MemberSelector] | None:
+        """A class, and its selector, that would take some but maybe not all principals of one member
+        of this pattern (an entity: None any name, `DEFAULT` one member per name), or None if the
+        classes keep each of its members whole."""
+        for c in self.classes:
+            for s in c.members:
+                if pattern_overlaps(s, user, client_id, prefix) and not s.contains(user, client_id, prefix):
+                    return c, s
+        return None
 
     def selects(self, user: str, client_id: str) -> bool:
         """Whether the principal is a member (any selector; no selectors: everyone)."""

@@ -1,7 +1,7 @@
 """Every pool of a quota manager: which pool ledger each request is charged to, and their life.
 
-`PoolBook` holds one `PoolLedger` per (pool, quota type) and answers the manager's per-request
-question in one cached lookup: for this principal and this kind of charge (a Produce, a Fetch
+`Pools` holds one `PoolLedger` per (pool, quota type) and answers the manager's per-request
+question in one cached lookup: for this principal and this `ChargeKind` (a Produce, a Fetch
 response, a request), which ledgers, as which member, with which of the call's values. A principal
 in no pool costs that lookup; with no pool configured the manager does not even ask (`kinds`).
 Topic pools are charged by `charge_topics`, which the proxy calls only while `topic_types` is not
@@ -16,19 +16,15 @@ from dataclasses import dataclass
 
 from kqp.quotas.adaptive import BudgetChange
 from kqp.quotas.adaptive_pools import AdaptivePool, AdaptiveView
+from kqp.quotas.allocation import INFINITE
 from kqp.quotas.fleet import FleetLedger
-from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
+from kqp.quotas.model import ChargeKind, EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
 from kqp.quotas.pool_ledger import Member, PoolLedger
 from kqp.quotas.pool_membership import Membership, counts_for, membership, share_of, static_keys
 from kqp.quotas.pool_spec import PoolSpec
 from kqp.quotas.throttle import Violation
 
-PRODUCE, FETCH, REQUEST = 0, 1, 2   # the kinds of charge, each with its values' order
-KIND_TYPES: tuple[tuple[tuple[QuotaType, int], ...], ...] = (
-    ((QuotaType.PRODUCER_BYTE_RATE, 0), (QuotaType.PRODUCER_RECORD_RATE, 1), (QuotaType.PRODUCER_BATCH_RATE, 2)),
-    ((QuotaType.CONSUMER_BYTE_RATE, 0), (QuotaType.CONSUMER_RECORD_RATE, 1), (QuotaType.CONSUMER_BATCH_RATE, 2)),
-    ((QuotaType.REQUEST_RATE, 0),),
-)
+_ANSWERED = (ChargeKind.PRODUCE, ChargeKind.FETCH)   # the kinds whose answers adaptive pools watch
 MAX_CACHED = 65536   # principals or topic names, as entities.py bounds its cache
 
 Entry = tuple[PoolLedger, Membership, int]   # a ledger, the member charged, the index of its value
@@ -46,6 +42,23 @@ class MemberState:
     allocation: float     # the quota it is held to: max(max-min allocation, fair share)
     fair_share: float     # what it gets if every member wants without limit
     borrowed: float       # allocation above its fair share: other members' unused shares
+    service_class: str | None = None   # its class (None: the pool has no classes)
+    credit: float = 0.0   # a burst class's member: the quota it saved, in the quota's unit
+
+
+@dataclass(frozen=True, slots=True)
+class ClassState:
+    """One class of a pool, its members summed (rates in the quota's unit per second)."""
+
+    name: str
+    rank: int             # 0 is served first
+    max_share: float
+    burst_seconds: float
+    members: int          # members taking part in the division
+    allocation: float     # the members' max-min allocations
+    demand: float         # inf while a pool throttle holds one of them back
+    delivered: float      # what the members moved, over the last span's complete windows
+    preemptions: int      # divisions that cut the class at once for a higher class's member
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +72,11 @@ class PoolState:
     topics: tuple[str, ...]
     members: tuple[MemberState, ...]
     adaptive: AdaptiveView | None = None   # an adaptive pool's law: target, latency, changes
+    observed: bool = False                 # mode observe: its throttles are counted, never acted on
+    classes: tuple[ClassState, ...] = ()
 
 
-class PoolBook:
+class Pools:
     """The pools of one settings generation, their ledgers and the per-principal lookups."""
 
     def __init__(self, settings: QuotaSettings, now: float, fleet: FleetLedger | None = None) -> None:
@@ -86,6 +101,7 @@ class PoolBook:
                     released += _carry_over(ledger, pool, settings, now)
                 self.ledgers[key] = ledger
                 ledger.on_window = None
+                ledger.observed = settings.observes_pool(pool)
                 if pool.adaptive is not None:
                     self.adaptive[key] = _adaptive(old_adaptive.get(key), ledger, settings, now)
                 if self._fleet is not None:
@@ -96,12 +112,13 @@ class PoolBook:
             for key in list(ledger.members):
                 ledger.forget(key)
         principal = [ledger for ledger in self.ledgers.values() if not ledger.pool.topics]
-        self.kinds = tuple(any(ledger.quota_type in {t for t, _ in types} for ledger in principal)
-                           for types in KIND_TYPES)
+        #: Per `ChargeKind`: whether a principal pool charges it at all.
+        self.kinds = tuple(any(ledger.quota_type in {t for t, _ in kind.types} for ledger in principal)
+                           for kind in ChargeKind)
         self.topic_types = frozenset(ledger.quota_type for ledger in self.ledgers.values() if ledger.pool.topics)
         #: (Produce, Fetch): whether an adaptive pool may watch a principal's answered requests of the kind.
-        self.watch_kinds = tuple(any(a.ledger.quota_type in {t for t, _ in types} | {QuotaType.REQUEST_RATE}
-                                     for a in self.adaptive.values()) for types in KIND_TYPES[:2])
+        self.watch_kinds = tuple(any(a.ledger.quota_type in {t for t, _ in kind.types} | {QuotaType.REQUEST_RATE}
+                                     for a in self.adaptive.values()) for kind in _ANSWERED)
         #: (Produce, Fetch): whether the proxy must look further into the kind at all, for a topic pool
         #: of its byte rate or an adaptive pool watching it (else it reads headers and sizes only).
         self.reads = (QuotaType.PRODUCER_BYTE_RATE in self.topic_types or self.watch_kinds[0],
@@ -138,8 +155,8 @@ class PoolBook:
             if len(self._entries) >= MAX_CACHED:
                 self._entries.clear()
             per_kind: list[tuple[Entry, ...]] = []
-            for types in KIND_TYPES:
-                index = dict(types)
+            for kind in ChargeKind:
+                index = dict(kind.types)
                 per_kind.append(tuple(
                     (ledger, membership(self.settings, ledger.quota_type, p), index[ledger.quota_type])
                     for ledger in self.ledgers.values()
@@ -153,8 +170,9 @@ class PoolBook:
         member = ledger.members.get(found.key)
         return ledger.add(found, now) if member is None else member
 
-    def charge(self, p: Principal, kind: int, values: tuple[float, ...], now: float, out: list[Violation]) -> None:
-        """Charge `values` (in `KIND_TYPES[kind]`'s order) to `p`'s pools; violations go to `out`."""
+    def charge(self, p: Principal, kind: ChargeKind, values: tuple[float, ...], now: float,
+               out: list[Violation]) -> None:
+        """Charge `values` (in `kind.types`' order) to `p`'s pools; violations go to `out`."""
         for ledger, found, index in self._entries_of(p)[kind]:
             member = ledger.members.get(found.key)
             if member is None:
@@ -162,19 +180,19 @@ class PoolBook:
             t = ledger.charge(member, values[index], now)
             if t > 0:
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
-                                     member.sensor.pace(values[index], t, now), line=member.sensor.line))
+                                     member.sensor.pace(values[index], t, now), member.sensor.line, ledger.observed))
 
-    def refund(self, p: Principal, kind: int, values: tuple[float, ...], now: float) -> None:
+    def refund(self, p: Principal, kind: ChargeKind, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
             member = ledger.members.get(found.key)
             if member is not None:
                 ledger.refund(member, values[index], now)
 
-    def pools_of(self, p: Principal, kind: int) -> tuple[PoolLedger, ...]:
+    def pools_of(self, p: Principal, kind: ChargeKind) -> tuple[PoolLedger, ...]:
         """The principal pools that charge `p`'s requests of `kind` (to attribute, say, their latency)."""
         return tuple(ledger for ledger, _, _ in self._entries_of(p)[kind])
 
-    def watching(self, p: Principal, kind: int) -> tuple[AdaptivePool, ...]:
+    def watching(self, p: Principal, kind: ChargeKind) -> tuple[AdaptivePool, ...]:
         """The adaptive pools that `p`'s answered requests of `kind` (PRODUCE or FETCH) report to: its
         principal pools of that kind's types, and of request_rate."""
         found = self._watch.get(p)
@@ -182,10 +200,11 @@ class PoolBook:
             if len(self._watch) >= MAX_CACHED:
                 self._watch.clear()
             entries = self._entries_of(p)
+            requests = entries[ChargeKind.REQUEST]
             found = self._watch[p] = tuple(tuple(
                 self.adaptive[key] for key in dict.fromkeys((ledger.pool.name, ledger.quota_type)
-                                                            for ledger, _, _ in (*entries[k], *entries[REQUEST]))
-                if key in self.adaptive) for k in (PRODUCE, FETCH))
+                                                            for ledger, _, _ in (*entries[k], *requests))
+                if key in self.adaptive) for k in _ANSWERED)
         return found[kind]
 
     def adaptive_changes(self, now: float) -> dict[str, list[tuple[QuotaType, BudgetChange]]]:
@@ -198,15 +217,19 @@ class PoolBook:
             changes.sort(key=lambda item: item[1].at)
         return out
 
-    def applies(self, p: Principal, types: frozenset[QuotaType]) -> bool:
-        """Whether a principal pool of one of `types` takes `p`."""
-        return any(ledger.quota_type in types for entries in self._entries_of(p) for ledger, _, _ in entries)
+    def applies(self, p: Principal, types: frozenset[QuotaType], enforced: bool = False) -> bool:
+        """Whether a principal pool of one of `types` takes `p` (`enforced`: a pool not observed)."""
+        return any(ledger.quota_type in types and not (enforced and ledger.observed)
+                   for entries in self._entries_of(p) for ledger, _, _ in entries)
 
-    def quota(self, p: Principal, quota_type: QuotaType) -> float | None:
-        """`p`'s member's quota in its pool of `quota_type` (the budget before it joined), or None."""
+    def quota(self, p: Principal, quota_type: QuotaType, enforced: bool = False) -> float | None:
+        """`p`'s member's quota in its pool of `quota_type` (the budget before it joined), or None
+        (`enforced`: None for an observed pool)."""
         for entries in self._entries_of(p):
             for ledger, found, _ in entries:
                 if ledger.quota_type == quota_type:
+                    if enforced and ledger.observed:
+                        return None
                     member = ledger.members.get(found.key)
                     return ledger.budget if member is None else member.quota
         return None
@@ -233,10 +256,11 @@ class PoolBook:
                 if ledger.quota_type == quota_type and ledger.pool.topics and ledger.pool.covers(topic))
         return found
 
-    def wants_topics(self, p: Principal, quota_type: QuotaType) -> bool:
-        """Whether a topic pool of `quota_type` takes `p` (else its topics need not be read)."""
+    def wants_topics(self, p: Principal, quota_type: QuotaType, enforced: bool = False) -> bool:
+        """Whether a topic pool of `quota_type` takes `p` (else its topics need not be read;
+        `enforced`: a pool not observed)."""
         return quota_type in self.topic_types and any(
-            ledger.quota_type == quota_type for ledger in self._topic_pools(p))
+            ledger.quota_type == quota_type and not (enforced and ledger.observed) for ledger in self._topic_pools(p))
 
     def charge_topics(self, p: Principal, quota_type: QuotaType, sizes: Iterable[tuple[str, int]], now: float,
                       refund: bool = False) -> list[Violation]:
@@ -261,7 +285,7 @@ class PoolBook:
             t = ledger.charge(member, nbytes, now)
             if t > 0:
                 out.append(Violation(quota_type, t, found.key, ledger.pool.name, member.sensor.pace(nbytes, t, now),
-                                     line=member.sensor.line))
+                                     member.sensor.line, ledger.observed))
         return out
 
     # -- upkeep and views --------------------------------------------------------------------------
@@ -285,14 +309,29 @@ class PoolBook:
         out: list[PoolState] = []
         for ledger in self.ledgers.values():
             ledger.reallocate(now)
+            names = [c.name for c in ledger.classes]
+            active = [m for m in ledger.members.values() if ledger.active(m, now)]
             members = tuple(MemberState(
-                key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
-                m.fair, m.borrowed) for key, m in ledger.members.items() if m.fair > 0)   # the active ones
+                m.membership.key, m.membership.entity, m.membership.share.weight, m.rate, m.demand, m.quota,
+                m.fair, m.borrowed, names[m.rank] if names else None, m.credit) for m in active)
             adaptive = self.adaptive.get((ledger.pool.name, ledger.quota_type))
             out.append(PoolState(ledger.pool.name, ledger.quota_type, ledger.budget, ledger.ceiling,
                                  sum(m.usage for m in members) + ledger.unseen, ledger.lent, ledger.pool.topics,
-                                 members, None if adaptive is None else adaptive.view()))
+                                 members, None if adaptive is None else adaptive.view(),
+                                 observed=ledger.observed, classes=_classes(ledger, active)))
         return out
+
+
+def _classes(ledger: PoolLedger, active: list[Member]) -> tuple[ClassState, ...]:
+    out = []
+    for rank, c in enumerate(ledger.classes):
+        mine = [m for m in active if m.rank == rank]
+        unseen = ledger.totals[rank].unseen if len(ledger.totals) > rank else 0.0
+        out.append(ClassState(c.name, rank, c.max_share, c.burst_seconds, len(mine),
+                              sum(m.allocation for m in mine), sum(m.demand for m in mine) + unseen,
+                              sum(m.rate for m in mine) + (0.0 if unseen == INFINITE else unseen),
+                              ledger.preemptions.get(c.name, 0)))
+    return tuple(out)
 
 
 def _adaptive(found: AdaptivePool | None, ledger: PoolLedger, settings: QuotaSettings, now: float) -> AdaptivePool:
@@ -316,4 +355,5 @@ def _carry_over(ledger: PoolLedger, pool: PoolSpec, settings: QuotaSettings, now
             released += 1
             continue
         ledger.restart(member, Membership(key, entity, share_of(settings, entity)), now)
+    ledger.set_classes(pool, now)   # members keep their measurements and credit in their new class
     return released

@@ -63,13 +63,17 @@ class QuotaSensor:
             quota = limit * self._scale
             self.bucket.update_rate(quota, quota * self.span)
 
-    def follow_limit(self, limit: float) -> None:
+    def follow_limit(self, limit: float, now: float) -> None:
         """A new limit that the past is judged against as it was: samples count as the same fraction
         of the new limit as they were of the old one (a pool member's quota moves with the others'
         demand, and usage within the quota in force must not be paid back when it shrinks, nor
-        credited when it grows). A token bucket already accrues at the rate in force: as set_limit."""
+        credited when it grows). A token bucket is refilled at the old rate up to `now` first: KIP-599's
+        rate change refills the time since the bucket was last touched at the new rate, which would
+        credit a member muted at a quota of 0 with its whole new burst at once."""
         if self.bucket is None and self.limit > 0 and limit > 0:
             self.rate.scale(limit / self.limit)
+        elif self.bucket is not None:
+            self.bucket.tokens(now)
         self.set_limit(limit)
 
     def _rescale(self, scale: float) -> None:

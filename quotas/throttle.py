@@ -61,6 +61,8 @@ class Violation:
     # The sensor's line (producer and consumer rates only): what the key's later checks, whichever
     # connection makes them, say of when it is back within its quota (`ThrottleLine`).
     line: ThrottleLine | None = field(default=None, compare=False, repr=False)
+    # The quota is observed (`mode: observe`): its throttle is counted, never told or muted.
+    observed: bool = False
 
 
 def throttle_seconds(observed: float, bound: float, window_size: float) -> float:

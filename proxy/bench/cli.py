@@ -34,7 +34,8 @@ from .references import (
 from .runner import PROFILED, WORKLOADS, Plan, Runner, run_rounds, workdir_for
 
 SHORT = Plan(rounds=1, produce_seconds=1.2, consume_megabytes=24, latency_seconds=0.8, latency_rate=1000,
-             connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000, idle_connections=2000)
+             connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000, idle_connections=2000,
+             classes_seconds=16.0)
 LONG = Plan(rounds=5, produce_seconds=8.0, consume_megabytes=250, latency_seconds=8.0, latency_rate=1000,
             connections=1000, hold_seconds=4.0, throttle_bytes_s=10e6, entities=10_000)
 BASE_WORKLOADS = ["produce", "consume", "latency", "connections"]
@@ -136,14 +137,17 @@ def _run(args: argparse.Namespace) -> int:
         print("kqp bench: --profile needs py-spy (pip install py-spy)", file=sys.stderr)
         return 2
 
-    references = list(REFERENCES)
+    # Opt-in references (the saturated broker's) run only when named, or when their workload is.
+    named = {name.strip() for name in (args.references or "").split(",")} | {
+        w.strip() for w in (args.workloads or "").split(",")}
+    references = [ref for ref in REFERENCES if not ref.opt_in or ref.name in named or set(ref.workloads) & named]
     if args.references:
         wanted = {name.strip() for name in args.references.split(",")}
         unknown = wanted - {ref.name for ref in REFERENCES}
         if unknown:
             print(f"kqp bench: unknown references: {', '.join(sorted(unknown))}", file=sys.stderr)
             return 2
-        references = [ref for ref in references if ref.name in wanted]
+        references = [ref for ref in REFERENCES if ref.name in wanted]
     try:
         baselines = [baseline_reference(spec) for spec in args.baseline]
     except ValueError as exc:

@@ -112,7 +112,7 @@ async def measure(layout: str, nodes: Nodes, entities: int, exchanges: int) -> C
             ledger.usage_for(name, now).record(1000.0, now)
         cpu, sent = time.process_time(), time.monotonic()
         request = ledger.collect(now)
-        reply = await backend.exchange(request, loop.time() + DEADLINE)
+        reply, _ = await backend.exchange(request, loop.time() + DEADLINE)
         received = time.monotonic()
         ledger.merge(request, reply, sent, received)
         return received - sent, time.process_time() - cpu

@@ -1,10 +1,10 @@
 """How the benchmark runs kqp itself: the command, what it supports, and one config per variant.
 
 The variants (`none`, `every-entity`, `metrics-quotas`, `throttle`, `every-entity-pool`,
-`every-entity-cluster`, `producer-rate`, `request-rate`) are the references proxy/README.md lists
-("The benchmark"): the proxy alone, quota accounting that never binds (with the metrics endpoint,
-a pool, or cluster scope on top), a quota enforced, and what forwarding one request at a time for
-response-side quotas costs.
+`every-entity-cluster`, `producer-rate`, `request-rate`, `adaptive-pool`, `classes`) are the
+references proxy/README.md lists ("The benchmark"): the proxy alone, accounting that never binds
+(with metrics, a pool, or cluster scope), a quota enforced, one request at a time for response-side
+quotas, and an adaptive pool on a saturated broker without and with service classes.
 
 kqp is driven through its command line, run by this very interpreter (`python -m
 kqp.proxy.tools.cli`): the kqp measured is the one the harness is imported from, where a `kqp`
@@ -111,6 +111,14 @@ def config_for(variant: str, listen_port: int, upstream: str, throttle_bytes_s: 
             "producer_byte_rate": throttle_bytes_s,
             "consumer_byte_rate": throttle_bytes_s,
         }]}
+    elif variant in ("adaptive-pool", "classes"):
+        # The service-classes workload's pool (README "Service classes"): a stream and batch jobs, 0.2 s windows.
+        pool: dict[str, Any] = {"name": "ingest", "producer_byte_rate": 10_000_000,
+                                "members": [{"client_id_prefix": "job-"}], "adaptive": {"target_latency_ms": 100}}
+        if variant == "classes":
+            pool["classes"] = [{"name": "latency", "members": [{"client_id_prefix": "job-stream-"}]},
+                               {"name": "batch", "members": [{"client_id_prefix": "job-batch-"}]}]
+        config["quotas"] = {"window_size_seconds": THROTTLE_WINDOW_SECONDS, "pools": [pool]}
     elif variant in ("producer-rate", "request-rate"):
         quota = "producer_byte_rate" if variant == "producer-rate" else "request_rate"
         config["quotas"] = {"entities": [{"client_id": "<default>", quota: _UNREACHABLE[quota]}]}

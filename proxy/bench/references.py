@@ -9,6 +9,8 @@ The TLS references measure what mutual TLS costs kqp: with `tls="client"` the cl
 kqp and kqp plaintext to the broker; with `tls="both"` kqp also speaks TLS upstream, to the broker
 behind the bench relay terminating TLS (Tansu's own TLS does not work in the version shipped). That
 relay is in the path of `kqp-tls-both`'s MB/s, not in kqp's CPU per GB, which counts kqp only.
+A reference with `saturated` (C, bytes/s) puts the saturated relay (saturated_relay.py) between kqp
+and the broker, which advertises the relay: every request then waits in one FIFO drained at C.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .processes import Server, free_port
 
 HOST = "127.0.0.1"
 BROKER = "tansu broker"  # the upstream's server name, to tell its failures from a proxy's
+SATURATED_C = 400_000.0  # the saturated references' broker capacity, bytes/s
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class Reference:
     tls: str = ""    # "", "client" (clients to kqp) or "both" (and kqp to the broker)
     workloads: tuple[str, ...] = ()   # what it measures, when not the base workloads
     command: tuple[str, ...] = ()     # another kqp build's console command (a baseline); else this tree's
+    saturated: float = 0.0            # C of a saturated relay in front of the broker (0: none)
+    opt_in: bool = False              # run only when --references or --workloads name it
 
 
 REFERENCES: tuple[Reference, ...] = (
@@ -62,6 +67,10 @@ REFERENCES: tuple[Reference, ...] = (
               "as they come", kqp_variant="producer-rate", workloads=("produce-inflight5",)),
     Reference("kqp-request-rate", "kqp", "kqp, a request_rate never reached: one request at a time per "
               "connection (response_pending)", kqp_variant="request-rate", workloads=("produce-inflight5",)),
+    Reference("kqp-adaptive", "kqp", "kqp, an adaptive pool for a stream and four batch jobs on a broker saturated "
+              "at 400 kB/s", kqp_variant="adaptive-pool", workloads=("classes",), saturated=SATURATED_C, opt_in=True),
+    Reference("kqp-classes", "kqp", "kqp-adaptive with service classes: the stream's class above the batch jobs'",
+              kqp_variant="classes", workloads=("classes",), saturated=SATURATED_C, opt_in=True),
 )
 TLS_WORKLOADS = ["produce", "consume"]   # what the TLS references measure: bytes through TLS
 REDIS = "redis-server"
@@ -154,6 +163,13 @@ def _redis(settings: CellSettings, tag: str) -> Server:
     return Server(REDIS, argv, settings.workdir / f"{tag}-redis.log", host=HOST, port=port)
 
 
+def _saturated(settings: CellSettings, tag: str, port: int, upstream_port: int, capacity: float) -> Server:
+    argv = [sys.executable, "-m", "kqp.proxy.bench.saturated_relay", "--listen", f"{HOST}:{port}",
+            "--upstream", f"{HOST}:{upstream_port}", "--capacity", str(capacity)]
+    return Server("saturated relay", argv, settings.workdir / f"{tag}-saturated-relay.log", host=HOST, port=port,
+                  ready_text="saturated relay ready")
+
+
 def _proxy(ref: Reference, settings: CellSettings, tag: str, upstream_port: int, port: int,
            redis_url: str | None = None) -> Server:
     log = settings.workdir / f"{tag}-proxy.log"
@@ -186,7 +202,7 @@ def open_cell(ref: Reference, settings: CellSettings, tag: str) -> Iterator[Cell
             yield Cell(ref, HOST, broker.port, broker_address(broker), broker, None)
             return
         proxy_port = free_port()
-        relay_port = free_port() if ref.tls == "both" else None
+        relay_port = free_port() if ref.tls == "both" or ref.saturated else None
         advertised = proxy_port if ref.kind == "relay" else relay_port
         broker = stack.enter_context(_broker(settings, tag, advertised))
         redis_url = None
@@ -194,11 +210,13 @@ def open_cell(ref: Reference, settings: CellSettings, tag: str) -> Iterator[Cell
             redis = stack.enter_context(_redis(settings, tag))
             redis_url = f"redis://{HOST}:{redis.port}/0"
         upstream_port = broker.port
-        if relay_port is not None:
+        if relay_port is not None and ref.saturated:
+            upstream_port = stack.enter_context(_saturated(settings, tag, relay_port, broker.port, ref.saturated)).port
+        elif relay_port is not None:
             upstream_port = stack.enter_context(_tls_relay(settings, tag, relay_port, broker.port)).port
         proxy = stack.enter_context(_proxy(ref, settings, tag, upstream_port, proxy_port, redis_url))
         client_conf = _certs(settings).librdkafka() if ref.tls else {}
-        if relay_port is None:
+        if relay_port is None or ref.saturated:   # the saturated relay speaks plaintext: topics go through it
             yield Cell(ref, HOST, proxy_port, broker_address(broker), broker, proxy, client_conf)
             return
         # The broker advertises the TLS relay: topics are made and seeded through it, over TLS.

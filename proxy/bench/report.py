@@ -31,6 +31,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "lost", "duplicates", "rebalances"),
     "light": ("p50_ms", "p99_ms", "requests_s", "errors"),
     "idle": ("connected", "errors", "rss_mb", "rss_per_connection_kb"),
+    "classes": ("stream_delivered_ratio", "stream_p50_ms", "stream_p99_ms", "batch_share_of_c", "batch_split_min",
+                "batch_split_max", "recovery_s", "errors"),
 }
 # Latency workloads, and whose latency theirs is set beside (paired by round) besides direct's.
 LATENCY_WORKLOADS = {"latency": (), "light": ("relay",)}
@@ -54,6 +56,8 @@ RATIOS: tuple[tuple[str, str, str, str, str], ...] = (
     # What forwarding one request at a time (a request quota, `response_pending`) costs a producer.
     ("produce-inflight5 kqp-request-rate/kqp-producer-rate", "produce-inflight5", "mb_s", "kqp-request-rate",
      "kqp-producer-rate"),
+    # Service classes: the stream's p99 with classes against without (the goal: at most 0.3).
+    ("classes stream_p99_ms kqp-classes/kqp-adaptive", "classes", "stream_p99_ms", "kqp-classes", "kqp-adaptive"),
 )
 # What this tree's kqp is set beside another build's on (`kqp bench --baseline`): before and after.
 BASELINE_METRICS = (("produce", "cpu_s_per_gb"), ("consume", "cpu_s_per_gb"), ("produce", "mb_s"),
@@ -207,6 +211,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("light p99", "light", "p99_ms"),
     ("p99-relay", "light", "over_relay_p99_ms"),
     ("idle MB", "idle", "rss_mb"),
+    ("stream deliv", "classes", "stream_delivered_ratio"),
+    ("stream p99 ms", "classes", "stream_p99_ms"),
+    ("batch xC", "classes", "batch_share_of_c"),
+    ("batch split min", "classes", "batch_split_min"),
+    ("back s", "classes", "recovery_s"),
 )
 
 

@@ -31,7 +31,7 @@ from .processes import StartError
 from .references import BROKER, Cell, CellSettings, Reference, open_cell
 
 TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-busy": 3, "bench-spark": 8,
-          "bench-light": 1}
+          "bench-light": 1, "bench-classes": 1}
 # The Spark-like load: 16 executors' producers (two client processes of 8), then 4 readers in one
 # group (two client processes of 2 threads).
 SPARK_PRODUCERS, SPARK_READERS, CLIENT_PROCESSES = 16, 4, 2
@@ -56,6 +56,8 @@ WORKLOADS = {
                      "record must be read exactly once",
     "light": "about 200 records/s of 1 KB (linger 0, acks=all), sent without waiting; per-record latency",
     "idle": "10,000 connections held open after one ApiVersions and Metadata each: memory per idle connection",
+    "classes": "a stream at 100 kB/s and four batch producers flat out in one adaptive pool on a broker saturated "
+               "at 400 kB/s: the stream's delivery and latency, the batch jobs' share and split",
 }
 
 
@@ -74,6 +76,7 @@ class Plan:
     entities: int = 10_000
     busy_seconds: float = 0.0    # the busy workload's length (`kqp bench --busy SECONDS`; 0: not run)
     idle_connections: int = 10_000   # the idle workload's connections
+    classes_seconds: float = 20.0   # the classes workload: the stream stops 6 s before the end
 
 
 class Runner:
@@ -311,6 +314,12 @@ class Runner:
                                plan.latency_rate, timeout=plan.latency_seconds * 3 + 60)
         return result
 
+    def _classes(self, cell: Cell, _round: int) -> dict[str, Any]:
+        seconds = self.plan.classes_seconds
+        (result,) = self._call(workloads.service_classes, cell.bootstrap, "bench-classes", seconds, seconds - 6.0,
+                               cell.reference.saturated, timeout=seconds + 180)
+        return result
+
     def _entities(self, cell: Cell, _round: int) -> dict[str, Any]:
         pid = cell.proxy.pid if cell.proxy is not None else None
         before = proc_stats.sample(pid) if pid is not None else None
@@ -391,7 +400,8 @@ def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _brief(metrics: dict[str, Any]) -> str:
     keys = ("mb_s", "records_s", "requests_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "proxy_cpu_percent", "connected",
-            "errors", "rss_mb", "rss_bytes_per_entity")
+            "stream_delivered_ratio", "stream_p99_ms", "batch_share_of_c", "batch_split_min", "batch_split_max",
+            "recovery_s", "errors", "rss_mb", "rss_bytes_per_entity")
     parts = []
     for key in keys:
         value = metrics.get(key)

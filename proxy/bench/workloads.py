@@ -243,3 +243,89 @@ def percentile(ordered: list[float], pct: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
     rank = max(1, round(pct / 100.0 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+def service_classes(bootstrap: str, topic: str, seconds: float, stop: float, capacity: float,
+                    stream_rate: float = 100_000.0, batch_jobs: int = 4, record_bytes: int = 1000) -> dict[str, Any]:
+    """A stream and batch jobs through one pool (the classes workload): a producer `job-stream-1` offers
+    `stream_rate` bytes/s in `record_bytes` records from 0 s to `stop`; `batch_jobs` producers
+    `job-batch-N` offer without limit (16 kB batches) from 1 s to `seconds`. Measured from delivery
+    reports, over 5 s to `stop`: the stream's delivered share of its offer and its delivery latency,
+    the batch jobs' rate against `capacity` and its split; then how long after `stop` the batch jobs
+    take 0.7 of `capacity` over a second."""
+    import threading
+
+    started = time.perf_counter()
+    stream_sent: list[float] = []
+    stream_done: list[tuple[float, float]] = []   # (offered at, delivered at)
+    batch_done: dict[str, list[tuple[float, int]]] = {f"job-batch-{n}": [] for n in range(1, batch_jobs + 1)}
+    errors = [0]
+    lock = threading.Lock()
+
+    def stream() -> None:
+        producer = Producer({**QUIET, "bootstrap.servers": bootstrap, "client.id": "job-stream-1", "linger.ms": 5,
+                             "message.timeout.ms": 120_000})
+        value, interval = b"s" * record_bytes, record_bytes / stream_rate
+        due = time.perf_counter()
+        while (now := time.perf_counter()) < started + stop:
+            if now >= due:
+                def done(err: KafkaError | None, _msg: Any, at: float = now) -> None:
+                    with lock:
+                        if err is None:
+                            stream_done.append((at, time.perf_counter()))
+                        else:
+                            errors[0] += 1
+
+                producer.produce(topic, value, on_delivery=done)
+                stream_sent.append(now)
+                due = max(due + interval, now - interval)
+            producer.poll(max(0.0, min(0.002, due - time.perf_counter())))
+        producer.flush(60.0)
+
+    def batch(client_id: str) -> None:
+        producer = Producer({**QUIET, "bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                             "batch.size": 16_384, "queue.buffering.max.kbytes": 256, "message.timeout.ms": 120_000})
+        value = b"b" * record_bytes
+        mine = batch_done[client_id]
+
+        def done(err: KafkaError | None, _msg: Any) -> None:
+            with lock:
+                if err is None:
+                    mine.append((time.perf_counter(), record_bytes))
+                elif err.code() not in _PURGED:
+                    errors[0] += 1
+
+        time.sleep(1.0)
+        while time.perf_counter() < started + seconds:
+            try:
+                producer.produce(topic, value, on_delivery=done)
+            except BufferError:
+                producer.poll(0.005)
+            producer.poll(0)
+        producer.purge(in_queue=True, in_flight=False)
+        producer.flush(30.0)
+
+    threads = [threading.Thread(target=stream, daemon=True),
+               *(threading.Thread(target=batch, args=(cid,), daemon=True) for cid in batch_done)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 120.0)
+    a, b = started + 5.0, started + stop
+
+    def batch_rate(x: float, y: float, who: str | None = None) -> float:
+        moved = sum(n for cid, done in batch_done.items() if who in (None, cid) for at, n in done if x <= at < y)
+        return moved / (y - x)
+
+    latencies = sorted((d - o) * 1000.0 for o, d in stream_done if a <= o < b)
+    offered = sum(1 for at in stream_sent if a <= at < b)
+    delivered = sum(1 for _, d in stream_done if a <= d < b)
+    total = batch_rate(a, b)
+    split = [batch_rate(a, b, cid) / total for cid in batch_done] if total else [0.0]
+    back = next((k / 10 + 1.0 for k in range(int((seconds - stop - 1.0) * 10) + 1)
+                 if batch_rate(started + stop + k / 10, started + stop + k / 10 + 1.0) >= 0.7 * capacity), None)
+    return {"seconds": seconds, "stream_delivered_ratio": delivered / offered if offered else 0.0,
+            "stream_p50_ms": percentile(latencies, 50) if latencies else None,
+            "stream_p99_ms": percentile(latencies, 99) if latencies else None,
+            "batch_share_of_c": total / capacity, "batch_split_min": min(split), "batch_split_max": max(split),
+            "recovery_s": back, "errors": errors[0]}

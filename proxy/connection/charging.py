@@ -68,8 +68,10 @@ class Charging:
             self.observer.produced(principal, produced.frame_bytes, produced.records)
             violations = self.quotas.record_produce(principal, produced.quota_bytes, produced.records,
                                                     produced.batches, now)
-            if produced.topics is not None:   # a topic pool takes the principal: its bytes per topic too
+            if produced.topics is not None:   # a topic pool takes the principal (or the metrics count per topic)
                 violations += self.quotas.record_topic_bytes(principal, PRODUCED, produced.topics, now)
+                if self.observer.wants_topics:
+                    self.observer.topic_bytes(principal, "produce", produced.topics)
         if plan.mutations:
             violations += self._mutations(plan.mutations, now)
         for pool in plan.watching:
@@ -88,6 +90,8 @@ class Charging:
                                                       fetched.batches, now)
                 if fetched.topics is not None:
                     violations += self.quotas.record_topic_bytes(principal, FETCHED, fetched.topics, now)
+                    if self.observer.wants_topics:
+                        self.observer.topic_bytes(principal, "fetch", fetched.topics)
             if reply.mutations:
                 self._mutations(reply.mutations, now)   # settles the bucket: the throttle was decided
             if flight.plan.watching:

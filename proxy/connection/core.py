@@ -339,7 +339,7 @@ class Connection:
             # acks=0: no response will come, so the request is done; Kafka exempts it from request
             # quotas, byte-rate quotas still mute.
             violations += charging.charge_reply(flight, None, now)
-            throttling.throttle(throttling.decide(flight, violations), now, self._out)
+            throttling.throttle(throttling.settle(flight, violations, now), now, self._out)
             return
         if violations:
             # Over quota already (a Produce's bytes, a mutation the gate refused): the throttle is

@@ -13,6 +13,8 @@ from kqp.quotas.model import Principal, QuotaType
 class ProxyObserver:
     #: Whether produce/fetch record counts are wanted even when no record quota needs them.
     wants_records: bool = False
+    #: Whether every Produce's and Fetch response's bytes per topic are wanted (`topic_bytes`).
+    wants_topics: bool = False
 
     def connection_opened(self, listener: str) -> None: ...
 
@@ -30,9 +32,16 @@ class ProxyObserver:
 
     def fetched(self, principal: Principal, nbytes: int, records: int) -> None: ...
 
+    def topic_bytes(self, principal: Principal, direction: str, sizes: tuple[tuple[str, int], ...]) -> None:
+        """A Produce request's (`produce`) or a Fetch response's (`fetch`) records bytes per topic."""
+
     def handler_time(self, principal: Principal, seconds: float) -> None: ...
 
     def throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None: ...
+
+    def observed_throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None:
+        """A request would have been throttled for `seconds` had `principal`'s observed `quota_type`
+        been enforced (`mode: observe`): counted only, nothing was told or muted."""
 
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         """A connection was muted by a throttle that `principal`'s `quota_type` caused."""

@@ -142,6 +142,15 @@ class Throttle:
     # when paced (the pace queues the key's requests already: the gate must not hold them).
     lines: tuple[ThrottleLine, ...] = field(default=(), compare=False, repr=False)
     worst: Violation | None = field(default=None, compare=False, repr=False)   # the violation that decided it
+    # An observed quota decided it (`mode: observe`): it is counted, never told or muted; the client
+    # gets `enforced`, the throttle of the request's enforced quotas alone (None: none).
+    observed: bool = False
+    enforced: Throttle | None = field(default=None, compare=False)
+
+    @property
+    def acted(self) -> Throttle | None:
+        """The throttle the client gets: this one, or for an observed one its enforced part."""
+        return self.enforced if self.observed else self
 
 
 @dataclass(slots=True, eq=False)

@@ -9,13 +9,15 @@ is muted for it, and the same object ends the mute. `Throttling` is that place f
 once for a throttle known when the request is read (a broker reads one request at a time), `gate`
 holds a throttled connection's next Produce or Fetch while the key's other connections keep it over
 quota, and the timer or the close ends the mute. Only this room sets and lifts `THROTTLED` and calls
-`mute_started`/`mute_ended`, always in pairs. Pacing and the gate are explained in quotas/README.md
-("Pacing", "Several connections of one key").
+`mute_started`/`mute_ended`, always in pairs. An observed quota (`mode: observe`) is decided as if
+enforced; `settle` counts such a throttle and hands on only what the enforced quotas give. Pacing and
+the gate are explained in quotas/README.md ("Pacing", "Several connections of one key").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.records import BodyError
@@ -71,7 +73,16 @@ class Throttling:
 
     def decide(self, flight: Flight, violations: list[Violation],
                lines: tuple[ThrottleLine, ...] = ()) -> Throttle | None:
-        """KIP-124 co-existence: the request's one throttle, or None when nothing throttles it."""
+        """KIP-124 co-existence: the request's one throttle, or None when nothing throttles it. Every
+        quota counts as enforced; when an observed one decides, the throttle is marked so and carries
+        what the enforced quotas alone decide (what the client gets)."""
+        throttle = self._decide(flight, violations, lines)
+        if throttle is None or throttle.worst is None or not throttle.worst.observed:
+            return throttle
+        enforced = [v for v in violations if not v.observed]
+        return replace(throttle, observed=True, enforced=self._decide(flight, enforced, lines) if enforced else None)
+
+    def _decide(self, flight: Flight, violations: list[Violation], lines: tuple[ThrottleLine, ...]) -> Throttle | None:
         if not violations or (worst := largest(violations)) is None:
             return None
         blind = not backs_off(flight.api_key, flight.api_version, flight.expects_response)
@@ -82,23 +93,41 @@ class Throttling:
         if paced:
             lines = ()
         else:
-            lines += tuple(v.line for v in violations if v.line is not None and v.quota_type not in CAPPED_TYPES)
+            # An observed quota's line gates nothing: it holds no connection back.
+            lines += tuple(v.line for v in violations
+                           if v.line is not None and v.quota_type not in CAPPED_TYPES and not v.observed)
         return Throttle(ms, ms / 1000, flight.principal, worst.quota_type, paced,
                         (flight.api_key, flight.api_version), blind, lines, worst)
 
     def settle(self, flight: Flight, late: list[Violation], now: float) -> Throttle | None:
-        """The request's throttle as its response goes: the one decided when it was read, raised by
-        what the response added (its charges, the request quotas). A mutation throttle counts from
-        when it was recorded: the upstream's latency is deducted, as Kafka's ControllerMutationQuota does."""
+        """The request's throttle as its response goes (or, for a request without one, once it is
+        read): the one decided when it was read, raised by what the response added. This is where a
+        decision becomes what the client gets: an observed throttle is counted here, once per request,
+        and only its enforced part goes on to be told and muted for."""
+        throttle = self._settled(flight, late, now)
+        if throttle is None or not throttle.observed:
+            return throttle
+        self.observer.observed_throttled(throttle.principal, throttle.quota_type, throttle.ms / 1000)
+        return throttle.enforced
+
+    def _settled(self, flight: Flight, late: list[Violation], now: float) -> Throttle | None:
+        """A mutation throttle counts from when it was recorded: the upstream's latency is deducted,
+        as Kafka's ControllerMutationQuota does."""
         carried = flight.throttle
         if carried is None or carried.worst is None:
             return self.decide(flight, late) if late else None
-        worst = carried.worst
-        if worst.quota_type is MUTATION and now > flight.sent_at:
-            worst = Violation(MUTATION, max(0.0, worst.throttle_seconds - (now - flight.sent_at)), worst.key)
-        elif not late:
+        worsts = [carried.worst]
+        if carried.enforced is not None and carried.enforced.worst is not None:
+            worsts.append(carried.enforced.worst)   # an observed decision: the enforced one beside it
+        since_sent = now > flight.sent_at and any(w.quota_type is MUTATION for w in worsts)
+        if not late and not since_sent:
             return carried   # the decision as it was made
-        return self.decide(flight, [worst, *late], () if carried.paced else carried.lines)
+        if since_sent:
+            worsts = [w if w.quota_type is not MUTATION else Violation(
+                MUTATION, max(0.0, w.throttle_seconds - (now - flight.sent_at)), w.key, observed=w.observed)
+                for w in worsts]
+        acted = carried.acted
+        return self.decide(flight, [*worsts, *late], () if acted is None or acted.paced else acted.lines)
 
     def _paced(self, worst: Violation, blind: bool) -> tuple[float, bool]:
         """The throttle `worst` asks for, as Kafka's broker mutes for it; or, paced, its pace: for a
@@ -143,8 +172,9 @@ class Throttling:
             self.backoff.answered(now)
 
     def hold(self, throttle: Throttle | None, now: float, out: list[Action]) -> None:
-        """Mute from `now` for a throttle known as the request is read; it is counted with the response."""
-        if throttle is not None and self._mute(throttle, now, out):
+        """Mute from `now` for a throttle known as the request is read (what the client gets of it);
+        it is counted with the response."""
+        if throttle is not None and (throttle := throttle.acted) is not None and self._mute(throttle, now, out):
             out.append(SetTimer(self._wake_at()))
 
     def gate(self, api_key: int, principal: Principal, now: float, out: list[Action]) -> bool:

@@ -67,6 +67,8 @@ class _Entity:
     requests: dict[int, int] = field(default_factory=dict)          # api key -> count
     handler: float | None = None                                    # seconds
     throttle: dict[str, list[float]] = field(default_factory=dict)  # quota -> [seconds, responses]
+    observed: dict[str, list[float]] = field(default_factory=dict)  # mode observe: quota -> [seconds, requests]
+    topics: dict[tuple[str, str], int] = field(default_factory=dict)  # (direction, topic) -> records bytes
     muted: dict[str, float] = field(default_factory=dict)           # quota -> connection-seconds muted
 
 
@@ -98,11 +100,13 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
 
     def __init__(self, *, entity_expiry_seconds: float = 3600.0, max_entities: int = 10_000,
                  clock: Callable[[], float] | None = None, registry: CollectorRegistry | None = None,
-                 process_metrics: bool = True) -> None:
+                 process_metrics: bool = True, topic_bytes: bool = False) -> None:
         if entity_expiry_seconds <= 0 or max_entities < 1:
             raise ValueError("entity_expiry_seconds must be > 0 and max_entities >= 1")
         self.entity_expiry_seconds = float(entity_expiry_seconds)
         self.max_entities = int(max_entities)
+        self.wants_topics = topic_bytes
+        self._topic_series = 0   # (entity, direction, topic) series held, bounded by max_entities
         self._clock = clock
         self._entities: dict[Principal, _Entity] = {}
         self._connections: dict[str, int] = {}
@@ -113,6 +117,7 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         # (entity, quota) -> [connections muted now, when that number last changed]
         self._muted: dict[tuple[Principal, str], list[float]] = {}
         self.clients, self.recent = ClientStats(), RecentThrottles(self.max_entities)   # client_metrics.py
+        self.recent_observed = RecentThrottles(self.max_entities)   # what observed quotas would have throttled
         self.quotas: QuotaManager | None = None
         self.upstream: Callable[[], UpstreamHealth] | None = None
         self.readiness: Callable[[], tuple[bool, str]] | None = None
@@ -124,7 +129,8 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
 
     @classmethod
     def from_config(cls, config: MetricsConfig) -> PrometheusObserver:
-        return cls(entity_expiry_seconds=config.entity_expiry_seconds, max_entities=config.max_entities)
+        return cls(entity_expiry_seconds=config.entity_expiry_seconds, max_entities=config.max_entities,
+                   topic_bytes=config.topic_bytes)
 
     @staticmethod
     def for_proxy(config: MetricsConfig) -> ProxyObserver:
@@ -156,6 +162,10 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
             e = self._entities[p] = _Entity(p.user, p.client_id, self.now())
         return e
 
+    def principals(self) -> list[Principal]:
+        """The principals seen within `entity_expiry_seconds` (the `other` bucket left out)."""
+        return [p for p in self._entities if p != _OTHER_PRINCIPAL]
+
     @property
     def entity_count(self) -> int:
         """Distinct label sets held, the `other` bucket included."""
@@ -167,8 +177,9 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         limit = self.entity_expiry_seconds
         stale = [p for p, e in self._entities.items() if now - e.seen >= limit]
         for p in stale:
-            del self._entities[p]
+            self._topic_series -= len(self._entities.pop(p).topics)
         self.recent.forget(stale)
+        self.recent_observed.forget(stale)
         self.clients.expire(now, limit)
         if self.quotas is not None:
             self.quotas.expire(now, limit)
@@ -218,6 +229,18 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
     def fetched(self, principal: Principal, nbytes: int, records: int) -> None:
         self._traffic(principal, "fetch", nbytes, records)
 
+    def topic_bytes(self, principal: Principal, direction: str, sizes: tuple[tuple[str, int], ...]) -> None:
+        topics = self._entity(principal).topics
+        for topic, nbytes in sizes:
+            key = (direction, topic)
+            if key not in topics:
+                if self._topic_series >= self.max_entities:
+                    key = (direction, OTHER)   # past the cap: one more series per entity at most
+                if key not in topics:
+                    self._topic_series += 1
+                    topics[key] = 0
+            topics[key] += nbytes
+
     def handler_time(self, principal: Principal, seconds: float) -> None:
         e = self._entity(principal)
         e.handler = (e.handler or 0.0) + seconds
@@ -230,6 +253,15 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         totals[0] += seconds
         totals[1] += 1
         self.recent.add(principal, quota_type, seconds, self.now())
+
+    def observed_throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None:
+        observed = self._entity(principal).observed
+        totals = observed.get(quota_type)
+        if totals is None:
+            totals = observed[quota_type] = [0.0, 0]
+        totals[0] += seconds
+        totals[1] += 1
+        self.recent_observed.add(principal, quota_type, seconds, self.now())
 
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
@@ -286,6 +318,12 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                             "quota that caused it", ("quota", *ENTITY))
         muted = counter("kqp_muted_seconds", "Seconds client connections spent muted by a throttle, summed "
                         "over the entity's connections, by the quota that caused it", ("quota", *ENTITY))
+        observed = counter("kqp_observed_throttle_seconds", "Throttle time quotas in mode observe would have given "
+                           "(nothing was told or muted), by the quota that would have caused it", ("quota", *ENTITY))
+        observed_n = counter("kqp_observed_throttled_requests", "Requests quotas in mode observe would have "
+                             "throttled, by the quota that would have caused it", ("quota", *ENTITY))
+        topic_bytes = counter("kqp_topic_bytes", "Record bytes per topic of Produce requests and Fetch responses "
+                              "(metrics.topic_bytes)", ("direction", *ENTITY, "topic"))
         now = self.now()
         for key, running in self._muted.items():   # mutes still running count up to this scrape
             self._fold(key, running, now)
@@ -303,7 +341,14 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                 throttled.add_metric((quota, *who), n)
             for quota, seconds in e.muted.items():
                 muted.add_metric((quota, *who), seconds)
-        yield from (nbytes, records, requests, handler, throttle, throttled, muted)
+            for quota, (seconds, n) in e.observed.items():
+                observed.add_metric((quota, *who), seconds)
+                observed_n.add_metric((quota, *who), n)
+            for (direction, topic), b in e.topics.items():
+                topic_bytes.add_metric((direction, *who, topic), b)
+        yield from (nbytes, records, requests, handler, throttle, throttled, muted, observed, observed_n)
+        if self.wants_topics:
+            yield topic_bytes
         connections = GaugeMetricFamily("kqp_connections", "Open client connections", labels=("listener",))
         for listener, n in self._connections.items():
             connections.add_metric((listener,), n)

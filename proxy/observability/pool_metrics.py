@@ -1,14 +1,16 @@
 """Prometheus series for capacity pools: each pool's budget and usage, each member's division.
 
-Read from the quota manager's `PoolBook.snapshot` at scrape time, on the loop's thread, like the
+Read from the quota manager's `Pools.snapshot` at scrape time, on the loop's thread, like the
 per-entity quota gauges (metrics.py calls `pool_families`). A member is labelled by its quota key,
 as Kafka's quota metrics are tagged: `user`, `client_id` (empty when the member is a user or a
 prefix group) and `client_id_prefix` (empty unless it is a prefix group). Members are listed while
 they take part in the division; one silent for a span drops out, and its series with it, so label
 sets expire with the members (and the members with `metrics.entity_expiry_seconds`, as sensors).
+A pool with classes has one series per class (`class` label) and `kqp_pool_member_class` naming
+each member's.
 
 `budget_changes` is `kqp explain`'s view of the same pools: an adaptive pool's recent changes of
-budget, each as a JSON-ready record, from `PoolBook.adaptive_changes`.
+budget, each as a JSON-ready record, from `Pools.adaptive_changes`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kqp.quotas.pools import PoolState
 
 POOL = ("pool", "quota")
 MEMBER = (*POOL, "user", "client_id", "client_id_prefix")
+CLASS = (*POOL, "class")
 
 
 def pool_families(states: list[PoolState]) -> Iterator[Metric]:
@@ -37,6 +40,8 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
                   "fleet's in cluster scope)", POOL)
     lent = gauge("kqp_pool_lent", "What members using less than their fair share lend the others now", POOL)
     members = gauge("kqp_pool_members", "Members taking part in the division", POOL)
+    observed = gauge("kqp_pool_observed", "1 for a pool in mode observe: it divides and charges, and its "
+                     "throttles are counted, never acted on", POOL)
     allocation = gauge("kqp_pool_member_allocation", "The quota the member is held to in the pool: its "
                        "max-min allocation, or its fair share if that is more", MEMBER)
     fair = gauge("kqp_pool_member_fair_share", "What the member gets if every member wants without limit "
@@ -55,6 +60,18 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
                       "of the last two windows), in the quota's unit per second", POOL)
     changes = CounterMetricFamily("kqp_pool_adaptive_changes", "Changes of an adaptive pool's budget of 1% or "
                                   "more, by reason (kqp explain lists them)", labels=(*POOL, "reason"))
+    # Service classes: each class's members summed, and which class each member is in.
+    class_allocation = gauge("kqp_pool_class_allocation", "The class's allocation: its members' max-min "
+                             "allocations, served before the classes below it", CLASS)
+    class_demand = gauge("kqp_pool_class_demand", "What the class's members offered in the last windows (+Inf "
+                         "while a pool throttle holds one back)", CLASS)
+    class_delivered = gauge("kqp_pool_class_delivered", "What the class's members moved: their rates over the "
+                            "span, as their pool quotas measure them", CLASS)
+    class_members = gauge("kqp_pool_class_members", "The class's members taking part in the division", CLASS)
+    preemptions = CounterMetricFamily("kqp_pool_class_preemptions", "Divisions that cut the class at once because "
+                                      "a member of a higher class started offering", labels=CLASS)
+    member_class = gauge("kqp_pool_member_class", "1 for the class the member is in (pools with classes)",
+                         (*MEMBER, "class"))
     for state in states:
         labels = (state.name, str(state.quota_type))
         view = state.adaptive
@@ -71,6 +88,8 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
         usage.add_metric(labels, state.usage)
         lent.add_metric(labels, state.lent)
         members.add_metric(labels, len(state.members))
+        if state.observed:
+            observed.add_metric(labels, 1.0)
         for m in state.members:
             who = (*labels, m.key.user, m.key.client_id, m.key.client_id_prefix or "")
             allocation.add_metric(who, m.allocation)
@@ -78,8 +97,18 @@ def pool_families(states: list[PoolState]) -> Iterator[Metric]:
             used.add_metric(who, m.usage)
             borrowed.add_metric(who, m.borrowed)
             demand.add_metric(who, m.demand)
-    yield from (budget, ceiling, usage, lent, members, allocation, fair, used, borrowed, demand, latency, target,
-                floor, delivered, changes)
+            if m.service_class is not None:
+                member_class.add_metric((*who, m.service_class), 1)
+        for c in state.classes:
+            mine = (*labels, c.name)
+            class_allocation.add_metric(mine, c.allocation)
+            class_demand.add_metric(mine, c.demand)
+            class_delivered.add_metric(mine, c.delivered)
+            class_members.add_metric(mine, c.members)
+            preemptions.add_metric(mine, c.preemptions)
+    yield from (budget, ceiling, usage, lent, members, observed, allocation, fair, used, borrowed, demand, latency,
+                target, floor, delivered, changes, class_allocation, class_demand, class_delivered, class_members,
+                preemptions, member_class)
 
 
 def budget_changes(quotas: QuotaManager, clock: Callable[[], float]) -> Callable[[str], list[dict[str, Any]]]:

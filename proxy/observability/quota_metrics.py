@@ -9,6 +9,7 @@ their own (`kqp_quota_group_*`), and `kqp_quota_group_member` names the principa
 per quota type: each member's `kqp_quota_usage` is the group's shared rate, so a reader (or
 `kqp top`) that wants a member's own usage takes it from that member's counters
 (`kqp_bytes_total`, `kqp_records_total`, ...), and adds nothing up from the shared gauges.
+`kqp_quota_observed` marks the quotas in mode observe.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def quota_families(quotas: QuotaManager, principals: Iterable[Principal], now: f
     member = GaugeMetricFamily("kqp_quota_group_member", "1 for each principal (member_user, "
                                "member_client_id) whose quota of this type is the prefix group's",
                                labels=(*GROUP, "member_user", "member_client_id"))
+    observed = GaugeMetricFamily("kqp_quota_observed", "1 for each quota in force in mode observe: measured, "
+                                 "its throttles counted and never acted on", labels=("quota", *ENTITY))
     if quotas.enabled:
         states = quotas.snapshot(now)
         rates = {(s.quota_type, s.key): s.rate for s in states}
@@ -53,6 +56,8 @@ def quota_families(quotas: QuotaManager, principals: Iterable[Principal], now: f
                 labels = (quota_type, p.user, p.client_id)
                 limit.add_metric(labels, value)
                 usage.add_metric(labels, rates.get((quota_type, key), 0.0))
+                if quotas.observed(p, quota_type):
+                    observed.add_metric(labels, 1.0)
                 if key.client_id_prefix is not None:
                     member.add_metric((quota_type, key.user, key.client_id_prefix, p.user, p.client_id), 1.0)
-    yield from (limit, usage, group_limit, group_usage, member)
+    yield from (limit, usage, group_limit, group_usage, member, observed)

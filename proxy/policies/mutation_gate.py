@@ -8,10 +8,10 @@ The mutation handlers hand each request to `MutationGate.plan` with the rules of
 `Charging` charges), a rewrite of the upstream's answer, kqp's own answer when nothing goes, or that
 the topics must be looked up first. The broker's own refusals come first and cost nothing; versions
 that know THROTTLING_QUOTA_EXCEEDED get the strict quota (topics admitted while tokens >= 0, the
-rest 89, the rejection's `-K/R` throttles), older ones the permissive one; validate_only is charged
-like the real thing; refusals in the upstream's answer are refunded; topics a Metadata request
-auto-created are charged to the requester when they show up. quotas/README.md ("Topic mutations")
-has the details and Kafka's sources for each rule.
+rest 89, the rejection's `-K/R` throttles), older ones (and an observed quota) the permissive one;
+validate_only is charged like the real thing; refusals in the upstream's answer are refunded; topics
+a Metadata request auto-created are charged to the requester when they show up. quotas/README.md
+("Topic mutations") has the details and Kafka's sources for each rule.
 """
 
 from __future__ import annotations
@@ -111,7 +111,9 @@ class MutationGate:
             return MutationPlan(frame, self._due(now, settle=True), rewrite=self._settler(
                 kind, version, None, [(t, 0) for t in topics], validate_only))
         verdicts = [kind.check(topic, self.topics, looked_up, self._default_partitions) for topic in topics]
-        strict = knows_throttling_error(kind.api, version)
+        # An observed quota refuses no topic: it is charged and checked as the permissive quota is,
+        # so that its throttle is counted, and the request goes whole.
+        strict = knows_throttling_error(kind.api, version) and not self.quotas.observed(principal, MUTATION)
         due = self._due(now)
         if not looked_up and (any(v.cost is None for v in verdicts)
                               or (any(v.unsure for v in verdicts) and self._over_quota(principal, verdicts,

@@ -20,6 +20,8 @@ import asyncio
 from typing import Any
 from urllib.parse import quote
 
+from redis.utils import str_if_bytes
+
 from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest, BudgetView
 
 # KEYS: one hash per budget. ARGV: instance, window_ms, grace_windows, keep_windows, then per budget:
@@ -127,15 +129,13 @@ def parse_reply(raw: list[Any]) -> AdaptiveReply:
     views: list[BudgetView] = []
     for i in range(2, len(raw), 3):
         flat = raw[i + 2]
-        triples = sorted((int(flat[k]), _text(flat[k + 1]), _text(flat[k + 2])) for k in range(0, len(flat), 3))
+        triples = sorted((int(flat[k]), str_if_bytes(flat[k + 1]), str_if_bytes(flat[k + 2]))
+                         for k in range(0, len(flat), 3))
         closed: dict[int, list[str]] = {}
         for window, _instance, report in triples:
             closed.setdefault(window, []).append(report)
         state = raw[i + 1]
-        views.append(BudgetView(int(raw[i]), None if state is None else _text(state),
+        views.append(BudgetView(int(raw[i]), None if state is None else str_if_bytes(state),
                                 {w: tuple(reports) for w, reports in closed.items()}))
     return AdaptiveReply(int(raw[0]) + int(raw[1]) / 1e6, tuple(views))
 
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -7,7 +7,8 @@ change). When a stamp changes and stays changed for one more poll (a writer half
 read), the context is rebuilt; new connections get the new one, established connections keep
 theirs, as with a broker's `ssl` reconfiguration. A rebuild that fails (a key that no longer
 matches, a file caught mid-rotation) is logged as one line naming the key and the previous
-context stays in force.
+context stays in force. The stats and the rebuild (which reads the files) run in a worker thread,
+never on the event loop.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ class ReloadingContext:
     def _stat(self) -> Stamps:
         return tuple(file_stamp(path) for path in self._files)
 
-    def poll(self) -> bool:
+    async def poll(self) -> bool:
         """One look at the files; True when a new context was built."""
-        stamps = self._stat()
+        stamps = await asyncio.to_thread(self._stat)
         if stamps == self._stamps:
             self._settling = None
             return False
@@ -52,7 +53,7 @@ class ReloadingContext:
             return False
         self._stamps, self._settling = stamps, None
         try:
-            self.context = self._build()
+            self.context = await asyncio.to_thread(self._build)
         except ConfigError as exc:
             log.error("%s certificates changed but do not load, keeping the previous ones: %s", self.name, exc)
             return False
@@ -65,7 +66,7 @@ class ReloadingContext:
                 await asyncio.wait_for(stop.wait(), POLL_SECONDS)
             if not stop.is_set():
                 try:
-                    self.poll()
+                    await self.poll()
                 except Exception:
                     # Not the files' fault: said loudly, and the watch goes on.
                     log.exception("%s certificate reload failed unexpectedly", self.name)

@@ -165,14 +165,14 @@ class WorkersExchange:
         self.name = "the workers' parent process"
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
-    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
-        return decode_reply(await self._round_trip(encode_request(request), deadline))
-
-    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
-                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
-        """The usage exchange and the adaptive pools' in one message each way."""
-        answer = await self._round_trip({**encode_request(request), "A": encode_adaptive(adaptive)}, deadline)
-        return decode_reply(answer), decode_adaptive_reply(answer["A"])
+    async def exchange(self, request: SyncRequest, deadline: float, adaptive: AdaptiveRequest | None = None
+                       ) -> tuple[SyncReply, AdaptiveReply | BaseException | None]:
+        """The usage exchange, and the adaptive pools' when asked, in one message each way."""
+        document = encode_request(request)
+        if adaptive is not None:
+            document["A"] = encode_adaptive(adaptive)
+        answer = await self._round_trip(document, deadline)
+        return decode_reply(answer), None if adaptive is None else decode_adaptive_reply(answer["A"])
 
     async def _round_trip(self, document: dict[str, Any], deadline: float) -> dict[str, Any]:
         try:

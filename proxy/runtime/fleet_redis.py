@@ -26,6 +26,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
+from redis.utils import str_if_bytes
 
 from kqp.config.fleet_section import RedisTarget
 from kqp.quotas.adaptive_fleet import AdaptiveReply, AdaptiveRequest
@@ -130,9 +131,8 @@ def _netloc(host: str, port: int) -> str:
 
 
 class RedisExchange:
-    """`FleetBackend` on one Redis (or a Sentinel group's master): every key under `{prefix}`,
-    `exchange` one EVALSHA per chunk of sensors (EVAL again after a Redis restart); with adaptive
-    pools, `exchange_with` adds their script call to the same pipeline."""
+    """`FleetBackend` on one Redis (or a Sentinel group's master): every key under `{prefix}`, every
+    script call of an exchange (the usage's, and the adaptive pools' when asked) in one pipeline."""
 
     kind = "redis"
 
@@ -143,32 +143,20 @@ class RedisExchange:
         self._tag = "{" + prefix + "}"
         self.adaptive = AdaptiveRedis(self._client, prefix)
 
-    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
-        """One round trip: the script once per chunk of sensors, the chunks in one pipeline.
+    async def exchange(self, request: SyncRequest, deadline: float, adaptive: AdaptiveRequest | None = None
+                       ) -> tuple[SyncReply, AdaptiveReply | BaseException | None]:
+        """One round trip: the usage script once per chunk of sensors, and the adaptive pools' script,
+        each an EVALSHA in one pipeline (redis-py's pipelined scripts would ask SCRIPT EXISTS first: a
+        second round trip); the scripts are loaded and the pipeline sent again once if Redis has lost
+        them. The adaptive part may fail alone (its error is returned); the usage part's failure raises.
 
         Redis runs one script at a time and nothing else meanwhile; chunks keep each run short
         (about CHUNK x 10-20 us) however many entities are active, so other instances' exchanges
         are not held behind one long script.
         """
         sensors = request.sensors
-        async with asyncio.timeout_at(deadline):
-            if len(sensors) <= CHUNK:
-                keys, args = script_call(self._tag, request, sensors, registry=True)
-                return parse_reply(await self._script(keys=keys, args=args))
-            async with self._client.pipeline(transaction=False) as pipe:
-                for start in range(0, len(sensors), CHUNK):
-                    keys, args = script_call(self._tag, request, sensors[start:start + CHUNK], registry=True)
-                    await self._script(keys=keys, args=args, client=pipe)
-                replies = [parse_reply(raw) for raw in await pipe.execute()]
-        return combined(replies)
-
-    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
-                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
-        """The usage exchange and the adaptive pools' in one round trip: every script call an EVALSHA
-        in one pipeline (redis-py's pipelined scripts would ask SCRIPT EXISTS first: a second round
-        trip), the scripts loaded and the pipeline sent again once if Redis has lost them. The
-        adaptive part may fail alone (its error is returned); the usage part's failure raises."""
-        sensors, scripts = request.sensors, ((self._script, EXCHANGE_LUA), (self.adaptive, ADAPTIVE_LUA))
+        adaptive_calls = [] if adaptive is None else self.adaptive.calls(adaptive)
+        scripts = ((self._script, EXCHANGE_LUA), (self.adaptive, ADAPTIVE_LUA))
         async with asyncio.timeout_at(deadline):
             for attempt in range(2):
                 async with self._client.pipeline(transaction=False) as pipe:
@@ -176,7 +164,7 @@ class RedisExchange:
                         keys, args = script_call(self._tag, request, sensors[start:start + CHUNK], registry=True)
                         pipe.evalsha(self._script.sha, len(keys), *keys, *args)
                     usage_calls = len(pipe.command_stack)
-                    for keys, args in self.adaptive.calls(adaptive):
+                    for keys, args in adaptive_calls:
                         pipe.evalsha(self.adaptive.sha, len(keys), *keys, *args)
                     raw = await pipe.execute(raise_on_error=False)
                 if attempt or not any(isinstance(r, NoScriptError) for r in raw):
@@ -186,8 +174,11 @@ class RedisExchange:
         usage, answers = raw[:usage_calls], raw[usage_calls:]
         if failed := next((r for r in usage if isinstance(r, Exception)), None):
             raise failed
-        failed = next((r for r in answers if isinstance(r, Exception)), None)
-        return combined([parse_reply(r) for r in usage]), failed or joined([parse_adaptive(r) for r in answers])
+        reply = combined([parse_reply(r) for r in usage])
+        if adaptive is None:
+            return reply, None
+        return reply, next((r for r in answers if isinstance(r, Exception)), None) or joined(
+            [parse_adaptive(r) for r in answers])
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -217,7 +208,7 @@ def parse_reply(raw: list[Any], sensor_epochs: bool = False) -> SyncReply:
     """The script's answer; with `sensor_epochs` each sensor's totals carry the epoch (a Redis
     Cluster's slot groups have one each)."""
     epoch, seconds, micros, present = raw[:4]
-    text = _text(epoch)
+    text = str_if_bytes(epoch)
     own = text if sensor_epochs else None
     sensors: list[SensorTotals] = []
     for i in range(4, len(raw), 2):
@@ -226,6 +217,3 @@ def parse_reply(raw: list[Any], sensor_epochs: bool = False) -> SyncReply:
         sensors.append(SensorTotals(windows, int(raw[i]), own))
     return SyncReply(text, int(seconds) + int(micros) / 1e6, int(present), tuple(sensors))
 
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -7,7 +7,7 @@ sensors (per chunk of CHUNK), all groups at once. Group 0, the home group, is `{
 alone keeps the instance registry and its node's `TIME` is the fleet clock; the other groups read
 their own node's `TIME` only to prune what the same node wrote, so NTP agreement is enough. Each
 group has its own epoch, as a shard can lose its data alone. Adaptive budgets run beside the groups
-(`exchange_with`, adaptive_redis.py). A shard down fails its groups' calls: the process goes alone,
+(`exchange`'s adaptive request, adaptive_redis.py). A shard down fails its groups' calls: the process goes alone,
 and what the other groups applied counts as sent (`ExchangeIncomplete`).
 
 Group g's tag is `{prefix#g.n}`, n the first number putting its slot into the g-th of GROUPS - 1
@@ -86,15 +86,34 @@ class RedisClusterExchange:
             plan.append(calls)
         return plan
 
-    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
+    async def exchange(self, request: SyncRequest, deadline: float, adaptive: AdaptiveRequest | None = None
+                       ) -> tuple[SyncReply, AdaptiveReply | BaseException | None]:
         """Every group's calls at once, each group's chunks one after the other (a few connections
-        per master, not one per chunk); whatever has not answered by `deadline` has failed."""
-        plan = self.calls(request)
+        per master, not one per chunk), and beside them the adaptive pools' calls (one per pool
+        budget, each in its own slot); whatever has not answered by `deadline` has failed. The
+        adaptive part may fail alone (its error is returned)."""
         # The slot map first, alone: redis-py's lazy one, on the first call, races when several
         # calls start at once (some fail with "connection closed"). A no-op once known; after a
         # connection error redis-py forgets it, and the next exchange reads it again here.
         async with asyncio.timeout_at(deadline):
             await self._client.initialize()
+        task = None if adaptive is None else asyncio.ensure_future(self._adaptive(adaptive, deadline))
+        try:
+            reply = await self._usage(request, deadline)
+        except BaseException:
+            if task is not None:
+                task.cancel()
+                task.add_done_callback(_retrieve)
+            raise
+        if task is None:
+            return reply, None
+        try:
+            return reply, await task
+        except Exception as exc:   # the adaptive pools go alone; the usage merges
+            return reply, exc
+
+    async def _usage(self, request: SyncRequest, deadline: float) -> SyncReply:
+        plan = self.calls(request)
         answers: dict[_Call, SyncReply] = {}
         tasks = [asyncio.ensure_future(self._run_group(calls, answers)) for calls in plan]
         try:
@@ -107,28 +126,9 @@ class RedisClusterExchange:
         errors = [TimeoutError() if task not in done else task.exception() for task in tasks]
         return _assemble(request, plan, answers, [e for e in errors if e is not None])
 
-    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
-                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
-        """The usage exchange and the adaptive pools' (one call per pool budget, each in its own slot)
-        at once; the adaptive part may fail alone (its error is returned)."""
+    async def _adaptive(self, adaptive: AdaptiveRequest, deadline: float) -> AdaptiveReply:
         async with asyncio.timeout_at(deadline):
-            await self._client.initialize()   # before the calls start together (see `exchange`)
-
-        async def adaptive_part() -> AdaptiveReply:
-            async with asyncio.timeout_at(deadline):
-                return await self.adaptive.exchange(adaptive)
-
-        task = asyncio.ensure_future(adaptive_part())
-        try:
-            reply = await self.exchange(request, deadline)
-        except BaseException:
-            task.cancel()
-            task.add_done_callback(_retrieve)
-            raise
-        try:
-            return reply, await task
-        except Exception as exc:   # the adaptive pools go alone; the usage merges
-            return reply, exc
+            return await self.adaptive.exchange(adaptive)
 
     async def _run_group(self, calls: list[_Call], answers: dict[_Call, SyncReply]) -> None:
         for call in calls:

@@ -9,8 +9,8 @@ backend needs it to tell which of its shards answered in time); one that fails o
 the ledger "alone" (each quota at its share) at once, and the next successful one brings the fleet
 back. The state change is logged once each way, and shown in metrics (`FleetStatus`) and in
 /readyz's detail; a process sharing nothing is still ready, because it still serves. Adaptive pools'
-windows ride along (`exchange_with`: one round trip on one Redis, one message to the `--workers`
-parent), so that the fleet runs one law per pool budget; when that part fails they go alone.
+windows ride along (`exchange`'s adaptive request: one round trip on one Redis, one message to the
+`--workers` parent), so that the fleet runs one law per pool budget; when that part fails they go alone.
 """
 
 from __future__ import annotations
@@ -40,15 +40,14 @@ class FleetBackend(Protocol):
     kind: str    # "redis" or "workers"
     name: str    # shown in logs, metrics and /readyz
 
-    async def exchange(self, request: SyncRequest, deadline: float) -> SyncReply:
-        """The store's answer, or an exception (TimeoutError) by `deadline` (the event loop's clock);
-        `ExchangeIncomplete` when part of the store applied its part of the request."""
-        ...
-
-    async def exchange_with(self, request: SyncRequest, adaptive: AdaptiveRequest,
-                            deadline: float) -> tuple[SyncReply, AdaptiveReply | BaseException]:
-        """`exchange`, and the adaptive pools' exchange in the same round trip where the store allows;
-        the adaptive part's failure is returned, not raised."""
+    async def exchange(self, request: SyncRequest, deadline: float,
+                       adaptive: AdaptiveRequest | None = None
+                       ) -> tuple[SyncReply, AdaptiveReply | BaseException | None]:
+        """The store's answer to `request` by `deadline` (the event loop's clock), or an exception
+        (TimeoutError; `ExchangeIncomplete` when part of the store applied its part of the request).
+        With `adaptive`, the adaptive pools' exchange goes in the same round trip where the store
+        allows, and its answer comes second: a reply, or its failure, returned, not raised (None
+        without `adaptive`)."""
         ...
 
     async def close(self) -> None: ...
@@ -83,12 +82,8 @@ class FleetSync:
         self.syncs += 1
         sent = self._clock()
         deadline = asyncio.get_running_loop().time() + self.timeout
-        answer: AdaptiveReply | BaseException | None = None
         try:
-            if adaptive is None:
-                reply = await self.backend.exchange(request, deadline)
-            else:
-                reply, answer = await self.backend.exchange_with(request, adaptive, deadline)
+            reply, answer = await self.backend.exchange(request, deadline, adaptive)
         except asyncio.CancelledError:
             ledger.failed(request)
             fleet_failed(pools)

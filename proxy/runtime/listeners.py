@@ -16,7 +16,9 @@ header leave admission to the edge.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -46,7 +48,23 @@ class ListenerTls:
     admission: Admission | None = None               # limits:, checked before the handshake
 
 
-def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+class BindError(OSError):
+    """A port kqp could not listen on, said with the config key that sets it (an OSError still)."""
+
+    def __init__(self, key: str, host: str, port: int, cause: OSError) -> None:
+        # The errno's own words: asyncio's servers put the whole address in `strerror`.
+        super().__init__(cause.errno, os.strerror(cause.errno) if cause.errno else str(cause))
+        self.key, self.host, self.port = key, host, port
+
+    def __str__(self) -> str:
+        address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        hint = " (another process listens there: stop it, or set another port)" \
+            if self.errno == errno.EADDRINUSE else ""
+        return f"{self.key}: cannot listen on {address}: {self.strerror}{hint}"
+
+
+def bind_socket(host: str, port: int, reuse_port: bool = False, key: str = "listen") -> socket.socket:
+    """A listening socket on host:port; BindError names `key`, the setting of that port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -56,16 +74,17 @@ def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket
         sock.bind((host, port))
         sock.listen(BACKLOG)
         sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise BindError(key, host, port, exc) from None
     return sock
 
 
 class ListenerSet:
     def __init__(self, loop: asyncio.AbstractEventLoop, listen: HostPort, advertised_host: str,
                  broker_port: Callable[[int], int], factory: ProtocolFactory, reuse_port: bool = False,
-                 tls: ListenerTls | None = None, header: HeaderReader | None = None) -> None:
+                 tls: ListenerTls | None = None, header: HeaderReader | None = None,
+                 broker_key: Callable[[int], str] = lambda node_id: f"broker_port_base + {node_id}") -> None:
         self._loop = loop
         self._tls = tls
         self._header = header
@@ -73,6 +92,7 @@ class ListenerSet:
         self._listen = listen
         self.advertised_host = advertised_host
         self._broker_port = broker_port
+        self._broker_key = broker_key   # the config key that sets a broker's port, for errors
         self._factory = factory
         self._servers: list[asyncio.base_events.Server] = []
         self._accepting: list[socket.socket] = []     # TLS and PROXY-header listeners: readiness callbacks
@@ -94,7 +114,8 @@ class ListenerSet:
         port = self.broker_ports.get(node_id)
         if port is not None:
             return port
-        sock = bind_socket(self._listen.host, self._broker_port(node_id), self._reuse_port)
+        sock = bind_socket(self._listen.host, self._broker_port(node_id), self._reuse_port,
+                           self._broker_key(node_id))
         port = sock.getsockname()[1]
         self.broker_ports[node_id] = port
         task = self._loop.create_task(self._serve(sock, f"broker-{node_id}", node_id))
@@ -189,11 +210,10 @@ class ListenerSet:
         for node_id in node_ids:
             try:
                 self.ensure_broker(node_id)
-            except OSError as exc:
-                failed.append(f"broker {node_id} on {self._listen.host}:{self._broker_port(node_id)}: "
-                              f"{exc.strerror or exc}")
+            except OSError as exc:   # a BindError, which names the key and the port
+                failed.append(f"broker {node_id}: {exc}")
         if failed:
-            log.warning("kqp cannot listen for %s", "; ".join(failed))
+            log.warning("no listener for %s", "; ".join(failed))
         return "; ".join(failed) or None
 
     def lookup(self, known: Mapping[int, HostPort]) -> Callable[[int, str, int], tuple[str, int] | None]:

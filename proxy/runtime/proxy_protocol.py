@@ -22,19 +22,13 @@ from collections.abc import Callable
 
 from kqp.config.model import ProxyProtocolConfig
 from kqp.protocol.proxy_header import NO_HEADER, ProxyHeader, ProxyHeaderError, ProxyHeaderParser
-from kqp.proxy.tls.peers import Refusal
+from kqp.proxy.tls.peers import Refusal, Refused
 
 from .admission import peer_ip, peer_name
 
 __all__ = ["HeaderReader"]
 
 PEEK_BYTES = 536   # the specification's smallest TCP segment: a header sent at once fits in one
-
-
-class _Refused(Exception):
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.cause)
-        self.refusal = refusal
 
 
 class HeaderReader:
@@ -54,7 +48,7 @@ class HeaderReader:
         header names none or none is expected), or None: refused, counted, logged, and `conn` closed."""
         try:
             return await self._real_peer(conn, address)
-        except _Refused as refused:
+        except Refused as refused:
             conn.close()
             self._refused(listener, peer_name(address), refused.refusal)
             return None
@@ -67,20 +61,20 @@ class HeaderReader:
         ip = peer_ip(address)
         trusted = config.trusts(ip)
         if not trusted and config.mode == "required":
-            raise _Refused(Refusal("proxy_header_untrusted", f"{ip} is not in proxy_protocol.trusted"))
+            raise Refused(Refusal("proxy_header_untrusted", f"{ip} is not in proxy_protocol.trusted"))
         try:
             async with asyncio.timeout(config.header_timeout_ms / 1000):
                 header = await self._read(conn)
         except TimeoutError:
-            raise _Refused(Refusal("proxy_header_timeout", f"no complete PROXY header within "
+            raise Refused(Refusal("proxy_header_timeout", f"no complete PROXY header within "
                                                            f"{config.header_timeout_ms} ms")) from None
         if header is NO_HEADER:
             if trusted and config.mode == "required":
-                raise _Refused(Refusal("proxy_header_missing", "no PROXY header (proxy_protocol.mode is required)"))
+                raise Refused(Refusal("proxy_header_missing", "no PROXY header (proxy_protocol.mode is required)"))
             return address   # optional: a direct client
         assert isinstance(header, ProxyHeader)
         if not trusted:
-            raise _Refused(Refusal("proxy_header_untrusted", f"a PROXY header from {ip}, which is not in "
+            raise Refused(Refusal("proxy_header_untrusted", f"a PROXY header from {ip}, which is not in "
                                                              "proxy_protocol.trusted"))
         return header.source or address   # LOCAL, UNKNOWN, UNSPEC, AF_UNIX: the balancer's own connection
 
@@ -93,14 +87,14 @@ class HeaderReader:
                 await self._readable(conn)
                 continue
             except OSError as exc:   # reset by the client
-                raise _Refused(Refusal("client_closed", f"connection lost before its PROXY header: {exc}",
+                raise Refused(Refusal("client_closed", f"connection lost before its PROXY header: {exc}",
                                        warn=False)) from None
             if not data:
-                raise _Refused(Refusal("client_closed", "closed before a PROXY header", warn=False))
+                raise Refused(Refusal("client_closed", "closed before a PROXY header", warn=False))
             try:
                 taken = parser.receive(data)
             except ProxyHeaderError as exc:
-                raise _Refused(Refusal("proxy_header_malformed", f"malformed PROXY header: {exc}")) from None
+                raise Refused(Refusal("proxy_header_malformed", f"malformed PROXY header: {exc}")) from None
             if taken:
                 # Peeked, so in the kernel's buffer already: this returns exactly `taken` bytes.
                 dropped = conn.recv(taken)

@@ -7,10 +7,11 @@
 A commit holds `flock` on `<state file>.lock` while it re-reads the file, applies the change and
 writes atomically (temporary file, fsync, rename, fsync of the directory), so processes sharing one
 file never overwrite each other; each also polls the file's stat to follow the others. The write
-runs in the store's one thread, never on the loop, so commits land in the order asked, and the
-AlterClientQuotas answer goes once the change is durable. Every change of the quotas in force
-passes `_changed` with who made it, its source and the settings before and after: the one hook of
-the audit trail (`kqp.proxy.observability.quota_audit`) and of the history (quota_history.py).
+runs in the store's one thread and the poll's stat and read in a worker thread, never on the loop,
+so commits land in the order asked, and the AlterClientQuotas answer goes once the change is
+durable. Every change of the quotas in force passes `_changed` with who made it, its source and the
+settings before and after: the one hook of the audit trail (`kqp.proxy.observability.quota_audit`)
+and of the history (quota_history.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from kqp.quotas.model import QuotaSettings
 from .quota_history import append_history
 from .reload import POLL_SECONDS, file_stamp
 
-__all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "read_state", "write_atomically"]
+__all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "open_state", "read_state", "write_atomically"]
 
 log = logging.getLogger("kqp.admin")
 
@@ -57,6 +58,15 @@ def read_state(path: str) -> AdminLayer:
     if not os.path.exists(path):
         return MappingProxyType({})
     return parse_state(read_file(path), path)
+
+
+def open_state(path: str) -> AdminLayer:
+    """The state file's layer, as kqp starts with it; ConfigError when kqp could not keep it (a
+    directory it cannot write in) or it does not load."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError("admin.state_file", f"kqp cannot write in the directory {directory}")
+    return read_state(path)
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -83,15 +93,13 @@ class QuotaStore:
     def __init__(self, path: str, base: QuotaSettings, apply: Callable[[QuotaSettings], list[str]],
                  audit: QuotaAudit | None = None) -> None:
         self.path, self.base = path, base
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise ConfigError("admin.state_file", f"kqp cannot write in the directory {directory}")
-        self.layer = read_state(path)   # a file that does not load stops kqp here
+        self.layer = open_state(path)   # a file that does not load stops kqp here
         self._apply = apply
         self.audit = audit or QuotaAudit()
         self._stamp = file_stamp(path)
         self._writer: ThreadPoolExecutor | None = None   # one thread: commits in the order asked
         self._writing = 0   # commits under way: the watch leaves the file to them meanwhile
+        self._commits = 0   # commits begun: a read of the file older than the last one is stale
 
     @property
     def effective(self) -> QuotaSettings:
@@ -116,6 +124,7 @@ class QuotaStore:
         (CommitFailed: nothing changed)."""
         writer = self._writer_pool()
         self._writing += 1
+        self._commits += 1
         try:
             layer, stamp, events = await loop.run_in_executor(writer, self._write, list(changes), who,
                                                               self.base)
@@ -196,27 +205,41 @@ class QuotaStore:
             log.info("admin state file %s changed %s: no quota in force changed", self.path, how)
         return lines
 
-    def refresh(self) -> None:
+    async def refresh(self) -> None:
         """The file changed under kqp (another worker or instance wrote it): take it, or keep the
-        running layer if it does not load."""
-        self._stamp = file_stamp(self.path)
-        try:
-            layer = read_state(self.path)
-        except ConfigError as exc:
-            log.error("admin state file changed but does not load; keeping the quotas in force: %s", exc)
+        running layer if it does not load. Read off the loop; a read that a commit of this process
+        overlaps is dropped, as older than what that commit puts in force."""
+        if self._writing:
+            return   # the commit under way re-reads the file under the lock and puts it in force
+        commits = self._commits
+        stamp, layer = await asyncio.to_thread(self._read)
+        if commits != self._commits:
             return
-        if layer != self.layer:
+        self._stamp = stamp
+        if isinstance(layer, ConfigError):
+            log.error("admin state file changed but does not load; keeping the quotas in force: %s", layer)
+        elif layer != self.layer:
             self._put(layer, None, STATE_FILE)
+
+    def _read(self) -> tuple[Stamp, AdminLayer | ConfigError]:
+        """The file's stamp, then its layer or why it does not load (in a worker thread); a change
+        made after the stamp was taken is seen by the next poll."""
+        stamp = file_stamp(self.path)
+        try:
+            return stamp, read_state(self.path)
+        except ConfigError as exc:
+            return stamp, exc
 
     async def watch(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), POLL_SECONDS)
-            if not self._writing and file_stamp(self.path) != self._stamp:
-                try:
-                    self.refresh()
-                except Exception:   # as ConfigReloader._reload_guarded: a dead task would stop every later change
-                    log.exception("admin state file %s: applying its change failed unexpectedly", self.path)
+            if await asyncio.to_thread(file_stamp, self.path) == self._stamp:
+                continue
+            try:
+                await self.refresh()
+            except Exception:   # as ConfigReloader._reload_guarded: a dead task would stop every later change
+                log.exception("admin state file %s: applying its change failed unexpectedly", self.path)
 
 
 def _log_failure(done: Future[None]) -> None:

@@ -6,7 +6,8 @@ which changes the inode the path resolves to. The `quotas` section, `fetch_throt
 `connections_max_idle_ms` and `limits` apply live (the measured rates are kept: the quota manager
 swaps settings, not sensors; new limits apply to the next connection or request, open connections
 stay); a change of any key in `_RESTART_KEYS` is logged as needing a restart. A file that does not
-load keeps the running config, logs one line naming the key, and counts as a failed reload.
+load keeps the running config, logs one line naming the key, and counts as a failed reload. The stat,
+the read and the parse run in a worker thread; only applying the new config runs on the event loop.
 """
 
 from __future__ import annotations
@@ -56,11 +57,14 @@ class ConfigReloader:
         self._settling: tuple[int, int, int, float] | None = None
         self._wake = asyncio.Event()
 
-    def reload(self) -> bool:
-        """Load the file now and apply it; True when the new config is in force."""
+    def _load(self) -> ProxyConfig:
+        # The command line's flags still override the file, as they did at start.
+        return with_overrides(load_config(self.path), **self._overrides)
+
+    async def reload(self) -> bool:
+        """Load the file now (off the loop) and apply it; True when the new config is in force."""
         try:
-            # The command line's flags still override the file, as they did at start.
-            new = with_overrides(load_config(self.path), **self._overrides)
+            new = await asyncio.to_thread(self._load)
         except ConfigError as exc:
             log.error("config reload failed, keeping the running config: %s", exc)
             self._on_result("failure")
@@ -79,11 +83,11 @@ class ConfigReloader:
         self._on_result("success")
         return True
 
-    def _reload_guarded(self) -> None:
+    async def _reload_guarded(self) -> None:
         """reload(), but an unexpected error is logged and counted instead of ending the watch:
         a task that died here would silently stop every later reload."""
         try:
-            self.reload()
+            await self.reload()
         except Exception:
             log.exception("config reload failed unexpectedly, keeping the running config")
             self._on_result("failure")
@@ -102,16 +106,16 @@ class ConfigReloader:
                     await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
                 forced = self._wake.is_set()
                 self._wake.clear()
-                stamp = file_stamp(self.path)
+                stamp = await asyncio.to_thread(file_stamp, self.path)
                 if forced:
                     log.info("SIGHUP: reloading %s", self.path)
                     self._stamp = stamp
-                    self._reload_guarded()
+                    await self._reload_guarded()
                 elif stamp != self._stamp:
                     # Debounce one poll: an editor's write in progress must not count as a failure.
                     if stamp == self._settling:
                         self._stamp = stamp
-                        self._reload_guarded()
+                        await self._reload_guarded()
                     else:
                         self._settling = stamp
         finally:

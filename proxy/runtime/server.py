@@ -56,7 +56,7 @@ from .cluster import UpstreamCluster
 from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
 from .fleet_sync import FleetSync, open_fleet
-from .listeners import ListenerSet, ListenerTls
+from .listeners import BindError, ListenerSet, ListenerTls
 from .proxy_protocol import HeaderReader
 from .quota_store import QuotaStore
 from .refusals import RefusalLog
@@ -123,7 +123,8 @@ class ProxyServer:
         upstream_tls = self._upstream_tls()
         self.listeners = ListenerSet(loop, cfg.listen, cfg.advertised_host, cfg.broker_port,
                                      lambda name, node_id, slot, peer: ClientEdge(wiring, name, node_id, slot, peer),
-                                     reuse_port=self.reuse_port, tls=listener_tls, header=self._header_reader(loop))
+                                     reuse_port=self.reuse_port, tls=listener_tls, header=self._header_reader(loop),
+                                     broker_key=cfg.broker_port_key)
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
                                                  on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
@@ -208,12 +209,18 @@ class ProxyServer:
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
-        recent = observer.recent if isinstance(observer, PrometheusObserver) else None
-        explain = Explainer(self.quotas, self.connection_views, self.loop.time, recent,
-                            budget_changes(self.quotas, self.loop.time))
+        prometheus = observer if isinstance(observer, PrometheusObserver) else None
+        explain = Explainer(self.quotas, self.connection_views, self.loop.time,
+                            None if prometheus is None else prometheus.recent,
+                            budget_changes(self.quotas, self.loop.time),
+                            None if prometheus is None else prometheus.recent_observed,
+                            None if prometheus is None else prometheus.principals)
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
                                         lambda: prepare_scrape(observer), explain)
-        await self.endpoint.start()
+        try:
+            await self.endpoint.start()
+        except OSError as exc:
+            raise BindError("metrics.listen", listen.host, listen.port, exc) from None
         log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
 
     # -- state the endpoint reads ----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The `kqp` command: run, check-config, demo, top, explain, bench, sasl-credential, quotas.
+"""The `kqp` command: run, check-config, demo, top, explain, recommend, report, bench, sasl-credential, quotas.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
 a clean SIGTERM.
@@ -16,13 +16,11 @@ from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config, with_overrides
 from kqp.config.model import ProxyConfig
 from kqp.proxy.runtime import loops
-from kqp.proxy.runtime.fleet_sync import cluster_password
 from kqp.proxy.runtime.logs import setup_logging
-from kqp.proxy.runtime.quota_store import read_state
-from kqp.proxy.runtime.workers import WorkerSeat, check_workers, run_workers
-from kqp.proxy.tls.contexts import check_tls
+from kqp.proxy.runtime.preflight import preflight
+from kqp.proxy.runtime.workers import WorkerSeat, run_workers
 
-from . import explain_cli, quotas_cli, sasl_credential
+from . import explain_cli, quotas_cli, recommend, report, sasl_credential
 from .allocator import tune_malloc
 
 EXIT_USAGE = 2
@@ -35,21 +33,28 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", default="text", choices=["text", "json"])
 
 
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that change what `kqp run` starts, which `kqp check-config` checks alike."""
+    p.add_argument("--upstream", help="HOST:PORT[,HOST:PORT...] upstream bootstrap servers (overrides the file)")
+    p.add_argument("--listen", help="HOST:PORT of the bootstrap listener (overrides the file)")
+    p.add_argument("--advertised-host", help="host written into rewritten broker addresses")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes sharing the ports with SO_REUSEPORT; they hold one quota between them")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kqp", description="A quota-enforcing Kafka proxy.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the proxy")
     run.add_argument("--config", "-c", help="YAML config file")
-    run.add_argument("--upstream", help="HOST:PORT[,HOST:PORT...] upstream bootstrap servers (overrides the file)")
-    run.add_argument("--listen", help="HOST:PORT of the bootstrap listener (overrides the file)")
-    run.add_argument("--advertised-host", help="host written into rewritten broker addresses")
-    run.add_argument("--workers", type=int, default=1,
-                     help="processes sharing the ports with SO_REUSEPORT; they hold one quota between them")
+    _add_run_flags(run)
     _add_common(run)
 
-    check = sub.add_parser("check-config", help="validate a config file without starting")
+    check = sub.add_parser("check-config", help="refuse, without starting, whatever `kqp run` would refuse "
+                                                "with this file and these flags")
     check.add_argument("config")
+    _add_run_flags(check)
 
     demo = sub.add_parser("demo", help="embedded upstream + kqp + clients exceeding a quota")
     demo.add_argument("--seconds", type=float, default=10.0, help="how long the throttled producer runs")
@@ -67,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="print one plain-text frame and exit")
 
     explain_cli.add_parser(sub)
+    recommend.add_parser(sub)
+    report.add_parser(sub)
     sasl_credential.add_parser(sub)
     quotas_cli.add_parser(sub)
 
@@ -76,20 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> ProxyConfig:
-    cfg = load_config(args.config) if args.config else None
-    return with_overrides(cfg, upstream=args.upstream, listen=args.listen, advertised_host=args.advertised_host)
+def _load(args: argparse.Namespace) -> ProxyConfig | None:
+    """The config `kqp run` would start with, or None where it would not start, said as one line on
+    stderr: the same code for `run` and `check-config`."""
+    try:
+        cfg = load_config(args.config) if args.config else None
+        config = with_overrides(cfg, upstream=args.upstream, listen=args.listen, advertised_host=args.advertised_host)
+        preflight(config, args.workers)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return None
+    return config
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        config = _load(args)
-        check_workers(config, args.workers)
-        check_tls(config)   # a certificate that does not load stops kqp here, as one line naming the key
-        if config.fleet.scope == "cluster":
-            cluster_password(config.fleet.cluster)   # a password variable that is not set stops kqp here
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
+    if (config := _load(args)) is None:
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
     tune_malloc()  # before any worker is forked: they inherit it
@@ -114,13 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config)
-        check_tls(config)
-        if config.admin.manage_quotas and config.admin.state_file:
-            read_state(config.admin.state_file)   # a state file kqp would refuse at start
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
+    if (config := _load(args)) is None:
         return EXIT_USAGE
     entities = len(config.quotas.entities)
     print(f"{args.config}: ok (listen {config.listen}, {len(config.upstream.bootstrap_servers)} upstream "
@@ -153,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top,
-                "sasl-credential": sasl_credential.run, "quotas": quotas_cli.run, "explain": explain_cli.run}
+                "sasl-credential": sasl_credential.run, "quotas": quotas_cli.run, "explain": explain_cli.run,
+                "recommend": recommend.run, "report": report.run}
     return handlers[args.command](args)
 
 

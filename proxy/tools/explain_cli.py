@@ -2,9 +2,10 @@
 
 It reads `GET /explain?client_id=X&user=U` from kqp's metrics endpoint (the JSON document of
 `kqp.proxy.observability.explain`) and prints it as text: the entity that matched at which level and
-why the others did not, each quota's limit and rate (the fleet's beside it in shared scope), the
-throttles of the last minutes and their causes, the client's connections (its software, and whether
-it honours throttles), and its pools. `--json` prints the document as served. Rendering is a pure
+why the others did not, each quota's limit, rate (the fleet's beside it in shared scope) and mode,
+who else shares it, the throttles of the last minutes and their causes (and those observed quotas
+would have given), the client's connections (its software, and whether it honours throttles), and
+its pools. `--json` prints the document as served. Rendering is a pure
 function of the document, tested without a kqp. Exit 0, 1 when kqp cannot be read, 2 on wrong input.
 """
 
@@ -51,6 +52,17 @@ def _member(key: dict[str, str | None]) -> str:
     return f"{name} (user {key['user']})" if key["user"] else name
 
 
+def _shared(shared: dict[str, Any]) -> str:
+    """Who else a shared quota's budget goes to, as one line."""
+    what = {"client-id-prefix": "the prefix group's", "user": "the user's", "client-id": "the client id's"}
+    names = [f"{o['client_id'] or '(no client id)'} (user {o['user']})" for o in shared["others"]]
+    if shared["more"]:
+        names.append(f"{shared['more']} more")
+    if not names:
+        return f"shares {what.get(shared['by'], 'a')} budget; no other member seen lately"
+    return f"shares {what.get(shared['by'], 'a')} budget with: {', '.join(names)}"
+
+
 def render(doc: dict[str, Any]) -> list[str]:
     """The document as lines of text."""
     who = {"given": "", "connection": " (the user of its connections)", "default": " (no connection: default)"}
@@ -58,19 +70,25 @@ def render(doc: dict[str, Any]) -> list[str]:
              f"  [{doc['scope']} scope, pacing {'on' if doc.get('pacing') else 'off'}]", "", "QUOTAS"]
     for q in doc["quotas"] or []:
         fleet = f"  fleet {_rate(q['fleet_rate'], q['quota_type'])}" if "fleet_rate" in q else ""
+        mode = "  OBSERVED (counted, not enforced)" if q.get("mode") == "observe" else ""
         lines.append(f"  {q['quota_type']:<24} limit {_rate(q['limit'], q['quota_type']):<12} "
-                     f"rate {_rate(q['rate'], q['quota_type']):<12}{fleet}  from {q['entity']} (level {q['level']})")
+                     f"rate {_rate(q['rate'], q['quota_type']):<12}{fleet}  from {q['entity']} (level {q['level']})"
+                     f"{mode}")
+        if (shared := q.get("shared")) is not None:
+            lines.append(f"    {_shared(shared)}")
     if not doc["quotas"]:
         lines.append("  none: no entity sets a quota for this principal")
     lines += ["", "PRECEDENCE (most specific first)"]
     width = max((len(r["path"]) for r in doc["ladder"]), default=0)
     lines += [f"  {r['level']:<3} {r['path']:<{width}}  {r['reason']}" for r in doc["ladder"]]
-    t = doc["throttles"]
-    lines += ["", f"THROTTLES (last {t['span_seconds'] / 60:.0f} min): {t['count']}, {t['total_seconds']:.2f} s in "
-                  f"all, largest {t['largest_seconds']:.2f} s"]
-    for cause, c in sorted(t["by_cause"].items()):
-        lines.append(f"  {cause:<24} {c['count']:>6}  {c['total_seconds']:8.2f} s  "
-                     f"largest {c['largest_seconds']:.2f} s")
+    for title, t in (("THROTTLES", doc["throttles"]), ("WOULD HAVE THROTTLED (observed quotas)", doc.get("observed"))):
+        if t is None or (title != "THROTTLES" and not t["count"]):
+            continue
+        lines += ["", f"{title} (last {t['span_seconds'] / 60:.0f} min): {t['count']}, {t['total_seconds']:.2f} s in "
+                      f"all, largest {t['largest_seconds']:.2f} s"]
+        for cause, c in sorted(t["by_cause"].items()):
+            lines.append(f"  {cause:<24} {c['count']:>6}  {c['total_seconds']:8.2f} s  "
+                         f"largest {c['largest_seconds']:.2f} s")
     lines += ["", f"CONNECTIONS ({len(doc['connections'])})"]
     for c in doc["connections"]:
         honours = c["honours_throttles"] + (f" ({c['why_not']})" if c["why_not"] else "")
@@ -90,6 +108,13 @@ def render(doc: dict[str, Any]) -> list[str]:
                          f"weight {m['weight']:g}")
         else:
             lines.append(f"    member {_member(m['key'])}: not active in the pool now")
+        if "class" in p:
+            credit = f", burst credit {m['credit']:,.0f}" if m.get("credit") else ""
+            lines.append(f"    in class {p['class']}{credit}; classes, highest first:")
+            for c in p["classes"]:
+                demand = "held" if c["held"] else _rate(c["demand"], q)
+                lines.append(f"      {c['name']}: allocation {_rate(c['allocation'], q)}, demand {demand}, delivered "
+                             f"{_rate(c['delivered'], q)}, {c['members']} member(s), pre-emptions {c['preemptions']}")
         changes = p["budget_changes"]
         lines.append("    budget changes: " + ("not reported" if changes is None else
                                                  "; ".join(c["text"] for c in changes) or "none"))

@@ -5,9 +5,9 @@ time its connections spent throttled, its muted connections; furthest over any q
 client-id prefix group has a row of its own (`etl-*`) followed by its members, indented, each with
 its own usage, so the members add up to the group. Pools (top_pools.py) and client software
 (top_clients.py) follow. Rates against limits are kqp's own quota measurements; everything else is
-a counter differentiated between two reads, THROTTLED included: seconds muted by a throttle per
-second (`kqp_muted_seconds_total`, 1.00 is one connection muted all the time), not the throttle
-time given, which a long mute reports at once. `--once` reads twice, one interval apart.
+a counter differentiated between two reads: THROTTLED is seconds muted by a throttle per second
+(`kqp_muted_seconds_total`; 1.00 is one connection always muted), MODE and WOULD THROTTLE (shown
+while a quota is observed) what observed quotas would have given. `--once` reads twice.
 
 Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
 and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
@@ -66,6 +66,7 @@ HIDE_CURSOR, SHOW_CURSOR, BOLD, RESET = "\x1b[?25l", "\x1b[?25h", "\x1b[1m", "\x
 RATE_SECONDS = 10.0
 LEGEND = (f"THROTTLED: seconds muted by a throttle per second, over its connections (1.00 = one always muted); "
           f"last {RATE_SECONDS:.0f} s")
+OBSERVE_LEGEND = "WOULD THROTTLE: throttle seconds per second quotas in mode observe would have given (none given)"
 
 Key = tuple[str, str, bool]   # (user, client id or prefix, group)
 
@@ -82,6 +83,9 @@ class Entity:
     throttled: dict[str, float] | None = None   # quota -> muted seconds per second since the baseline read
     own: dict[str, float] | None = None         # quota -> own usage per second since the baseline read
     muted: int = 0
+    observed: set[str] = field(default_factory=set)   # quotas in mode observe
+    observed_seconds: dict[str, float] = field(default_factory=dict)   # counter: quota -> observed throttle s
+    would: dict[str, float] | None = None       # quota -> observed throttle seconds per second
 
     @property
     def name(self) -> str:
@@ -93,6 +97,20 @@ class Entity:
         """The highest rate/limit over the entity's own quotas (inf for a used zero quota)."""
         return max((_ratio(rate, limit) for q, (rate, limit) in self.quotas.items() if q not in self.groups),
                    default=0.0)
+
+    def mode(self, quotas: set[str] | None = None) -> str:
+        """observe, enforce or mixed, over `quotas` (default: the quotas that are its own)."""
+        mine = {q for q in self.quotas if q not in self.groups} if quotas is None else quotas
+        watched = mine & self.observed
+        return "-" if not mine else "observe" if watched == mine else "mixed" if watched else "enforce"
+
+    def would_rate(self, quotas: set[str] | None = None) -> float | None:
+        """Observed throttle seconds per second over `quotas` (default: its own)."""
+        if self.would is None:
+            return None
+        if quotas is None:
+            quotas = {q for q in self.would if q not in self.groups}
+        return sum(v for q, v in self.would.items() if q in quotas)
 
     def throttled_rate(self, quotas: set[str] | None = None) -> float | None:
         """Muted seconds per second over `quotas` (default: the quotas that are its own)."""
@@ -169,6 +187,11 @@ def parse(text: str, taken_at: float) -> Scrape:
                 e.muted_seconds[labels["quota"]] = e.muted_seconds.get(labels["quota"], 0.0) + value
             elif name == "kqp_entity_muted_connections":
                 principal(labels).muted += int(value)
+            elif name == "kqp_quota_observed":
+                principal(labels).observed.add(labels["quota"])
+            elif name == "kqp_observed_throttle_seconds_total":
+                e = principal(labels)
+                e.observed_seconds[labels["quota"]] = e.observed_seconds.get(labels["quota"], 0.0) + value
             elif name in ("kqp_bytes_total", "kqp_records_total", "kqp_requests_total",
                           "kqp_request_handler_seconds_total"):
                 e = principal(labels)   # every entity with traffic gets a row, quota or not
@@ -204,6 +227,7 @@ def with_rates(current: Scrape, previous: Scrape | None) -> Scrape:
         before = previous.entities.get(key)
         e.throttled = _per_second(e.muted_seconds, before.muted_seconds if before else None, elapsed)
         e.own = _per_second(e.counters, before.counters if before else None, elapsed)
+        e.would = _per_second(e.observed_seconds, before.observed_seconds if before else None, elapsed)
     return current
 
 
@@ -227,6 +251,21 @@ def ordered(scrape: Scrape) -> list[tuple[Entity, Entity | None]]:
         if e.group:
             out.extend((m, e) for m in scrape.members(e))
     return out
+
+
+def _group_mode(scrape: Scrape, e: Entity) -> str:
+    """A row's MODE: a group's from its members' quotas of the group."""
+    if not e.group:
+        return e.mode()
+    modes = {m.mode(set(e.quotas) & set(m.groups)) for m in scrape.members(e)} - {"-"}
+    return "-" if not modes else modes.pop() if len(modes) == 1 else "mixed"
+
+
+def _group_would(scrape: Scrape, e: Entity) -> float | None:
+    if not e.group:
+        return e.would_rate()
+    rates = [r for m in scrape.members(e) if (r := m.would_rate(set(e.quotas))) is not None]
+    return sum(rates) if rates else None
 
 
 def _group_throttled(scrape: Scrape, e: Entity) -> float | None:
@@ -261,11 +300,13 @@ def render(scrape: Scrape, url: str, width: int = 120, height: int = 40, error: 
         lines.append(f"! {error}")
     quota_types = [q for q in COLUMNS if any(q in e.quotas for e in scrape.entities.values())]
     cells = [f"{COLUMNS[q][0]} {COLUMNS[q][1]}" for q in quota_types]
-    header = ["USER", "CLIENT_ID", "OVER", *cells, "THROTTLED", "MUTED"]
+    observing = any(e.observed or e.observed_seconds for e in scrape.entities.values())
+    header = ["USER", "CLIENT_ID", "OVER", *cells, "THROTTLED", "MUTED", *(("MODE", "WOULD THROTTLE") if observing
+                                                                           else ())]
     rows = [header]
     for e, group in ordered(scrape):
         if group is not None:
-            rows.append(_member_row(e, group, quota_types))
+            rows.append(_member_row(e, group, quota_types, observing))
             continue
         row = [e.user, e.name, f"{e.worst * 100:.0f}%" if any(q not in e.groups for q in e.quotas) else "-"]
         for q in quota_types:
@@ -277,6 +318,9 @@ def render(scrape: Scrape, url: str, width: int = 120, height: int = 40, error: 
         throttled = _group_throttled(scrape, e)
         row.append("-" if throttled is None else f"{throttled:.2f}s/s")
         row.append(str(sum(m.muted for m in scrape.members(e)) if e.group else e.muted))
+        if observing:
+            would = _group_would(scrape, e)
+            row += [_group_mode(scrape, e), "-" if would is None else f"{would:.2f}s/s"]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     pools = pool_lines(scrape.pools, human, {q: unit for q, (_, unit) in COLUMNS.items()}) + \
@@ -291,10 +335,12 @@ def render(scrape: Scrape, url: str, width: int = 120, height: int = 40, error: 
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip())
     if legend:
         lines.append(LEGEND)
+        if observing:
+            lines.append(OBSERVE_LEGEND)
     return [line[:width] for line in [*lines, *pools]]
 
 
-def _member_row(e: Entity, group: Entity, quota_types: list[str]) -> list[str]:
+def _member_row(e: Entity, group: Entity, quota_types: list[str], observing: bool = False) -> list[str]:
     """A member under its group: its own usage of the group's quotas, its own throttled share."""
     row = [e.user, f"  {e.name}", "-"]
     key = (group.user, group.client_id, True)
@@ -304,6 +350,9 @@ def _member_row(e: Entity, group: Entity, quota_types: list[str]) -> list[str]:
     throttled = e.throttled_rate(set(group.quotas))
     row.append("-" if throttled is None else f"{throttled:.2f}s/s")
     row.append(str(e.muted))
+    if observing:
+        would = e.would_rate(set(group.quotas))
+        row += [e.mode(set(group.quotas) & set(e.groups)), "-" if would is None else f"{would:.2f}s/s"]
     return row
 
 

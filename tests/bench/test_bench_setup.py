@@ -18,6 +18,7 @@ import yaml
 
 from kqp.proxy.bench import kqp_target, proc_stats
 from kqp.proxy.bench.processes import Server, StartError, free_port, port_open
+from kqp.proxy.bench.references import REFERENCES
 
 
 @pytest.fixture
@@ -148,6 +149,17 @@ def test_every_kqp_variant_config_is_accepted_by_kqps_own_loader() -> None:
                                                         redis_url="redis://127.0.0.1:6379/0"))
     assert cluster.quotas == quotas and cluster.fleet.scope == "cluster"
     assert cluster.fleet.cluster.redis_url == "redis://127.0.0.1:6379/0"
+    # the classes workload's pool: adaptive, without and with the stream's class above the batch jobs'
+    adaptive, ranked = (loader.parse_config(kqp_target.config_for(v, 19092, "127.0.0.1:9092", 10e6)).quotas.pools[0]
+                        for v in ("adaptive-pool", "classes"))
+    assert adaptive.adaptive is not None and adaptive.classes == ()
+    assert [c.name for c in ranked.classes] == ["latency", "batch"] and ranked.adaptive == adaptive.adaptive
+
+
+def test_the_saturated_references_are_opt_in_and_run_the_classes_workload() -> None:
+    saturated = [ref for ref in REFERENCES if ref.saturated]
+    assert {ref.name for ref in saturated} == {"kqp-adaptive", "kqp-classes"}
+    assert all(ref.opt_in and ref.workloads == ("classes",) for ref in saturated)
 
 
 def test_unknown_kqp_variant_is_refused() -> None:

@@ -37,7 +37,8 @@ def test_short_bench_records_every_reference_and_workload(tmp_path: Path,
     printed = capsys.readouterr().out
     assert "reference" in printed and "ratios:" in printed
 
-    assert {ref.name for ref in REFERENCES} <= set(results["references"])
+    # every reference but the opt-in ones (the saturated broker's classes workload: `--workloads classes`)
+    assert {ref.name for ref in REFERENCES if not ref.opt_in} <= set(results["references"])
     for name, info in results["references"].items():
         if info["status"] == "unavailable":
             assert name == "tansu-proxy", f"{name} must always run, but: {info['reason']}"
@@ -72,3 +73,21 @@ def test_short_bench_records_every_reference_and_workload(tmp_path: Path,
 def _errors(results: dict, name: str, workload: str) -> list[str]:
     return [entry.get("error", "") for entry in results["measurements"]
             if entry["reference"] == name and entry["workload"] == workload]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_classes_workload_runs_without_and_with_classes(tmp_path: Path) -> None:
+    # `kqp bench --short --workloads classes`: the two saturated references (a broker behind the
+    # saturated relay, 400 kB/s) each measured, and the stream's p99 with classes set beside the one
+    # without; no speed threshold here (that is the benchmark's to report), only that both ran.
+    out = tmp_path / "bench"
+    assert main(["--short", "--workloads", "classes", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["references"]) == {"kqp-adaptive", "kqp-classes"}
+    for name in ("kqp-adaptive", "kqp-classes"):
+        figures = results["summary"][name]["classes"]
+        assert figures["stream_delivered_ratio"] > 0 and figures["batch_share_of_c"] > 0, figures
+        assert figures["errors"] == 0, _errors(results, name, "classes")
+    assert results["ratios"]["classes stream_p99_ms kqp-classes/kqp-adaptive"] > 0

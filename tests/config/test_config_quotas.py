@@ -130,3 +130,34 @@ def test_prefix_and_algorithm_refusals(section: dict, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         quota_settings_from(section)
     assert str(info.value) == f"config error: {message}"
+
+
+def test_modes_of_the_section_an_entry_and_a_pool_round_trip() -> None:
+    section = {"mode": "observe", "entities": [
+        {"client_id": "etl", "producer_byte_rate": 100, "mode": "enforce"},
+        {"client_id": "<default>", "producer_byte_rate": 50},
+    ], "pools": [{"name": "ingest", "producer_byte_rate": 1000, "members": [{"client_id_prefix": "job-"}],
+                  "mode": "enforce"}]}
+    settings = quota_settings_from(section)
+    etl, default = list(settings.entities)
+    assert settings.mode == "observe" and dict(settings.modes) == {etl: "enforce"}
+    assert not settings.observes(etl) and settings.observes(default)     # the entry's own mode wins
+    assert not settings.observes_pool(settings.pools[0])
+    assert quota_settings_from(quota_document(settings)) == settings
+    assert quota_settings_from(None).mode == "enforce"
+
+
+@pytest.mark.parametrize(("section", "where", "what"), [
+    ({"mode": "dry-run"}, "quotas.mode", "must be one of"),
+    ({"entities": [{"client_id": "a", "producer_byte_rate": 1, "mode": "shadow"}]}, "quotas.entities[0].mode",
+     "must be one of"),
+    ({"entities": [{"client_id": "a", "mode": "observe", "weight": 2}],
+      "pools": [{"name": "p", "producer_byte_rate": 1, "members": [{"client_id": "a"}]}]},
+     "quotas.entities[0].mode", "sets none"),
+    ({"pools": [{"name": "p", "producer_byte_rate": 1, "members": [{"client_id": "a"}], "mode": 1}]},
+     "quotas.pools[0].mode", "must be one of"),
+])
+def test_a_wrong_mode_is_one_line_naming_its_key(section: dict, where: str, what: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        quota_settings_from(section)
+    assert caught.value.key == where and what in caught.value.message

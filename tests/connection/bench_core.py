@@ -3,9 +3,10 @@
 The fast path is one client request in (`ClientData`) and its response back (`UpstreamData`) on a
 connected core built on real parts (helpers.playbook), with the no-op observer and the real
 handler-time clock (`time.perf_counter`, as the server injects it). Workloads: Produce v9 acks=1 and
-Fetch v12, each without a quota and with one configured but never binding (a rate nobody reaches),
-and Heartbeat v4, a header-only API; then the benchmark's shapes, each frame arriving in 256 KiB
-reads as uvloop hands them over: a Produce v9 request of 1 MB (`produce_v9_1mb_reads`) and a Fetch
+Fetch v12, each without a quota, with one configured but never binding (a rate nobody reaches), and
+with `metrics.topic_bytes` (an observer that wants each frame's bytes per topic); Heartbeat v4, a
+header-only API; then the benchmark's shapes, each frame arriving in 256 KiB reads as uvloop hands
+them over: a Produce v9 request of 1 MB (`produce_v9_1mb_reads`) and a Fetch
 v16 response of 12 MB, three partitions of four batches (`fetch_v16_12mb_reads`, the consume
 workload: every read goes through the core, and the response through the address walk). Each
 figure is CPU time (`time.process_time`) per request+response.
@@ -78,29 +79,39 @@ def reads(frame: bytes) -> list[bytes]:
     return [frame[i:i + READ] for i in range(0, len(frame), READ)]
 
 
-Workload = tuple[dict | None, list[bytes], list[bytes], int]   # quotas, request reads, response reads, iterations
+# quotas, request reads, response reads, iterations, whether the observer wants bytes per topic
+Workload = tuple[dict | None, list[bytes], list[bytes], int, bool]
+
+
+class TopicBytes(ProxyObserver):
+    """The no-op observer, but asking for every frame's bytes per topic (metrics.topic_bytes)."""
+
+    wants_topics = True
 
 
 def workloads() -> dict[str, Workload]:
     produce = ([produce_frame("t", 9, 1, "c", records=16, acks=1)], [produce_response(9, 1)])
     fetch = ([fetch_request(12, 1, "c")], [fetch_response(12, 1, records=16)])
     return {
-        "produce_v9": (None, *produce, ITERATIONS),
-        "produce_v9_quota": (QUOTAS, *produce, ITERATIONS),
-        "fetch_v12": (None, *fetch, ITERATIONS),
-        "fetch_v12_quota": (QUOTAS, *fetch, ITERATIONS),
-        "heartbeat_v4": (None, *map(list, zip(heartbeat())), ITERATIONS),
+        "produce_v9": (None, *produce, ITERATIONS, False),
+        "produce_v9_quota": (QUOTAS, *produce, ITERATIONS, False),
+        "produce_v9_topic_bytes": (None, *produce, ITERATIONS, True),
+        "fetch_v12": (None, *fetch, ITERATIONS, False),
+        "fetch_v12_quota": (QUOTAS, *fetch, ITERATIONS, False),
+        "fetch_v12_topic_bytes": (None, *fetch, ITERATIONS, True),
+        "heartbeat_v4": (None, *map(list, zip(heartbeat())), ITERATIONS, False),
         "produce_v9_1mb_reads": (None, reads(produce_frame("t", 9, 1, "c", records=1000, acks=1)),
-                                 [produce_response(9, 1)], ITERATIONS // 20),
+                                 [produce_response(9, 1)], ITERATIONS // 20, False),
         "fetch_v16_12mb_reads": (None, [fetch_request(16, 1, "c")], reads(big_fetch_response(16, 1)),
-                                 ITERATIONS // 200),
+                                 ITERATIONS // 200, False),
     }
 
 
-def exchange(quotas: dict | None, request: list[bytes], response: list[bytes]) -> Callable[[int], float]:
+def exchange(quotas: dict | None, request: list[bytes], response: list[bytes],
+             topics: bool = False) -> Callable[[int], float]:
     """A timed loop of `n` request+response exchanges on one connected core: CPU seconds. The
     request and the response arrive as the reads listed."""
-    core = connected_core(quotas, observer=ProxyObserver())
+    core = connected_core(quotas, observer=TopicBytes() if topics else ProxyObserver())
     core.parts.perf = time.perf_counter
     first = [a for data in request for a in core.handle(ev.ClientData(NOW, data))]
     first += [a for data in response for a in core.handle(ev.UpstreamData(NOW, data))]
@@ -124,8 +135,8 @@ def exchange(quotas: dict | None, request: list[bytes], response: list[bytes]) -
 def once() -> dict[str, float]:
     """One round: microseconds of CPU per exchange, per workload."""
     out = {}
-    for name, (quotas, request, response, iterations) in workloads().items():
-        run = exchange(quotas, request, response)
+    for name, (quotas, request, response, iterations, topics) in workloads().items():
+        run = exchange(quotas, request, response, topics)
         run(max(1, iterations // 10))   # warm-up
         out[name] = run(iterations) / iterations * 1e6
     return out

@@ -165,3 +165,39 @@ def test_a_paced_throttle_keeps_no_line_and_ends_an_earlier_one() -> None:
     assert paced.paced and paced.lines == () and paced.mute_seconds == 0.2
     throttling.throttle(paced, NOW + 3.0, out)
     assert throttling.timer_fired(NOW + 3.2, out) and not throttling.gate(0, P, NOW + 3.2, out)
+
+
+def test_an_observed_throttle_is_counted_once_with_the_response_and_never_muted() -> None:
+    """`mode: observe`: decided as if enforced (2 s), held for nothing at read, counted once when settled."""
+    throttling, recorder, mutes = room()
+    flight, out = entry(), []
+    line = ThrottleLine(NOW + 2.0, 11.0)
+    flight.throttle = throttling.decide(flight, [Violation(BYTES, 2.0, KEY, line=line, observed=True)])
+    assert flight.throttle is not None and flight.throttle.observed and flight.throttle.acted is None
+    throttling.hold(flight.throttle, NOW, out)
+    assert out == [] and not mutes.blocks_requests
+    throttling.throttle(throttling.settle(flight, [], NOW + 0.01), NOW + 0.01, out)
+    assert recorder.observed == [("c", BYTES, 2.0)] and recorder.throttles == [] and recorder.mutes == []
+    assert out == [] and throttling.lines == {}, "an observed line gates nothing"
+
+
+def test_beside_an_enforced_throttle_an_observed_larger_one_is_counted_and_the_enforced_one_acted_on() -> None:
+    """Observed 2 s of bytes, enforced 0.5 s of requests: enforcing both would have cost 2 s (counted);
+    the client gets the 500 ms the enforced quota alone decides. An observed throttle smaller than
+    the enforced one is not counted: enforcing it would have changed nothing."""
+    throttling, recorder, _ = room()
+    flight, out = entry(), []
+    flight.throttle = throttling.decide(flight, [Violation(BYTES, 2.0, KEY, observed=True), Violation(RATE, 0.5, KEY)])
+    told = throttling.settle(flight, [], NOW)
+    assert told == Throttle(500, 0.5, P, RATE) and recorder.observed == [("c", BYTES, 2.0)]
+    throttling.throttle(told, NOW, out)
+    assert recorder.throttles == [("c", RATE, 0.5)] and out[0] == Mute(MuteReason.THROTTLED)
+    # The response adds a larger observed request-quota violation: still one count, the largest.
+    later = entry()
+    later.throttle = throttling.decide(later, [Violation(BYTES, 0.2, KEY)])
+    assert throttling.settle(later, [Violation(RATE, 3.0, KEY, observed=True)], NOW) == Throttle(200, 0.2, P, BYTES)
+    assert recorder.observed == [("c", BYTES, 2.0), ("c", RATE, 3.0)]
+    smaller = entry()
+    assert throttling.settle(smaller, [Violation(BYTES, 1.0, KEY), Violation(RATE, 0.4, KEY, observed=True)],
+                             NOW) == Throttle(1000, 1.0, P, BYTES)
+    assert len(recorder.observed) == 2

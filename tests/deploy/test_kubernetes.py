@@ -18,7 +18,7 @@ from deploy_files import K8S, KUBERNETES_VERSION, by_kind, manifests, relative
 
 from kqp.config.fleet_section import redis_target
 from kqp.config.loader import parse_config
-from kqp.config.model import ProxyConfig
+from kqp.config.model import HostPort, ProxyConfig
 
 BUILTIN = [(p, d) for p, d in manifests() if not d["apiVersion"].startswith("monitoring.coreos.com/")]
 
@@ -282,3 +282,45 @@ def test_the_redis_cluster_values_and_the_kqp_config_that_points_at_them() -> No
     assert config.fleet.scope == "cluster"
     assert target.cluster_nodes == ((f"{values['fullnameOverride']}.kqp.svc.cluster.local", 6379),)
     assert config.fleet.cluster.password_env == kqp_config("shared").fleet.cluster.password_env
+
+
+def kqp_pods() -> list[tuple[str, dict[str, Any]]]:
+    """(variant, pod template) of every manifest that runs kqp: Deployments' templates and the sidecars' pods."""
+    out = []
+    for path, doc in manifests():
+        pod = doc["spec"]["template"] if doc.get("kind") == "Deployment" else doc if doc.get("kind") == "Pod" else None
+        if pod is not None and any(c["name"] == "kqp" for c in pod["spec"].get("initContainers", [])
+                                   + pod["spec"]["containers"]):
+            out.append((path.parent.name, pod))
+    return out
+
+
+def test_every_kqp_is_scraped_at_its_metrics_port_so_a_rollout_can_read_its_history() -> None:
+    """kqp keeps no usage history: `kqp recommend` and `kqp report` read it from Prometheus, which must
+    scrape every kqp pod, replicas and sidecars alike. Each pod's annotations name the container port
+    its config's metrics endpoint listens on, bound beyond loopback so that Prometheus reaches it."""
+    pods = kqp_pods()
+    assert {variant for variant, _ in pods} == {"sidecar", "shared", "tls", "sasl"}
+    for variant, pod in pods:
+        annotations = pod["metadata"]["annotations"]
+        [configmap] = by_kind("ConfigMap", K8S / variant)   # its metrics section (the TLS and SASL files aside)
+        listen = HostPort.parse(yaml.safe_load(configmap["data"]["kqp.yaml"])["metrics"]["listen"])
+        assert listen.host == "0.0.0.0", f"{variant}: Prometheus cannot reach {listen}"
+        ports = [p["containerPort"] for p in kqp_container(pod["spec"])["ports"] if "metrics" in p["name"]]
+        assert ports == [listen.port] == [int(annotations["prometheus.io/port"])], variant
+        assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_the_monthly_report_runs_kqp_report_as_the_cli_reads_it() -> None:
+    from kqp.proxy.tools.cli import build_parser
+    from kqp.proxy.tools.prometheus_api import parse_duration
+
+    [cronjob] = by_kind("CronJob", K8S / "rollout")
+    [container] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["kqp"]
+    args = build_parser().parse_args(container["args"])
+    assert (args.command, args.format) == ("report", "csv")
+    assert parse_duration(args.since) >= 31 * 86400 - 1, "a month, whole"
+    # The Prometheus the NetworkPolicy admits to kqp's metrics lives in `monitoring`.
+    assert ".monitoring.svc" in args.prometheus
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True

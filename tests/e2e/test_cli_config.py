@@ -2,8 +2,9 @@
 
 A wrong config must stop kqp before it listens anywhere, with exit code 2 and exactly one line on
 stderr that names the offending key (or file), for `kqp run` and `kqp check-config` alike: that
-line is all a container log or a CI job shows. A running kqp must exit 0 on SIGTERM even with a
-client connected, within its shutdown grace time.
+line is all a container log or a CI job shows; `check-config` refuses with the very line `run`
+would. A port another process holds is said with the key that set it. A running kqp must exit 0 on
+SIGTERM even with a client connected, within its shutdown grace time.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import signal
 import socket
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient
 from helpers.kqp_process import run_kqp_cli
-from helpers.net import free_port, read_until_eof, split_host_port
+from helpers.net import LOOPBACK, free_port, read_until_eof, split_host_port
 
 pytestmark = pytest.mark.e2e
 
@@ -100,6 +104,42 @@ def test_bad_flag_value_names_the_flag(tmp_path: Path) -> None:
     assert_one_line_error(result, "--listen")
 
 
+# name -> (changes to a good file, or the key to remove; flags given to both commands; the one line's fragment)
+REFUSED_BY_RUN: dict[str, tuple[dict | str, tuple[str, ...], str]] = {
+    "no-upstream": ("upstream", (), "upstream.bootstrap_servers"),
+    "workers-on-an-ephemeral-port": ({"listen": "127.0.0.1:0"}, ("--workers", "2"), "--workers"),
+    "password-variable-not-set": ({"quotas": {"scope": "cluster", "cluster": {
+        "redis_url": "redis://127.0.0.1:9/0", "password_env": "KQP_TEST_UNSET_PASSWORD"}}}, (),
+        "quotas.cluster.password_env"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_BY_RUN))
+def test_check_config_refuses_what_run_refuses_in_the_same_line(case: str, tmp_path: Path) -> None:
+    change, flags, fragment = REFUSED_BY_RUN[case]
+    data = good_config()
+    if isinstance(change, str):
+        del data[change]
+    else:
+        data.update(change)
+    path = tmp_path / "kqp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    checked = run_kqp_cli("check-config", str(path), *flags)
+    assert_one_line_error(checked, fragment)
+    ran = run_kqp_cli("run", "--config", str(path), *flags)
+    assert_one_line_error(ran, fragment)
+    assert ran.stderr == checked.stderr
+
+
+def test_check_config_takes_run_s_flags(tmp_path: Path) -> None:
+    data = good_config()
+    del data["upstream"]
+    path = tmp_path / "kqp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_kqp_cli("check-config", str(path), "--upstream", "127.0.0.1:9092")
+    assert result.returncode == 0, result.stderr
+
+
 def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     path = tmp_path / "good.yaml"
     path.write_text(yaml.safe_dump(good_config(), sort_keys=False))
@@ -131,3 +171,39 @@ def test_sigterm_with_open_client_connection_exits_0(tansu: str, kqp) -> None:
         assert elapsed < grace_ms / 1000 + 2, f"took {elapsed:.1f}s to exit, grace is {grace_ms} ms"
         _, closed = read_until_eof(sock, 2)
         assert closed, "the client connection survived kqp's exit"
+
+
+# -- ports another process holds -------------------------------------------------------------------
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A loopback port another process (this test) listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("key", ["listen", "metrics.listen"])
+def test_a_port_in_use_stops_kqp_naming_the_key_and_the_port(key: str, held_port: int, mock_cluster: str,
+                                                              kqp: Any) -> None:
+    setting = {"listen": f"{LOOPBACK}:{held_port}"} if key == "listen" else \
+        {"metrics": {"listen": f"{LOOPBACK}:{held_port}"}}
+    proxy = kqp(mock_cluster, wait="none", **setting)
+    assert proxy.proc.wait(timeout=30) == CONFIG_ERROR, proxy.logs()
+    line = proxy.wait_for_log("cannot start:")
+    assert f"cannot start: {key}: cannot listen on {LOOPBACK}:{held_port}: Address already in use" in line, line
+
+
+@pytest.mark.parametrize("setting", ["broker_ports", "broker_port_base"])
+def test_a_broker_port_in_use_is_said_with_its_key(setting: str, held_port: int, mock_cluster: str,
+                                                   kqp: Any) -> None:
+    # kqp still serves (the other brokers' listeners, and this one's once the port is free); the
+    # warning says which setting gave the port.
+    node = min(AdminClient({"bootstrap.servers": str(mock_cluster)}).list_topics(timeout=10).brokers)
+    config = {"broker_ports": {node: held_port}} if setting == "broker_ports" else \
+        {"broker_port_base": held_port - node}
+    proxy = kqp(mock_cluster, **config)
+    key = f"broker_ports.{node}" if setting == "broker_ports" else f"broker_port_base + {node}"
+    line = proxy.wait_for_log("no listener for")
+    assert f"broker {node}: {key}: cannot listen on {LOOPBACK}:{held_port}: Address already in use" in line, line

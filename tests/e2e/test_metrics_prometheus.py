@@ -1,9 +1,9 @@
 """A real Prometheus scrapes kqp during a throttled workload (issue 5).
 
-Prometheus (the Debian package's binary, started here, not as a service) runs from
+Prometheus (the Debian package's binary, `helpers.prometheus_server`) runs from
 deploy/prometheus/prometheus.yml with a 1 s scrape and evaluation interval and the shipped alert
-rules, the sustained-throttling rule's time scale shortened (rate over 10 s, `for: 2s`). While `spark-etl` is
-throttled the test asks Prometheus's HTTP API for the expected series, for every PromQL expression
+rules, the sustained-throttling rule's time scale shortened (rate over 10 s, `for: 2s`). While
+`spark-etl` is throttled the test asks Prometheus's HTTP API for the expected series, for every PromQL expression
 of the Grafana dashboard and of the docs' PromQL (README.md's observability section and
 deploy/prometheus/README.md, so neither can drift from the metric names), and for the firing alert.
 """
@@ -11,29 +11,21 @@ deploy/prometheus/README.md, so neither can drift from the metric names), and fo
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from helpers.net import free_port, split_host_port
+from helpers.net import split_host_port
 from helpers.observability import FREE, QUOTAS, THROTTLED, THROTTLED_RATE, ThrottledWorkload, start_with_metrics
+from helpers.prometheus_server import api, prometheus, query
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "kqp-dashboard.json"
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 README_QUERY_DOCS = (ROOT / "README.md", DEPLOY / "prometheus" / "README.md")
 # What Grafana would put in place of the dashboard's variables: "All" is the regex .*, and the
 # rate interval is a few scrape intervals.
@@ -61,61 +53,12 @@ def readme_queries() -> list[str]:
     return list(dict.fromkeys(found))
 
 
-@contextmanager
-def prometheus(tmp_path: Path, target: str) -> Iterator[str]:
-    """A Prometheus on a free port scraping `target`; yields its base URL; stopped on exit."""
-    if not os.path.exists(PROMETHEUS):
-        pytest.skip("needs Prometheus: apt-get install -y prometheus")
-    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    config["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
-    rules = yaml.safe_load((DEPLOY / "prometheus" / "kqp-alerts.yml").read_text())
+def shorten_throttled_alert(rules: dict[str, Any]) -> None:
     for rule in rules["groups"][0]["rules"]:
         if rule["alert"] == "KqpEntityThrottled":
             # Minutes become seconds: rate() over 5 m divides by 5 m even with 10 s of samples.
             rule["for"] = "2s"
             rule["expr"] = rule["expr"].replace("[5m]", "[10s]")
-    (tmp_path / "kqp-alerts.yml").write_text(yaml.safe_dump(rules))
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--log.level=warn"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prometheus did not start: {(tmp_path / 'prometheus.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
-
-
-def api(url: str, path: str, **params: str) -> Any:
-    query = urllib.parse.urlencode(params)
-    with urllib.request.urlopen(f"{url}/api/v1/{path}?{query}", timeout=10) as r:
-        body = json.loads(r.read())
-    assert body["status"] == "success", body
-    return body["data"]
-
-
-def query(url: str, expr: str) -> list[dict[str, Any]]:
-    return api(url, "query", query=expr)["result"]
 
 
 def wait_all_non_empty(url: str, exprs: list[str], deadline: float) -> list[str]:
@@ -130,12 +73,19 @@ def wait_all_non_empty(url: str, exprs: list[str], deadline: float) -> list[str]
 
 def test_prometheus_scrapes_kqp_during_a_throttled_workload(tansu, kqp, tmp_path: Path) -> None:
     # A pool that `free` is in (its budget never reached: `free` sends ~40 kB/s, an adaptive pool's
-    # floor is 1% of 50 MB/s), adaptive, so that the dashboard's pool panels and adaptive panels have data.
+    # floor is 1% of 50 MB/s), adaptive and with classes (`free` in the higher), so that the dashboard's
+    # pool, adaptive and class panels have data.
     pool = {"name": "shared", "producer_byte_rate": 50_000_000, "members": [{"client_id": FREE}],
-            "adaptive": {"target_latency_ms": 1000}}
-    proxy, metrics_url = start_with_metrics(kqp, tansu, quotas={**QUOTAS, "pools": [pool]})
+            "adaptive": {"target_latency_ms": 1000},
+            "classes": [{"name": "latency", "members": [{"client_id": FREE}]}, {"name": "rest"}]}
+    # `free` in mode observe with a request_rate it exceeds (a request every 25 ms against 1/s): the
+    # observed-throttle series exist, and its traffic is held back by nothing.
+    entities = [{**e, "request_rate": 1, "mode": "observe"} if e["client_id"] == FREE else e
+                for e in QUOTAS["entities"]]
+    proxy, metrics_url = start_with_metrics(kqp, tansu, quotas={**QUOTAS, "entities": entities, "pools": [pool]})
     host, port = split_host_port(metrics_url.removeprefix("http://"))
-    with prometheus(tmp_path, f"{host}:{port}") as prom, ThrottledWorkload(proxy.bootstrap, tansu.kind) as load:
+    with (prometheus(tmp_path, [f"{host}:{port}"], edit_rules=shorten_throttled_alert) as prom,
+          ThrottledWorkload(proxy.bootstrap, tansu.kind) as load):
         load.wait_throttled()
         deadline = time.monotonic() + DEADLINE
         assert not wait_all_non_empty(prom, ['up{job="kqp"} == 1'], deadline), "prometheus never scraped kqp"
@@ -150,7 +100,7 @@ def test_prometheus_scrapes_kqp_during_a_throttled_workload(tansu, kqp, tmp_path
         exprs = dashboard_queries()
         readme = readme_queries()
         assert len(exprs) >= 15, "the dashboard lost its panels"
-        assert len(readme) >= 19, "the operator docs lost their PromQL queries"
+        assert len(readme) >= 21, "the operator docs lost their PromQL queries"
         empty = wait_all_non_empty(prom, exprs + readme, deadline)
         assert not empty, f"PromQL with no result from a live kqp: {empty}"
 

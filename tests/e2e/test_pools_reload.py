@@ -108,3 +108,31 @@ def test_an_adaptive_pools_reload_keeps_the_laws_state(kqp: Any, mock_cluster: A
     kept = sample(now, "kqp_pool_budget", **POOL)
     assert kept is not None and kept >= 0.5 * grown and kept > 2 * FLOOR, f"budget {grown} -> {kept} on reload"
     flood.finish()
+
+
+def test_classes_added_by_a_reload_divide_at_once_and_keep_the_measurements(kqp: Any, mock_cluster: Any) -> None:
+    # job-b-1 flat out, job-a-1 offering 50 kB/s; the issue's pool (job-a- weight 3). The reload puts
+    # job-a- in a class above job-b-: the class series appear at once, and job-b-'s usage, measured
+    # before, goes on (a pool measured afresh would read 0 for a span).
+    proxy, metrics, flood = flooded(kqp, mock_cluster, issue_pool(), 10.0)
+    paced = threading.Thread(target=confluent_flood, args=(proxy.bootstrap, flood.args[1], "job-a-1", 9.0),
+                             kwargs={"offer_bytes_s": 50_000}, daemon=True)
+    paced.start()
+    time.sleep(2 * SPAN)
+    used = sample(scrape(metrics), "kqp_pool_member_usage", **JOB_B)
+    assert used is not None and used > 0.5 * BUDGET
+    changed = issue_pool()
+    changed["pools"][0]["classes"] = [{"name": "latency", "members": [{"client_id_prefix": "job-a-"}]},
+                                      {"name": "batch", "members": [{"client_id_prefix": "job-b-"}]}]
+    took = reload(proxy, changed, "pool ingest: classes changed")
+    assert took < 1.0, f"the classes took {took:.2f}s to apply"
+    now = scrape(metrics)
+    assert sample(now, "kqp_pool_member_usage", **JOB_B) >= 0.8 * used   # the same measurement, carried on
+    latency = sample(now, "kqp_pool_class_allocation", **POOL, **{"class": "latency"})
+    batch = sample(now, "kqp_pool_class_allocation", **POOL, **{"class": "batch"})
+    # job-a- offers ~50 kB/s (+ record overhead): served first; job-b- the rest of 300k
+    assert latency is not None and batch is not None and latency + batch == pytest.approx(BUDGET)
+    assert 40_000 <= latency <= 90_000, (latency, batch)
+    assert sample(now, "kqp_pool_member_class", **JOB_B, **{"class": "batch"}) == 1
+    paced.join(30)
+    flood.finish()

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from helpers.kqp_process import rewrite_config
 from helpers.names import unique_topic
+from helpers.net import kqp_ports, my_connections
 from helpers.topics import ensure_topic
 
 pytestmark = pytest.mark.e2e
@@ -80,32 +79,6 @@ class FlatOutProducer(threading.Thread):
         self.join(40)
         assert not self.is_alive(), "producer did not finish flushing"
         assert not self.errors, f"delivery errors (timeouts included): {self.errors[:5]}"
-
-
-def kqp_ports(proxy: Any) -> set[int]:
-    ports = {int(proxy.bootstrap.rsplit(":", 1)[1])}
-    ports.update(int(m) for m in re.findall(r"broker \d+ listener on [^:\s]+:(\d+)", proxy.logs()))
-    return ports
-
-
-def my_connections(remote_ports: set[int]) -> set[tuple[int, int]]:
-    """(local port, remote port) of this process's established TCP sockets to those ports."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = set()
-    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
-        remote_port = int(remote.split(":")[1], 16)
-        if state == "01" and inode in inodes and remote_port in remote_ports:
-            found.add((int(local.split(":")[1], 16), remote_port))
-    return found
 
 
 def wait_line(proxy: Any, text: str, after: int, timeout: float = 3.0) -> float:

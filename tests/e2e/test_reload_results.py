@@ -31,19 +31,19 @@ def reloader(path: Path, apply: object) -> tuple[ConfigReloader, list[str]]:
     return ConfigReloader(str(path), load_config(path), apply, on_result=results.append), results  # type: ignore[arg-type]
 
 
-def test_good_file_is_applied_and_counted(tmp_path: Path) -> None:
+async def test_good_file_is_applied_and_counted(tmp_path: Path) -> None:
     path = tmp_path / "kqp.yaml"
     write(path, 1000)
     applied: list[QuotaSettings] = []
     r, results = reloader(path, lambda s: applied.append(s) or ["/clients/app: producer_byte_rate 1000 -> 500"])
     write(path, 500)
-    assert r.reload() is True
+    assert await r.reload() is True
     assert results == ["success"]
     assert [dict(s.entities).popitem()[1]["producer_byte_rate"] for s in applied] == [500]
     assert r.current.quotas is applied[0]
 
 
-def test_broken_file_keeps_the_running_config(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_broken_file_keeps_the_running_config(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "kqp.yaml"
     write(path, 1000)
     applied: list[QuotaSettings] = []
@@ -51,14 +51,15 @@ def test_broken_file_keeps_the_running_config(tmp_path: Path, caplog: pytest.Log
     before = r.current
     write(path, "fast")
     with caplog.at_level(logging.ERROR, "kqp.reload"):
-        assert r.reload() is False
+        assert await r.reload() is False
     assert results == ["failure"] and applied == [] and r.current is before
     [record] = caplog.records
     assert "keeping the running config" in record.message
     assert "quotas.entities[0].producer_byte_rate" in record.message
 
 
-def test_unexpected_error_is_logged_counted_and_survived(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_unexpected_error_is_logged_counted_and_survived(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "kqp.yaml"
     write(path, 1000)
     calls: list[int] = []
@@ -71,8 +72,8 @@ def test_unexpected_error_is_logged_counted_and_survived(tmp_path: Path, caplog:
 
     r, results = reloader(path, apply)
     with caplog.at_level(logging.ERROR, "kqp.reload"):
-        r._reload_guarded()                 # what the watch task calls: must not raise
+        await r._reload_guarded()                 # what the watch task calls: must not raise
     assert results == ["failure"]
     assert "config reload failed unexpectedly" in caplog.text and "boom" in caplog.text
-    r._reload_guarded()
+    await r._reload_guarded()
     assert results == ["failure", "success"]

@@ -7,8 +7,12 @@ of sleeps, so a hung peer fails the test instead of hanging the run.
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import time
+from pathlib import Path
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -91,3 +95,30 @@ def unread_by_peer(sock: socket.socket) -> int | None:
     except OSError:
         return None
     return None
+
+
+def kqp_ports(proxy: Any) -> set[int]:
+    """The ports a running kqp (`KqpProcess`) listens on for clients: bootstrap and every broker's."""
+    ports = {int(proxy.bootstrap.rsplit(":", 1)[1])}
+    ports.update(int(m) for m in re.findall(r"broker \d+ listener on [^:\s]+:(\d+)", proxy.logs()))
+    return ports
+
+
+def my_connections(remote_ports: set[int]) -> set[tuple[int, int]]:
+    """(local port, remote port) of this process's established TCP sockets to those ports."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+        remote_port = int(remote.split(":")[1], 16)
+        if state == "01" and inode in inodes and remote_port in remote_ports:
+            found.add((int(local.split(":")[1], 16), remote_port))
+    return found

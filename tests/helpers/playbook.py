@@ -56,6 +56,7 @@ class Recorder(ProxyObserver):
     anomalies: list[str] = field(default_factory=list)
     mutes: list[tuple[str, str, str]] = field(default_factory=list)   # ("start"|"end", client_id, quota)
     throttles: list[tuple[str, str, float]] = field(default_factory=list)   # (client_id, quota, seconds)
+    observed: list[tuple[str, str, float]] = field(default_factory=list)    # observed throttles, the same way
     fetched_records: list[int] = field(default_factory=list)              # per Fetch response
     requests: list[int] = field(default_factory=list)                 # api keys, as counted
     dropped: list[int] = field(default_factory=list)                  # requests dropped, per give-up
@@ -81,6 +82,9 @@ class Recorder(ProxyObserver):
 
     def throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
         self.throttles.append((principal.client_id, quota_type, seconds))
+
+    def observed_throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
+        self.observed.append((principal.client_id, quota_type, seconds))
 
     def mute_started(self, principal: Principal, quota_type: str) -> None:
         self.mutes.append(("start", principal.client_id, quota_type))

@@ -3,7 +3,9 @@
 Each producer has a client id, a kqp process, an offered rate (None: without limit) and a time span
 in which it offers. It sends a request of `request_bytes` when its offer allows and it is not muted,
 and is muted for the throttle the request earned (KIP-219: one round trip `rtt` later it may send
-again). With `sync_interval`, the processes exchange usage with one `FleetStore` as
+again). With `every`, it is a micro-batch job instead: `batch_bytes` become due every `every`
+seconds from its start and go out as fast as the quota lets them (`PoolRun.batches`: when each
+was due and when its last byte went). With `sync_interval`, the processes exchange usage with one `FleetStore` as
 helpers.fleet_sim's do (staggered; `down=(from, to)`: every exchange then fails).
 
 Returns what reached the upstream as (time, bytes) per client id, for the same judgements the
@@ -32,6 +34,8 @@ class Offer:
     start: float = 0.0
     stop: float = math.inf
     user: str = "ANONYMOUS"
+    every: float | None = None       # a micro-batch of `batch_bytes` due every this many seconds
+    batch_bytes: int = 0
 
 
 @dataclass
@@ -39,6 +43,7 @@ class PoolRun:
     events: dict[str, list[tuple[float, int]]]
     managers: list[QuotaManager]
     trace: list[tuple[float, dict[str, float]]] = field(default_factory=list)   # (time, member -> quota)
+    batches: dict[str, list[tuple[float, float]]] = field(default_factory=dict)   # (due, sent) per micro-batch
 
     def rate(self, client_ids: list[str] | str, start: float, end: float) -> float:
         ids = [client_ids] if isinstance(client_ids, str) else client_ids
@@ -63,8 +68,10 @@ def simulate(settings: QuotaSettings, offers: list[Offer], seconds: float, *, sy
         order += 1
         heapq.heappush(queue, (at, order, kind, index))
 
+    backlog = [0] * len(offers)
+    due: list[list[float]] = [[] for _ in offers]
     for i, offer in enumerate(offers):
-        push(offer.start, "send", i)
+        push(offer.start, "due" if offer.every else "send", i)
     if sync_interval is not None:
         for i in range(processes):
             push(sync_interval * i / processes, "sync", i)
@@ -75,15 +82,32 @@ def simulate(settings: QuotaSettings, offers: list[Offer], seconds: float, *, sy
         now, _, kind, i = heapq.heappop(queue)
         if now > seconds:
             break
-        if kind == "send":
+        if kind == "due":
+            offer = offers[i]
+            if now < offer.stop:
+                if not backlog[i]:
+                    push(now, "send", i)
+                backlog[i] += offer.batch_bytes
+                due[i].append(now)
+                push(now + offer.every, "due", i)   # type: ignore[operator]
+        elif kind == "send":
             offer = offers[i]
             if now >= offer.stop:
                 continue
+            size = request_bytes if offer.every is None else min(request_bytes, backlog[i])
+            if size <= 0:
+                continue
             m = managers[offer.process]
-            violations = m.record_produce(Principal(offer.user, offer.client_id), request_bytes, 1, 1, now)
-            run.events[offer.client_id].append((now, request_bytes))
+            violations = m.record_produce(Principal(offer.user, offer.client_id), size, 1, 1, now)
+            run.events[offer.client_id].append((now, size))
             delay = max((v.throttle_seconds for v in violations), default=0.0)
-            pace = 0.0 if offer.rate is None else request_bytes / offer.rate
+            if offer.every is not None:
+                backlog[i] -= size
+                if not backlog[i]:
+                    run.batches.setdefault(offer.client_id, []).extend((at, now) for at in due[i])
+                    due[i].clear()
+                    continue
+            pace = 0.0 if offer.rate is None else size / offer.rate
             push(now + max(rtt + delay, pace), "send", i)
         elif kind == "sync":
             assert sync_interval is not None

@@ -1,220 +1,44 @@
-"""A saturated broker for tests: a relay whose requests all wait in ONE FIFO drained at C bytes/s.
+"""A saturated broker for tests: `kqp.proxy.bench.saturated_relay` on a loop of its own, in a thread.
 
-Adaptive protection (issue 22) must be tested against an upstream whose latency grows for every
-client once it is offered more than it can take, as a broker's request queue and disk make it grow.
-Tansu on loopback is never saturated, so `SaturatedUpstream` sits in front of it:
-
-* every Kafka frame any client sends joins one shared FIFO, whole, in arrival order, and the FIFO is
-  drained towards the broker at `capacity` bytes per second: frames of all connections interleave
-  in the order they arrived, and each connection's frames keep their order;
-* the FIFO is bounded (`max_queue_bytes`): once it holds that much, no client is read any more until
-  it drains below the bound again, which is the backpressure a broker's bounded request queue and
-  socket buffers give (each client's own bytes then wait in its socket, small `receive_buffer`).
-  Every socket readable in a round of the loop is read once before the pause, so a flood cannot
-  starve a small client of its place in the FIFO; the bound is exceeded by at most one read per
-  client (`peak`);
-* responses flow back at once, unshaped; `set_capacity` changes C while it runs.
-
-The drain is a pacer on the event loop: credit accrues at C (at most `burst_seconds` of it while the
-FIFO is idle), each frame sent spends its size, and one `call_at` timer waits out a debt; there is
-no polling and no sleep. Tansu must advertise the relay's port, so that every connection a client
-makes after Metadata comes back through the FIFO: `saturated_tansu()` starts both. The relay runs
-on its own loop in a daemon thread (the wire tap's pattern); its methods are called from the
-test's thread. `drained` (time, bytes) and `waits` (the queueing delay of every frame, with the
-client id its header names) are what the relay's own tests measure.
+The relay (one FIFO drained at C bytes/s, bounded, with backpressure; its module says how) is what
+adaptive pools and service classes are measured against. `SaturatedUpstream` runs it on its own
+loop in a daemon thread (the wire tap's pattern), its methods called from the test's thread;
+Tansu must advertise the relay's port, so that every connection a client makes after Metadata
+comes back through the FIFO: `saturated_tansu()` starts both. `drained` (time, bytes) and `waits`
+(the queueing delay of every frame, with the client id its header names) are what tests measure.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from upstreams import launch
 
-from kqp.protocol.errors import ProtocolError
-from kqp.protocol.frames import FrameDecoder
-from kqp.protocol.headers import parse_request_header
+from kqp.proxy.bench.saturated_relay import SaturatedRelay, Wait
 
 from .loop_thread import loop_in_thread
-from .net import LOOPBACK, free_port, split_host_port
+from .net import LOOPBACK, free_port
 
-MAX_FRAME_BYTES = 1 << 28
-MIN_TICK = 0.001           # the pacer never re-arms sooner than this
+__all__ = ["SaturatedUpstream", "Wait", "saturated_tansu"]
+
 STEP_TIMEOUT = 10.0
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """One frame's passage through the FIFO."""
+class SaturatedUpstream(SaturatedRelay):
+    """The relay in a thread: `start()`, `relay_to(broker)`, point clients at `bootstrap`."""
 
-    connection: int
-    client_id: str | None    # from the request header (None: not a parseable request)
-    size: int
-    queued_at: float
-    sent_at: float
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
 
-
-class _Client(asyncio.Protocol):
-    """An accepted client: frames go to the FIFO; its upstream connection's bytes come straight back."""
-
-    def __init__(self, relay: SaturatedUpstream, number: int) -> None:
-        self.relay = relay
-        self.number = number
-        self.transport: asyncio.Transport | None = None
-        self.upstream: _Upstream | None = None
-        self.paused: set[str] = set()     # why reading is paused: "connecting", "queue"
-        self._decoder = FrameDecoder(MAX_FRAME_BYTES)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        sock = self.transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.relay.receive_buffer)
-        self.relay.clients.add(self)
-        self.pause("connecting")
-        if self.relay.queued >= self.relay.max_queue_bytes:
-            self.pause("queue")
-        asyncio.get_running_loop().create_task(self._connect())
-
-    async def _connect(self) -> None:
-        target = self.relay.target
-        assert target is not None, "relay_to() the broker before clients connect"
-        loop = asyncio.get_running_loop()
-        try:
-            _, upstream = await loop.create_connection(lambda: _Upstream(self), *target)
-        except OSError:
-            if self.transport is not None:
-                self.transport.close()
-            return
-        if self.transport is None:   # the client left meanwhile
-            cast(asyncio.Transport, upstream.transport).close()
-            return
-        self.upstream = upstream
-        self.resume("connecting")
-        self.relay.pump()   # frames read before the connection was up may be at the FIFO's head
-
-    def pause(self, reason: str) -> None:
-        if not self.paused and self.transport is not None:
-            self.transport.pause_reading()
-        self.paused.add(reason)
-
-    def resume(self, reason: str) -> None:
-        # Two reasons, each lifted only by its own cause (aiohttp's lesson): the queue draining must
-        # not resume a client whose upstream is still connecting, nor the other way round.
-        self.paused.discard(reason)
-        if not self.paused and self.transport is not None:
-            self.transport.resume_reading()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._decoder.feed(data)
-            while (frame := self._decoder.next_frame()) is not None:
-                self.relay.enqueue(self, bytes(frame))
-        except ProtocolError:   # not Kafka framing: nothing sensible to relay
-            if self.transport is not None:
-                self.transport.abort()
-
-    def pause_writing(self) -> None:   # the client does not read its responses: stop reading them
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.resume_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self.relay.clients.discard(self)
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.close()
-
-
-class _Upstream(asyncio.Protocol):
-    """The broker side of one client: what it answers goes back to the client unshaped."""
-
-    def __init__(self, client: _Client) -> None:
-        self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.blocked = False   # the broker is not reading: the drain waits for it
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.client.transport is not None:
-            self.client.transport.write(data)
-
-    def pause_writing(self) -> None:
-        self.blocked = True
-
-    def resume_writing(self) -> None:
-        self.blocked = False
-        self.client.relay.pump()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self.client.transport is not None:
-            self.client.transport.close()
-
-
-class SaturatedUpstream:
-    """The relay (module docstring). `start()`, `relay_to(broker)`, point clients at `bootstrap`."""
-
-    def __init__(self, capacity: float, *, max_queue_bytes: int = 1_000_000, receive_buffer: int = 65536,
-                 burst_seconds: float = 0.05, clock: Callable[[], float] = time.monotonic) -> None:
-        self.capacity = float(capacity)
-        self.max_queue_bytes = max_queue_bytes
-        self.receive_buffer = receive_buffer
-        self.burst_seconds = burst_seconds
-        self.clock = clock
-        self.target: tuple[str, int] | None = None
-        self.port = 0
-        self.clients: set[_Client] = set()
-        self.fifo: deque[tuple[_Client, bytes, float]] = deque()
-        self.queued = 0
-        self.peak = 0   # the most the FIFO ever held (the bound, plus what one read brought beyond it)
-        self.lock = threading.Lock()
-        self._drained: list[tuple[float, int]] = []
-        self._waits: list[Wait] = []
-        self._credit = 0.0
-        self._credited_at = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._pausing = False
-        self._connections = 0
-        self._server: asyncio.AbstractServer | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle, from the test's thread -------------------------------------------------------------
     def start(self) -> SaturatedUpstream:
         self._loop, self._thread = loop_in_thread("saturated-upstream", STEP_TIMEOUT)
-
-        async def listen() -> int:
-            def accept() -> _Client:
-                self._connections += 1
-                return _Client(self, self._connections)
-
-            self._server = await asyncio.get_running_loop().create_server(accept, LOOPBACK, 0)
-            self._credited_at = self.clock()
-            return int(self._server.sockets[0].getsockname()[1])
-
-        self.port = self._call(listen())
+        self._call(self.listen(LOOPBACK, 0))
         return self
-
-    def relay_to(self, broker: str) -> None:
-        """Where every accepted connection goes ("host:port"); before any client connects."""
-        self.target = split_host_port(broker)
 
     @property
     def bootstrap(self) -> str:
@@ -226,15 +50,7 @@ class SaturatedUpstream:
             return
 
         async def shutdown() -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-            if self._server is not None:
-                self._server.close()
-            for client in list(self.clients):
-                if client.transport is not None:
-                    client.transport.abort()
-                if client.upstream is not None and client.upstream.transport is not None:
-                    client.upstream.transport.abort()
+            self.close()
             loop.stop()
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop)
@@ -247,89 +63,15 @@ class SaturatedUpstream:
         self.stop()
 
     def set_capacity(self, capacity: float) -> None:
-        """A new C from now on (credit accrued so far was earned at the old one)."""
+        """A new C from now on, from the test's thread."""
         async def change() -> None:
-            self._accrue(self.clock())
-            self.capacity = float(capacity)
-            self.pump()
+            self.change_capacity(capacity)
 
         self._call(change())
-
-    # -- what happened, from the test's thread ----------------------------------------------------------
-    def drained(self, start: float = 0.0, end: float = float("inf")) -> int:
-        """Bytes sent towards the broker in [start, end)."""
-        with self.lock:
-            return sum(n for at, n in self._drained if start <= at < end)
-
-    def waits(self, start: float = 0.0, end: float = float("inf")) -> list[Wait]:
-        """Frames queued in [start, end), with how long each waited."""
-        with self.lock:
-            return [w for w in self._waits if start <= w.queued_at < end]
-
-    # -- the FIFO and the pacer, on the relay's loop ----------------------------------------------------
-    def enqueue(self, client: _Client, frame: bytes) -> None:
-        self.fifo.append((client, frame, self.clock()))
-        self.queued += len(frame)
-        self.peak = max(self.peak, self.queued)
-        if self.queued >= self.max_queue_bytes and not self._pausing:
-            # At the end of this round of reads, not now: pausing a transport cancels a read the
-            # loop has already scheduled for it, so pausing at once would let the first socket read
-            # in each round (a flood's) starve the others, which a broker does not do.
-            self._pausing = True
-            asyncio.get_running_loop().call_soon(self._pause_all)
-        self.pump()
-
-    def _pause_all(self) -> None:
-        self._pausing = False
-        if self.queued >= self.max_queue_bytes:
-            for client in self.clients:
-                client.pause("queue")
-
-    def _accrue(self, now: float) -> None:
-        self._credit = min(self._credit + (now - self._credited_at) * self.capacity,
-                           self.capacity * self.burst_seconds)
-        self._credited_at = now
-
-    def pump(self) -> None:
-        """Send what the credit pays for, then wait out the debt with one timer."""
-        now = self.clock()
-        self._accrue(now)
-        while self.fifo and self._credit >= 0:
-            client, frame, queued_at = self.fifo[0]
-            upstream = client.upstream
-            if client.transport is not None and (upstream is None or upstream.blocked):
-                return   # connecting, or the broker is not reading: _connect / resume_writing pump again
-            self.fifo.popleft()
-            self.queued -= len(frame)
-            self._credit -= len(frame)
-            if upstream is not None and upstream.transport is not None:
-                upstream.transport.write(frame)
-            with self.lock:
-                self._drained.append((now, len(frame)))
-                self._waits.append(Wait(client.number, _client_id(frame), len(frame), queued_at, now))
-        if self.queued < self.max_queue_bytes:
-            for client in list(self.clients):
-                if "queue" in client.paused:
-                    client.resume("queue")
-        if self.fifo and self._timer is None:
-            delay = max(MIN_TICK, -self._credit / self.capacity)
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_at(loop.time() + delay, self._tick)
-
-    def _tick(self) -> None:
-        self._timer = None
-        self.pump()
 
     def _call(self, step: Coroutine[Any, Any, Any]) -> Any:
         assert self._loop is not None, "start() the relay first"
         return asyncio.run_coroutine_threadsafe(step, self._loop).result(STEP_TIMEOUT)
-
-
-def _client_id(frame: bytes) -> str | None:
-    try:
-        return parse_request_header(memoryview(frame)).client_id
-    except ProtocolError:
-        return None
 
 
 @contextmanager

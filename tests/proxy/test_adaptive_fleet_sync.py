@@ -76,10 +76,14 @@ async def run(processes: list[Process], seconds: float) -> None:
 
 
 async def settle(processes: list[Process]) -> None:
-    """Exchanges without new windows of traffic until both hold the fleet's state."""
-    for _ in range(3):
+    """Exchanges without new windows of traffic until both hold the fleet's state: at least three
+    rounds, and more while a window closed between the two processes' last exchanges (windows end
+    on the wall clock, traffic or not, and a busy machine stretches a round across a boundary)."""
+    for round_ in range(20):
         for p in processes:
             assert await p.sync.sync_once(), p.sync.last_error
+        if round_ >= 2 and len({p.pool.fleet.applied for p in processes if p.pool.fleet is not None}) == 1:
+            return
 
 
 @contextlib.asynccontextmanager

@@ -84,3 +84,54 @@ def test_the_text_says_the_same_as_the_document() -> None:
     assert "  7   /clients/job-1" in text and "matched: decides producer_byte_rate" in text
     assert "10.0.0.7:5123 on broker-1  unknown Produce v3  honours throttles: no (version)  muted 0.40 s more" in text
     assert "ingest  producer_byte_rate  budget 4.9KiB/s" in text and "budget changes: not reported" in text
+
+
+def test_a_group_member_is_told_its_mode_who_shares_its_budget_and_what_observing_counted() -> None:
+    """etl-a is in the etl- prefix group (observed, 100 kB/s), with etl-b and etl-c seen lately; a
+    stranger is not named. The observed throttles of the last minutes are their own section."""
+    section = {"mode": "observe", "entities": [{"client_id_prefix": "etl-", "producer_byte_rate": 100_000},
+                                               {"client_id": "solo", "producer_byte_rate": 5, "mode": "enforce"}]}
+    manager = QuotaManager(quota_settings_from(section), 0.0)
+    me = Principal("ANONYMOUS", "etl-a")
+    seen = [me, Principal("ANONYMOUS", "etl-b"), Principal("ANONYMOUS", "etl-c"), Principal("ANONYMOUS", "solo")]
+    observed = RecentThrottles()
+    observed.add(me, "producer_byte_rate", 0.75, 0.05)
+    doc = Explainer(manager, list, lambda: 0.1, None, None, observed, lambda: seen)("etl-a")
+    [quota] = doc["quotas"]
+    assert quota["mode"] == "observe"
+    assert quota["shared"] == {"by": "client-id-prefix", "more": 0, "others": [
+        {"user": "ANONYMOUS", "client_id": "etl-b"}, {"user": "ANONYMOUS", "client_id": "etl-c"}]}
+    assert doc["observed"]["count"] == 1 and doc["throttles"]["count"] == 0
+    text = "\n".join(render(doc))
+    assert "OBSERVED (counted, not enforced)" in text
+    assert "shares the prefix group's budget with: etl-b (user ANONYMOUS), etl-c (user ANONYMOUS)" in text
+    assert "WOULD HAVE THROTTLED (observed quotas) (last 5 min): 1, 0.75 s in all" in text
+    solo = Explainer(manager, list, lambda: 0.1, None, None, observed, lambda: seen)("solo")
+    assert solo["quotas"][0]["mode"] == "enforce" and "shared" not in solo["quotas"][0]
+
+
+def test_the_member_class_and_the_pools_classes() -> None:
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "pools": [
+        {"name": "ingest", "producer_byte_rate": 400_000, "members": [{"client_id_prefix": "job-"}], "classes": [
+            {"name": "latency", "members": [{"client_id_prefix": "job-stream-"}], "max_share": 0.5,
+             "burst_seconds": 4},
+            {"name": "batch", "members": [{"client_id_prefix": "job-batch-"}]}]}]}), 0.0)
+    m.record_produce(Principal("ANONYMOUS", "job-batch-1"), 80_000, 1, 1, 0.005)
+    m.record_produce(Principal("ANONYMOUS", "job-stream-1"), 5000, 1, 1, 0.01)   # joins: the batch class cut
+    for window in range(1, 12):   # the batch job offering 400 kB/s, held back; the stream 1 kB a second
+        m.record_produce(Principal("ANONYMOUS", "job-batch-1"), 80_000, 1, 1, window * 0.2 + 0.01)
+        if window % 5 == 0:
+            m.record_produce(Principal("ANONYMOUS", "job-stream-1"), 1000, 1, 1, window * 0.2 + 0.01)
+    doc = Explainer(m, list, lambda: 2.4)("job-stream-1", "ANONYMOUS")
+    [pool] = doc["pools"]
+    assert pool["class"] == "latency"
+    latency, batch = pool["classes"]
+    assert (latency["name"], latency["max_share"], latency["burst_seconds"], batch["name"]) == \
+        ("latency", 0.5, 4.0, "batch")
+    assert batch["held"] and batch["demand"] is None and batch["preemptions"] == 1
+    # nearly quiet (1 kB a second pre-empts nobody), the stream saves what its share of 0.5 x 400k allows
+    # beyond its measurement's own burst: (4 - 2.0) s x 200k
+    assert pool["member"]["credit"] == pytest.approx(400_000)
+    text = "\n".join(render(doc))
+    assert "in class latency, burst credit 400,000; classes, highest first:" in text
+    assert "      batch: allocation" in text and "pre-emptions 1" in text

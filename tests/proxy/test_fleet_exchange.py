@@ -32,6 +32,7 @@ from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
 from kqp.proxy.runtime.fleet_redis import CHUNK, RedisExchange
 from kqp.proxy.runtime.fleet_redis_cluster import GROUPS, RedisClusterExchange, group_of
 from kqp.proxy.runtime.fleet_sync import FleetSync
+from kqp.quotas.adaptive_fleet import AdaptiveRequest
 from kqp.quotas.fleet import FleetLedger, SyncReply, SyncRequest
 from kqp.quotas.fleet_store import FleetStore
 
@@ -39,9 +40,10 @@ pytestmark = needs_redis
 TIMEOUT = 0.25
 
 
-def ledger(name: str, expected: int = 1, interval: float = 0.1) -> FleetLedger:
+def ledger(name: str, expected: int = 1, interval: float = 0.1, window: float = 0.2) -> FleetLedger:
     # Windows of 0.2 s x 11 around the wall clock, as a live kqp's would be.
-    return FleetLedger(name, f"epoch-{name}", 0.2, 11, expected, interval, clock_offset=time.time() - time.monotonic())
+    return FleetLedger(name, f"epoch-{name}", window, 11, expected, interval,
+                       clock_offset=time.time() - time.monotonic())
 
 
 def redis_exchange(url: str, password: str | None = None, prefix: str = "t",
@@ -94,7 +96,7 @@ async def test_the_script_answers_as_the_store_does(tmp_path: Path, layout: str)
                     if (step + i) % 3:
                         fleet.usage_for(sensor, now).record(1000.5 * (i + 1) + step, now)
                 request = fleet.collect(now)
-                reply = await backend.exchange(request, soon())
+                reply, _ = await backend.exchange(request, soon())
                 expected = store.exchange(request, reply.now)
                 assert as_one_store(reply) == expected, f"step {step}, instance {i}"
                 for item, totals in zip(request.sensors, reply.sensors, strict=True):
@@ -119,12 +121,15 @@ async def test_many_sensors_go_in_chunks_and_answer_alike(tmp_path: Path, layout
             # A 1 s interval keeps an instance present for 10 s: a's exchange of thousands of sensors
             # can take about a second on a busy machine, and the spec counts presence in float
             # seconds where the script counts whole milliseconds; at the edge of live_ms they differ.
-            fleet = ledger(name, interval=1.0)
+            # Windows of 1 s likewise keep a's usage (13 s) and activity (11 s) in every slot group's
+            # answer: each group's script reads TIME when it runs, seconds after the home group's on
+            # a loaded cluster, and with 0.2 s windows a's usage had aged out of the last groups.
+            fleet = ledger(name, interval=1.0, window=1.0)
             now = time.monotonic()
             for i in range(count):
                 fleet.usage_for(f"request_rate::c{i}", now).record(i + 0.25, now)
             request = fleet.collect(now)
-            reply = await backend.exchange(request, soon())
+            reply, _ = await backend.exchange(request, soon())
             assert as_one_store(reply) == store.exchange(request, reply.now)
             assert len(reply.sensors) == count
         assert reply.sensors[-1].windows and reply.sensors[-1].others_active == 1
@@ -241,10 +246,11 @@ async def test_run_stops_between_exchanges_as_soon_as_asked(tmp_path: Path) -> N
         backend, exchanged, stop = redis_exchange(server.url), asyncio.Event(), asyncio.Event()
         real_exchange = backend.exchange
 
-        async def exchange(request: SyncRequest, deadline: float) -> SyncReply:   # the real one, then a signal
-            reply = await real_exchange(request, deadline)
+        async def exchange(request: SyncRequest, deadline: float,   # the real one, then a signal
+                           adaptive: AdaptiveRequest | None = None) -> tuple[SyncReply, None]:
+            reply, _ = await real_exchange(request, deadline)
             exchanged.set()
-            return reply
+            return reply, None
 
         backend.exchange = exchange   # type: ignore[method-assign]
         sync = FleetSync(ledger("a"), backend, 60.0, TIMEOUT, time.monotonic)
@@ -267,7 +273,7 @@ async def test_a_redis_restarted_empty_gets_the_usage_again(tmp_path: Path) -> N
         now = time.monotonic()
         a.usage_for(name, now).record(700, now)
         request = a.collect(now)
-        a.merge(request, await backend.exchange(request, soon()), now, time.monotonic())
+        a.merge(request, (await backend.exchange(request, soon()))[0], now, time.monotonic())
         first.kill()
         second.start()   # the same port, nothing kept
         for fleet in (a, a, b):   # a sees a new epoch, then sends its 700 again; b reads them

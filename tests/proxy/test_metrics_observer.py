@@ -331,3 +331,45 @@ def test_upstream_anomalies_are_counted_by_kind() -> None:
     obs.upstream_anomaly("unreadable")
     assert value(obs, "kqp_upstream_anomalies_total", kind="unawaited") == 2
     assert value(obs, "kqp_upstream_anomalies_total", kind="unreadable") == 1
+
+
+def test_observed_throttles_count_apart_and_observed_quotas_and_pools_are_marked() -> None:
+    from kqp.quotas.pool_spec import MemberSelector, PoolSpec
+
+    obs, clock = make()
+    spec = EntitySpec(None, "metered")
+    pool = PoolSpec("ingest", {"consumer_byte_rate": 1000.0}, (MemberSelector(client_id="free"),), mode="observe")
+    quotas = bound(clock, QuotaSettings(entities={spec: {"producer_byte_rate": 100.0}}, modes={spec: "observe"},
+                                        pools=(pool,)), obs)
+    obs.request(METERED, ApiKey.Produce, 1100)
+    quotas.record_fetch(FREE, 10, 0, 0, 0.0)
+    obs.observed_throttled(METERED, "producer_byte_rate", 2.5)
+    obs.observed_throttled(METERED, "producer_byte_rate", 0.5)
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    assert value(obs, "kqp_observed_throttle_seconds_total", quota="producer_byte_rate", **who) == 3.0
+    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 2
+    assert value(obs, "kqp_throttle_seconds_total", quota="producer_byte_rate", **who) is None   # nothing told
+    assert value(obs, "kqp_quota_observed", quota="producer_byte_rate", **who) == 1
+    assert value(obs, "kqp_pool_observed", pool="ingest", quota="consumer_byte_rate") == 1
+    assert obs.recent_observed.summary(METERED, 0.0, 300)["producer_byte_rate"]["count"] == 2
+    assert not obs.recent.summary(METERED, 0.0, 300)
+
+
+def test_bytes_per_topic_only_when_asked_and_bounded() -> None:
+    clock = Clock()
+    obs = PrometheusObserver(entity_expiry_seconds=60, max_entities=3, clock=clock, process_metrics=False,
+                             topic_bytes=True)
+    obs.topic_bytes(METERED, "produce", (("a", 100), ("b", 50)))
+    obs.topic_bytes(METERED, "produce", (("a", 1),))
+    obs.topic_bytes(FREE, "fetch", (("a", 7), ("c", 9), ("d", 3)))   # the 4th and 5th pairs: past the cap
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    assert value(obs, "kqp_topic_bytes_total", direction="produce", topic="a", **who) == 101
+    free = {"user": "ANONYMOUS", "client_id": "free"}
+    assert value(obs, "kqp_topic_bytes_total", direction="fetch", topic="a", **free) == 7
+    assert value(obs, "kqp_topic_bytes_total", direction="fetch", topic=OTHER, **free) == 12
+    assert value(obs, "kqp_topic_bytes_total", direction="fetch", topic="c", **free) is None
+    clock.t = 61.0
+    obs.expire()
+    obs.topic_bytes(FREE, "fetch", (("e", 1),))   # expiry freed the room
+    assert value(obs, "kqp_topic_bytes_total", direction="fetch", topic="e", **free) == 1
+    assert "kqp_topic_bytes" not in series_names(make()[0]), "no such family unless asked for"

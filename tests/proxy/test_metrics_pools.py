@@ -128,3 +128,44 @@ def test_budget_changes_for_kqp_explain_are_an_adaptive_pools_recent_changes() -
         "producer_byte_rate", 100_000, 200_000, "slow_start")
     assert change["target_seconds"] == 0.1 and change["text"].startswith("budget 100,000 -> 200,000/s")
     assert provider("other") == []
+
+
+def test_class_series_and_each_members_class() -> None:
+    # The classes over B = 400 kB/s: a batch job (batch) offering 80 kB a window (400 kB/s, more
+    # than it gets: held back), the stream (latency) 20 kB a window, for 12 windows; then a second stream.
+    clock = Clock()
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "pools": [
+        {"name": "ingest", "producer_byte_rate": 400_000, "members": [{"client_id_prefix": "job-"}], "classes": [
+            {"name": "latency", "members": [{"client_id_prefix": "job-stream-"}]},
+            {"name": "batch", "members": [{"client_id_prefix": "job-batch-"}]}]}]}), 0.0)
+    obs = PrometheusObserver(entity_expiry_seconds=30, clock=clock, process_metrics=False)
+    obs.bind(clock, m)
+    for window in range(12):
+        now = window * 0.2 + 0.01
+        m.record_produce(Principal("ANONYMOUS", "job-batch-1"), 80_000, 1, 1, now)
+        m.record_produce(Principal("ANONYMOUS", "job-stream-1"), 20_000, 1, 1, now)
+    clock.t = 12 * 0.2
+    latency, batch = {**POOL, "class": "latency"}, {**POOL, "class": "batch"}
+    # the stream's 100 kB/s first; the batch job (held back by the sampled rate) the other 300k
+    assert value(obs, "kqp_pool_class_allocation", latency) == pytest.approx(100_000)
+    assert value(obs, "kqp_pool_class_allocation", batch) == pytest.approx(300_000)
+    assert value(obs, "kqp_pool_class_demand", latency) == pytest.approx(100_000)
+    assert value(obs, "kqp_pool_class_demand", batch) == math.inf
+    # what each moved over the span's 11 complete windows: 220 kB / 2.2 s
+    assert value(obs, "kqp_pool_class_delivered", latency) == pytest.approx(100_000)
+    assert value(obs, "kqp_pool_class_members", batch) == 1
+    assert value(obs, "kqp_pool_class_preemptions_total", batch) == 1   # the stream's joining, at 0.01 s
+    assert value(obs, "kqp_pool_class_preemptions_total", latency) == 0
+    stream = {**POOL, "user": "ANONYMOUS", "client_id": "job-stream-1", "client_id_prefix": ""}
+    assert value(obs, "kqp_pool_member_class", {**stream, "class": "latency"}) == 1
+    # a second stream starting (10 kB at once, over 5% of its share's window): the batch class cut again
+    m.record_produce(Principal("ANONYMOUS", "job-stream-2"), 10_000, 1, 1, clock.t + 0.01)
+    assert value(obs, "kqp_pool_class_preemptions_total", batch) == 2
+    assert value(obs, "kqp_pool_class_allocation", batch) == 0   # both streams want the budget until measured
+
+
+def test_a_pool_without_classes_has_no_class_series() -> None:
+    obs, m, _ = observed()
+    m.record_produce(Principal("ANONYMOUS", "job-a-1"), 1000, 1, 1, 0.0)
+    assert value(obs, "kqp_pool_class_allocation", {**POOL, "class": ""}) is None
+    assert value(obs, "kqp_pool_member_class", {**A, "class": ""}) is None

@@ -10,6 +10,7 @@ Clients bind 127.0.0.2 and 127.0.0.3 to be sources other than the trusted 127.0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import struct
@@ -39,6 +40,7 @@ class Served(asyncio.Protocol):
 
     def __init__(self, peer: object, done: Callable[[Served], None]) -> None:
         self.peer, self.data, self._done, self.ssl = peer, bytearray(), done, False
+        self.more = asyncio.Event()   # set at each arrival of bytes
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.ssl = transport.get_extra_info("ssl_object") is not None
@@ -46,20 +48,17 @@ class Served(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.data += data
+        self.more.set()
 
 
 @dataclass
 class Rig:
     port: int
     served: asyncio.Queue[Served]
-    refused: list[tuple[str, str, str]] = field(default_factory=list)   # (listener, peer, reason)
+    refused: asyncio.Queue[tuple[str, str, str]] = field(default_factory=asyncio.Queue)   # (listener, peer, reason)
 
-    async def refusal(self) -> str:
-        for _ in range(200):   # bounded: 2 s
-            if self.refused:
-                return self.refused[-1][2]
-            await asyncio.sleep(0.01)
-        raise AssertionError("no refusal")
+    async def refusal(self) -> tuple[str, str, str]:
+        return await asyncio.wait_for(self.refused.get(), 2)
 
 
 async def start(mode: str, tls: ListenerTls | None = None, **section: Any) -> tuple[Rig, ListenerSet]:
@@ -69,7 +68,7 @@ async def start(mode: str, tls: ListenerTls | None = None, **section: Any) -> tu
     rig = Rig(0, served)
 
     def refused(listener: str, peer: str, refusal: Refusal) -> None:
-        rig.refused.append((listener, peer, refusal.reason))
+        rig.refused.put_nowait((listener, peer, refusal.reason))
 
     listeners = ListenerSet(loop, HostPort("127.0.0.1", 0), "127.0.0.1", lambda node_id: 0,
                             lambda name, node_id, slot, peer: Served(peer, served.put_nowait),
@@ -91,10 +90,12 @@ async def connect(port: int, source: str = "127.0.0.1") -> tuple[asyncio.StreamR
 
 
 async def received(served: Served, size: int) -> bytes:
-    for _ in range(500):   # bounded: 5 s
-        if len(served.data) >= size:
-            break
-        await asyncio.sleep(0.01)
+    """What the protocol has once `size` bytes arrived (or what it has after 5 s without them)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5):
+            while len(served.data) < size:
+                served.more.clear()
+                await served.more.wait()
     return bytes(served.data)
 
 
@@ -124,15 +125,17 @@ async def test_a_header_trickled_byte_by_byte(rigs: list[ListenerSet]) -> None:
     rigs.append(listeners)
     _reader, writer = await connect(rig.port)
     writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for byte in V1[:-1]:
+    for byte in V1:
         writer.write(bytes([byte]))
         await writer.drain()
-        await asyncio.sleep(0.002)
-    await asyncio.sleep(0.05)
-    assert rig.served.empty() and not rig.refused   # not before the header is whole
-    writer.write(V1[-1:] + KAFKA_BYTES)
+        await asyncio.sleep(0.002)   # one segment per byte: the step reads a partial header many times
+    writer.write(KAFKA_BYTES)
     served = await asyncio.wait_for(rig.served.get(), 5)
+    # Made only once the header was whole: it names the header's client, and its stream starts
+    # right after the header (a protocol made earlier would have the socket's peer and header bytes).
     assert served.peer == ("10.9.8.7", 4321)
+    assert await received(served, len(KAFKA_BYTES)) == KAFKA_BYTES
+    assert rig.refused.empty()
     writer.close()
 
 
@@ -163,9 +166,8 @@ async def test_refused_with_a_counted_reason(rigs: list[ListenerSet], mode: str,
     reader, writer = await connect(rig.port, source)
     writer.write(sent)
     assert await closed_by_kqp(reader)
-    assert await rig.refusal() == reason
-    assert rig.refused[-1][:2] == ("bootstrap", f"{source}:{writer.get_extra_info('sockname')[1]}")
-    assert rig.served.empty()
+    assert await rig.refusal() == ("bootstrap", f"{source}:{writer.get_extra_info('sockname')[1]}", reason)
+    assert rig.served.empty()   # refused before any protocol was made: never after the refusal either
     writer.close()
 
 
@@ -176,7 +178,7 @@ async def test_a_client_that_leaves_first_is_client_closed(rigs: list[ListenerSe
     writer.write(V1[:10])
     await writer.drain()
     writer.close()   # a balancer's TCP health check
-    assert await rig.refusal() == "client_closed"
+    assert (await rig.refusal())[2] == "client_closed"
 
 
 @pytest.mark.parametrize("source", ["127.0.0.1", "127.0.0.3"], ids=["trusted", "untrusted"])

@@ -87,7 +87,7 @@ def test_a_reload_is_audited_and_appended_once_by_processes_sharing_the_file(tmp
     first, _ = store_at(path)
     second, _ = store_at(path)   # another worker reading the same config file and state file
     commit_now(first, [(ALICE, {"producer_byte_rate": 2048.0})], "User:ops")
-    second.refresh()
+    asyncio.run(second.refresh())
     new_base = QuotaSettings(entities={ALICE: {"producer_byte_rate": 10.0, "consumer_byte_rate": 7000.0}})
     with caplog.at_level(logging.INFO, logger="kqp.audit"):
         for store in (first, second):
@@ -114,7 +114,7 @@ def test_a_change_read_from_the_file_is_audited_as_state_file_but_not_appended(t
     reader, _ = store_at(path)
     commit_now(writer, [(BOB, {"request_rate": 3.0})], "User:ops")
     with caplog.at_level(logging.INFO, logger="kqp.audit"):
-        reader.refresh()   # another process wrote it: its commit already went into the history
+        asyncio.run(reader.refresh())   # another process wrote it: its commit already went into the history
     assert audit_records(caplog) == [{"who": None, "source": "state_file", "entity": "/users/bob", "before": {},
                                       "after": {"request_rate": 3.0}}]
     assert reader.audit.counts == {"admin_api": 0, "reload": 0, "state_file": 1}

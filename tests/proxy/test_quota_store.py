@@ -100,16 +100,16 @@ def test_processes_sharing_the_file_see_and_keep_each_other_s_changes(tmp_path: 
     first, first_quotas = store_at(path)
     second, second_quotas = store_at(path)   # another worker, or an instance on the same volume
     commit_now(first, [(ALICE, {"producer_byte_rate": 2048.0})], "User:ops")
-    second.refresh()   # what its watch does when the file's stat changes
+    asyncio.run(second.refresh())   # what its watch does when the file's stat changes
     assert second_quotas.settings.entities[ALICE]["producer_byte_rate"] == 2048.0
     commit_now(second, [(BOB, {"request_rate": 3.0})], "User:ops")   # re-read under the lock: alice's change stays
     assert set(read_state(str(path))) == {ALICE, BOB}
-    first.refresh()
+    asyncio.run(first.refresh())
     assert first_quotas.settings.entities[BOB]["request_rate"] == 3.0
     # A file broken on disk is not taken: the quotas in force stay, and the log says why.
     path.write_text("entities: [{user: 3}]\n")
     with caplog.at_level(logging.ERROR, logger="kqp.admin"):
-        first.refresh()
+        asyncio.run(first.refresh())
     assert first_quotas.settings.entities[BOB]["request_rate"] == 3.0
     assert "does not load; keeping the quotas in force" in caplog.text and str(path) in caplog.text
 

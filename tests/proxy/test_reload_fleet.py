@@ -14,14 +14,14 @@ from kqp.quotas.model import QuotaSettings
 BASE = "upstream: {bootstrap_servers: 'k:9092'}\nquotas:\n  entities: [{client_id: a, request_rate: %d}]\n"
 
 
-def test_scope_change_needs_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_scope_change_needs_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "kqp.yaml"
     path.write_text(BASE % 10)
     applied: list[QuotaSettings] = []
     reloader = ConfigReloader(str(path), load_config(path), lambda s: applied.append(s) or ["changed"])
     path.write_text(BASE % 20 + "  scope: cluster\n  cluster: {redis_url: 'redis://r:6379/0'}\n")
     caplog.set_level(logging.WARNING, logger="kqp.reload")
-    assert reloader.reload()
+    assert await reloader.reload()
     assert [r.getMessage() for r in caplog.records] == [
         "config reload: a change of 'quotas.scope/quotas.cluster' needs a restart; it is not applied"]
     [settings] = applied   # the quota values themselves apply live

@@ -113,28 +113,29 @@ def bump(path: Path) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
 
 
-def test_a_changed_file_is_reloaded_after_it_settles(certs: TlsFiles) -> None:
+async def test_a_changed_file_is_reloaded_after_it_settles(certs: TlsFiles) -> None:
     section = tls(**certs.listener())
     reloading = ReloadingContext("listener", lambda: server_context(section), watched_files(section))
     first = reloading.context
-    assert not reloading.poll()
+    assert not await reloading.poll()
     certs.issue_server("kqp-2")
     bump(certs.server_cert)
     bump(certs.server_key)
-    assert not reloading.poll(), "a change is read only once it has held for a whole poll"
-    assert reloading.poll()
+    assert not await reloading.poll(), "a change is read only once it has held for a whole poll"
+    assert await reloading.poll()
     assert reloading.context is not first
-    assert not reloading.poll()
+    assert not await reloading.poll()
 
 
-def test_a_rotation_that_does_not_load_keeps_the_old_context(certs: TlsFiles, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_rotation_that_does_not_load_keeps_the_old_context(certs: TlsFiles,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
     section = tls(**certs.listener())
     reloading = ReloadingContext("listener", lambda: server_context(section), watched_files(section))
     first = reloading.context
     certs.server_key.write_bytes(certs.client("Mallory").key.read_bytes())   # a key of another certificate
     bump(certs.server_key)
     with caplog.at_level(logging.ERROR, logger="kqp.tls"):
-        assert not reloading.poll() and not reloading.poll()
+        assert not await reloading.poll() and not await reloading.poll()
     assert reloading.context is first
     assert "do not load, keeping the previous ones: config error: tls.key:" in caplog.text
 

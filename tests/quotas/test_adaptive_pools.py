@@ -18,9 +18,8 @@ from kqp.config import quota_settings_from
 from kqp.quotas.adaptive import Reason
 from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.manager import QuotaManager, combine
-from kqp.quotas.model import Principal, QuotaKey, QuotaType
+from kqp.quotas.model import ChargeKind, Principal, QuotaKey, QuotaType
 from kqp.quotas.pool_ledger import PoolLedger
-from kqp.quotas.pools import FETCH, PRODUCE
 
 C = 10_000_000.0
 FLOOR = C / 100
@@ -142,8 +141,8 @@ def test_a_long_silence_closes_at_most_catch_up_windows() -> None:
 
 def test_requests_from_outside_the_pool_are_never_watched_nor_throttled_by_it() -> None:
     m = manager()
-    assert m.pools.watching(A1, PRODUCE) == (adaptive(m),) and m.pools.watching(A1, FETCH) == ()
-    assert m.pools.watching(OUTSIDER, PRODUCE) == ()
+    assert m.pools.watching(A1, ChargeKind.PRODUCE) == (adaptive(m),) and m.pools.watching(A1, ChargeKind.FETCH) == ()
+    assert m.pools.watching(OUTSIDER, ChargeKind.PRODUCE) == ()
     assert m.pools.watch_kinds == (True, False)
     assert produce(m, OUTSIDER, 10**9, 0.0) == 0     # a GB at once: no pool holds it
 
@@ -155,7 +154,7 @@ def test_a_request_rate_pool_watches_produce_and_fetch() -> None:
     m = manager(data)
     [pool] = m.pools.adaptive.values()
     assert pool.unit == 3 and m.pools.watch_kinds == (True, True)
-    assert m.pools.watching(A1, PRODUCE) == m.pools.watching(A1, FETCH) == (pool,)
+    assert m.pools.watching(A1, ChargeKind.PRODUCE) == m.pools.watching(A1, ChargeKind.FETCH) == (pool,)
 
 
 def test_the_floor_is_min_budget_else_the_members_min_shares() -> None:

@@ -212,3 +212,119 @@ def test_only_the_ratio_of_weights_counts(budget: float, scale: float, cs: list[
 def test_equal_claims_get_equal_allocations(budget: float, n: int, weight: float, demand: float) -> None:
     got = allocate(budget, [Claim(weight, demand)] * n)
     assert max(got) - min(got) <= tol(budget)
+
+
+# -- service classes (Claim.rank, class_shares) ----------------------------------------------------
+# The issue's run: B = 400 kB/s, a stream (class 0) offering 100 kB/s, four batch jobs (class 1) flat out.
+C = 400_000.0
+
+
+def test_a_higher_class_is_served_first_and_what_it_leaves_goes_below() -> None:
+    stream, batch = Claim(demand=100_000, rank=0), Claim(rank=1)
+    # the stream's 100k first; the batch jobs split the other 300k evenly: 75k each
+    assert allocate(C, [stream, batch, batch, batch, batch]) == approx([100_000] + [75_000] * 4)
+    # without classes the stream is one of five: 400k / 5 = 80k < its 100k
+    assert allocate(C, [Claim(demand=100_000), *[Claim()] * 4]) == approx([80_000] * 5)
+
+
+def test_a_higher_class_flat_out_takes_everything() -> None:
+    # strict priority: the batch jobs get nothing while the class above wants the whole budget
+    assert allocate(C, [Claim(rank=0), Claim(rank=1)]) == approx([C, 0])
+    # and a class above that wants nothing leaves everything below (work-conserving)
+    assert allocate(C, [Claim(demand=0, rank=0), Claim(rank=1)]) == approx([0, C])
+
+
+def test_max_share_caps_a_class_and_the_rest_goes_below() -> None:
+    # class 0 at most 0.5 B = 200k, flat out: two members split it 100k/100k; class 1 the other 200k
+    assert allocate(C, [Claim(rank=0), Claim(rank=0), Claim(rank=1)], [0.5]) == approx([100_000, 100_000, 200_000])
+    # the cap also holds for the slack: nobody below, 200k stays unallocated
+    assert allocate(C, [Claim(demand=0, rank=0)], [0.5]) == approx([200_000])
+
+
+def test_weighted_max_min_within_a_class() -> None:
+    # class 1's 300k split 3:1 by weight: 4L = 300k, L = 75k
+    got = allocate(C, [Claim(demand=100_000, rank=0), Claim(3, rank=1), Claim(1, rank=1)])
+    assert got == approx([100_000, 225_000, 75_000])
+
+
+def test_the_slack_goes_to_every_member_by_weight_whatever_its_class() -> None:
+    # every demand met (50k + 30k): the 320k left goes out by weight up to max_share, as in one class:
+    # a class below left at 0 could not grow without being throttled first
+    assert allocate(C, [Claim(demand=50_000, rank=0), Claim(demand=30_000, rank=1)]) == approx([200_000, 200_000])
+    # class 0's member capped at max_share 0.25 (100k): the rest of the slack falls to class 1
+    assert allocate(C, [Claim(demand=50_000, max_share=0.25, rank=0), Claim(demand=30_000, rank=1)]) \
+        == approx([100_000, 300_000])
+    # and a class's own max_share holds for the slack too: class 0 at most 0.1 B
+    assert allocate(C, [Claim(demand=10_000, rank=0), Claim(demand=30_000, rank=1)], [0.1]) \
+        == approx([40_000, 360_000])
+
+
+def test_floors_below_come_before_a_higher_class() -> None:
+    # A min_share is a guarantee whatever the class: batch member with min_share 0.1 keeps 40k even
+    # though the class above wants everything; the class above gets the other 360k.
+    assert allocate(C, [Claim(rank=0), Claim(min_share=0.1, rank=1), Claim(rank=1)]) == approx([360_000, 40_000, 0])
+
+
+def test_a_cut_budget_comes_out_of_the_lowest_class_first() -> None:
+    # The adaptive law cuts B. Two batch members have min_share 0.1 (floors 0.1 B each, set aside first).
+    claims_ = [Claim(demand=100_000, rank=0), Claim(min_share=0.1, rank=1), Claim(min_share=0.1, rank=1)]
+    # 200k: floors 2 x 20k, the stream's 100k, the batch class the other 60k above its floors: 50k each
+    assert allocate(200_000, claims_) == approx([100_000, 50_000, 50_000])
+    # 140k: floors 2 x 14k, the stream 100k, 12k left: 20k each; the stream not cut yet
+    assert allocate(140_000, claims_) == approx([100_000, 20_000, 20_000])
+    # 125k: the batch class is down to its floors (12.5k each) and the stream still has its 100k ...
+    assert allocate(125_000, claims_) == approx([100_000, 12_500, 12_500])
+    # ... 120k: only now the stream is cut: 120k - 2 x 12k floors = 96k
+    assert allocate(120_000, claims_) == approx([96_000, 12_000, 12_000])
+
+
+def test_fair_shares_with_classes() -> None:
+    # everyone unbounded: class 0 takes its cap (0.5 B), class 1 the rest
+    assert fair_shares(C, [Claim(demand=1, rank=0), Claim(demand=1, rank=1)], [0.5]) == approx([200_000, 200_000])
+    assert fair_shares(C, [Claim(demand=1, rank=0), Claim(demand=1, rank=1)]) == approx([C, 0])
+
+
+ranked = st.lists(st.tuples(weights, demands, st.integers(0, 2)), min_size=1, max_size=8)
+class_caps = st.lists(st.floats(0.05, 1.0), max_size=3)
+
+
+@given(budgets, ranked, class_caps)
+def test_classes_never_more_than_the_budget_nor_a_class_above_its_share(
+        budget: float, members: list[tuple[float, float, int]], caps: list[float]) -> None:
+    cs = [Claim(w, d, rank=r) for w, d, r in members]
+    got = allocate(budget, cs, caps)
+    assert sum(got) <= budget + tol(budget)
+    for rank, cap in enumerate(caps):
+        assert sum(a for a, c in zip(got, cs, strict=True) if c.rank == rank) <= cap * budget + tol(budget)
+
+
+@given(budgets, ranked, class_caps)
+def test_a_lower_class_gets_anything_only_once_every_class_above_is_satisfied(
+        budget: float, members: list[tuple[float, float, int]], caps: list[float]) -> None:
+    # Strict priority: if a class below holds more than its demand-capped floors (none here), every
+    # class above is at its cap or has every member at its demand.
+    cs = [Claim(w, d, rank=r) for w, d, r in members]
+    got = allocate(budget, cs, caps)
+    for low in range(3):
+        if sum(a for a, c in zip(got, cs, strict=True) if c.rank == low) <= tol(budget):
+            continue
+        for high in range(low):
+            mine = [(a, c) for a, c in zip(got, cs, strict=True) if c.rank == high]
+            total = sum(a for a, _ in mine)
+            cap = caps[high] * budget if high < len(caps) else budget
+            assert total >= cap - tol(budget) or all(a >= min(c.demand, budget) - tol(budget) for a, c in mine)
+
+
+@given(budgets, ranked)
+def test_within_a_class_it_is_weighted_max_min(budget: float, members: list[tuple[float, float, int]]) -> None:
+    # Each class alone gets what allocate gives its members for the part of the budget it took.
+    cs = [Claim(w, d, rank=r) for w, d, r in members]
+    got = allocate(budget, cs)
+    for rank in range(3):
+        mine = [i for i, c in enumerate(cs) if c.rank == rank]
+        if not mine:
+            continue
+        part = sum(got[i] for i in mine)
+        alone = allocate(part, [Claim(cs[i].weight, cs[i].demand) for i in mine])
+        if part < budget - tol(budget) or rank == max(c.rank for c in cs):
+            assert [got[i] for i in mine] == pytest.approx(alone, rel=1e-6, abs=tol(budget))

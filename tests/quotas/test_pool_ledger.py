@@ -102,19 +102,20 @@ def lending() -> QuotaManager:
 def test_an_idle_members_share_is_lent_and_its_quota_kept() -> None:
     m = lending()
     a, b = ledger(m).members[KEY_A], ledger(m).members[KEY_B]
-    # job-b- used 1000 B in window 0: max(0, 1000 / 0.2) = 5 kB/s, but over its span 1000 / 2.2 = 454.5 B/s
-    assert b.demand == pytest.approx(1000 / 2.2)
-    # job-a- is held: unbounded. Max-min: job-b- gets its 454.5, job-a- the rest; fair 225k / 75k
-    assert (a.allocation, b.allocation) == pytest.approx((B - 1000 / 2.2, 1000 / 2.2))
-    # job-b- keeps its fair share as its quota: only its unused 74.5k is lent
-    assert quotas(m) == pytest.approx({KEY_A: B - 1000 / 2.2, KEY_B: 75_000})
-    assert ledger(m).lent == pytest.approx(75_000 - 1000 / 2.2)
+    # job-b- used 1000 B in window 0: max(0, 1000 / 0.2) = 5 kB/s, but over the two windows it has been
+    # here (it joined in window 0; over a span once it has been here for one) 1000 / 0.4 = 2.5 kB/s
+    assert b.demand == pytest.approx(1000 / 0.4)
+    # job-a- is held: unbounded. Max-min: job-b- gets its 2.5k, job-a- the rest; fair 225k / 75k
+    assert (a.allocation, b.allocation) == pytest.approx((B - 2500, 2500))
+    # job-b- keeps its fair share as its quota: only its unused 72.5k is lent
+    assert quotas(m) == pytest.approx({KEY_A: B - 2500, KEY_B: 75_000})
+    assert ledger(m).lent == pytest.approx(75_000 - 2500)
     assert sum(quotas(m).values()) == pytest.approx(B + ledger(m).lent)
 
 
 def test_a_lender_coming_back_reclaims_its_share_within_the_window() -> None:
     m = lending()
-    # job-b- measured at 454.5 B/s: twice that over a window is 2 x 454.5 x 0.2 = 182 B. Its 15 kB (its share
+    # job-b- measured at 2.5 kB/s: twice that over a window is 2 x 2500 x 0.2 = 1000 B. Its 15 kB (its share
     # for one window) crosses it: the pool divides again before the charge is checked, job-a- back to 225k.
     assert produce(m, B1, 15_000, 0.45) == 0      # (1000 + 15000) / 2.0 = 8 kB/s, within 75k
     assert quotas(m) == {KEY_A: 225_000, KEY_B: 75_000}
@@ -123,8 +124,8 @@ def test_a_lender_coming_back_reclaims_its_share_within_the_window() -> None:
 
 def test_a_light_lender_below_twice_its_demand_does_not_reclaim() -> None:
     m = lending()
-    produce(m, B1, 150, 0.45)                      # 150 B <= 182 B: still the 454.5 B/s member
-    assert quotas(m) == pytest.approx({KEY_A: B - 1000 / 2.2, KEY_B: 75_000})
+    produce(m, B1, 900, 0.45)                      # 900 B <= 1000 B: still the 2.5 kB/s member
+    assert quotas(m) == pytest.approx({KEY_A: B - 2500, KEY_B: 75_000})
 
 
 def test_a_member_back_after_a_span_of_silence_gets_its_share_at_once() -> None:

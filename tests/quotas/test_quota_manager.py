@@ -316,3 +316,60 @@ def test_ten_thousand_entities_are_cheap() -> None:
     assert m.sensor_count == 20_000
     # per principal: two sensors, one resolution cache entry and its keys
     assert used / 10_000 < 4096, used
+
+
+def observing(**quotas: float) -> QuotaSettings:
+    spec = EntitySpec("alice", None)
+    return QuotaSettings(entities={spec: quotas}, modes={spec: "observe"})
+
+
+def test_an_observed_quota_is_charged_and_checked_as_if_enforced() -> None:
+    """The arithmetic of test_produce_byte_rate_throttle_is_uncapped, the violation marked observed."""
+    m = QuotaManager(observing(producer_byte_rate=1000), now=0.0)
+    assert m.record_produce(ALICE, 5000, 1, 1, 0.0) == []
+    [v] = m.record_produce(ALICE, 10000, 1, 1, 0.5)
+    assert v.observed and v.throttle_seconds == pytest.approx(4.5)
+    assert m.observed(ALICE, "producer_byte_rate") and not m.observed(ALICE, "consumer_byte_rate")
+    enforced = manager(alice(producer_byte_rate=1000))
+    enforced.record_produce(ALICE, 5000, 1, 1, 0.0)
+    assert not enforced.record_produce(ALICE, 10000, 1, 1, 0.5)[0].observed
+
+
+def test_an_observed_quota_caps_no_fetch_and_holds_no_request_back() -> None:
+    m = QuotaManager(observing(consumer_byte_rate=1000, request_rate=5), now=0.0)
+    assert m.fetch_max_bytes_cap(ALICE) is None
+    assert not m.throttles_on_response(ALICE)
+    assert m.record_fetch(ALICE, 30000, 0, 0, 0.0)[0].observed   # measured all the same
+    [v] = [v for _ in range(60) for v in m.record_request(ALICE, 0.0, 0.0)][-1:]
+    assert v.observed and v.quota_type == "request_rate"
+    enforced = manager(alice(consumer_byte_rate=1000))
+    assert enforced.fetch_max_bytes_cap(ALICE) == 10000 and enforced.throttles_on_response(ALICE)
+
+
+def test_switching_mode_keeps_the_measurement_and_says_so() -> None:
+    m = QuotaManager(observing(producer_byte_rate=1000), now=0.0)
+    m.record_produce(ALICE, 5000, 1, 1, 0.0)
+    lines = m.update_settings(QuotaSettings(entities=alice(producer_byte_rate=1000)), now=0.5)
+    assert lines == ["/users/alice: mode observe -> default"]
+    [state] = m.snapshot(0.5)
+    assert state.rate == pytest.approx(5000 / 10.5)   # the same sensor, not reset
+    [v] = m.record_produce(ALICE, 10000, 1, 1, 0.5)
+    assert not v.observed and v.throttle_seconds == pytest.approx(4.5)
+    assert m.update_settings(QuotaSettings(entities=alice(producer_byte_rate=1000), mode="observe"), 0.6) == [
+        "quotas.mode enforce -> observe"]
+    assert m.record_produce(ALICE, 0, 0, 0, 0.6)[0].observed
+
+
+def test_an_observed_pool_still_divides_and_charges_its_throttles_are_observed() -> None:
+    from kqp.quotas.pool_spec import MemberSelector, PoolSpec
+
+    pool = PoolSpec("ingest", {"consumer_byte_rate": 1000.0}, (MemberSelector(user="alice"),), mode="observe")
+    m = QuotaManager(QuotaSettings(pools=(pool,)), now=0.0)
+    [v] = m.record_fetch(ALICE, 30000, 0, 0, 0.0)
+    assert v.pool == "ingest" and v.observed
+    assert m.fetch_max_bytes_cap(ALICE) is None and not m.throttles_on_response(ALICE)
+    [state] = m.pools.snapshot(0.0)
+    assert state.observed and state.members and state.members[0].usage >= 0
+    m.update_settings(QuotaSettings(pools=(PoolSpec("ingest", {"consumer_byte_rate": 1000.0},
+                                                    (MemberSelector(user="alice"),)),)), now=0.1)
+    assert not m.record_fetch(ALICE, 30000, 0, 0, 0.1)[0].observed and m.throttles_on_response(ALICE)

@@ -20,8 +20,7 @@ from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response, fetch_
 from kqp.protocol.parts import joined, with_body
 from kqp.protocol.topic_bytes import TopicBytes, fetch_response_topics
 from kqp.proxy.policies.topic_metadata import TopicMetadata
-from kqp.quotas.model import QuotaType
-from kqp.quotas.pools import FETCH as FETCHES
+from kqp.quotas.model import ChargeKind, QuotaType
 from kqp.quotas.upstream_signals import counts_as_latency
 
 from ..charging import Charging
@@ -34,6 +33,7 @@ __all__ = ["FetchHandler", "FetchReply"]
 
 FETCH = ApiKey.Fetch
 BYTES = QuotaType.CONSUMER_BYTE_RATE
+FETCHES = ChargeKind.FETCH   # a module name: read on every Fetch
 
 
 class FetchReply(Replier):
@@ -59,6 +59,9 @@ class FetchReply(Replier):
         if pools.reads[FETCHES] and pools.topic_types and pools.wants_topics(flight.principal, BYTES):
             reading = fetch_response_topics(flight.api_version, frame, body_offset)
             usage = usage._replace(topics=tuple(topic_sizes(reading, self.topics)[0]))
+        elif self.charging.observer.wants_topics:   # kqp_topic_bytes_total, for everyone
+            reading = fetch_response_topics(flight.api_version, frame, body_offset)
+            usage = usage._replace(topics=tuple(topic_sizes(reading, self.topics, by_id=True)[0]))
         if not self.watched:
             return Reply(frame, fetched=usage)
         if reading is None:

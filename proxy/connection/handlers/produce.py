@@ -7,7 +7,7 @@ them, across the slices the frame arrived in. An acks=0 request has no response:
 quotas, its byte-rate throttle is a mute without an answer. For a principal a topic pool takes, the
 records bytes per topic go on its `Usage` (a topic id unknown to the cache is looked up first); a
 member of an adaptive pool is watched, and its response side reads the answer's signals. Everyone
-else costs one flag test (`PoolBook.reads`).
+else costs one flag test (`Pools.reads`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 from kqp.protocol.produce import produce_acks, produce_request_counts_parts
 from kqp.protocol.topic_bytes import produce_request_topics, produce_response_signals
 from kqp.proxy.policies.topic_metadata import TopicMetadata
-from kqp.quotas.model import QuotaType
-from kqp.quotas.pools import PRODUCE
+from kqp.quotas.model import ChargeKind, QuotaType
 
 from ..charging import Charging
 from ..events import Parts
@@ -27,6 +26,7 @@ __all__ = ["ProduceHandler"]
 
 SIZE_PREFIX = 4
 BYTES = QuotaType.PRODUCER_BYTE_RATE
+PRODUCE = ChargeKind.PRODUCE   # a module name: read on every Produce of a pooled principal
 
 
 class WatchedProduce(Replier):
@@ -55,15 +55,18 @@ class ProduceHandler(Handler):
             usage = Usage(size, size - SIZE_PREFIX)
         acks = produce_acks(hdr.api_version, req.head[hdr.body_offset:])
         pools = self.pools
-        if pools.reads[PRODUCE]:
-            if pools.topic_types and pools.wants_topics(principal, BYTES):
-                sizes, unknown = topic_sizes(produce_request_topics(hdr.api_version, frame, hdr.body_offset),
-                                             self.topics)
-                if unknown and not req.looked_up:
-                    return LOOK_UP
-                usage = usage._replace(topics=tuple(sizes))
-            if acks != 0 and (watching := pools.watching(principal, PRODUCE)):
-                return Plan(produced=usage, reply=WATCHED, watching=watching)
+        if pools.reads[PRODUCE] and pools.topic_types and pools.wants_topics(principal, BYTES):
+            sizes, unknown = topic_sizes(produce_request_topics(hdr.api_version, frame, hdr.body_offset),
+                                         self.topics)
+            if unknown and not req.looked_up:
+                return LOOK_UP
+            usage = usage._replace(topics=tuple(sizes))
+        elif self.charging.observer.wants_topics:   # kqp_topic_bytes_total, for everyone
+            sizes, _ = topic_sizes(produce_request_topics(hdr.api_version, frame, hdr.body_offset), self.topics,
+                                   by_id=True)
+            usage = usage._replace(topics=tuple(sizes))
+        if pools.reads[PRODUCE] and acks != 0 and (watching := pools.watching(principal, PRODUCE)):
+            return Plan(produced=usage, reply=WATCHED, watching=watching)
         if acks == 0:
             return Plan(produced=usage, expects_response=False, exempt=True)
         return Plan(produced=usage)
