@@ -35,6 +35,7 @@ from kqp.quotas.model import (
     MODES,
     QUOTA_TYPES,
     SAMPLED,
+    STEADY,
     EntitySpec,
     QuotaSettings,
     QuotaType,
@@ -160,7 +161,7 @@ def _entities(value: object, path: str) -> Entities:
 QUOTA_FIELDS = {
     "window_size_seconds": Field(number(above=0), 1),  # quota.window.size.seconds
     "window_count": Field(integer(minimum=2), 11),  # quota.window.num
-    "algorithm": Field(_algorithm, SAMPLED),  # every entity's, unless its entry names one
+    "algorithm": Field(_algorithm, STEADY),  # every entity's, unless its entry names one
     "mode": Field(_mode, ENFORCE),  # every entity's and pool's, unless its entry names one
     "entities": Field(_entities, []),
     "pools": Field(pools_from, []),  # capacity pools (pool_section.py)
@@ -218,7 +219,7 @@ def _check_adaptive_algorithm(data: object, pools: tuple[PoolSpec, ...], path: s
         raise ConfigError(child(path, "algorithm"), f"sampled, but the members of adaptive pool {adaptive} "
                           "measure with a token bucket (Kafka's sampled rate lets a span's unused quota through "
                           "at once, which overruns a budget held near the upstream's capacity); leave "
-                          "algorithm out (entity quotas then measure with the sampled rate, the default) or set "
+                          "algorithm out (entity quotas then measure with the default, steady) or set "
                           "token_bucket")
 
 
@@ -245,7 +246,7 @@ def quota_document(settings: QuotaSettings, fleet: FleetConfig | None = None) ->
         "mode": settings.mode,
         "entities": entries,
     }
-    if settings.algorithm != SAMPLED:   # the default goes unwritten: an adaptive pool refuses it written out
+    if settings.algorithm != STEADY:   # the default goes unwritten
         document["algorithm"] = settings.algorithm
     if settings.pools:
         document["pools"] = [pool_document(pool) for pool in settings.pools]

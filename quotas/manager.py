@@ -109,7 +109,7 @@ class QuotaManager:
         updates a live metric's quota): a token bucket keeps its tokens, debt included, and refills
         at the new rate up to the new burst; sensors nothing charges any more are released at once.
         A new window size or count changes what every sample means, so then all measurements
-        restart. A sensor whose algorithm changes (sampled <-> token_bucket) restarts too: samples
+        restart. A sensor whose algorithm changes (sampled, steady, token_bucket) restarts too: samples
         say nothing about tokens, and a bucket keeps no samples worth enforcing on; the next request
         creates it afresh (a full bucket, or empty samples), as for a new entity.
         Pools keep their members' measurements likewise (pools.py); `now` dates what they divide anew.
@@ -128,7 +128,7 @@ class QuotaManager:
             for quota_type, sensors in self._sensors.items():
                 for key, sensor in list(sensors.items()):
                     found = resolve_key(settings, quota_type, key)
-                    if found is None or _bucket(settings, quota_type, found) != (sensor.bucket is not None):
+                    if found is None or _algorithm(settings, quota_type, found) != sensor.algorithm:
                         del sensors[key]
                         self._forget(quota_type, key)
                         if found is None:
@@ -158,7 +158,7 @@ class QuotaManager:
             shared = None if fleet is None else fleet.usage_for(sensor_name(quota_type, found.key), now)
             sensor = sensors[found.key] = QuotaSensor(
                 found.limit, s.window_size_seconds, s.window_count, now,
-                cap=cap, token_bucket=_bucket(s, quota_type, found), entity=found.entity, shared=shared,
+                cap=cap, algorithm=_algorithm(s, quota_type, found), entity=found.entity, shared=shared,
             )
         elif sensor.limit != found.limit:
             # update_settings re-checks every key, so this is only a safety net: the latest
@@ -177,8 +177,10 @@ class QuotaManager:
                 continue
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(values[index], now)) > 0:
+                if res.observed:
+                    t = sensor.forgive(t, now)
                 out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line,
-                                     res.observed))
+                                     sensor.steady, sensor.hold(t), res.observed))
         return out
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
@@ -243,7 +245,8 @@ class QuotaManager:
             value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
             sensor = self._sensor(quota_type, res, now)
             if (t := sensor.charge(value, now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now), observed=res.observed))
+                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now),
+                                     sensor.line if sensor.steady else None, sensor.steady, observed=res.observed))
         return out
 
     # -- controller mutations (KIP-599) --------------------------------------------------------
@@ -359,9 +362,9 @@ class QuotaManager:
         time for these principals instead, except where the response cannot throttle: the consumer
         rates charge Fetch responses only, and a request quota at most half used over even its
         shortest window, counting what the requests in flight and this one will add (1 request, at
-        most 10 ms of handler time each), is not reached by them (`QuotaSensor.far_below`). A quota
-        not yet charged, shared by a fleet, or kept in a token bucket counts as near. An observed
-        quota holds nothing back: it is measured all the same, response by response.
+        most 10 ms of handler time each), is not reached by them (`QuotaSensor.far_below`; a steady
+        quota: half its allowance left). A quota not yet charged, shared by a fleet, or a token_bucket
+        one counts as near. An observed quota holds nothing back: it is measured all the same.
         """
         enforced = self._observing
         if (self._pooled_fetch or self._pooled_request) and self.pools.applies(p, _ON_RESPONSE, enforced):
@@ -390,26 +393,27 @@ class QuotaManager:
                 return True
         return False
 
-    def fetch_max_bytes_cap(self, p: Principal) -> int | None:
+    def fetch_max_bytes_cap(self, p: Principal, now: float | None = None) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.
 
         Kafka's getMaxValueInQuotaWindow: consumer_byte_rate x (window_count - 1) x window_size,
-        with the smaller of the entity's quota and its pool member's current one. An observed quota
-        caps nothing: it changes no request.
+        with the smaller of the entity's quota and its pool member's current one. A steady quota's
+        (given `now`) is also no more than its tokens plus one window of quota: a consumer back from
+        its throttle fetches a window's worth, so its bytes follow the quota's line a window at a time.
+        An observed quota caps nothing: it changes no request.
         """
-        limits = []
+        s = self._settings
+        span = (s.window_count - 1) * s.window_size_seconds
+        caps: list[float] = []
         if self._fetch:
             res = resolutions(self._settings, p).get(QuotaType.CONSUMER_BYTE_RATE)
             if res is not None and not res.observed:
-                limits.append(res.limit)
+                caps.append(_fetch_cap(res.limit, span, self._sensors[QuotaType.CONSUMER_BYTE_RATE].get(res.key), now))
         if self._pooled_fetch:
             pooled = self.pools.quota(p, QuotaType.CONSUMER_BYTE_RATE, enforced=True)
             if pooled is not None:
-                limits.append(pooled)
-        if not limits:
-            return None
-        s = self._settings
-        return int(min(limits) * (s.window_count - 1) * s.window_size_seconds)
+                caps.append(_fetch_cap(pooled, span, self.pools.sensor(p, QuotaType.CONSUMER_BYTE_RATE), now))
+        return int(min(caps)) if caps else None
 
     def observed(self, p: Principal, quota_type: QuotaType) -> bool:
         """Whether `p`'s quota of `quota_type` is observed (False also when none applies)."""
@@ -459,7 +463,16 @@ class QuotaManager:
             self.fleet.forget(sensor_name(quota_type, key))
 
 
-def _bucket(settings: QuotaSettings, quota_type: QuotaType, found: Resolution) -> bool:
-    """Whether the sensor measures with a token bucket: always for KIP-599's mutations, else as
-    the entity's (or the section's) `algorithm` says."""
-    return quota_type == MUTATION or settings.algorithm_for(found.entity) == TOKEN_BUCKET
+def _algorithm(settings: QuotaSettings, quota_type: QuotaType, found: Resolution) -> str:
+    """How the sensor measures: KIP-599's token bucket for mutations always, else as the entity's
+    (or the section's) `algorithm` says."""
+    return TOKEN_BUCKET if quota_type == MUTATION else settings.algorithm_for(found.entity)
+
+
+def _fetch_cap(limit: float, span: float, sensor: QuotaSensor | None, now: float | None) -> float:
+    """One consumer quota's cap on a Fetch (`QuotaManager.fetch_max_bytes_cap`)."""
+    cap = limit * span
+    if sensor is None or not sensor.steady or now is None:
+        return cap
+    tokens = sensor.tokens(now) or 0.0
+    return min(cap, max(tokens, 0.0) + limit * sensor.window)

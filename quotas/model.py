@@ -69,10 +69,13 @@ _CHARGED: tuple[tuple[tuple[QuotaType, int], ...], ...] = (
     ((QuotaType.REQUEST_RATE, 0),),
 )
 
-# How a quota measures use (README "Quota algorithms"): Kafka's sampled rate, or KIP-599's token bucket.
+# How a quota measures use (README "Quota algorithms"): the quota held steady after Kafka's first
+# allowance (the config file's default), Kafka's sampled rate, or KIP-599's token bucket.
+STEADY = "steady"
 SAMPLED = "sampled"
 TOKEN_BUCKET = "token_bucket"
-ALGORITHMS: tuple[str, ...] = (SAMPLED, TOKEN_BUCKET)
+ALGORITHMS: tuple[str, ...] = (STEADY, SAMPLED, TOKEN_BUCKET)
+BUCKETS = frozenset({STEADY, TOKEN_BUCKET})   # the algorithms that measure with a token bucket
 # What a quota's throttles do (README "Rolling out quotas"): throttle clients, or only be counted.
 ENFORCE = "enforce"
 OBSERVE = "observe"
@@ -179,7 +182,8 @@ class QuotaSettings:
 
     ``window_size_seconds`` and ``window_count`` are Kafka's ``quota.window.size.seconds`` and
     ``quota.window.num``. ``algorithm`` is how every quota measures use unless ``algorithms`` names
-    another for an entity (controller_mutation_rate is a token bucket whatever they say, KIP-599).
+    another for an entity (controller_mutation_rate is a token bucket whatever they say, KIP-599);
+    built here it defaults to Kafka's sampled rate, read from a config file to `steady`.
     ``mode`` likewise, unless ``modes`` (or a pool's own ``mode``) names another: an observed quota
     is measured and charged as if enforced, and its throttles are only counted.
     A reload builds a new instance; the per-type index, the prefix index and the resolution cache

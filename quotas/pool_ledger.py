@@ -200,7 +200,7 @@ class PoolLedger:
             pool_sensor_name(self.pool.name, self.quota_type, membership.key), now)
         return QuotaSensor(limit, s.window_size_seconds, s.window_count, now,
                            cap=s.window_size_seconds if self.quota_type in CAPPED_TYPES else None,
-                           token_bucket=algorithm == TOKEN_BUCKET, entity=membership.entity, shared=shared)
+                           algorithm=algorithm, entity=membership.entity, shared=shared)
 
     def add(self, membership: Membership, now: float, static: bool = False) -> Member:
         """A member, new here: its quota is its share of the budget before its first charge."""
@@ -263,7 +263,7 @@ class PoolLedger:
     def restart(self, member: Member, membership: Membership, now: float) -> None:
         """A new share or entity for a member (a reload); a new sensor if its algorithm changed."""
         member.membership = membership
-        if (member.sensor.bucket is not None) != (self._algorithm(membership) == TOKEN_BUCKET):
+        if member.sensor.algorithm != self._algorithm(membership):
             member.sensor = self._sensor(membership, member.quota, now)   # samples say nothing about tokens
         member.sensor.entity = membership.entity
 
@@ -311,6 +311,8 @@ class PoolLedger:
         if totals is not None:
             totals.total.record(value, now)
         t = member.sensor.charge(value, now)
+        if t > 0 and self.observed:
+            t = member.sensor.forgive(t, now)   # an observed pool enforces no debt: keep one span of it
         if t > 0 and member.credit > member.spent:
             t = self._spend(member, value, now)
         if t > 0 and member.quota <= 0 and now < self.wanting_until:

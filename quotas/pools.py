@@ -22,6 +22,7 @@ from kqp.quotas.model import ChargeKind, EntitySpec, Principal, QuotaKey, QuotaS
 from kqp.quotas.pool_ledger import Member, PoolLedger
 from kqp.quotas.pool_membership import Membership, counts_for, membership, share_of, static_keys
 from kqp.quotas.pool_spec import PoolSpec
+from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import Violation
 
 _ANSWERED = (ChargeKind.PRODUCE, ChargeKind.FETCH)   # the kinds whose answers adaptive pools watch
@@ -179,8 +180,10 @@ class Pools:
                 member = ledger.add(found, now)
             t = ledger.charge(member, values[index], now)
             if t > 0:
+                sensor = member.sensor
                 out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
-                                     member.sensor.pace(values[index], t, now), member.sensor.line, ledger.observed))
+                                     sensor.pace(values[index], t, now), sensor.line, sensor.steady, sensor.hold(t),
+                                     ledger.observed))
 
     def refund(self, p: Principal, kind: ChargeKind, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
@@ -234,6 +237,15 @@ class Pools:
                     return ledger.budget if member is None else member.quota
         return None
 
+    def sensor(self, p: Principal, quota_type: QuotaType) -> QuotaSensor | None:
+        """The sensor of `p`'s member in its pool of `quota_type`, once it has one."""
+        for entries in self._entries_of(p):
+            for ledger, found, _ in entries:
+                if ledger.quota_type == quota_type:
+                    member = ledger.members.get(found.key)
+                    return None if member is None else member.sensor
+        return None
+
     # -- topic pools -------------------------------------------------------------------------------
     def _topic_pools(self, p: Principal) -> dict[PoolLedger, Membership]:
         found = self._topic_members.get(p)
@@ -284,8 +296,9 @@ class Pools:
                 continue
             t = ledger.charge(member, nbytes, now)
             if t > 0:
-                out.append(Violation(quota_type, t, found.key, ledger.pool.name, member.sensor.pace(nbytes, t, now),
-                                     member.sensor.line, ledger.observed))
+                sensor = member.sensor
+                out.append(Violation(quota_type, t, found.key, ledger.pool.name, sensor.pace(nbytes, t, now),
+                                     sensor.line, sensor.steady, sensor.hold(t), ledger.observed))
         return out
 
     # -- upkeep and views --------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """One quota sensor: what one quota key has used of one quota type, and the throttle it earns.
 
 Kafka's `Sensor.record` records first and checks afterwards, so usage counts even while the entity
-is over quota; `QuotaSensor.charge` does the same. Rate quotas measure with a `SampledRate` and
-throttle by ``(O - T) / T * W``; a token-bucket quota (always `controller_mutation_rate`) enforces
-with a `TokenBucket` and keeps a `SampledRate` for observation only. A quota of 0 blocks: any use
-throttles for the whole span. A shared sensor also hands every recording to its `SharedUsage` and
-measures against the fleet (fleet.py).
+is over quota; `QuotaSensor.charge` does the same. `sampled` quotas measure with a `SampledRate` and
+throttle by ``(O - T) / T * W``; `steady` and `token_bucket` quotas (and `controller_mutation_rate`
+always) enforce with a `TokenBucket` (a steady one holds Kafka's first allowance, (window_count - 1)
+windows; KIP-599's, window_count) and keep a `SampledRate` for observation only. A quota of 0
+blocks. A shared sensor also hands every recording to its `SharedUsage` (fleet.py).
 
 Beyond Kafka, `pace` is how long to mute a client that does not back off by itself: the recording's
 own cost, `value / limit` seconds, queued behind the key's earlier over-quota costs on a virtual
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from kqp.quotas.fleet import UNHEARD, SharedUsage
-from kqp.quotas.model import EntitySpec
+from kqp.quotas.model import BUCKETS, SAMPLED, STEADY, TOKEN_BUCKET, EntitySpec
 from kqp.quotas.sampled_rate import SampledRate
 from kqp.quotas.throttle import ThrottleLine, throttle_seconds
 from kqp.quotas.token_bucket import TokenBucket
@@ -28,22 +28,27 @@ from kqp.quotas.token_bucket import TokenBucket
 class QuotaSensor:
     """Measurement, limit and last throttle of one `(quota type, QuotaKey)`."""
 
-    __slots__ = ("_scale", "bucket", "cap", "entity", "last_record", "last_throttle", "limit", "line", "paced_until",
-                 "rate", "shared", "span")
+    __slots__ = ("_burst", "_scale", "algorithm", "bucket", "cap", "entity", "last_record", "last_throttle", "limit",
+                 "line", "paced_until", "rate", "shared", "span", "steady", "window")
 
     def __init__(self, limit: float, window_size: float, window_count: int, now: float, *,
                  cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None,
-                 shared: SharedUsage | None = None) -> None:
+                 shared: SharedUsage | None = None, algorithm: str | None = None) -> None:
+        """`algorithm` (model.ALGORITHMS) says how use is measured; without it, `token_bucket`."""
+        self.algorithm = algorithm = algorithm or (TOKEN_BUCKET if token_bucket else SAMPLED)
         self.limit = limit
         self.entity = entity  # the configured entity whose quota this is (for logs and metrics)
+        self.window = window_size
         self.span = window_size * window_count
         self.cap = cap
         self.rate = SampledRate(window_size, window_count)
         self.shared = shared
+        self.steady = algorithm == STEADY
         self._scale = 1.0 if shared is None else shared.ledger.scale
-        # KIP-599: refill rate Q, burst Q * S * W.
+        # KIP-599: refill rate Q, burst Q * S * W; steady: Kafka's first allowance, Q * (S - 1) * W.
+        self._burst = window_size * max(window_count - 1, 1) if self.steady else self.span
         quota = limit * self._scale
-        self.bucket = TokenBucket(quota, quota * self.span, now) if token_bucket else None
+        self.bucket = TokenBucket(quota, quota * self._burst, now) if algorithm in BUCKETS else None
         if shared is not None and self.bucket is not None:
             shared.on_others = self.bucket.record   # the others' mutations debit this replica
         self.last_record = now
@@ -61,7 +66,7 @@ class QuotaSensor:
         self.limit = limit
         if self.bucket is not None:
             quota = limit * self._scale
-            self.bucket.update_rate(quota, quota * self.span)
+            self.bucket.update_rate(quota, quota * self._burst)
 
     def follow_limit(self, limit: float, now: float) -> None:
         """A new limit that the past is judged against as it was: samples count as the same fraction
@@ -81,7 +86,7 @@ class QuotaSensor:
         replica follows it as a live quota change (`TokenBucket.update_rate`)."""
         self._scale = scale
         if self.bucket is not None:
-            self.bucket.update_rate(self.limit * scale, self.limit * scale * self.span)
+            self.bucket.update_rate(self.limit * scale, self.limit * scale * self._burst)
 
     def add(self, value: float, now: float) -> None:
         """Record `value` without checking the quota (Kafka's `record(value, time, false)`)."""
@@ -154,14 +159,37 @@ class QuotaSensor:
                 # takes the next exchange to tell; the client's next request is judged on the fleet's
                 # real usage, which includes what it used now.
                 t = shared.ledger.sync_interval
+        line = t
         if self.cap is not None and t > self.cap:
+            if self.steady:
+                # A capped quota (KIP-124) mutes one window at most, so a debt is repaid over later
+                # requests, and the line says when (the gate holds the key's Produce and Fetch until
+                # then); past a span's worth it is forgiven (a GC pause, one huge request).
+                line = self.forgive(t, now)
             t = self.cap
-        self.line.until = now + t
+        self.line.until = now + (line if self.steady else t)
         if t > 0:
             self.last_throttle = t
             if self.shared is not None:
                 self.shared.throttled(now + t)
         return t
+
+    def forgive(self, t: float, now: float) -> float:
+        """A bucket's debt past a span's worth forgiven, as the sampled rate forgets it, for a debt
+        nothing enforces (a capped quota's past its cap, an observed quota's, which would otherwise
+        grow for as long as it is observed and throttle the client for as long once enforced);
+        returns the throttle left of `t`."""
+        if self.bucket is None or not self.span < t != math.inf:
+            return t
+        self.bucket.record(-(t - self.span) * self.bucket.rate, now)
+        return self.span
+
+    def hold(self, throttle: float) -> float:
+        """Of a `throttle` this sensor gave a request charged before it is forwarded, the part that
+        request waits before it goes (steady: all but one window, so the upstream never receives more
+        than one window's worth beyond the quota's line); 0 for the other algorithms (Kafka forwards
+        at once)."""
+        return throttle - self.window if self.steady and throttle > self.window else 0.0
 
     def refund(self, value: float, now: float) -> None:
         """Take back a recording of `value` (a Fetch answered empty); the line moves back by what it
@@ -172,9 +200,14 @@ class QuotaSensor:
             self.line.until = max(now, self.line.until - value / limit)
 
     def far_below(self, now: float, pending: float) -> bool:
-        """Surely at most half its quota at `now` with `pending` more recorded, over even the shortest
-        window (a local rate sensor only)."""
-        return self.bucket is None and self.shared is None and self.rate.surely_below(self.limit * 0.5, now, pending)
+        """Surely at most half its quota at `now` with `pending` more recorded: a sampled rate over even
+        its shortest window, a steady bucket with half its allowance left after `pending` (so no throttle
+        either way). A local sensor only; a token_bucket quota counts as near."""
+        if self.shared is not None:
+            return False
+        if self.bucket is None:
+            return self.rate.surely_below(self.limit * 0.5, now, pending)
+        return self.steady and self.bucket.tokens(now) - pending >= self.bucket.burst * 0.5
 
     def charge(self, value: float, now: float) -> float:
         """Record, then check (Kafka's `Sensor.record(value, time, true)`); returns the throttle."""

@@ -61,6 +61,10 @@ class Violation:
     # The sensor's line (producer and consumer rates only): what the key's later checks, whichever
     # connection makes them, say of when it is back within its quota (`ThrottleLine`).
     line: ThrottleLine | None = field(default=None, compare=False, repr=False)
+    # A steady quota's throttle ends at its line, however late the response that tells it comes;
+    # `hold_seconds` is what of it a request charged before it is forwarded waits first (sensor.py).
+    steady: bool = False
+    hold_seconds: float = 0.0
     # The quota is observed (`mode: observe`): its throttle is counted, never told or muted.
     observed: bool = False
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import chart, kqp_target, profile_summary, report
+from . import chart, fidelity, kqp_target, profile_summary, report
 from .references import (
     REFERENCES,
     TLS_WORKLOADS,
@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
                              "as kqp-LABEL (default kqp-baseline) in the same rounds: before/after, paired by round")
     parser.add_argument("--workloads", help="run only these workloads (comma-separated, of: "
                         + ", ".join(WORKLOADS) + ")")
+    parser.add_argument("--fidelity", action="store_true",
+                        help="instead: the fidelity matrix, every client family under every quota type through kqp "
+                             "at Kafka's default windows, beside Apache Kafka's own quota (needs Java 17, Maven and "
+                             "a source checkout)")
+    parser.add_argument("--seconds", type=float, help="--fidelity: how long each cell offers (default 60)")
     return parser
 
 
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.fidelity:
+        return fidelity.run(args)
     plan = SHORT if args.short else LONG
     plan = dataclasses.replace(plan, rounds=args.rounds or plan.rounds, busy_seconds=max(args.busy, 0.0))
     try:

@@ -41,8 +41,8 @@ class Charging:
         self.observer = observer
         #: The manager's pools (the same object across reloads), for the handlers' questions.
         self.pools = quotas.pools
-        #: Kafka's getMaxValueInQuotaWindow: the most a Fetch may ask for (None: no consumer quota).
-        self.fetch_cap: Callable[[Principal], int | None] = quotas.fetch_max_bytes_cap
+        #: Kafka's getMaxValueInQuotaWindow: the most a Fetch read at a time may ask for (None: no consumer quota).
+        self.fetch_cap: Callable[[Principal, float], int | None] = quotas.fetch_max_bytes_cap
         #: Whether a quota whose throttle is known only from the response may throttle this request's
         #: (forwarded one request at a time then): `(principal, now, fetch, in_flight)`.
         self.throttles_on_response: Callable[[Principal, float, bool, int], bool] = quotas.throttles_on_response

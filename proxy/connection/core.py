@@ -69,6 +69,8 @@ class Connection:
         self.establishing: Establishing | None = Establishing(self, parts, node_id, self.responses)
         self.awaiting = Awaiting(self, parts)
         self._gated: tuple[memoryview, Parts] | None = None   # a request read, waiting for its key's line
+        # A request charged over a steady quota, held before it is forwarded (its flight is in flight).
+        self._unsent: tuple[Flight, Parts] | None = None
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
         self._on_event: dict[type, Callable[[ev.Event], None]] = {
@@ -235,8 +237,13 @@ class Connection:
     def _give_up(self, how: str) -> int:
         """Drop what the client left unforwarded; the bytes of a frame it never finished, if that was all."""
         held = self.awaiting.held_request if self._gated is None else self._gated[1]   # at most one
+        if self._unsent is not None:   # charged, never forwarded: its response will not come
+            flight, held = self._unsent
+            if flight in self.in_flight:
+                self.in_flight.remove(flight)
+            self.throttling.send_at = None
         partial = drop_unforwarded(self.requests, held, self.peer, self.parts.charging.observer, how)
-        self.awaiting.held_request = self._gated = None
+        self.awaiting.held_request = self._gated = self._unsent = None
         return partial
 
     def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
@@ -275,6 +282,9 @@ class Connection:
     def _timer_fired(self, e: ev.TimerFired) -> None:
         if e.client_gone:   # closed while muted: what it left is dropped before anything more is read
             self._client_eof(e)
+        if self._unsent is not None and self.throttling.send_due(e.now):
+            self._out.append(Send(Side.UPSTREAM, self._unsent[1]))
+            self._unsent = None
         if self.throttling.timer_fired(e.now, self._out, e.unread):
             self._pump(e.now)
 
@@ -332,21 +342,25 @@ class Connection:
                 forward = None
         charging = p.charging
         violations = charging.charge_request(flight, now)
-        if forward is not None:
-            self._out.append(Send(Side.UPSTREAM, forward))
-        flight.handler_seconds = p.perf() - t0
         if not plan.expects_response:
             # acks=0: no response will come, so the request is done; Kafka exempts it from request
             # quotas, byte-rate quotas still mute.
             violations += charging.charge_reply(flight, None, now)
-            throttling.throttle(throttling.settle(flight, violations, now), now, self._out)
+        # Over quota already (a Produce's bytes, a mutation the gate refused): the throttle is decided
+        # now and goes out with the response; meanwhile nothing more is read, as on a broker, which
+        # reads one request at a time. A steady quota's request waits for its line first, all but a window.
+        throttle = flight.throttle = throttling.decide(flight, violations) if violations else None
+        acted = throttle.acted if throttle is not None else None   # an observed throttle holds nothing
+        if forward is not None:
+            if acted is not None and acted.hold:
+                self._unsent = (flight, forward)   # sent when the timer fires for it (`_timer_fired`)
+            else:
+                self._out.append(Send(Side.UPSTREAM, forward))
+        throttling.hold(throttle, now, self._out)
+        flight.handler_seconds = p.perf() - t0
+        if not plan.expects_response:
+            throttling.throttle(throttling.settle(flight, [], now), now, self._out)
             return
-        if violations:
-            # Over quota already (a Produce's bytes, a mutation the gate refused): the throttle is
-            # decided now and goes out with the response; meanwhile nothing more is read, as on a
-            # broker, which reads one request at a time.
-            flight.throttle = throttling.decide(flight, violations)
-            throttling.hold(flight.throttle, now, self._out)
         if forward is not None and charging.throttles_on_response(principal, now, hdr.api_key == FETCH,
                                                                   len(self.in_flight)):
             # Its throttle is known only when the response is back: hold the next request until then.

@@ -142,6 +142,10 @@ class Throttle:
     # when paced (the pace queues the key's requests already: the gate must not hold them).
     lines: tuple[ThrottleLine, ...] = field(default=(), compare=False, repr=False)
     worst: Violation | None = field(default=None, compare=False, repr=False)   # the violation that decided it
+    # A steady quota's: when the throttle ends (what is left of it at the response is told), and how
+    # long the request waits before it is forwarded (all of its throttle but one window).
+    until: float | None = field(default=None, compare=False)
+    hold: float | None = field(default=None, compare=False)
     # An observed quota decided it (`mode: observe`): it is counted, never told or muted; the client
     # gets `enforced`, the throttle of the request's enforced quotas alone (None: none).
     observed: bool = False

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.records import BodyError
 from kqp.protocol.throttle import throttle_patch_parts
@@ -33,6 +34,8 @@ from .hooks import ProxyObserver
 from .mute import MuteState
 from .plans import Flight, Throttle
 
+_GATED_BY_REQUEST_QUOTAS = frozenset({ApiKey.Produce, ApiKey.Fetch})
+
 __all__ = ["Throttle", "Throttling"]
 
 THROTTLED = MuteReason.THROTTLED
@@ -44,6 +47,10 @@ GATE_SLACK_SECONDS = 0.001
 # by default in the Java client and librdkafka): a third of that, or the quota's span if shorter.
 # Past it the request goes, past the line, as Kafka's connections' do.
 GATE_MAX_SECONDS = 10.0
+# The most a request charged over a steady quota waits before it is forwarded (`Throttle.hold`), the
+# gate's wait included: two thirds of the clients' default request timeout, so that the response
+# still comes in time. Past it the request goes, over the line, as Kafka forwards every request.
+HOLD_MAX_SECONDS = 20.0
 Cause = tuple[Principal, QuotaType]
 
 
@@ -52,7 +59,8 @@ def _off() -> bool:
 
 
 class Throttling:
-    __slots__ = ("backoff", "cause", "gated_since", "lines", "muted_until", "mutes", "observer", "pacing")
+    __slots__ = ("backoff", "cause", "gated", "gated_since", "lines", "muted_until", "mutes", "observer", "pacing",
+                 "send_at")
 
     def __init__(self, observer: ProxyObserver, mutes: MuteState, auth: Authentication | None = None,
                  pacing: Callable[[], bool] = _off) -> None:
@@ -66,23 +74,28 @@ class Throttling:
         # api key -> the lines of this connection's last throttle of a request of that API, with its cause
         self.lines: dict[int, tuple[tuple[ThrottleLine, ...], Cause]] = {}
         self.gated_since: float | None = None   # when the gate first held the request it holds
+        self.gated = 0.0                        # how long the gate held the request it let go last
+        self.send_at: float | None = None       # when the request held before forwarding goes (`hold`)
 
     @property
     def muted(self) -> bool:
         return self.cause is not None
 
-    def decide(self, flight: Flight, violations: list[Violation],
-               lines: tuple[ThrottleLine, ...] = ()) -> Throttle | None:
-        """KIP-124 co-existence: the request's one throttle, or None when nothing throttles it. Every
-        quota counts as enforced; when an observed one decides, the throttle is marked so and carries
-        what the enforced quotas alone decide (what the client gets)."""
-        throttle = self._decide(flight, violations, lines)
+    def decide(self, flight: Flight, violations: list[Violation], lines: tuple[ThrottleLine, ...] = (),
+               now: float | None = None) -> Throttle | None:
+        """KIP-124 co-existence: the request's one throttle, or None when nothing throttles it. `now`:
+        when it is decided (the request's read time unless given). Every quota counts as enforced;
+        when an observed one decides, the throttle is marked so and carries what the enforced quotas
+        alone decide (what the client gets)."""
+        throttle = self._decide(flight, violations, lines, now)
         if throttle is None or throttle.worst is None or not throttle.worst.observed:
             return throttle
         enforced = [v for v in violations if not v.observed]
-        return replace(throttle, observed=True, enforced=self._decide(flight, enforced, lines) if enforced else None)
+        return replace(throttle, observed=True,
+                       enforced=self._decide(flight, enforced, lines, now) if enforced else None)
 
-    def _decide(self, flight: Flight, violations: list[Violation], lines: tuple[ThrottleLine, ...]) -> Throttle | None:
+    def _decide(self, flight: Flight, violations: list[Violation], lines: tuple[ThrottleLine, ...],
+                now: float | None) -> Throttle | None:
         if not violations or (worst := largest(violations)) is None:
             return None
         blind = not backs_off(flight.api_key, flight.api_version, flight.expects_response)
@@ -90,14 +103,21 @@ class Throttling:
         ms = throttle_ms(seconds)
         if not ms:
             return None
-        if paced:
-            lines = ()
+        if paced or (worst.steady and flight.plan.produced is not None and worst.quota_type not in CAPPED_TYPES):
+            lines = ()   # a steady quota's request charged as it is read waits its turn in `hold`, not the gate
         else:
-            # An observed quota's line gates nothing: it holds no connection back.
-            lines += tuple(v.line for v in violations
-                           if v.line is not None and v.quota_type not in CAPPED_TYPES and not v.observed)
+            # An observed quota's line gates nothing: it holds no connection back. A request quota's
+            # (steady only: its line is the key's debt, its throttle capped at a window) gates the
+            # connection's next Produce or Fetch, never a heartbeat or a commit.
+            gates_capped = flight.api_key in _GATED_BY_REQUEST_QUOTAS
+            lines += tuple(v.line for v in violations if v.line is not None and not v.observed
+                           and (v.quota_type not in CAPPED_TYPES or (gates_capped and v.steady)))
+        until = hold = None
+        if worst.steady:
+            until = (flight.sent_at if now is None else now) + seconds
+            hold = min(worst.hold_seconds, max(0.0, HOLD_MAX_SECONDS - self.gated)) or None
         return Throttle(ms, ms / 1000, flight.principal, worst.quota_type, paced,
-                        (flight.api_key, flight.api_version), blind, lines, worst)
+                        (flight.api_key, flight.api_version), blind, lines, worst, until, hold)
 
     def settle(self, flight: Flight, late: list[Violation], now: float) -> Throttle | None:
         """The request's throttle as its response goes (or, for a request without one, once it is
@@ -115,25 +135,35 @@ class Throttling:
         as Kafka's ControllerMutationQuota does."""
         carried = flight.throttle
         if carried is None or carried.worst is None:
-            return self.decide(flight, late) if late else None
-        worsts = [carried.worst]
+            return self.decide(flight, late, now=now) if late else None
+        # What decided it (and, for an observed decision, the enforced one beside it), brought to now:
+        # a mutation throttle less the upstream's latency; a steady quota's, what is left of it to its
+        # line, which is told and muted for.
+        pairs = [(carried.worst, carried.until)]
         if carried.enforced is not None and carried.enforced.worst is not None:
-            worsts.append(carried.enforced.worst)   # an observed decision: the enforced one beside it
-        since_sent = now > flight.sent_at and any(w.quota_type is MUTATION for w in worsts)
-        if not late and not since_sent:
+            pairs.append((carried.enforced.worst, carried.enforced.until))
+        changed = bool(late)
+        worsts = []
+        for worst, until in pairs:
+            if worst.quota_type is MUTATION and now > flight.sent_at:
+                worst = Violation(MUTATION, max(0.0, worst.throttle_seconds - (now - flight.sent_at)), worst.key,
+                                  observed=worst.observed)
+                changed = True
+            elif until is not None:
+                worst = replace(worst, throttle_seconds=max(0.0, until - now), hold_seconds=0.0)
+                changed = True
+            worsts.append(worst)
+        if not changed:
             return carried   # the decision as it was made
-        if since_sent:
-            worsts = [w if w.quota_type is not MUTATION else Violation(
-                MUTATION, max(0.0, w.throttle_seconds - (now - flight.sent_at)), w.key, observed=w.observed)
-                for w in worsts]
         acted = carried.acted
-        return self.decide(flight, [*worsts, *late], () if acted is None or acted.paced else acted.lines)
+        return self.decide(flight, [*worsts, *late], () if acted is None or acted.paced else acted.lines, now)
 
     def _paced(self, worst: Violation, blind: bool) -> tuple[float, bool]:
         """The throttle `worst` asks for, as Kafka's broker mutes for it; or, paced, its pace: for a
         client that cannot back off (`blind`) when it is shorter."""
         pace = worst.pace_seconds
-        if pace is None or pace >= worst.throttle_seconds or not self.pacing():
+        # A steady quota's throttle is the key's debt, which no request may skip: never paced.
+        if pace is None or pace >= worst.throttle_seconds or worst.steady or not self.pacing():
             return worst.throttle_seconds, False
         if blind:
             return pace, True
@@ -173,9 +203,24 @@ class Throttling:
 
     def hold(self, throttle: Throttle | None, now: float, out: list[Action]) -> None:
         """Mute from `now` for a throttle known as the request is read (what the client gets of it);
-        it is counted with the response."""
-        if throttle is not None and (throttle := throttle.acted) is not None and self._mute(throttle, now, out):
+        it is counted with the response. Its `hold`, if any, is how long the request waits before it
+        is forwarded (`send_due`)."""
+        self.gated = 0.0   # the gate's wait counted against this request's hold: done with
+        if throttle is None or (throttle := throttle.acted) is None:
+            return
+        moved = self._mute(throttle, now, out)
+        if throttle.hold:
+            self.send_at = now + throttle.hold
+            moved = True
+        if moved:
             out.append(SetTimer(self._wake_at()))
+
+    def send_due(self, now: float) -> bool:
+        """Whether the request held before forwarding goes now (the timer fired for it)."""
+        if self.send_at is None or now < self.send_at:
+            return False
+        self.send_at = None
+        return True
 
     def gate(self, api_key: int, principal: Principal, now: float, out: list[Action]) -> bool:
         """Whether a request of `api_key` from `principal`, just read, must wait for its key's line
@@ -192,6 +237,7 @@ class Throttling:
         # (float rounding), and a hold until `now` mutes nothing, so the core would read it again at once.
         until = min(max(line.until for line in lines), since + cap)
         if cause[0] != principal or until - now <= GATE_SLACK_SECONDS:
+            self.gated = now - since
             self.gated_since = None
             return False
         self.gated_since = since
@@ -222,9 +268,11 @@ class Throttling:
         return True
 
     def _wake_at(self) -> float:
-        """When the timer fires next: the mute's end, or before it the back-off probe's reading."""
+        """When the timer fires next: the mute's end, or before it the held request's sending or the
+        back-off probe's reading."""
         probe = None if self.backoff is None else self.backoff.probe_at
-        return self.muted_until if probe is None or probe >= self.muted_until else probe
+        wake = self.muted_until if probe is None or probe >= self.muted_until else probe
+        return wake if self.send_at is None or self.send_at >= wake else self.send_at
 
     def timer_fired(self, now: float, out: list[Action], unread: int | None = None) -> bool:
         """The connection's timer (`unread`: what the client sent since `NoteUnread`, for the probe):
@@ -243,6 +291,7 @@ class Throttling:
 
     def closed(self) -> None:
         """The connection closed: a mute in progress ends with it."""
+        self.send_at = None
         self._end()
 
     def _end(self, due: float | None = None) -> None:

@@ -127,9 +127,13 @@ def write_plot(series: RateSeries, path: Path, title: str = "") -> Path | str:
         ax.text(boundary, peak * 1.04, f" +{k} span", fontsize=7, color="dimgrey", va="bottom")
         boundary, k = boundary + series.span, k + 1
     echo = echo_window(series)
-    if echo is not None:
+    # Kafka's sampled rate lets the burst through again when its samples expire; steady does not.
+    if echo is not None and series.delivered[echo] > 2 * series.quota:
         ax.annotate("echo: the burst's samples expired", (series.times[echo], series.delivered[echo] / kib),
                     xytext=(14, -4), textcoords="offset points", fontsize=8, va="top")
+    elif echo is not None:
+        ax.annotate("then the quota, with no echo", (first + series.span, series.quota / kib),
+                    xytext=(14, 40), textcoords="offset points", fontsize=8, va="bottom")
     ax.set_ylim(0, peak * 1.15)
     ax.set_xlabel(f"seconds since the producer started (dotted: spans of {series.window_count} x "
                   f"{series.window_seconds:g} s after its first delivery)", fontsize=8)

@@ -121,8 +121,9 @@ def test_prefix_entries_and_algorithms() -> None:
     ({"entities": [{"client_id_prefix": "", "request_rate": 1}]},
      "quotas.entities[0].client_id_prefix: must not be empty"),
     ({"entities": [{"client_id": "c", "algorithm": "leaky", "request_rate": 1}]},
-     "quotas.entities[0].algorithm: must be one of sampled, token_bucket, got 'leaky'"),
-    ({"algorithm": "token-bucket"}, "quotas.algorithm: must be one of sampled, token_bucket, got 'token-bucket'"),
+     "quotas.entities[0].algorithm: must be one of steady, sampled, token_bucket, got 'leaky'"),
+    ({"algorithm": "token-bucket"},
+     "quotas.algorithm: must be one of steady, sampled, token_bucket, got 'token-bucket'"),
     ({"entities": [{"client_id_prefix": "p", "algoritm": "sampled", "request_rate": 1}]},
      "quotas.entities[0].algoritm: unknown key; did you mean 'algorithm'?"),
 ])

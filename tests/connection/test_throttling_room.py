@@ -24,8 +24,8 @@ KEY = QuotaKey("", "c")
 BYTES, RATE, MUTATION = QuotaType.PRODUCER_BYTE_RATE, QuotaType.REQUEST_RATE, QuotaType.CONTROLLER_MUTATION_RATE
 
 
-def entry() -> Flight:
-    return Flight(1, 0, 9, P, NOW, PASS)
+def entry(api_key: int = 0) -> Flight:
+    return Flight(1, api_key, 9 if api_key == 0 else 4, P, NOW, PASS)
 
 
 def room() -> tuple[Throttling, Recorder, MuteState]:
@@ -103,6 +103,22 @@ def test_the_gate_follows_the_lines_of_rate_violations_and_their_principal_only(
     assert throttling.timer_fired(NOW + 2.0, out)
     line.until = NOW + 2.0009   # moved by under a millisecond: a rounding, not a sibling's usage
     assert not throttling.gate(0, P, NOW + 2.0, out)
+
+
+def test_a_steady_request_quota_gates_the_next_produce_until_the_keys_debt_is_repaid() -> None:
+    """A steady request quota's throttle is capped at a window (KIP-124), its line is the key's whole
+    debt: several connections each muted a window would run the key over its quota, so the line holds
+    the connection's next Produce (and Fetch) until it, never its heartbeats."""
+    throttling, _, _ = room()
+    line, out = ThrottleLine(NOW + 1.5, 2.2), []
+    violation = Violation(RATE, 0.2, KEY, line=line, steady=True)
+    throttling.throttle(throttling.decide(entry(), [violation]), NOW, out)
+    assert throttling.timer_fired(NOW + 0.2, out)
+    out.clear()
+    assert throttling.gate(0, P, NOW + 0.2, out) and out[-1] == SetTimer(NOW + 1.5)
+    heartbeat, _, _ = room()
+    heartbeat.throttle(heartbeat.decide(entry(api_key=12), [violation]), NOW, out)
+    assert heartbeat.timer_fired(NOW + 0.2, out) and not heartbeat.gate(12, P, NOW + 0.2, out)
 
 
 def test_the_gate_holds_one_request_a_span_at_most_and_never_more_than_ten_seconds() -> None:

@@ -50,7 +50,8 @@ FAMILIES = ("sarama", "sarama-old", "franz-go", "kafkajs")
 BACKS_OFF = {"sarama": True, "sarama-old": False, "franz-go": True, "kafkajs": None}
 PARTITIONS = 3
 RECORDS = 300
-QUOTA = 200_000                  # producer_byte_rate of each client id, bytes/s
+QUOTA = 100_000                  # producer_byte_rate of each client id, bytes/s: a 16 KB request's throttle
+                                 # (~160 ms) is long enough for kqp's back-off probe (80 ms at least)
 WINDOWS = {"window_size_seconds": 0.2, "window_count": 6}
 SPAN = WINDOWS["window_size_seconds"] * WINDOWS["window_count"]
 OFFER_SECONDS = 6.0

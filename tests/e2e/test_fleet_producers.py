@@ -3,7 +3,7 @@
 helpers.fleet_path: three kqp processes in front of one upstream tap and a one-broker mock cluster,
 a real redis-server in cluster scope. Each producer (confluent-kafka, offering several MB/s, retries
 off, 5 s request timeout) writes through its own kqp, as sidecars do. Judged on the wire, after the
-first burst (two spans from the first request): the upstream receives the quota Q within 20% in
+first burst (two spans from the first request): the upstream receives the quota Q within 5 % in
 cluster scope, where instance scope (Kafka's per-broker semantics) gives each instance its own Q,
 about 3Q in all. No delivery error, no request timed out, nothing lost.
 
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.e2e, needs_redis]
 QUOTA = 150_000          # bytes/s for the whole fleet in cluster scope
 INSTANCES = 3
 OFFER_SECONDS = 11.0
-TOLERANCE = 0.20
+TOLERANCE = 0.05        # the fidelity matrix's goal (tests/e2e/test_fidelity_matrix.py)
 
 
 @pytest.fixture(scope="module")

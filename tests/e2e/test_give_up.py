@@ -11,8 +11,9 @@ Two tests, because a real client cannot choose where its abandoned requests wait
 how the kernel and kqp's loop interleave: on a loaded machine often all of them are still unread,
 and kqp drops nothing it had read):
 
-* A producer that retries, as the issue asks. With `quotas.pacing: off` (the broker's long mutes;
-  paced, these clients would not time out at all): kafka-python 3 pinned to (0, 11) (Produce v3),
+* A producer that retries, as the issue asks. With the broker's long mutes (`algorithm: sampled`,
+  `quotas.pacing: off`; paced, or held before forwarding as `steady` does, no request would be
+  answered at once): kafka-python 3 pinned to (0, 11) (Produce v3),
   5 requests in flight of one 16 kB batch each, a 2 s request timeout and 2 retries.
   producer_byte_rate 2000 B/s over 2 windows of 1 s: each request is alone in its span when it is
   read, so it throttles for X = S / T - W = 16.4 kB / 2000 - 1 = ~7 s, and every request pipelined
@@ -54,7 +55,7 @@ from kqp.protocol.apis import ApiKey
 pytestmark = pytest.mark.e2e
 
 CLIENT_ID, ABANDONS = "gives-up", "abandons"   # the real producer, the raw client
-QUOTAS = {"pacing": "off", "window_size_seconds": 1, "window_count": 2,
+QUOTAS = {"pacing": "off", "algorithm": "sampled", "window_size_seconds": 1, "window_count": 2,
           "entities": [{"client_id": CLIENT_ID, "producer_byte_rate": 2000},
                        {"client_id": ABANDONS, "producer_byte_rate": 500}]}
 RECORDS = 160                 # 10 batches of 16 records of 1 kB

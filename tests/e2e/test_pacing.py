@@ -73,7 +73,9 @@ def kafka_python2(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
 
 
 def quotas(pacing: bool, *client_ids: str) -> dict[str, Any]:
-    return {"pacing": "on" if pacing else "off",
+    """Kafka's sampled rate, paced or not: what pacing was made for (a steady quota's throttle is a
+    request's own cost already)."""
+    return {"pacing": "on" if pacing else "off", "algorithm": "sampled",
             "entities": [{"client_id": c, "producer_byte_rate": QUOTA} for c in client_ids]}
 
 

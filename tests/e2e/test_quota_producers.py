@@ -115,7 +115,7 @@ def assert_rate_held(path: QuotaPath, run: ProduceRun, quota: float, windows: di
     rate = cumulative_slope(events, start, end)
     assert abs(rate - quota) <= RATE_TOLERANCE * quota, \
         f"{run.client}: upstream received {rate / 1000:.1f} KB/s against a quota of {quota / 1000:.1f} KB/s"
-    peak = max_trailing_rate(events, span, start, end)
+    peak = max_trailing_rate(events, span, start + span, end)   # spans clear of the first burst
     assert peak <= SPAN_BURST_FACTOR * quota, \
         f"{run.client}: one {span:.1f}s span carried {peak / 1000:.1f} KB/s (quota {quota / 1000:.1f} KB/s)"
     return rate
@@ -216,14 +216,14 @@ def wait_for_records(upstream: Upstream, topic: str, count: int, timeout: float)
 
 
 def test_producer_at_kafka_default_windows(quota_path: OpenPath, upstream: Upstream) -> None:
-    """Kafka's defaults, 11 windows of 1 s, where a short run is all initial allowance.
+    """Kafka's defaults, 11 windows of 1 s, where a short run is mostly the first allowance.
 
-    Kafka's Rate counts a fresh sensor's history as (window_count - 1) full windows, so ten
-    seconds' worth of quota passes at once, and until that first sample ages out (11 s) only a
-    trickle follows. Judging the long-run rate needs several 11 s spans, too long for this suite
-    (the 0.2 s-window tests do that); this test checks what holds from the first throttle on: no
+    A fresh key may send Kafka's first allowance, (window_count - 1) full windows of quota, at once;
+    then the steady default holds it to the quota, each request throttled for its own cost (16 KB
+    at 50 kB/s: ~0.33 s, never more than a window told). Judging the long-run rate needs longer
+    (tests/e2e/test_fidelity_matrix.py); this test checks what holds from the first throttle on: no
     timeouts, nothing lost, the mute, the throttle seen, the allowance granted and not exceeded,
-    and throttle times in the range 1 s windows produce.
+    and the throttle told a request's cost.
     """
     client_id = "flood-defaults"
     windows = {"window_size_seconds": 1, "window_count": 11}
@@ -242,4 +242,5 @@ def test_producer_at_kafka_default_windows(quota_path: OpenPath, upstream: Upstr
     assert received <= bound, f"upstream got {received} B in {elapsed:.1f}s, more than the {bound:.0f} B allowed"
     assert received >= 0.9 * allowance, f"upstream got {received} B: the initial allowance was not granted"
     longest = max(r.throttle_ms or 0 for r in path.client_tap.responses(api_key=ApiKey.Produce))
-    assert longest >= 1000, f"longest throttle {longest} ms: 1 s windows should throttle for seconds"
+    cost_ms = BATCH_BYTES / quota * 1000
+    assert 0.5 * cost_ms <= longest <= 1000 + 5, f"longest throttle {longest} ms: a request's cost is {cost_ms:.0f} ms"

@@ -67,7 +67,7 @@ def test_a_wrong_password_is_refused_as_the_client_expects(client: str, mechanis
 QUOTA = 100_000                  # alice's producer_byte_rate, bytes/s, shared by all her clients
 FAST_WINDOWS = {"window_size_seconds": 0.2, "window_count": 11}
 OFFER_SECONDS = 12.0
-RATE_TOLERANCE = 0.20
+RATE_TOLERANCE = 0.05         # the fidelity matrix's goal (tests/e2e/test_fidelity_matrix.py): a user is a scope too
 
 
 def test_a_users_quota_holds_across_its_clients_and_mechanisms(kqp: Any, tmp_path: Any) -> None:

@@ -37,6 +37,7 @@ pytestmark = pytest.mark.e2e
 QUOTA = 20_000          # producer_byte_rate of each client, bytes/s
 PAYLOAD = [b"x" * 1000] * 10   # ~10 KB per Produce: half a second of quota each
 QUOTAS: dict[str, Any] = {
+    "algorithm": "sampled",   # each mute starts when its response leaves, as the clients log them
     "window_size_seconds": 0.2,
     "window_count": 6,
     "entities": [{"client_id": "flat", "producer_byte_rate": QUOTA},

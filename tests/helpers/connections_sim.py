@@ -53,17 +53,19 @@ class _Conn:
     timer: float | None = None     # the connection's one timer (SetTimer replaces it)
     sent_at: float | None = None   # a request on the socket or held by the gate, unread
     gated: bool = False
+    unsent: tuple[Flight, int] | None = None   # a request read and charged, held before it is forwarded
 
 
 def simulate(connections: int, quota: float, seconds: float, *, request_bytes: int = 16384,
              window_size: float = 0.2, window_count: int = 11, latency: float = 0.002, client_gap: float = 0.0005,
              resume: float = 0.0002, gate: bool = True, jitter: float = 0.0, seed: int = 1,
-             backs_off: bool = True) -> ConnectionsRun:
+             backs_off: bool = True, algorithm: str = "sampled") -> ConnectionsRun:
     """Run `connections` producers of one client id flat out for `seconds`; `jitter`: request sizes
-    uniform in `request_bytes` x (1 +- jitter), the same for a given `seed`."""
+    uniform in `request_bytes` x (1 +- jitter), the same for a given `seed`. A request a steady quota
+    holds before forwarding reaches the upstream when its connection's timer sends it."""
     rnd = random.Random(seed)
     settings = QuotaSettings(window_size, window_count, {EntitySpec(None, PRINCIPAL.client_id): {
-        "producer_byte_rate": quota}})
+        "producer_byte_rate": quota}}, algorithm=algorithm)
     manager = QuotaManager(settings, 0.0)
     conns = [_Conn(Throttling(ProxyObserver(), MuteState())) for _ in range(connections)]
     run = ConnectionsRun([], per_connection=[0] * connections)
@@ -91,7 +93,6 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
         size = request_bytes if not jitter else round(request_bytes * rnd.uniform(1 - jitter, 1 + jitter))
         entry = Flight(index, PRODUCE, 9, PRINCIPAL, now, PASS)
         violations = manager.record_produce(PRINCIPAL, size, 1, 1, now)
-        run.events.append((now, size))
         run.per_connection[index] += 1
         assert conn.sent_at is not None
         run.waits.append(now - conn.sent_at)
@@ -99,6 +100,13 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
         entry.throttle = conn.room.decide(entry, violations) if violations else None   # as the core: decided once
         conn.room.hold(entry.throttle, now, out)
         timers(index, out)
+        if entry.throttle is not None and entry.throttle.hold:
+            conn.unsent = (entry, size)   # forwarded when its timer fires (`Throttling.send_due`)
+            return
+        forward(index, entry, size, now)
+
+    def forward(index: int, entry: Flight, size: int, now: float) -> None:
+        run.events.append((now, size))
         push(now + latency, "response", index, entry)
 
     for index in range(connections):
@@ -119,6 +127,9 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
             if conn.timer != now:   # replaced by a later SetTimer
                 continue
             out: list[Action] = []
+            if conn.unsent is not None and conn.room.send_due(now):
+                forward(index, *conn.unsent, now)
+                conn.unsent = None
             ended = conn.room.timer_fired(now, out)
             timers(index, out)
             if ended and conn.gated:

@@ -107,9 +107,12 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
     `api_ranges` is what the upstream speaks; `listener_for` which brokers kqp listens for. A `sasl`
     section gets a fixed SCRAM server nonce (`SERVER_NONCE`), so a SCRAM exchange can be stated byte
     for byte; `upstream.sasl` in `config` makes the core log in upstream (not in passthrough).
-    `pacing` is off unless asked (issue 20): a playbook states the broker's behaviour unless it is
-    about kqp's pacing."""
-    cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas or {}, **config})
+    `pacing` is off unless asked, and quotas measure with Kafka's sampled rate unless `quotas` names
+    an algorithm: a playbook states the broker's behaviour unless it is about kqp's own."""
+    quotas = dict(quotas or {})
+    if not any(pool.get("adaptive") for pool in quotas.get("pools", ())):   # those refuse `sampled`
+        quotas.setdefault("algorithm", "sampled")
+    cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     charging = Charging(manager, observer or Recorder())
     sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE)

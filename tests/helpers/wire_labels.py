@@ -9,7 +9,9 @@ addresses are rewritten by byte substitution, not by kqp's rewriter.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.memory_records import MemoryRecords
 
@@ -19,7 +21,8 @@ from kqp.protocol.headers import parse_request_header, response_body_offset
 from kqp.protocol.produce import produce_acks
 from kqp.protocol.records import BodyError
 
-__all__ = ["address_substitutions", "expects_response", "produce_records", "request_labels", "response_throttle_ms"]
+__all__ = ["address_substitutions", "expects_response", "fetch_counts", "produce_counts", "produce_records",
+           "request_labels", "response_throttle_ms"]
 
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
@@ -53,17 +56,36 @@ def produce_records(frame: memoryview, version: int) -> int:
     """Records a Produce request carries, counted with kafka-python's record classes (batch headers;
     legacy message sets walked), so a test can prove what reached the upstream, resends included,
     without trusting kqp's own record counting."""
+    return produce_counts(frame, version)[0]
+
+
+def produce_counts(frame: memoryview, version: int) -> tuple[int, int]:
+    """(records, batches) of a Produce request (`produce_records`)."""
     try:
         request = ProduceRequest.decode(bytes(frame[4:]), version=version, header=True)
     except Exception:  # an undecodable request is the proxy's problem to report, not the tap's
-        return 0
-    records = 0
-    for topic in request.topic_data:
-        for partition in topic.partition_data:
-            for batch in MemoryRecords(bytes(partition.records or b"")):
-                count = getattr(batch, "records_count", None)
-                records += count if count is not None else sum(1 for _ in batch)
-    return records
+        return 0, 0
+    return _counts(partition.records for topic in request.topic_data for partition in topic.partition_data)
+
+
+def fetch_counts(frame: memoryview, version: int) -> tuple[int, int]:
+    """(records, batches) of a whole Fetch response frame, with kafka-python's classes."""
+    try:
+        offset = response_body_offset(ApiKey.Fetch, version, frame)
+        response = FetchResponse.decode(bytes(frame[offset:]), version=version)
+    except Exception:  # as above: the tap reports, it does not crash
+        return 0, 0
+    return _counts(partition.records for topic in response.responses for partition in topic.partitions)
+
+
+def _counts(record_sets: Iterable[bytes | None]) -> tuple[int, int]:
+    records = batches = 0
+    for data in record_sets:
+        for batch in MemoryRecords(bytes(data or b"")):
+            count = getattr(batch, "records_count", None)
+            records += count if count is not None else sum(1 for _ in batch)
+            batches += 1
+    return records, batches
 
 
 def response_throttle_ms(frame: memoryview, api_key: int, version: int) -> int | None:

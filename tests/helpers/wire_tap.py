@@ -48,7 +48,8 @@ from .net import LOOPBACK, split_host_port
 from .wire_labels import (
     address_substitutions,
     expects_response,
-    produce_records,
+    fetch_counts,
+    produce_counts,
     request_labels,
     response_throttle_ms,
 )
@@ -75,6 +76,7 @@ class WireRequest:
     expects_response: bool      # False only for acks=0 Produce
     frame: bytes | None = None  # the whole frame, for the api keys the tap was asked to keep
     records: int = 0            # Produce: records in its batches (from batch headers); else 0
+    batches: int = 0            # Produce: its record batches; else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,8 @@ class WireResponse:
     throttle_ms: int | None     # None: this version has no throttle_time_ms (or it did not decode)
     request_at: float           # when its request passed the tap
     frame: bytes | None = None  # the whole frame (as forwarded), for the api keys the tap keeps
+    records: int = 0            # Fetch, when the tap counts them (`count_fetches`): records, batches
+    batches: int = 0
 
 
 @dataclass(slots=True)
@@ -203,8 +207,10 @@ class WireTap:
     """
 
     def __init__(self, name: str, *, clock: Callable[[], float] = time.monotonic,
-                 keep_frames: Collection[int] = (), tls: ssl.SSLContext | None = None) -> None:
+                 keep_frames: Collection[int] = (), tls: ssl.SSLContext | None = None,
+                 count_fetches: bool = False) -> None:
         self.name = name
+        self.count_fetches = count_fetches   # count the records and batches of every Fetch response
         self.tls = tls   # a server context: each hop terminates TLS and relays plaintext to its target
         self.clock = clock
         self.keep_frames = frozenset(keep_frames)
@@ -310,9 +316,10 @@ class WireTap:
             return frame
         api_key, version, correlation_id, client_id, body_offset = request_labels(frame)
         expects = expects_response(api_key, version, frame, body_offset)
-        records = produce_records(frame, version) if api_key == ApiKey.Produce else 0
+        records, batches = produce_counts(frame, version) if api_key == ApiKey.Produce else (0, 0)
         seen = WireRequest(now, pair.conn.hop, pair.conn.number, api_key, version, correlation_id, client_id,
-                           len(frame), expects, bytes(frame) if api_key in self.keep_frames else None, records)
+                           len(frame), expects, bytes(frame) if api_key in self.keep_frames else None, records,
+                           batches)
         with self.lock:
             self._requests.append(seen)
         if expects:
@@ -343,8 +350,11 @@ class WireTap:
             if raw != frame:
                 out = _I32.pack(len(raw) - 4) + raw[4:]
         throttle = response_throttle_ms(memoryview(out), request.api_key, request.api_version)
+        records, batches = (fetch_counts(memoryview(out), request.api_version)
+                            if self.count_fetches and request.api_key == ApiKey.Fetch else (0, 0))
         seen = WireResponse(now, pair.conn.number, correlation_id, request.api_key, request.api_version,
-                            len(out), throttle, request.at, bytes(out) if request.api_key in self.keep_frames else None)
+                            len(out), throttle, request.at, bytes(out) if request.api_key in self.keep_frames else None,
+                            records, batches)
         with self.lock:
             self._responses.append(seen)
         return out

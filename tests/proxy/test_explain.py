@@ -111,7 +111,8 @@ def test_a_group_member_is_told_its_mode_who_shares_its_budget_and_what_observin
 
 
 def test_the_member_class_and_the_pools_classes() -> None:
-    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "pools": [
+    # sampled: the credit below is what a sampled measurement's own burst leaves of burst_seconds
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "algorithm": "sampled", "pools": [
         {"name": "ingest", "producer_byte_rate": 400_000, "members": [{"client_id_prefix": "job-"}], "classes": [
             {"name": "latency", "members": [{"client_id_prefix": "job-stream-"}], "max_share": 0.5,
              "burst_seconds": 4},

@@ -28,7 +28,8 @@ class Clock:
 
 def observed() -> tuple[PrometheusObserver, QuotaManager, Clock]:
     clock = Clock()
-    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "entities": [
+    # Kafka's sampled rate: the member held back below is throttled on its first charges.
+    m = QuotaManager(quota_settings_from({"window_size_seconds": 0.2, "algorithm": "sampled", "entities": [
         {"client_id_prefix": "job-a-", "weight": 3}],
         "pools": [{"name": "ingest", "producer_byte_rate": B, "members": [{"client_id_prefix": "job-"}]}]}), 0.0)
     obs = PrometheusObserver(entity_expiry_seconds=30, clock=clock, process_metrics=False)

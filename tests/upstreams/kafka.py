@@ -72,6 +72,7 @@ class KafkaNode:
     ports: dict[str, int]            # listener name -> port (PLAINTEXT, CONTROLLER, SASL_PLAINTEXT, SSL, MTLS)
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+    jmx_port: int | None = None
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -99,7 +100,7 @@ class KafkaCluster:
     """`nodes` KRaft nodes on loopback; a context manager that starts them and stops every one."""
 
     def __init__(self, directory: Path, nodes: int = 1, *, scram_users: Mapping[str, str] | None = None,
-                 tls: Tls | None = None, properties: Mapping[str, str] | None = None) -> None:
+                 tls: Tls | None = None, properties: Mapping[str, str] | None = None, jmx: bool = False) -> None:
         self.directory = directory
         self.scram_users = dict(scram_users or {})
         self.tls = tls
@@ -114,6 +115,9 @@ class KafkaCluster:
                 listeners.append("MTLS")
         self.nodes = [KafkaNode(i, {name: free_port() for name in listeners}, directory / f"node-{i}")
                       for i in range(1, nodes + 1)]
+        if jmx:   # Kafka's own metrics over JMX, on loopback, unauthenticated (`jmx_url`)
+            for node in self.nodes:
+                node.jmx_port = free_port()
         self._classpath = jvm.classpath("kafka")
         self._java = jvm.java()
 
@@ -125,6 +129,10 @@ class KafkaCluster:
 
     def listener(self, name: str) -> str:
         return ",".join(node.address(name) for node in self.nodes)
+
+    def jmx_url(self, node_id: int = 1) -> str:
+        """The JMX service URL of a node started with `jmx=True` (Kafka's JmxTool reads it)."""
+        return f"service:jmx:rmi:///jndi/rmi://{LOOPBACK}:{self.node(node_id).jmx_port}/jmxrmi"
 
     def node(self, node_id: int) -> KafkaNode:
         return next(n for n in self.nodes if n.node_id == node_id)
@@ -178,8 +186,11 @@ class KafkaCluster:
             "group.consumer.heartbeat.interval.ms": "500",
             "group.consumer.min.session.timeout.ms": "6000",
             "group.consumer.session.timeout.ms": "6000",
-            "broker.heartbeat.interval.ms": "500",
-            "broker.session.timeout.ms": "3000",
+            # Several nodes: a short broker session, so a killed node's partitions move in seconds.
+            # One node has nowhere to move them, and a session a starved machine can miss fences the
+            # only broker (NOT_LEADER, NOT_COORDINATOR, "all brokers are currently fenced").
+            "broker.heartbeat.interval.ms": "500" if n > 1 else "2000",
+            "broker.session.timeout.ms": "3000" if n > 1 else "30000",
             "controlled.shutdown.enable": "true",
             "log.segment.bytes": str(64 * 1024 * 1024),
         }
@@ -234,9 +245,14 @@ class KafkaCluster:
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def _start(self, node: KafkaNode) -> None:
+        jmx = [] if node.jmx_port is None else [
+            f"-Dcom.sun.management.jmxremote.port={node.jmx_port}",
+            f"-Dcom.sun.management.jmxremote.rmi.port={node.jmx_port}",
+            "-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false",
+            f"-Dcom.sun.management.jmxremote.host={LOOPBACK}", f"-Djava.rmi.server.hostname={LOOPBACK}"]
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
-                [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={node.directory / 'log4j2.yaml'}",
+                [self._java, *JVM_OPTIONS, *jmx, f"-Dlog4j2.configurationFile={node.directory / 'log4j2.yaml'}",
                  "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -1,7 +1,8 @@
 """Fetch: max_bytes capped to the quota, the response's bytes and records, and `fetch_throttle`.
 
 Request side: Kafka's getMaxValueInQuotaWindow, a Fetch may not ask for more than its consumer
-quota's whole span, so no response is bound to be throttled whatever came before it. Response side
+quota's whole span, so no response is bound to be throttled whatever came before it (a steady
+quota's: nor more than its tokens and one window). Response side
 (`FetchReply`): the response's bytes (and, when a record or batch quota or the metrics want them, its
 records) are the reply's `Usage`; for v16+ the core's address walk has counted the records already
 (`Plan.count_records`), so the response is walked once. Throttled, `fetch_throttle: empty` answers
@@ -89,7 +90,7 @@ class FetchHandler(Handler):
         hdr, principal = req.hdr, req.principal
         count = may_carry_addresses(FETCH, hdr.api_version) and self.charging.fetch_needs_counts(principal)
         watching = self.pools.watching(principal, FETCHES) if self.pools.reads[FETCHES] else ()
-        cap = self.charging.fetch_cap(principal)
+        cap = self.charging.fetch_cap(principal, req.now)
         if cap is None:
             if not count and not watching:
                 return self._plain
