@@ -38,7 +38,7 @@ class FrameDecoder:
         if max_frame_bytes < 0:
             raise ValueError("max_frame_bytes must be >= 0")
         self._max = max_frame_bytes
-        self._chunks: deque[bytes] = deque()
+        self._chunks: deque[bytes | bytearray | memoryview] = deque()
         self._first: memoryview | None = None  # view over _chunks[0], made once per chunk
         self._pos = 0  # read offset into _chunks[0]
         self._size = 0  # bytes buffered and not yet returned
@@ -68,8 +68,8 @@ class FrameDecoder:
         self._first, self._pos, self._size, self._need = None, 0, 0, -1
         return dropped
 
-    def feed(self, data: bytes) -> None:
-        """Take ownership of ``data`` (immutable bytes from the transport); validates a new size prefix."""
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Take ``data`` (bytes, or a buffer its giver never writes again); validates a new size prefix."""
         if self._error is not None:
             raise self._error
         if not data:
@@ -84,6 +84,19 @@ class FrameDecoder:
         self._chunks.append(data)
         if self._need < 0:
             self._read_size()
+
+    def own(self) -> None:
+        """Copy what is held of views into bytes of its own: the views may be of a buffer shared with
+        other connections (a read arena), which the bytes held would otherwise keep alive."""
+        owned: deque[bytes | bytearray | memoryview] = deque()
+        for chunk in self._chunks:
+            if isinstance(chunk, memoryview):
+                if not owned:   # the first chunk: from the read offset on
+                    chunk = (self._first if self._first is not None else chunk)[self._pos:]
+                    self._first, self._pos = None, 0
+                chunk = bytes(chunk)
+            owned.append(chunk)
+        self._chunks = owned
 
     def next_frame(self) -> memoryview | None:
         """One whole frame including its size prefix, or ``None`` if it has not fully arrived."""
@@ -129,15 +142,29 @@ class FrameDecoder:
         """
         need = self._need
         if need < 0:
+            if not self._size and self._error is None:   # nothing held: the usual end of a read's frames
+                return None
             need = self._read_size()
             if need < 0:
                 return None
         if self._size < need:
             return None
-        first = self._first if self._first is not None else memoryview(self._chunks[0])
-        if len(first) - self._pos >= need:
-            frame = self.next_frame()
-            assert frame is not None
+        first = self._first
+        if first is None:
+            first = self._first = memoryview(self._chunks[0])
+        pos = self._pos
+        end = pos + need
+        if end <= len(first):   # the frame lies in one chunk (next_frame's cut, inline: once per frame)
+            if end < len(first):
+                frame = first[pos:end]
+                self._pos = end
+            else:
+                frame = first[pos:] if pos else first
+                self._chunks.popleft()
+                self._first = None
+                self._pos = 0
+            self._size -= need
+            self._need = -1
             return frame, (frame,)
         parts = tuple(self._take_parts(need))
         self._size -= need

@@ -351,13 +351,20 @@ class QuotaManager:
             return False
         return not _FETCH_COUNTS.isdisjoint(resolutions(self._settings, p))
 
-    def throttles_on_response(self, p: Principal) -> bool:
-        """Whether a quota whose throttle is known only when the response is back applies to `p`.
+    def throttles_on_response(self, p: Principal, now: float | None = None, fetch: bool = True,
+                              in_flight: int = 0) -> bool:
+        """Whether a quota whose throttle is known only when the response is back may throttle the
+        response to `p`'s request (a Fetch if `fetch`) read at `now`, with `in_flight` of the
+        connection's requests still unanswered; without `now`: whether such a quota applies at all.
 
         A broker reads one request per connection at a time, so such a throttle stops the next
         request; a proxy that forwarded it already could not. The proxy forwards one request at a
-        time for these principals instead. An observed quota holds nothing back: it is measured all
-        the same, response by response.
+        time for these principals instead, except where the response cannot throttle: the consumer
+        rates charge Fetch responses only, and a request quota at most half used over even its
+        shortest window, counting what the requests in flight and this one will add (1 request, at
+        most 10 ms of handler time each), is not reached by them (`QuotaSensor.far_below`; a steady
+        quota: half its allowance left). A quota not yet charged, shared by a fleet, or a token_bucket
+        one counts as near. An observed quota holds nothing back: it is measured all the same.
         """
         enforced = self._observing
         if (self._pooled_fetch or self._pooled_request) and self.pools.applies(p, _ON_RESPONSE, enforced):
@@ -367,9 +374,24 @@ class QuotaManager:
         if not self._on_response:
             return False
         found = resolutions(self._settings, p)
-        if not enforced:
-            return not _ON_RESPONSE.isdisjoint(found)
-        return any(not res.observed for quota_type, res in found.items() if quota_type in _ON_RESPONSE)
+        if _ON_RESPONSE.isdisjoint(found):
+            return False
+        if now is None:
+            return not enforced or any(not res.observed for t, res in found.items() if t in _ON_RESPONSE)
+        pending = in_flight + 1.0   # each: one request, or at most 10 ms x 100 percent-seconds
+        sensors = self._sensors
+        for quota_type in _ON_RESPONSE:
+            res = found.get(quota_type)
+            if res is None or (enforced and res.observed):
+                continue
+            if quota_type not in _REQUEST:
+                if fetch:   # how much a Fetch response brings is not known before it is back
+                    return True
+                continue
+            sensor = sensors[quota_type].get(res.key)
+            if sensor is None or not sensor.far_below(now, pending):
+                return True
+        return False
 
     def fetch_max_bytes_cap(self, p: Principal, now: float | None = None) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.

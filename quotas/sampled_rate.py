@@ -9,7 +9,9 @@ sampled rate") spells each rule out.
 
 Memory: one flat `array('d')` of `(window_count + 1) * 3` floats (value, start, last event per
 slot), so ten thousand sensors cost a few megabytes; measuring sums at most `window_count + 1`
-slots.
+slots. `surely_below` spares that sum where it cannot matter: while no sample can have expired
+since the last one, and what was recorded since would keep the rate under a limit even over the
+shortest window, the measurement would say so and purge nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ MIN_WINDOW_SECONDS = 0.001
 class SampledRate:
     """Units per second over `window_count` samples of `window_size_seconds` (Kafka's `Rate`)."""
 
-    __slots__ = ("_current", "_data", "_expire_age", "_min_full", "_size", "_slots", "_window")
+    __slots__ = ("_current", "_data", "_expire_age", "_fresh_until", "_min_full", "_min_span", "_size", "_slots",
+                 "_upper", "_window")
 
     def __init__(self, window_size_seconds: float, window_count: int) -> None:
         if not window_size_seconds > 0:
@@ -38,6 +41,10 @@ class SampledRate:
         self._slots = window_count + 1
         self._min_full = window_count - 1  # prior windows assumed present besides the current one
         self._expire_age = window_count * self._window
+        # The shortest window a rate is ever computed over (`_span`), a hair shorter for rounding.
+        self._min_span = max(self._min_full * self._window, MIN_WINDOW_SECONDS) * (1 - 1e-9)
+        self._upper = 0.0                  # at least the samples' sum (exact at the last scan)
+        self._fresh_until = -math.inf      # no sample can expire before this (the last scan's oldest event + age)
         self._data = array("d", [0.0]) * (self._slots * _STRIDE)
         # Kafka's sample list grows lazily up to `slots`; slots past `_size` have never been used
         # and must not count as "oldest".
@@ -67,10 +74,18 @@ class SampledRate:
             self._current = (self._current + 1) % self._slots
             if self._current >= self._size:
                 self._size += 1
+            elif d[self._current * _STRIDE + _VALUE] < 0:   # a refund's negative sample dropped: the sum grows
+                self._upper -= d[self._current * _STRIDE + _VALUE]
             self._reset(self._current, now)
             i = self._current * _STRIDE
         d[i + _VALUE] += value
         d[i + _LAST] = now
+        self._upper += value
+
+    def surely_below(self, limit: float, now: float, pending: float = 0.0) -> bool:
+        """True when the rate at `now` is surely at most `limit`, even with `pending` more recorded, and
+        measuring it would purge nothing."""
+        return now < self._fresh_until and self._upper + pending <= limit * self._min_span
 
     def _scan(self, now: float) -> tuple[float, float]:
         """Purge, then return (sum of samples, start of the oldest): one pass over the slots.
@@ -81,7 +96,7 @@ class SampledRate:
         d = self._data
         age = self._expire_age
         total = 0.0
-        oldest = now
+        oldest = last = now
         for i in range(0, self._size * _STRIDE, _STRIDE):
             if now - d[i + _LAST] >= age:
                 d[i + _VALUE] = 0.0
@@ -92,6 +107,9 @@ class SampledRate:
             start = d[i + _START]
             if start < oldest:
                 oldest = start
+            if d[i + _LAST] < last:
+                last = d[i + _LAST]
+        self._upper, self._fresh_until = total, last + age
         return total, oldest
 
     def _span(self, now: float, oldest: float) -> float:
@@ -130,3 +148,4 @@ class SampledRate:
         d = self._data
         for i in range(_VALUE, self._size * _STRIDE, _STRIDE):
             d[i] *= factor
+        self._fresh_until = -math.inf   # the next measurement sums them again

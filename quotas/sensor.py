@@ -141,6 +141,9 @@ class QuotaSensor:
                 t = self.span
         else:
             if shared is None:
+                if self.rate.surely_below(self.limit, now):   # far below the quota: nothing to sum
+                    self.line.until = now
+                    return 0.0
                 observed, window = self.rate.observe(now)
                 limit = self.limit
             else:
@@ -195,6 +198,16 @@ class QuotaSensor:
         limit = self.limit * self._scale
         if limit > 0 and self.line.until > now:
             self.line.until = max(now, self.line.until - value / limit)
+
+    def far_below(self, now: float, pending: float) -> bool:
+        """Surely at most half its quota at `now` with `pending` more recorded: a sampled rate over even
+        its shortest window, a steady bucket with half its allowance left after `pending` (so no throttle
+        either way). A local sensor only; a token_bucket quota counts as near."""
+        if self.shared is not None:
+            return False
+        if self.bucket is None:
+            return self.rate.surely_below(self.limit * 0.5, now, pending)
+        return self.steady and self.bucket.tokens(now) - pending >= self.bucket.burst * 0.5
 
     def charge(self, value: float, now: float) -> float:
         """Record, then check (Kafka's `Sensor.record(value, time, true)`); returns the throttle."""

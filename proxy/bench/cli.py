@@ -34,10 +34,15 @@ from .references import (
 from .runner import PROFILED, WORKLOADS, Plan, Runner, run_rounds, workdir_for
 
 SHORT = Plan(rounds=1, produce_seconds=1.2, consume_megabytes=24, latency_seconds=0.8, latency_rate=1000,
-             connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000, classes_seconds=16.0)
+             connections=1000, hold_seconds=0.5, throttle_bytes_s=10e6, entities=2000, idle_connections=2000,
+             classes_seconds=16.0)
 LONG = Plan(rounds=5, produce_seconds=8.0, consume_megabytes=250, latency_seconds=8.0, latency_rate=1000,
             connections=1000, hold_seconds=4.0, throttle_bytes_s=10e6, entities=10_000)
 BASE_WORKLOADS = ["produce", "consume", "latency", "connections"]
+# The Spark-like load and the light load, where the goals set kqp beside the relay: run by these.
+SPARK_WORKLOADS = ["spark-produce", "spark-consume", "light"]
+SPARK_REFERENCES = ("direct", "relay", "kqp", "kqp-metrics-quotas")
+PROFILED_REFERENCES = ("kqp", "kqp-metrics-quotas")   # `--profile`: each of these that was run
 # Memory per quota entity matters where entities are tracked: kqp with and without quotas.
 ENTITY_REFERENCES = ("kqp", "kqp-quotas")
 
@@ -168,9 +173,17 @@ def _run(args: argparse.Namespace) -> int:
 
     support = kqp_target.probe()
     plans = {ref.name: list(ref.workloads or (TLS_WORKLOADS if ref.tls else BASE_WORKLOADS)) for ref in references}
+    idle = bool(args.workloads) and "idle" in args.workloads.split(",")   # long: only when named
+    # The short preset (the smoke test's) sizes the Spark-like load through the relay and kqp only.
+    spark_refs = ("relay", "kqp") if args.short else (*SPARK_REFERENCES, *(ref.name for ref in baselines))
+    for name in spark_refs:
+        if name in plans:
+            plans[name][-1:-1] = SPARK_WORKLOADS   # before the connections hold, after the rest
+            if idle and name in ("relay", "kqp", "kqp-metrics-quotas"):
+                plans[name].append("idle")
     for name in ENTITY_REFERENCES:
         if name in plans:
-            plans[name].insert(-1, "entities")  # before the connections hold, after the rest
+            plans[name].insert(-1, "entities")
     if plan.busy_seconds:
         for ref in references:
             if not ref.tls:
@@ -211,12 +224,16 @@ def _run(args: argparse.Namespace) -> int:
     profiled: dict[str, dict[str, Any]] = {}
     try:
         run_rounds(runner, references, plans)
-        kqp_ref = next((ref for ref in references if ref.name == "kqp"), None)
-        if kqp_ref is not None and runner.status(kqp_ref.name)[0] == "ok":
+        for ref in references:
+            if ref.name not in PROFILED_REFERENCES or runner.status(ref.name)[0] != "ok":
+                continue
             for workload in profiled_workloads:
-                runner.log(f"profiling kqp under {workload} (py-spy, not counted in the medians)")
-                if (found := _profile(runner, kqp_ref, workload, out / f"profile-kqp-{workload}.txt")) is not None:
-                    profiled[workload] = found
+                if workload not in plans[ref.name] and not any(w.startswith(workload) for w in plans[ref.name]):
+                    continue
+                runner.log(f"profiling {ref.name} under {workload} (py-spy, not counted in the medians)")
+                path = out / f"profile-{ref.name}-{workload}.txt"
+                if (found := _profile(runner, ref, workload, path)) is not None:
+                    profiled[f"{ref.name} {workload}"] = found
     finally:
         runner.close()
 
@@ -227,9 +244,11 @@ def _run(args: argparse.Namespace) -> int:
     chart_path = chart.write_chart(results, out)
     print()
     print(report.table(results))
+    if sizing := report.sizing(results):
+        print("\n" + sizing)
     print(f"\nresults: {json_path}; chart: {chart_path}; logs: {settings.workdir}")
-    summaries = [profile_summary.summarize(out / found["file"], workload)
-                 for workload, found in profiled.items() if (out / found["file"]).exists()]
+    summaries = [profile_summary.summarize(path, label) for label, found in profiled.items()
+                 for path in sorted(out.glob(Path(found["file"]).stem + "*.txt"))]
     if summaries:
         text = "\n\n".join(summaries)
         (out / "profile-summary.txt").write_text(text + "\n")

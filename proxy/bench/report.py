@@ -27,9 +27,15 @@ METRICS: dict[str, tuple[str, ...]] = {
     "produce-inflight5": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
     "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
     "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
+    "spark-produce": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
+    "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "lost", "duplicates", "rebalances"),
+    "light": ("p50_ms", "p99_ms", "requests_s", "errors"),
+    "idle": ("connected", "errors", "rss_mb", "rss_per_connection_kb"),
     "classes": ("stream_delivered_ratio", "stream_p50_ms", "stream_p99_ms", "batch_share_of_c", "batch_split_min",
                 "batch_split_max", "recovery_s", "errors"),
 }
+# Latency workloads, and whose latency theirs is set beside (paired by round) besides direct's.
+LATENCY_WORKLOADS = {"latency": (), "light": ("relay",)}
 
 # Ratios the performance goals are stated in: (label, workload, metric, numerator, denominator).
 _MB_S_PAIRS = (("kqp", "direct"), ("kqp", "relay"), ("kqp", "tansu-proxy"), ("kqp-quotas", "kqp"),
@@ -58,7 +64,7 @@ BASELINE_METRICS = (("produce", "cpu_s_per_gb"), ("consume", "cpu_s_per_gb"), ("
                     ("consume", "mb_s"), ("latency", "p50_ms"), ("latency", "p99_ms"))
 # CPU per GB is compared with the relay for every proxy measured (each kqp setup, tansu proxy):
 # the relay is what moving the bytes through one more Python process costs at the least.
-CPU_WORKLOADS = ("produce", "consume")
+CPU_WORKLOADS = ("produce", "consume", "spark-produce", "spark-consume")
 CPU_BASELINE = "relay"
 
 
@@ -102,13 +108,16 @@ def summarize(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[st
         summary.setdefault(ref, {}).setdefault(workload, {})[metric] = statistics.median(series.values())
         summary[ref][workload].setdefault("rounds", float(len(series)))
     for ref, workloads in summary.items():
-        latency = workloads.get("latency")
-        if latency is None:
-            continue
-        for pct in ("p50_ms", "p99_ms"):
-            added = _paired(values, (ref, "latency", pct), ("direct", "latency", pct), "-")
-            if added is not None:
-                latency["added_" + pct] = added
+        for workload, others in LATENCY_WORKLOADS.items():
+            latency = workloads.get(workload)
+            if latency is None:
+                continue
+            for base in ("direct", *others):
+                label = "added_" if base == "direct" else f"over_{base}_"
+                for pct in ("p50_ms", "p99_ms"):
+                    added = _paired(values, (ref, workload, pct), (base, workload, pct), "-")
+                    if added is not None and ref != base:
+                        latency[label + pct] = added
     return summary
 
 
@@ -156,10 +165,11 @@ def cpu_table(results: dict[str, Any]) -> list[str]:
              if any("cpu_s_per_gb" in summary.get(name, {}).get(w, {}) for w in CPU_WORKLOADS)]
     if not names:
         return []
-    rows = [["CPU s/GB", *CPU_WORKLOADS]]
+    measured = [w for w in CPU_WORKLOADS if any("cpu_s_per_gb" in summary[name].get(w, {}) for name in names)]
+    rows = [["CPU s/GB", *measured]]
     for name in names:
         row = [name]
-        for workload in CPU_WORKLOADS:
+        for workload in measured:
             text = _cell(summary[name].get(workload, {}).get("cpu_s_per_gb"))
             ratio = found.get(f"{workload} cpu_s_per_gb {name}/{CPU_BASELINE}")
             row.append(text if ratio is None else f"{text} ({ratio:.2f}x {CPU_BASELINE})")
@@ -193,6 +203,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("B/entity", "entities", "rss_bytes_per_entity"),
     ("busy errs", "busy", "errors"),
     ("busy req/s", "busy", "requests_s"),
+    ("spark MB/s", "spark-produce", "mb_s"),
+    ("read MB/s", "spark-consume", "mb_s"),
+    ("lost", "spark-consume", "lost"),
+    ("dups", "spark-consume", "duplicates"),
+    ("light p50", "light", "p50_ms"),
+    ("light p99", "light", "p99_ms"),
+    ("p99-relay", "light", "over_relay_p99_ms"),
+    ("idle MB", "idle", "rss_mb"),
     ("stream deliv", "classes", "stream_delivered_ratio"),
     ("stream p99 ms", "classes", "stream_p99_ms"),
     ("batch xC", "classes", "batch_share_of_c"),
@@ -239,6 +257,28 @@ def table(results: dict[str, Any]) -> str:
             # The end of a traceback says most; results.json keeps the whole reason.
             lines.append(f"{name}: unavailable: {reason if len(reason) < 240 else '...' + reason[-237:]}")
     return "\n".join(lines)
+
+
+def sizing(results: dict[str, Any]) -> str:
+    """What README.md's Sizing section quotes, per proxy measured: cores per 100 MB/s (CPU s/GB / 10),
+    memory per connection (busy and idle) and latency added, each a median of the run."""
+    summary = results["summary"]
+    lines = []
+    for name, workloads in summary.items():
+        if name == "direct":
+            continue
+        cores = [f"{w} {workloads[w]['cpu_s_per_gb'] / 10:.3f}" for w in CPU_WORKLOADS
+                 if "cpu_s_per_gb" in workloads.get(w, {})]
+        memory = [f"{label} {workloads[w]['rss_per_connection_kb']:.1f} KB"
+                  for label, w in (("per connection", "connections"), ("per idle connection", "idle"))
+                  if "rss_per_connection_kb" in workloads.get(w, {})]
+        latency = [f"{label} {workloads[w][m]:+.2f} ms" for label, w, m in
+                   (("p50 over direct", "latency", "added_p50_ms"), ("p99 over direct", "latency", "added_p99_ms"),
+                    ("light p99 over relay", "light", "over_relay_p99_ms")) if m in workloads.get(w, {})]
+        if cores or memory or latency:
+            lines.append(f"{name}: cores per 100 MB/s: {', '.join(cores) or '-'}; memory: {', '.join(memory) or '-'}; "
+                         f"latency: {', '.join(latency) or '-'}")
+    return "sizing (medians):\n" + "\n".join("  " + line for line in lines) if lines else ""
 
 
 def write_json(results: dict[str, Any], out: Path) -> Path:

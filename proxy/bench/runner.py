@@ -16,24 +16,31 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import signal
 import subprocess
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
 
-from . import busy_clients, idle_clients, proc_stats, workloads
+from . import busy_clients, idle_clients, proc_stats, spark_like, workloads
 from .processes import StartError
 from .references import BROKER, Cell, CellSettings, Reference, open_cell
 
-TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-busy": 3, "bench-classes": 1}
+TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-busy": 3, "bench-spark": 8,
+          "bench-light": 1, "bench-classes": 1}
+# The Spark-like load: 16 executors' producers (two client processes of 8), then 4 readers in one
+# group (two client processes of 2 threads).
+SPARK_PRODUCERS, SPARK_READERS, CLIENT_PROCESSES = 16, 4, 2
+LIGHT_RATE = 200.0   # records a second, the light-load workload
 # The Java producer's defaults (librdkafka's in-flight limit is 1000000, its batches 1 MB here):
 # small requests, 5 in flight per connection, where pipelining matters and kqp's one request at a
 # time for a request quota (`response_pending`) shows (`produce-inflight5`).
 JAVA_PRODUCER = {"max.in.flight.requests.per.connection": 5, "batch.size": 16_384}
-PROFILED = ("produce", "consume")   # the workloads `kqp bench --profile` can run under py-spy
+PROFILED = ("produce", "consume", "spark")   # what `kqp bench --profile` can run under py-spy (spark: both halves)
 WORKLOADS = {
     "produce": "batched produce, 1 KB records, librdkafka producer (linger 5 ms, acks=1)",
     "consume": "librdkafka consumer reading seeded 1 KB records from the start of 3 partitions",
@@ -43,6 +50,12 @@ WORKLOADS = {
     "produce-inflight5": "produce with the Java producer's defaults: 16 KB batches, 5 requests in flight",
     "entities": "one Metadata request from each of many distinct client ids: proxy memory per entity",
     "busy": "many connections each producing (acks=1) and fetching it back once a second, every answer checked",
+    "spark-produce": "16 producers with distinct client ids: 1 KB keyed records, 16 KiB batches, linger 5 ms, "
+                     "acks=all, 8 partitions",
+    "spark-consume": "4 consumers in one group read back everything spark-produce wrote; every acknowledged "
+                     "record must be read exactly once",
+    "light": "about 200 records/s of 1 KB (linger 0, acks=all), sent without waiting; per-record latency",
+    "idle": "10,000 connections held open after one ApiVersions and Metadata each: memory per idle connection",
     "classes": "a stream at 100 kB/s and four batch producers flat out in one adaptive pool on a broker saturated "
                "at 400 kB/s: the stream's delivery and latency, the batch jobs' share and split",
 }
@@ -62,6 +75,7 @@ class Plan:
     throttle_bytes_s: float
     entities: int = 10_000
     busy_seconds: float = 0.0    # the busy workload's length (`kqp bench --busy SECONDS`; 0: not run)
+    idle_connections: int = 10_000   # the idle workload's connections
     classes_seconds: float = 20.0   # the classes workload: the stream stops 6 s before the end
 
 
@@ -77,6 +91,7 @@ class Runner:
         self.start_failures: dict[str, str] = {}  # reference -> why its proxy last failed to start
         self._pool: Pool | None = None
         self._profile_to: Path | None = None   # set while `profile` runs a workload under py-spy
+        self._acked: dict[int, bytes] = {}   # id(cell) -> the ids spark-produce had acknowledged there
 
     # -- client processes ------------------------------------------------------------------
     def _clients(self) -> Pool:
@@ -93,12 +108,17 @@ class Runner:
     def _call(self, func: Callable[..., dict[str, Any]], *args: Any, timeout: float,
               watch: Callable[[], None] | None = None, copies: int = 1) -> list[dict[str, Any]]:
         """Run `func(*args)` in `copies` client processes at once; `watch` is polled meanwhile."""
-        pending = [self._clients().apply_async(func, args) for _ in range(copies)]
+        return self._run_jobs([(func, *args)] * copies, timeout, watch)
+
+    def _run_jobs(self, jobs: list[tuple[Any, ...]], timeout: float,
+                  watch: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+        """Run each `(func, *args)` in a client process, all at once; their results in order."""
+        pending = [self._clients().apply_async(job[0], job[1:]) for job in jobs]
         deadline = time.monotonic() + timeout
         try:
             while not all(job.ready() for job in pending):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{func.__name__} still running after {timeout:.0f}s")
+                    raise TimeoutError(f"{jobs[0][0].__name__} still running after {timeout:.0f}s")
                 if watch is not None:
                     watch()
                 time.sleep(0.05)
@@ -167,19 +187,27 @@ class Runner:
     def _measured(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any,
                   timeout: float, copies: int = 1) -> dict[str, Any]:
         """Run a throughput workload; add the proxy's CPU seconds per GB moved meanwhile."""
+        results, cpu = self._sampled(cell, [(func, *args)] * copies, timeout)
+        metrics = _combine(results)
+        metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"]))
+        return metrics
+
+    def _sampled(self, cell: Cell, jobs: list[tuple[Any, ...]], timeout: float) -> tuple[list[dict[str, Any]],
+                                                                                           float | None]:
+        """Run `jobs` at once (`_run_jobs`); their results and the proxy's CPU seconds meanwhile (None
+        without a proxy)."""
         pid = cell.proxy.pid if cell.proxy is not None else None
         before = proc_stats.sample(pid) if pid is not None else None
         profiler = self._start_profiler(pid, self._profile_to) if self._profile_to is not None else None
-        results = self._call(func, *args, timeout=timeout, copies=copies)
+        try:
+            results = self._run_jobs(jobs, timeout)
+        finally:
+            if profiler is not None:   # stopped with the workload, however long it took: it writes then
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(60)
         after = proc_stats.sample(pid) if pid is not None else None
-        if profiler is not None:
-            profiler.wait(60)
-        metrics = _combine(results)
-        if before is not None and after is not None and metrics["bytes_moved"] > 0:
-            cpu = after.cpu_seconds - before.cpu_seconds
-            metrics["proxy_cpu_seconds"] = cpu
-            metrics["cpu_s_per_gb"] = cpu / (metrics["bytes_moved"] / 1e9)
-        return metrics
+        cpu = after.cpu_seconds - before.cpu_seconds if before is not None and after is not None else None
+        return results, cpu
 
     def profile(self, ref: Reference, out: Path, workload: str = "produce") -> dict[str, Any] | None:
         """One extra run of `workload` (batched produce or consume) with `ref` under py-spy, outside the
@@ -195,7 +223,13 @@ class Runner:
             self._prepare(cell, seed=workload == "consume")
             self._profile_to = out
             try:
-                metrics = getattr(self, "_" + workload)(cell, -1)
+                if workload == "spark":   # both halves into one profile: py-spy appends to nothing, so two files
+                    self._profile_to = out.with_name(out.stem + "-produce" + out.suffix)
+                    self._spark_produce(cell, -1)
+                    self._profile_to = out
+                    metrics = self._spark_consume(cell, -1)
+                else:
+                    metrics = getattr(self, "_" + workload)(cell, -1)
             finally:
                 self._profile_to = None
         self.log(f"  {ref.name:14} {workload + ' (py-spy)':16} {_brief(metrics)}")
@@ -204,9 +238,8 @@ class Runner:
     def _start_profiler(self, pid: int | None, out: Path) -> subprocess.Popen[bytes] | None:
         if self.py_spy is None or pid is None:
             return None
-        argv = [self.py_spy, "record", "--pid", str(pid), "--duration",
-                str(max(1, round(max(self.plan.produce_seconds, 3.0)))), "--rate", "200", "--format", "raw",
-                "--native", "-o", str(out)]
+        argv = [self.py_spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--native",
+                "-o", str(out)]
         with open(self.cell_settings.workdir / "py-spy.log", "wb") as log:
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -235,6 +268,45 @@ class Runner:
         return self._measured(cell, workloads.consume, cell.bootstrap, "bench-consume",
                               TOPICS["bench-consume"], records, seconds, 60.0, "kqp-bench-consume",
                               cell.client_conf, timeout=seconds + 120)
+
+    def _spark_produce(self, cell: Cell, _round: int) -> dict[str, Any]:
+        each = SPARK_PRODUCERS // CLIENT_PROCESSES
+        jobs = [(spark_like.spark_produce, cell.bootstrap, "bench-spark", n * each, each, self.plan.produce_seconds,
+                 1024, 20.0, cell.client_conf) for n in range(CLIENT_PROCESSES)]
+        results, cpu = self._sampled(cell, jobs, timeout=self.plan.produce_seconds + 90)
+        self._acked[id(cell)] = b"".join(result.pop("acked") for result in results)
+        metrics = _combine(results)
+        metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"]))
+        return metrics
+
+    def _spark_consume(self, cell: Cell, _round: int) -> dict[str, Any]:
+        acked = self._acked.pop(id(cell), None)
+        if acked is None:
+            raise RuntimeError("spark-consume reads what spark-produce wrote in the same cell: run both")
+        (ends,) = self._call(spark_like.end_offsets, cell.upstream, "bench-spark", TOPICS["bench-spark"],
+                             cell.upstream_conf, timeout=60)
+        each = SPARK_READERS // CLIENT_PROCESSES
+        timeout = 120 + self.plan.produce_seconds * 4
+        jobs = [(spark_like.spark_consume, cell.bootstrap, "bench-spark", "spark-readers", ends, n * each, each,
+                 timeout, cell.client_conf) for n in range(CLIENT_PROCESSES)]
+        results, cpu = self._sampled(cell, jobs, timeout=timeout + 30)
+        taken = array("Q")
+        for result in results:
+            taken.frombytes(result.pop("taken"))
+        seconds = max(r["last"] for r in results) - min(r["first"] for r in results)
+        moved = sum(r["bytes_moved"] for r in results)
+        metrics = {"seconds": seconds, "records": len(taken), "mb_s": moved / max(seconds, 1e-9) / 1e6,
+                   "records_s": len(taken) / max(seconds, 1e-9), "bytes_moved": moved,
+                   "errors": sum(r["errors"] for r in results), "rebalances": sum(r["rebalances"] for r in results),
+                   **exactly_once(array("Q", acked), taken)}
+        metrics.update(_cpu_per_gb(cpu, moved))
+        return metrics
+
+    def _light(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        (result,) = self._call(spark_like.light_produce, cell.bootstrap, "bench-light", plan.latency_seconds,
+                               LIGHT_RATE, timeout=plan.latency_seconds * 3 + 60)
+        return result
 
     def _latency(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan
@@ -265,14 +337,21 @@ class Runner:
         return self._held(cell, idle_clients.idle_connections, cell.host, cell.port, plan.connections,
                           plan.hold_seconds, timeout=plan.hold_seconds + 120)
 
+    def _idle(self, cell: Cell, _round: int) -> dict[str, Any]:
+        plan = self.plan
+        hold = max(plan.hold_seconds, 2.0)
+        return self._held(cell, idle_clients.idle_connections, cell.host, cell.port, plan.idle_connections, hold,
+                          hold + 60, 30.0, timeout=hold + 300, connections=plan.idle_connections)
+
     def _busy(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan
         return self._held(cell, busy_clients.busy_connections, cell.host, cell.port, "bench-busy", TOPICS["bench-busy"],
                           plan.connections, plan.busy_seconds, timeout=plan.busy_seconds + 180)
 
-    def _held(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any, timeout: float) -> dict[str, Any]:
+    def _held(self, cell: Cell, func: Callable[..., dict[str, Any]], *args: Any, timeout: float,
+              connections: int | None = None) -> dict[str, Any]:
         """Run a many-connections workload; add the proxy's peak RSS (over its baseline) and CPU."""
-        plan = self.plan
+        count = connections or self.plan.connections
         pid = cell.proxy.pid if cell.proxy is not None else None
         baseline = proc_stats.sample(pid) if pid is not None else None
         peak = {"rss": 0}
@@ -287,10 +366,25 @@ class Runner:
         if baseline is not None and peak["rss"]:
             result["rss_mb"] = peak["rss"] / 1e6
             result["rss_baseline_mb"] = baseline.rss_bytes / 1e6
-            result["rss_per_connection_kb"] = (peak["rss"] - baseline.rss_bytes) / 1e3 / plan.connections
+            result["rss_per_connection_kb"] = (peak["rss"] - baseline.rss_bytes) / 1e3 / count
         if baseline is not None and after is not None:
             result["proxy_cpu_percent"] = 100 * (after.cpu_seconds - baseline.cpu_seconds) / result["seconds"]
         return result
+
+
+def _cpu_per_gb(cpu: float | None, moved: int) -> dict[str, float]:
+    if cpu is None or moved <= 0:
+        return {}
+    return {"proxy_cpu_seconds": cpu, "cpu_s_per_gb": cpu / (moved / 1e9)}
+
+
+def exactly_once(acked: array[int], taken: array[int]) -> dict[str, int]:
+    """What the group read against what the broker acknowledged: every acknowledged id read exactly once
+    means `lost` and `duplicates` are 0 (`unacknowledged`: read, though its acknowledgement never came)."""
+    read = set(taken)
+    wanted = set(acked)
+    return {"lost": len(wanted - read), "duplicates": len(taken) - len(read),
+            "unacknowledged": len(read - wanted)}
 
 
 def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:

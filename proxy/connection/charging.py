@@ -43,8 +43,9 @@ class Charging:
         self.pools = quotas.pools
         #: Kafka's getMaxValueInQuotaWindow: the most a Fetch read at a time may ask for (None: no consumer quota).
         self.fetch_cap: Callable[[Principal, float], int | None] = quotas.fetch_max_bytes_cap
-        #: Whether a quota whose throttle is known only from the response applies (one request at a time).
-        self.throttles_on_response: Callable[[Principal], bool] = quotas.throttles_on_response
+        #: Whether a quota whose throttle is known only from the response may throttle this request's
+        #: (forwarded one request at a time then): `(principal, now, fetch, in_flight)`.
+        self.throttles_on_response: Callable[[Principal, float, bool, int], bool] = quotas.throttles_on_response
 
     # -- what the handlers ask before they read a body -----------------------------------------
     def produce_needs_counts(self, principal: Principal) -> bool:

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 from kqp.protocol.addresses import may_carry_addresses
-from kqp.protocol.apis import API_NAMES
+from kqp.protocol.apis import API_NAMES, ApiKey
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
@@ -50,6 +50,7 @@ log = logging.getLogger("kqp.connection")
 SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
 CONNECTING, DRAINING, CLOSED = Phase.CONNECTING, Phase.DRAINING, Phase.CLOSED   # looked up on every frame
 NO_CAP = float("inf")
+FETCH = ApiKey.Fetch
 
 
 class Connection:
@@ -125,6 +126,14 @@ class Connection:
 
     def muted(self, side: Side) -> bool:
         return self.mutes.muted(side)
+
+    def keep_held(self) -> None:
+        """Frames read but not yet taken (muted, or incomplete) are copied into bytes of their own: the
+        edge hands views of a read buffer shared by every connection, which must not stay alive for them."""
+        if self.requests.buffered:
+            self.requests.own()
+        if self.responses.buffered:
+            self.responses.own()
 
     @property
     def user(self) -> str:
@@ -352,7 +361,8 @@ class Connection:
         if not plan.expects_response:
             throttling.throttle(throttling.settle(flight, [], now), now, self._out)
             return
-        if forward is not None and charging.throttles_on_response(principal):
+        if forward is not None and charging.throttles_on_response(principal, now, hdr.api_key == FETCH,
+                                                                  len(self.in_flight)):
             # Its throttle is known only when the response is back: hold the next request until then.
             self.mute(MuteReason.RESPONSE_PENDING)
         self._await(flight, now)

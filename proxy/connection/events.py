@@ -19,7 +19,7 @@ from kqp.protocol.addresses import BrokerAddress
 from kqp.quotas.admin_layer import Change
 from kqp.quotas.connection_limits import LIMIT_REASONS
 
-Buffer = bytes | memoryview
+Buffer = bytes | bytearray | memoryview   # a bytearray or a view: read in place, never written again
 Parts = tuple[Buffer, ...]
 
 
@@ -81,16 +81,18 @@ class UpstreamConnectFailed:
     unknown_broker: bool = False   # kqp knows no address for the listener's broker
 
 
-@dataclass(frozen=True, slots=True)
+# The three made for every read and every write are not frozen: a frozen dataclass's __init__ costs
+# twice as much, and nothing writes them after they are made.
+@dataclass(slots=True)
 class ClientData:
     now: float
-    data: bytes
+    data: Buffer
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpstreamData:
     now: float
-    data: bytes
+    data: Buffer
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,7 @@ class ConnectUpstream:
     node_id: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: see ClientData
 class Send:
     """Write ``parts`` (whose concatenation is one or more whole frames) to ``side``, in one go."""
 

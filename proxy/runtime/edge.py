@@ -1,17 +1,17 @@
 """The asyncio edge of a connection: transport callbacks in, the core's actions carried out.
 
-`ClientEdge` is the `asyncio.Protocol` of a client socket and owns the upstream socket
-(`UpstreamEdge`). Each callback becomes one event for the sans-io core, stamped with the loop's
-time; the actions the core returns are carried out in order. The actions are the truth: `Mute` and
-`Unmute` go to the side's `FlowControl` (flow_control.py), which pauses or resumes the transport
-once the event's actions are done. Events raised while actions run (a write crossing the high-water
-mark, an effect answered at once) are queued, so the core never sees re-entry.
+`ClientEdge` is the `asyncio.BufferedProtocol` of a client socket and owns the upstream socket
+(`UpstreamEdge`): reads land in buffers kqp owns (`kqp.protocol.receive`), and the core hears of
+whole frames only, each callback as one event stamped with the loop's time. The actions it returns
+are carried out in order, an event's writes to one side in one call; `Mute` and `Unmute` go to the
+side's `FlowControl` (flow_control.py), which pauses or resumes the transport once the event's
+actions are done. Events raised while actions run (a write crossing the high-water mark, an effect
+answered at once) are queued, so the core never sees re-entry.
 
-Effects are the runtime's: `ConnectUpstream` opens the upstream socket, `LookUpTopics` and
-`CommitQuotas` run as tasks of this connection, `EnsureListeners` binds at once; a task that fails
-unexpectedly closes this connection only. TLS identity, admission (`limits:`) and a PROXY header's
-real peer come from the listener and `EdgeWiring`, whose loop a test replaces with a fake one
-(`tests/proxy/test_edge.py`).
+Effects: `ConnectUpstream` opens the upstream socket, `LookUpTopics` and `CommitQuotas` run as tasks
+of this connection, `EnsureListeners` binds at once; a task that fails closes this connection only.
+TLS identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
+`EdgeWiring`, whose loop a test replaces with a fake one (`tests/proxy/test_edge.py`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kqp.config.model import HostPort
 from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.errors import ProtocolError
+from kqp.protocol.receive import ReadArena, ReceiveBuffer
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
@@ -42,6 +43,9 @@ from .socket_probe import peer_gone, unread_bytes
 log = logging.getLogger("kqp.connection")
 
 WRITE_HIGH_WATER = 1024 * 1024
+# Under backpressure a write is queued, holding what it names: a part smaller than this is queued as
+# a copy, so that a slow peer never keeps a whole shared read arena alive for a small frame.
+COPY_QUEUED_BELOW = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,10 @@ class EdgeWiring:
     admission: Admission | None = None          # limits: connection counts and creation rates
     # admin.manage_quotas: (changes, who) -> written (off the loop) and in force, or CommitFailed
     commit_quotas: Callable[[tuple[Change, ...], str], Awaitable[None]] | None = None
+    arena: ReadArena = field(default_factory=ReadArena)   # the loop's read buffer, shared by its connections
 
 
-class ClientEdge(asyncio.Protocol):
+class ClientEdge(asyncio.BufferedProtocol):
     """One client connection: its socket, its upstream socket, its core."""
 
     def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None, slot: Slot | None = None,
@@ -82,6 +87,10 @@ class ClientEdge(asyncio.Protocol):
         self._running = False
         self._refused = False
         self._pending: deque[ev.Event] = deque()
+        max_frame = wiring.core.settings.max_frame_bytes
+        self.reads = ReceiveBuffer(wiring.arena, max_frame)
+        self.upstream_reads = ReceiveBuffer(wiring.arena, max_frame)
+        self._writes: dict[Side, list[object]] = {Side.CLIENT: [], Side.UPSTREAM: []}   # this event's, per side
         self._do = {
             ev.ConnectUpstream: self._connect_upstream,
             ev.Send: self._send,
@@ -110,6 +119,7 @@ class ClientEdge(asyncio.Protocol):
             while True:
                 for action in self.core.handle(event):
                     self._do[type(action)](action)
+                self._write()
                 if not self._pending:
                     break
                 event = self._pending.popleft()
@@ -167,16 +177,33 @@ class ClientEdge(asyncio.Protocol):
         assert self.client is not None
         self.client.close()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reads.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = self.reads.filled(nbytes)
+        if data is not None:
+            self.data_received(data)
+
+    def data_received(self, data: bytes | bytearray | memoryview) -> None:
+        """Whole frames (or what a transport without buffered reads hands over)."""
         self.run(ev.ClientData(self.now(), data))
+        self.core.keep_held()   # what waits in the core is copied out of the shared arena
+
+    def _flush_reads(self) -> None:
+        """The stream ends: a frame it cut short goes to the core, which says so."""
+        if (held := self.reads.flush()) is not None:
+            self.data_received(held)
 
     def eof_received(self) -> bool:
+        self._flush_reads()
         self.run(ev.ClientEof(self.now()))
         return True   # keep the socket half-open: owed responses still go out
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.slot is not None:
             self.slot.release()
+        self._flush_reads()
         self.run(ev.ClientLost(self.now()))
 
     def pause_writing(self) -> None:
@@ -241,13 +268,23 @@ class ClientEdge(asyncio.Protocol):
         self.run(ev.UpstreamConnected(self.now(), str(target)))
 
     def _send(self, action: ev.Send) -> None:
-        transport = self.client if action.side is Side.CLIENT else self.upstream
-        if transport is None or transport.is_closing():
-            return
-        if len(action.parts) == 1:
-            transport.write(action.parts[0])
-        else:
-            transport.writelines(action.parts)
+        self._writes[action.side].extend(action.parts)
+
+    def _write(self) -> None:
+        """The event's writes, each side's in one call (one system call for several frames)."""
+        for side, parts in self._writes.items():
+            if not parts:
+                continue
+            transport = self.client if side is Side.CLIENT else self.upstream
+            self._writes[side] = []
+            if transport is None or transport.is_closing():
+                continue
+            if transport.get_write_buffer_size():   # it will be queued: small parts as copies (see above)
+                parts = [bytes(part) if len(part) < COPY_QUEUED_BELOW else part for part in parts]  # type: ignore[arg-type]
+            if len(parts) == 1:
+                transport.write(parts[0])  # type: ignore[arg-type]
+            else:
+                transport.writelines(parts)  # type: ignore[arg-type]
 
     def _set_timer(self, action: ev.SetTimer) -> None:
         if self._timer is not None:
@@ -274,6 +311,7 @@ class ClientEdge(asyncio.Protocol):
         self.run(ev.QuotasCommitted(self.now()))
 
     def _close(self, action: ev.Close) -> None:
+        self._write()   # what the core sent before closing goes first
         if action.message:
             log.warning("closing client %s on %s: %s", self.core.peer, self.core.listener, action.message)
         if self._timer is not None:
@@ -288,19 +326,32 @@ class ClientEdge(asyncio.Protocol):
         self.w.on_closed()
 
 
-class UpstreamEdge(asyncio.Protocol):
+class UpstreamEdge(asyncio.BufferedProtocol):
     """The upstream socket of a connection: its callbacks become the client edge's events (kqp's
     own login on it included: the core reads its answers)."""
 
-    __slots__ = ("edge",)
+    __slots__ = ("edge", "reads")
 
     def __init__(self, edge: ClientEdge) -> None:
         self.edge = edge
+        self.reads = edge.upstream_reads
 
-    def data_received(self, data: bytes) -> None:
-        self.edge.run(ev.UpstreamData(self.edge.now(), data))
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reads.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = self.reads.filled(nbytes)
+        if data is not None:
+            self.data_received(data)
+
+    def data_received(self, data: bytes | bytearray | memoryview) -> None:
+        edge = self.edge
+        edge.run(ev.UpstreamData(edge.now(), data))
+        edge.core.keep_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if (held := self.reads.flush()) is not None:
+            self.data_received(held)
         self.edge.run(ev.UpstreamLost(self.edge.now(), str(exc) if exc else None))
 
     def pause_writing(self) -> None:          # the upstream reads slower than the client sends

@@ -150,3 +150,23 @@ def test_profile_summary_adds_samples_per_function(tmp_path: Path) -> None:
     assert " 40.0%  feed (protocol/frames.py)" in self_part  # lines 10 and 12 add up
     assert " 40.0%  data_received (proxy/session.py)" in inclusive_part
     assert "main (proxy/cli.py)" not in inclusive_part  # on every stack: no information
+
+
+def test_exactly_once_counts_what_was_lost_read_twice_or_never_acknowledged() -> None:
+    from array import array
+
+    from kqp.proxy.bench.runner import exactly_once
+    acked = array("Q", [1, 2, 3, 4])
+    assert exactly_once(acked, array("Q", [4, 3, 2, 1])) == {"lost": 0, "duplicates": 0, "unacknowledged": 0}
+    # 2 never read, 3 read twice, 9 read though its acknowledgement never came back.
+    assert exactly_once(acked, array("Q", [1, 3, 3, 4, 9])) == {"lost": 1, "duplicates": 1, "unacknowledged": 1}
+
+
+def test_sizing_turns_cpu_per_gb_into_cores_per_100_mb_s() -> None:
+    summary = {"direct": {"produce": {"mb_s": 100.0}},
+               "kqp": {"spark-produce": {"cpu_s_per_gb": 4.0}, "idle": {"rss_per_connection_kb": 14.0},
+                       "light": {"over_relay_p99_ms": 0.5}}}
+    text = report.sizing({"summary": summary})
+    # 4 CPU seconds per GB at 0.1 GB/s: 0.4 of a core; direct has nothing to size.
+    assert "kqp: cores per 100 MB/s: spark-produce 0.400" in text and "per idle connection 14.0 KB" in text
+    assert "light p99 over relay +0.50 ms" in text and "direct" not in text

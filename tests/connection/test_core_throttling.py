@@ -334,7 +334,8 @@ def test_closing_while_a_lookup_runs_ends_the_wait() -> None:
 def test_a_response_time_quota_forwards_one_request_at_a_time() -> None:
     """A broker reads one request per connection at a time, so a throttle known only from the
     response (here consumer_byte_rate) stops the next request. kqp, which could forward what the
-    client pipelined, holds it until the response is back."""
+    client pipelined, holds it until the response is back (a Fetch response's size is never known
+    before it is back, however far below its quota the consumer is)."""
     core = connected_core(FETCH)
     first, second = fetch_request(11, 1, "c"), fetch_request(11, 2, "c")
     play(core, [
@@ -345,6 +346,28 @@ def test_a_response_time_quota_forwards_one_request_at_a_time() -> None:
          [to_client(fetch_response(11, 1, records=0)), ev.Unmute(MuteReason.RESPONSE_PENDING),
           to_upstream(fetch_request(11, 2, "c", max_bytes=10_000)), ev.Mute(MuteReason.RESPONSE_PENDING)]),
     ])
+
+
+def test_a_request_quota_far_below_keeps_pipelining() -> None:
+    """request_rate 0.5/s over at least 10 windows of 1 s: 5 requests' worth, half of it 2.5. The first
+    request goes alone (nothing charged yet); once its response has charged 1, the next may go (1 + 1
+    <= 2.5) while the one after it waits (1 charged + 1 in flight + itself > 2.5): one at a time again."""
+    core = connected_core({"window_size_seconds": 1, "window_count": 11,
+                           "entities": [{"client_id": "c", "request_rate": 0.5}]})
+    r = [produce_frame("t", 7, n, "c", records=1) for n in (1, 2, 3)]
+    play(core, [
+        (ev.ClientData(NOW, r[0] + r[1]), [to_upstream(r[0]), ev.Mute(MuteReason.RESPONSE_PENDING)]),
+        (ev.UpstreamData(NOW, produce_response(7, 1)),
+         [to_client(produce_response(7, 1)), ev.Unmute(MuteReason.RESPONSE_PENDING), to_upstream(r[1])]),
+        (ev.ClientData(NOW, r[2]), [to_upstream(r[2]), ev.Mute(MuteReason.RESPONSE_PENDING)]),
+    ])
+
+
+def test_a_consumer_quota_does_not_serialise_other_requests() -> None:
+    """Only Fetch responses are charged to consumer rates: a Produce of the same entity keeps pipelining."""
+    core = connected_core(FETCH)
+    first, second = produce_frame("t", 7, 1, "c", records=1), produce_frame("t", 7, 2, "c", records=1)
+    play(core, [(ev.ClientData(NOW, first + second), [to_upstream(first), to_upstream(second)])])
 
 
 def test_a_byte_rate_producer_is_not_serialised() -> None:

@@ -23,7 +23,24 @@ from typing import Any
 
 from .quota_fakes import FakeLoop
 
-__all__ = ["EdgeLoop", "FakeFuture", "FakeTask", "FakeTransport", "PendingConnect"]
+__all__ = ["EdgeLoop", "FakeFuture", "FakeTask", "FakeTransport", "PendingConnect", "deliver"]
+
+
+def deliver(protocol: Any, data: bytes, read: int = 65_536) -> int:
+    """`data` arriving on a socket as a buffered transport hands it over (uvloop's way with an
+    `asyncio.BufferedProtocol`): each read asks `get_buffer` where to go and fills at most `read`
+    bytes of it, then `buffer_updated` says how many. The number of reads it took."""
+    pos = reads = 0
+    while pos < len(data):
+        buf = protocol.get_buffer(read)
+        n = min(len(buf), read, len(data) - pos)
+        assert n > 0, "get_buffer gave no room"
+        buf[:n] = data[pos:pos + n]
+        del buf   # released before buffer_updated, as a transport releases it
+        pos += n
+        reads += 1
+        protocol.buffer_updated(n)
+    return reads
 
 
 class FakeFuture:
@@ -212,6 +229,8 @@ class FakeTransport:
     written: bytearray = field(default_factory=bytearray)
     closing: bool = False
     reading: bool = True
+    queued: int = 0   # what get_write_buffer_size says: bytes a real transport would hold, unsent
+    kinds: list[str] = field(default_factory=list)   # the type of every buffer handed to write/writelines
 
     def _call(self, call: str, arg: Any = None) -> None:
         self.calls.append((call, arg))
@@ -220,9 +239,14 @@ class FakeTransport:
 
     def write(self, data: bytes | memoryview) -> None:
         self._call("write", len(data))
+        self.kinds.append(type(data).__name__)
         self._wrote(bytes(data))
 
+    def get_write_buffer_size(self) -> int:
+        return self.queued
+
     def writelines(self, parts: Any) -> None:
+        self.kinds.extend(type(p).__name__ for p in parts)
         parts = [bytes(p) for p in parts]
         self._call("writelines", len(parts))
         self._wrote(b"".join(parts))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.fake_edge import EdgeLoop, FakeFuture, FakeTransport
+from helpers.fake_edge import EdgeLoop, FakeFuture, FakeTransport, deliver
 from helpers.playbook import (
     Recorder,
     kqp_listener,
@@ -98,13 +98,13 @@ def test_a_client_s_bytes_wait_for_the_upstream_then_go_in_order() -> None:
     assert client.reads() == ["pause_reading"]   # CONNECTING: nothing is read until the upstream is up
     assert ("set_write_buffer_limits", WRITE_HIGH_WATER) in client.calls and edge in h.open
     first, second = produce_frame("t", 9, 1, "c"), produce_frame("t", 9, 2, "c")
-    edge.data_received(first)     # already in the socket's buffer when reading was paused
-    edge.data_received(second)
+    deliver(edge, first)     # already in the socket's buffer when reading was paused
+    deliver(edge, second)
     upstream = connect.succeed()
     assert upstream.take() == first + second
     assert client.reads() == ["pause_reading", "resume_reading"]
     assert ("set_write_buffer_limits", WRITE_HIGH_WATER) in upstream.calls
-    upstream.protocol.data_received(produce_response(9, 1) + produce_response(9, 2))  # type: ignore[union-attr]
+    deliver(upstream.protocol, produce_response(9, 1) + produce_response(9, 2))  # type: ignore[union-attr]
     assert client.take() == produce_response(9, 1) + produce_response(9, 2)
 
 
@@ -128,7 +128,7 @@ def test_a_bootstrap_connection_tries_the_next_broker_when_one_refuses() -> None
     assert (second.host, second.port) == ("127.0.0.1", 9094)
     upstream = second.succeed()
     first_frame = produce_frame("t", 9, 1, "c")
-    edge.data_received(first_frame)
+    deliver(edge, first_frame)
     assert upstream.take() == first_frame and not client.closing
 
 
@@ -178,7 +178,7 @@ def test_a_throttle_pauses_the_client_until_its_timer_fires_through_the_delay_dr
     h = harness(SLOW)
     edge, client, _ = h.connected()
     client.calls.clear()
-    edge.data_received(throttled_produce(1))
+    deliver(edge, throttled_produce(1))
     assert client.reads() == ["pause_reading"] and len(h.delay) == 1
     until = throttle_deadline(h)
     h.loop.advance(until - 0.5)   # the connect deadline's timer fires on the way: nothing is due then
@@ -190,10 +190,10 @@ def test_a_throttle_pauses_the_client_until_its_timer_fires_through_the_delay_dr
 def test_a_longer_throttle_replaces_the_timer() -> None:
     h = harness(SLOW)
     edge, _, _ = h.connected()
-    edge.data_received(throttled_produce(1))
+    deliver(edge, throttled_produce(1))
     first = throttle_deadline(h)
     h.loop.advance(first)                       # the first throttle passes: read on
-    edge.data_received(throttled_produce(2))    # over quota again, further: a later deadline
+    deliver(edge, throttled_produce(2))    # over quota again, further: a later deadline
     second = throttle_deadline(h)
     assert second > first and len(h.delay) == 1 and [t.when for t in h.loop.pending] == [second]
 
@@ -204,7 +204,7 @@ def test_backpressure_and_a_throttle_each_hold_the_client_and_neither_resumes_th
     client.calls.clear()
     upstream.protocol.pause_writing()   # type: ignore[union-attr]   # the upstream reads slower than we write
     assert client.reads() == ["pause_reading"]
-    edge.data_received(throttled_produce(1))   # was in the buffer: over quota, THROTTLED too
+    deliver(edge, throttled_produce(1))   # was in the buffer: over quota, THROTTLED too
     upstream.protocol.resume_writing()  # type: ignore[union-attr]
     assert client.reads() == ["pause_reading"], "backpressure lifted, but the throttle still holds the client"
     h.loop.advance(throttle_deadline(h))
@@ -220,12 +220,13 @@ def test_a_slow_client_pauses_the_upstream_only_and_the_pause_raised_inside_a_wr
     journal: list[tuple[str, str]] = []
     client.high_water, client.journal, client.name, upstream.journal, upstream.name = 10, journal, "client", \
         journal, "upstream"
-    edge.data_received(produce_frame("t", 9, 1, "c") + produce_frame("t", 9, 2, "c"))
+    deliver(edge, produce_frame("t", 9, 1, "c") + produce_frame("t", 9, 2, "c"))
     journal.clear()
-    upstream.protocol.data_received(produce_response(9, 1) + produce_response(9, 2))  # type: ignore[union-attr]
-    # The first write crossed the mark: the pause it raised waits until both responses are out.
+    deliver(upstream.protocol, produce_response(9, 1) + produce_response(9, 2))  # type: ignore[union-attr]
+    # Both responses came in one read, so they go in one call; it crossed the mark, and the pause it
+    # raised waits until the event's actions are done.
     assert client.take() == produce_response(9, 1) + produce_response(9, 2)
-    assert journal == [("client", "write"), ("client", "write"), ("upstream", "pause_reading")]
+    assert journal == [("client", "writelines"), ("upstream", "pause_reading")]
     edge.resume_writing()
     assert upstream.reads() == ["pause_reading", "resume_reading"]
 
@@ -236,8 +237,8 @@ def test_listeners_are_asked_for_and_the_answer_is_handled_at_once() -> None:
                       else None).parts
     h = Harness(parts, ensure_listeners=lambda brokers: known.update({b.node_id: (b.host, b.port) for b in brokers}))
     edge, client, upstream = h.connected()
-    edge.data_received(encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
-    upstream.protocol.data_received(metadata_response(1, BrokerAddress(2, "b2", 9092)))  # type: ignore[union-attr]
+    deliver(edge, encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
+    deliver(upstream.protocol, metadata_response(1, BrokerAddress(2, "b2", 9092)))  # type: ignore[union-attr]
     response = decode_response(ApiKey.Metadata, 9, memoryview(client.take()))
     assert [(b.node_id, b.host, b.port) for b in response.brokers] == [(2, "127.0.0.1", 19102)]
     assert upstream.reads() == [], "held and released within one event: the upstream's reading never moved"
@@ -247,8 +248,8 @@ def test_a_listener_kqp_cannot_bind_closes_that_connection() -> None:
     h = Harness(make_core(listener_for=lambda n, host, port: None, observer=(recorder := Recorder())).parts,
                 ensure_listeners=lambda brokers: "broker 2 on 0.0.0.0:9194: Address already in use")
     edge, client, upstream = h.connected()
-    edge.data_received(encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
-    upstream.protocol.data_received(metadata_response(1, BrokerAddress(2, "b2", 9092)))  # type: ignore[union-attr]
+    deliver(edge, encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
+    deliver(upstream.protocol, metadata_response(1, BrokerAddress(2, "b2", 9092)))  # type: ignore[union-attr]
     assert recorder.closed == ["listener_unavailable"] and client.take() == b"" and client.closing
 
 
@@ -257,13 +258,13 @@ def test_kqp_s_login_runs_over_the_upstream_transport_before_the_client_is_read(
     h = harness(upstream={"bootstrap_servers": "127.0.0.1:9092", "sasl": upstream_sasl})
     edge, client = h.accept()
     request = produce_frame("t", 9, 1, "c")
-    edge.data_received(request)
+    deliver(edge, request)
     upstream = h.loop.connects.pop().succeed()
     assert upstream.take() == encode_request(ApiKey.SaslHandshake, 1, 1, "kqp", mechanism="PLAIN")
-    upstream.protocol.data_received(encode_handshake_response(1, 1, 0, ("PLAIN",)))  # type: ignore[union-attr]
+    deliver(upstream.protocol, encode_handshake_response(1, 1, 0, ("PLAIN",)))  # type: ignore[union-attr]
     assert upstream.take() == encode_request(ApiKey.SaslAuthenticate, 1, 2, "kqp", auth_bytes=b"\x00kqp\x00kqp-secret")
     assert not client.reading
-    upstream.protocol.data_received(encode_authenticate_response(1, 2))  # type: ignore[union-attr]
+    deliver(upstream.protocol, encode_authenticate_response(1, 2))  # type: ignore[union-attr]
     assert upstream.take() == request and client.reading
 
 
@@ -275,11 +276,11 @@ def test_a_bug_in_an_action_closes_only_that_connection() -> None:
                 ensure_listeners=broken)
     edge, client, upstream = h.connected()
     other, other_client, other_upstream = h.connected()
-    edge.data_received(encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
-    upstream.protocol.data_received(metadata_response(1, BrokerAddress(2, "b2", 9092)))  # type: ignore[union-attr]
+    deliver(edge, encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
+    deliver(upstream.protocol, metadata_response(1, BrokerAddress(2, "b2", 9092)))  # type: ignore[union-attr]
     assert recorder.closed == ["internal_error"] and client.closing and upstream.closing
-    other.data_received(produce_frame("t", 9, 1, "c"))
-    other_upstream.protocol.data_received(produce_response(9, 1))  # type: ignore[union-attr]
+    deliver(other, produce_frame("t", 9, 1, "c"))
+    deliver(other_upstream.protocol, produce_response(9, 1))  # type: ignore[union-attr]
     assert other_client.take() == produce_response(9, 1) and other in h.open
 
 
@@ -295,7 +296,7 @@ def test_a_bug_in_an_effect_s_task_closes_only_that_connection() -> None:
     quotas = {"entities": [{"client_id": "admin", "controller_mutation_rate": 1}]}
     h = Harness(make_core(quotas, (recorder := Recorder())).parts, look_up_topics=broken)
     edge, client, _ = h.connected()
-    edge.data_received(delete_unknown_topic())
+    deliver(edge, delete_unknown_topic())
     h.loop.run_ready()
     assert recorder.closed == ["internal_error"] and client.closing
 
@@ -319,7 +320,7 @@ def test_a_close_cancels_an_effect_under_way_and_closes_both_transports() -> Non
     quotas = {"entities": [{"client_id": "admin", "controller_mutation_rate": 1}]}
     h = Harness(make_core(quotas).parts, look_up_topics=slow_lookup)
     edge, client, upstream = h.connected()
-    edge.data_received(delete_unknown_topic())
+    deliver(edge, delete_unknown_topic())
     h.loop.run_ready()
     [lookup] = [task for task in h.loop.tasks if not task.done()]
     assert waiting, "the lookup is under way"
@@ -347,7 +348,7 @@ def admin_harness(tmp_path: Path) -> tuple[Harness, QuotaStore]:
 def test_the_commit_runs_off_the_loop_and_its_answer_goes_once_it_is_in_force(tmp_path: Path) -> None:
     h, store = admin_harness(tmp_path)
     edge, client, _ = h.connected()
-    edge.data_received(alter_request(1, 5.0))
+    deliver(edge, alter_request(1, 5.0))
     h.loop.run_ready()
     assert len(h.loop.jobs) == 1 and client.take() == b""       # handed to the executor, not written here
     assert not (tmp_path / "state.yaml").exists()
@@ -364,7 +365,7 @@ def test_a_commit_that_fails_answers_not_changed(tmp_path: Path) -> None:
     h, _ = admin_harness(tmp_path)
     (tmp_path / "state.yaml").write_text("entities: 7\n")   # broken by hand: the commit refuses
     edge, client, _ = h.connected()
-    edge.data_received(alter_request(1, 5.0))
+    deliver(edge, alter_request(1, 5.0))
     h.loop.run_ready()
     h.loop.run_jobs()
     response = decode_response(ApiKey.AlterClientQuotas, 1, memoryview(client.take()))
@@ -404,3 +405,43 @@ def test_behind_a_balancer_the_real_client_is_admitted_and_named() -> None:
     over, transport = accept("10.9.0.2")
     assert over not in h.open and transport.closing
     assert refusals == [("bootstrap", "10.9.0.2:5000", "max_connections_per_ip")]
+
+
+# -- reads into kqp's buffers, writes per event ---------------------------------------------------
+def test_a_frame_split_over_many_reads_reaches_the_core_whole_and_goes_in_one_call() -> None:
+    h = harness(observer=(recorder := Recorder()))
+    edge, _client, upstream = h.connected()
+    large = produce_frame("t", 9, 1, "c", records=1500)   # about 1 MB, read 64 KiB at a time
+    assert deliver(edge, large) > 10
+    assert upstream.take() == large
+    assert [name for name, _ in upstream.calls if name.startswith("write")] == ["writelines"]
+    assert recorder.requests == [ApiKey.Produce]   # one request, counted once: the core saw it whole
+
+
+def test_frames_read_together_go_on_in_one_call() -> None:
+    h = harness()
+    edge, _client, upstream = h.connected()
+    frames = [produce_frame("t", 9, n, "c", records=2) for n in (1, 2, 3)]
+    assert deliver(edge, b"".join(frames), read=1 << 20) == 1
+    assert upstream.take() == b"".join(frames)
+    assert [(name, arg) for name, arg in upstream.calls if name.startswith("write")] == [("writelines", 3)]
+
+
+def test_a_frame_the_client_cut_short_is_handed_to_the_core_which_closes() -> None:
+    h = harness(observer=(recorder := Recorder()))
+    edge, _client, upstream = h.connected()
+    whole = produce_frame("t", 9, 1, "c")
+    deliver(edge, whole[: len(whole) // 2])   # held in the frame's own buffer, not yet the core's
+    edge.eof_received()
+    assert recorder.closed == ["protocol_error"] and upstream.take() == b""
+
+
+def test_a_write_that_will_be_queued_names_copies_of_small_parts_only() -> None:
+    h = harness()
+    edge, _client, upstream = h.connected()
+    deliver(edge, produce_frame("t", 9, 1, "c", records=2))
+    upstream.queued = 1   # the upstream is behind: what is written now waits in the transport
+    deliver(edge, produce_frame("t", 9, 2, "c", records=2) + produce_frame("t", 9, 3, "c", records=200), read=1 << 20)
+    # The small frame is a view of the shared read arena until then: queued, it goes as a copy; the
+    # large one is its own buffer (it did not fit the read it started in) and goes as it is.
+    assert upstream.kinds == ["memoryview", "bytes", "memoryview"]

@@ -342,8 +342,13 @@ def test_an_observed_quota_caps_no_fetch_and_holds_no_request_back() -> None:
     assert m.record_fetch(ALICE, 30000, 0, 0, 0.0)[0].observed   # measured all the same
     [v] = [v for _ in range(60) for v in m.record_request(ALICE, 0.0, 0.0)][-1:]
     assert v.observed and v.quota_type == "request_rate"
+    assert not m.throttles_on_response(ALICE, 0.0, True, 3)   # past its request_rate: held back only if enforced
     enforced = manager(alice(consumer_byte_rate=1000))
     assert enforced.fetch_max_bytes_cap(ALICE) == 10000 and enforced.throttles_on_response(ALICE)
+    over = manager(alice(request_rate=5))
+    for _ in range(60):
+        over.record_request(ALICE, 0.0, 0.0)
+    assert over.throttles_on_response(ALICE, 0.0, False, 0)
 
 
 def test_switching_mode_keeps_the_measurement_and_says_so() -> None:

@@ -6,7 +6,11 @@ once their last event is 11 s old, rate window at least (11 - 1) full windows pl
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kqp.quotas.sampled_rate import SampledRate
 
@@ -131,3 +135,23 @@ def test_observe_matches_measure_and_window_size() -> None:
 def test_bad_configuration(size: float, count: int) -> None:
     with pytest.raises(ValueError):
         SampledRate(size, count)
+
+
+@settings(max_examples=120, deadline=None)
+@given(steps=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(-50.0, 400.0)), min_size=1, max_size=60),
+       limit=st.floats(1.0, 200.0), count=st.integers(1, 11))
+def test_surely_below_is_only_said_where_measuring_agrees_and_would_purge_nothing(
+        steps: list[tuple[float, float]], limit: float, count: int) -> None:
+    # Records (negative ones are refunds) at random gaps; whenever the shortcut says "below", a
+    # measurement of a copy must say the rate is at most the limit and leave every sample as it was.
+    rate, now = SampledRate(1.0, count), 0.0
+    for gap, value in steps:
+        now += gap
+        rate.record(value, now)
+        if rate.surely_below(limit, now):
+            twin = copy.deepcopy(rate)
+            before = list(twin._data)
+            assert twin.measure(now) <= limit
+            assert list(twin._data) == before
+        else:
+            rate.measure(now)   # as a sensor measures when the shortcut cannot answer

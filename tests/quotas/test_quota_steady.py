@@ -10,12 +10,17 @@ is not (its sawtooth, shown side by side).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from helpers.quota_analysis import cumulative_slope
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kqp.config import quota_settings_from
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import SAMPLED, STEADY, TOKEN_BUCKET, EntitySpec, Principal, QuotaSettings
+from kqp.quotas.sensor import QuotaSensor
 from kqp.quotas.throttle import combine
 
 T = 1000.0
@@ -132,3 +137,25 @@ def test_an_observed_quota_keeps_no_more_than_a_spans_debt() -> None:
     [after] = m.record_produce(P, 1, 1, 1, 60.0)
     assert not after.observed and after.throttle_seconds == pytest.approx(11.0, abs=0.01)
     assert not m.record_produce(P, 1, 1, 1, 71.1)   # repaid one span later
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=st.lists(st.tuples(st.floats(0.0, 2.0), st.floats(0.0, 30.0)), min_size=1, max_size=40),
+       pending=st.floats(0.0, 20.0), algorithm=st.sampled_from([STEADY, SAMPLED, TOKEN_BUCKET]))
+def test_far_below_is_said_only_where_the_pending_charges_throttle_nothing(
+        steps: list[tuple[float, float]], pending: float, algorithm: str) -> None:
+    # A request quota (capped, 5/s over 11 windows of 1 s) charged at random gaps; wherever the
+    # connection would pipeline (far below), charging what is pending on a copy throttles nothing.
+    sensor, now = QuotaSensor(5.0, 1.0, 11, 0.0, cap=1.0, algorithm=algorithm), 0.0
+    for gap, value in steps:
+        now += gap
+        sensor.charge(value, now)
+        if sensor.far_below(now, pending):
+            assert algorithm != TOKEN_BUCKET
+            assert copy.deepcopy(sensor).charge(pending, now) == 0.0
+
+
+def test_a_steady_request_quota_far_below_keeps_half_its_allowance() -> None:
+    sensor = QuotaSensor(0.5, 1.0, 11, 0.0, cap=1.0, algorithm=STEADY)   # an allowance of 10 x 0.5 = 5
+    sensor.charge(1.0, 0.0)
+    assert sensor.far_below(0.0, 1.5) and not sensor.far_below(0.0, 1.6)   # 4 - 1.5 >= 2.5 > 4 - 1.6

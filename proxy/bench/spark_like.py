@@ -1,0 +1,262 @@
+"""The client side of the Spark-like workloads: many small-batch producers, a consumer group, light load.
+
+A Spark job's Kafka sink is many executors, each a producer with its own client id, writing small
+records in small batches over many partitions; its readers are a group reading them back. So:
+`spark_produce` runs several librdkafka producers in one client process (1 KB keyed records, 16 KiB
+batches, linger 5 ms, acks=all), `spark_consume` several members of one consumer group in threads,
+and `light_produce` a trickle (about 200 records/s, linger 0) whose per-record latency is the figure.
+
+Every record carries its id (producer index, sequence) as its key. The producers return the ids the
+broker acknowledged; a group member returns the ids it read and committed (records read but lost to
+a rebalance before their commit are re-read by the partition's next owner, so they do not count
+here). The harness checks every acknowledged id was read exactly once.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from array import array
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from .workloads import QUIET, percentile
+
+# What a Spark executor's producer looks like to the broker: the Java client's 16 KiB batches and
+# acks=all, with the linger Spark jobs set for throughput.
+SPARK_PRODUCER = {
+    "acks": -1,
+    "linger.ms": 5,
+    "batch.size": 16_384,
+    "compression.type": "none",
+    "socket.nagle.disable": True,
+    "log_level": 3,
+}
+ID = struct.Struct(">Q")
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
+def record_id(producer: int, seq: int) -> int:
+    return producer << 40 | seq
+
+
+def spark_produce(bootstrap: str, topic: str, first: int, producers: int, seconds: float,
+                  record_bytes: int = 1024, warmup_timeout: float = 20.0,
+                  conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """Producers `first` ... `first + producers - 1` (client ids `spark-executor-N`), writing as fast as
+    the path takes them for `seconds`; the acknowledged record ids come back as `acked` (bytes of uint64)."""
+    acked = array("Q")
+    counts = {"bytes": 0, "errors": 0, "window_records": 0, "window_bytes": 0}
+    window = {"open": False}
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            if err.code() not in _PURGED:
+                counts["errors"] += 1
+            return
+        acked.append(ID.unpack(msg.key())[0])
+        counts["bytes"] += record_bytes
+        if window["open"]:
+            counts["window_records"] += 1
+            counts["window_bytes"] += record_bytes
+
+    clients = [Producer({**SPARK_PRODUCER, "bootstrap.servers": bootstrap, "client.id": f"spark-executor-{first + i}",
+                         **(conf or {})}) for i in range(producers)]
+    value = b"s" * (record_bytes - ID.size)   # the key is the other 8 bytes of the record
+    seq = [0] * producers
+
+    def send(i: int) -> None:
+        key = ID.pack(record_id(first + i, seq[i]))
+        clients[i].produce(topic, value, key, on_delivery=on_delivery)
+        seq[i] += 1
+
+    try:
+        for i in range(producers):   # warm-up: each producer's path (metadata, connections) is up
+            send(i)
+        for client in clients:
+            client.flush(warmup_timeout)
+        if len(acked) < producers:
+            raise RuntimeError(f"warm-up: {len(acked)} of {producers} records delivered within {warmup_timeout}s "
+                               f"(errors: {counts['errors']})")
+        window["open"] = True
+        start = time.perf_counter()
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            for i, client in enumerate(clients):
+                for _ in range(64):
+                    try:
+                        send(i)
+                    except BufferError:
+                        break
+                client.poll(0)
+        elapsed = time.perf_counter() - start
+        window["open"] = False
+        for client in clients:   # what is queued was never sent; what is in flight lands and counts
+            client.purge(in_queue=True, in_flight=False)
+        for client in clients:
+            client.flush(30.0)
+    finally:
+        for client in clients:
+            client.purge()
+            client.flush(0)
+    return {"seconds": elapsed, "records": counts["window_records"], "mb_s": counts["window_bytes"] / elapsed / 1e6,
+            "records_s": counts["window_records"] / elapsed, "bytes_moved": counts["bytes"],
+            "errors": counts["errors"], "acked": acked.tobytes()}
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str] | None = None) -> dict[int, int]:
+    """Each partition's high watermark, asked of the broker itself."""
+    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": "kqp-bench-ends", **(conf or {})})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+class _Member:
+    """One group member: reads, commits, and keeps the ids of what its commits covered."""
+
+    def __init__(self, conf: dict[str, Any], topic: str, ends: dict[int, int]) -> None:
+        self.topic, self.ends = topic, ends
+        self.consumer = Consumer(conf)
+        self.pending: dict[int, list[int]] = {}   # partition -> ids read, not yet committed
+        self.taken = array("Q")                  # ids read and committed
+        self.bytes = 0
+        self.first = self.last = 0.0
+        self.errors = 0
+        self.rebalances = 0
+
+    def _commit(self) -> bool:
+        """Commit what was read; on success its ids count. A rebalance meanwhile: they do not."""
+        generation = self.rebalances
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                return False
+        if generation != self.rebalances:
+            return False
+        for ids in self.pending.values():
+            self.taken.extend(ids)
+        self.pending.clear()
+        return True
+
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Commit what was read while the partitions are still ours; if that fails, their next owner
+        # reads those records again from the last commit, so they are not this member's.
+        if not self._commit():
+            for tp in partitions:
+                self.pending.pop(tp.partition, None)
+        self.rebalances += 1
+
+    def _done(self) -> bool:
+        wanted = [TopicPartition(self.topic, p) for p, end in self.ends.items() if end > 0]
+        try:
+            committed = self.consumer.committed(wanted, timeout=10)
+        except KafkaException:
+            return False
+        return all(tp.offset >= self.ends[tp.partition] for tp in committed)
+
+    def run(self, deadline: float) -> None:
+        consumer = self.consumer
+        consumer.subscribe([self.topic], on_revoke=self._revoked)
+        last_commit = last_check = time.monotonic()
+        try:
+            while time.monotonic() < deadline:
+                messages = consumer.consume(2000, 0.1)
+                now = time.monotonic()
+                for msg in messages:
+                    if msg.error() is not None:
+                        self.errors += 1
+                        continue
+                    self.pending.setdefault(msg.partition(), []).append(ID.unpack(msg.key())[0])
+                    self.bytes += len(msg.value()) + ID.size
+                if messages:
+                    self.first = self.first or now
+                    self.last = now
+                if self.pending and now - last_commit > 0.2:
+                    self._commit()
+                    last_commit = now
+                if not messages and not self.pending and now - last_check > 0.5:
+                    if self._done():
+                        return
+                    last_check = now
+            raise TimeoutError("the group did not read everything in time")
+        finally:
+            consumer.close()
+
+
+def spark_consume(bootstrap: str, topic: str, group: str, ends: dict[int, int], first: int, members: int,
+                  timeout: float, conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """Members `first` ... of group `group`, each in a thread, reading `topic` until the group has committed
+    every partition's end (`ends`); the ids each read and committed come back as `taken`."""
+    base = {**QUIET, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "socket.nagle.disable": True, **(conf or {})}
+    readers = [_Member({**base, "client.id": f"spark-reader-{first + i}"}, topic, ends) for i in range(members)]
+    failures: list[BaseException] = []
+    deadline = time.monotonic() + timeout
+
+    def run(member: _Member) -> None:
+        try:
+            member.run(deadline)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(member,)) for member in readers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {members} group members failed: {failures[0]!r}")
+    taken = array("Q")
+    for member in readers:
+        taken.extend(member.taken)
+    started = [m.first for m in readers if m.first]
+    if not started:
+        raise RuntimeError(f"the group read nothing from {topic}")
+    return {"first": min(started), "last": max(m.last for m in readers), "bytes_moved": sum(m.bytes for m in readers),
+            "records": len(taken), "errors": sum(m.errors for m in readers),
+            "rebalances": sum(m.rebalances for m in readers), "taken": taken.tobytes()}
+
+
+def light_produce(bootstrap: str, topic: str, seconds: float, rate: float = 200.0, record_bytes: int = 1024,
+                  client_id: str = "kqp-bench-light") -> dict[str, Any]:
+    """`rate` records a second, sent as they come (linger 0, acks=all, without waiting for the previous
+    one); each record's latency from produce() to its acknowledgement."""
+    producer = Producer({**QUIET, "bootstrap.servers": bootstrap, "client.id": client_id, "acks": -1,
+                         "linger.ms": 0, "socket.nagle.disable": True, "compression.type": "none"})
+    samples: list[float] = []
+    errors = [0]
+    warm = [False]
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            errors[0] += 1
+        elif warm[0]:
+            samples.append(msg.latency() * 1000.0)
+
+    value = b"l" * record_bytes
+    producer.produce(topic, value, on_delivery=on_delivery)   # warm-up, not timed
+    producer.flush(15.0)
+    warm[0] = True
+    interval = 1.0 / rate
+    start = time.perf_counter()
+    sent = 0
+    while (now := time.perf_counter()) < start + seconds:
+        due = start + sent * interval
+        if now < due:
+            producer.poll(min(due - now, 0.001))   # deliveries are served while waiting for the slot
+            continue
+        producer.produce(topic, value, on_delivery=on_delivery)
+        sent += 1
+        producer.poll(0)
+    producer.flush(10.0)
+    elapsed = time.perf_counter() - start
+    if not samples:
+        raise RuntimeError(f"no record acknowledged ({errors[0]} errors)")
+    samples.sort()
+    return {"samples": len(samples), "requests_s": len(samples) / elapsed, "errors": sent - len(samples),
+            "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99), "max_ms": samples[-1]}
