@@ -346,7 +346,8 @@ def _raw(path: QuotaPath, cell: Cell, member: Member, topic: str, seconds: float
 
 def largest_response(run: Run, cell: Cell) -> float:
     """The most units one event of the cell carried (one Fetch response: a consumer's burst may pass
-    its line by one, which kqp can cap only for a byte quota)."""
+    its line by one, which kqp can cap only for a byte quota; one topic's partitions: a CreateTopics
+    of any size is admitted whole)."""
     return max((units for _, units, _ in events(run, cell)), default=0.0)
 
 
