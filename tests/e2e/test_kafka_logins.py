@@ -125,13 +125,15 @@ def test_kqp_verifies_kafkas_certificate_and_presents_its_own(kafka_cluster: Kaf
 
     # Refused, and said why: no certificate where Kafka requires one; a CA that did not sign Kafka's.
     refusals = {"no client certificate": (mutual, ca), "untrusted broker": (one_way, str(TlsFiles(tmp_path).ca_path))}
+    # TLS 1.3 sends the missing certificate's alert after the handshake, and a read may meet the
+    # broker's close first (a reset): kqp logs every retry, and a retry's line names the certificate.
+    expected = {"no client certificate": "CERTIFICATE", "untrusted broker": "CERTIFICATE_VERIFY_FAILED"}
     said = {}
     for case, (listener, trusted) in refusals.items():
         refused = kqp(listener, upstream={"tls": {"ca": trusted}}, wait="none")
-        said[case] = refused.wait_for_log("waiting for the upstream", timeout=15)
+        said[case] = refused.wait_for_log(expected[case], timeout=15)
         assert refused.stop() == 0
-    assert "CERTIFICATE" in said["no client certificate"].upper(), said
-    assert "CERTIFICATE_VERIFY_FAILED" in said["untrusted broker"], said
+        assert "waiting for the upstream" in said[case], said
 
 
 def refused_in(bootstrap: str, settings: dict[str, Any], timeout: float = 15.0) -> tuple[str, float]:
