@@ -27,7 +27,9 @@ from helpers.fidelity import Run, Verdict, judge_all, largest_response, run_matr
 from helpers.quota_analysis import unanswered_closes
 from upstreams.launch import Upstream
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Both upstreams' matrices run on the worker that runs the Spark tests one after another: some 50
+# client processes each, they starved each other (and a Spark JVM would) when they met on 2 cores.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 WINDOWS = {"window_size_seconds": 0.2, "window_count": 11}
 SECONDS = 26.0
