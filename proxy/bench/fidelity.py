@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"round {index + 1}: {len(cells)} cells for {seconds:.0f} s", flush=True)
                 began = time.monotonic()
                 with contextlib.ExitStack() as stack:
-                    found = fidelity.run_matrix(stack, functools.partial(start_kqp, work / f"kqp-{index}"),
+                    found = fidelity.run_matrix(stack, functools.partial(_stopped_with, stack, start_kqp,
+                                                                         work / f"kqp-{index}"),
                                                 cluster.bootstrap, cells, windows=WINDOWS, seconds=seconds,
                                                 jmx_url=cluster.jmx_url())
                     verdicts = fidelity.judge_all(found, cells)
@@ -128,3 +129,11 @@ def pair_table(rows: list[dict[str, Any]]) -> str:
                      f"{fmt(r['kafka']):>6} {fmt(r['paired']):>6} {burst:>17} {throttle:>25} "
                      f"{r['errors']:>3}/{r['kafka_errors'] if r['kafka'] is not None else '-'}")
     return "\n".join(lines)
+
+
+def _stopped_with(stack: contextlib.ExitStack, start_kqp: Any, directory: Path, *args: Any, **kwargs: Any) -> Any:
+    """The test helper's `start_kqp`, its process stopped when `stack` closes (the tests' fixture does
+    that for them; the bench must too, or each round leaves a kqp running)."""
+    process = start_kqp(directory, *args, **kwargs)
+    stack.callback(process.stop)
+    return process
