@@ -69,7 +69,23 @@ class EdgeWiring:
     arena: ReadArena = field(default_factory=ReadArena)   # the loop's read buffer, shared by its connections
 
 
-class ClientEdge(asyncio.BufferedProtocol):
+class FrameReads(asyncio.BufferedProtocol):
+    """The buffered-read callbacks both sockets of a connection share: reads land in `reads`
+    (protocol/receive.py) and what completes a frame goes on to `data_received`."""
+
+    __slots__ = ()
+    reads: ReceiveBuffer
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reads.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = self.reads.filled(nbytes)
+        if data is not None:
+            self.data_received(data)
+
+
+class ClientEdge(FrameReads):
     """One client connection: its socket, its upstream socket, its core."""
 
     def __init__(self, wiring: EdgeWiring, listener: str, node_id: int | None, slot: Slot | None = None,
@@ -176,14 +192,6 @@ class ClientEdge(asyncio.BufferedProtocol):
             self.w.refused(self.core.listener, self.core.peer, refusal)
         assert self.client is not None
         self.client.close()
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.reads.get_buffer(sizehint)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        data = self.reads.filled(nbytes)
-        if data is not None:
-            self.data_received(data)
 
     def data_received(self, data: bytes | bytearray | memoryview) -> None:
         """Whole frames (or what a transport without buffered reads hands over)."""
@@ -326,7 +334,7 @@ class ClientEdge(asyncio.BufferedProtocol):
         self.w.on_closed()
 
 
-class UpstreamEdge(asyncio.BufferedProtocol):
+class UpstreamEdge(FrameReads):
     """The upstream socket of a connection: its callbacks become the client edge's events (kqp's
     own login on it included: the core reads its answers)."""
 
@@ -335,14 +343,6 @@ class UpstreamEdge(asyncio.BufferedProtocol):
     def __init__(self, edge: ClientEdge) -> None:
         self.edge = edge
         self.reads = edge.upstream_reads
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.reads.get_buffer(sizehint)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        data = self.reads.filled(nbytes)
-        if data is not None:
-            self.data_received(data)
 
     def data_received(self, data: bytes | bytearray | memoryview) -> None:
         edge = self.edge
