@@ -114,6 +114,8 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> tuple[bool, Rate
     _say()
     _say(f"== scene 2: a producer offering far more than its quota "
          f"(producer_byte_rate {QUOTA_BYTES // 1024} KiB/s, windows of {WINDOW_SECONDS}s)")
+    _say(f"   algorithm steady: a first burst of {WINDOW_COUNT - 1} windows' worth of quota, as Kafka lets "
+         f"through, then the quota, held within {HELD_WITHIN:.0%}")
     stats: dict[str, float] = {"throttle_max_ms": 0.0, "throttle_avg_ms": 0.0}
 
     def on_stats(raw: str) -> None:
