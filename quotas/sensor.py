@@ -167,7 +167,7 @@ class QuotaSensor:
                 # then); past a span's worth it is forgiven (a GC pause, one huge request).
                 line = self.forgive(t, now)
             t = self.cap
-        self.line.until = now + (line if self.steady else t)
+        self.line.until = now + line   # the throttle, or a steady capped quota's whole (forgiven) debt
         if t > 0:
             self.last_throttle = t
             if self.shared is not None:
