@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import signal
 import time
@@ -368,6 +369,7 @@ class ProxyServer:
             loop.add_signal_handler(sig, self.stopping.set)
         try:
             await self.start()
+            _settle_collector()
             await self.stopping.wait()
             log.info("kqp stopping: draining in-flight responses")
         finally:
@@ -376,3 +378,19 @@ class ProxyServer:
                 loop.remove_signal_handler(sig)
         log.info("kqp stopped")
         return 0
+
+
+# Allocations between two young collections while serving (CPython's default is 700): a request's
+# objects die by reference count, so a larger young generation is mostly empty when it is collected.
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def _settle_collector() -> None:
+    """What the process holds once it serves (modules, schemas, walkers, config, metrics) leaves the
+    cyclic collector's scans (`gc.freeze`), and young collections run less often: with CPython's
+    defaults, collections took 7-8 % of the proxy's CPU at 1 MB produce (`perf record`), mostly
+    rescanning those long-lived objects."""
+    gc.collect()
+    gc.freeze()
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
