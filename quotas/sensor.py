@@ -211,7 +211,17 @@ class QuotaSensor:
 
     def charge(self, value: float, now: float) -> float:
         """Record, then check (Kafka's `Sensor.record(value, time, true)`); returns the throttle."""
-        self.add(value, now)
+        bucket = self.bucket
+        if bucket is None or self.shared is not None:
+            self.add(value, now)
+            return self.throttle(now)
+        # A local bucket (every quota under `steady`): one refill for the charge and its check, and
+        # within the quota nothing more to decide: `throttle` would give 0 and move the line to now.
+        self.rate.record(value, now)
+        self.last_record = now
+        if bucket.spend(value, now) >= 0:
+            self.line.until = now
+            return 0.0
         return self.throttle(now)
 
     def tokens(self, now: float) -> float | None:

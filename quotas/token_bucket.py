@@ -39,6 +39,12 @@ class TokenBucket:
         self._refill(now)
         self._tokens = min(self._burst, self._tokens - value)
 
+    def spend(self, value: float, now: float) -> float:
+        """`record` then `tokens` with one refill: what a quota check right after a charge reads."""
+        self._refill(now)
+        self._tokens = tokens = min(self._burst, self._tokens - value)
+        return tokens
+
     def tokens(self, now: float) -> float:
         """Tokens left at `now`; negative means the bucket is in debt and throttling applies."""
         self._refill(now)

@@ -159,3 +159,22 @@ def test_a_steady_request_quota_far_below_keeps_half_its_allowance() -> None:
     sensor = QuotaSensor(0.5, 1.0, 11, 0.0, cap=1.0, algorithm=STEADY)   # an allowance of 10 x 0.5 = 5
     sensor.charge(1.0, 0.0)
     assert sensor.far_below(0.0, 1.5) and not sensor.far_below(0.0, 1.6)   # 4 - 1.5 >= 2.5 > 4 - 1.6
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=st.lists(st.tuples(st.floats(0.0, 2.0), st.floats(-5.0, 30.0)), min_size=1, max_size=40),
+       algorithm=st.sampled_from([STEADY, SAMPLED, TOKEN_BUCKET]), capped=st.booleans())
+def test_a_charge_is_its_recording_then_its_check(steps: list[tuple[float, float]], algorithm: str,
+                                                   capped: bool) -> None:
+    # `charge` takes a shortcut for a local bucket within its quota: it must give what recording and
+    # then checking give, the throttle, the line, the tokens and the last throttle alike.
+    def sensor() -> QuotaSensor:
+        return QuotaSensor(5.0, 1.0, 11, 0.0, cap=1.0 if capped else None, algorithm=algorithm)
+
+    charged, stepped, now = sensor(), sensor(), 0.0
+    for gap, value in steps:
+        now += gap
+        stepped.add(value, now)
+        assert charged.charge(value, now) == stepped.throttle(now)
+        assert (charged.line.until, charged.tokens(now), charged.last_throttle, charged.measure(now)) == \
+            (stepped.line.until, stepped.tokens(now), stepped.last_throttle, stepped.measure(now))

@@ -112,3 +112,10 @@ def test_zero_rate_never_refills() -> None:
 def test_bad_configuration(rate: float, burst: float) -> None:
     with pytest.raises(ValueError):
         TokenBucket(rate, burst, 0.0)
+
+
+def test_spend_is_record_then_tokens() -> None:
+    spent, recorded = TokenBucket(10.0, 50.0, 0.0), TokenBucket(10.0, 50.0, 0.0)
+    for now, value in ((0.0, 30.0), (0.5, 40.0), (0.5, -100.0), (3.0, 5.0), (2.0, 1.0)):   # the last steps back
+        recorded.record(value, now)
+        assert spent.spend(value, now) == recorded.tokens(now)
