@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kqp.quotas.changes import describe_changes
-from kqp.quotas.entities import Resolution, resolutions, resolve_key
+from kqp.quotas.entities import MAX_CACHED_PRINCIPALS, Resolution, resolutions, resolve_key
 from kqp.quotas.fleet import FleetLedger, sensor_name
 from kqp.quotas.model import (
     OBSERVE,
@@ -47,6 +47,9 @@ _FETCH_COUNTS = frozenset({QuotaType.CONSUMER_RECORD_RATE, QuotaType.CONSUMER_BA
 _REQUEST = (QuotaType.REQUEST_RATE, QuotaType.REQUEST_PERCENTAGE)
 _ON_RESPONSE = frozenset({*_REQUEST, QuotaType.CONSUMER_BYTE_RATE, QuotaType.CONSUMER_RECORD_RATE,
                           QuotaType.CONSUMER_BATCH_RATE})
+# What one kind of charge records into for a principal (`QuotaManager._charged_by`), and the kinds.
+Charged = tuple[tuple[QuotaType, int, QuotaSensor, Resolution], ...]
+_PRODUCED, _FETCHED, _REQUESTED = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,9 @@ class QuotaManager:
         # `now` is accepted for symmetry with every other call; sensors are created lazily, each
         # with the time of its first use, so nothing needs the start time yet.
         self._sensors: dict[QuotaType, dict[QuotaKey, QuotaSensor]] = {t: {} for t in QUOTA_TYPES}
+        # Per kind of charge (`_PRODUCED`, ...), per principal, what it records into: (quota type, value
+        # index, sensor, resolution), found once, not per request. Emptied whenever a sensor or a setting goes.
+        self._charged: tuple[dict[Principal, Charged], ...] = ({}, {}, {})
         self.fleet = fleet
         if fleet is not None:
             fleet.configure(settings.window_size_seconds, settings.window_count)
@@ -78,6 +84,7 @@ class QuotaManager:
 
     def _apply(self, settings: QuotaSettings) -> None:
         self._settings = settings
+        self._charged = ({}, {}, {})
         on = settings.quota_types
         self._produce = tuple(p for p in ChargeKind.PRODUCE.types if p[0] in on)
         self._fetch = tuple(f for f in ChargeKind.FETCH.types if f[0] in on)
@@ -167,15 +174,23 @@ class QuotaManager:
             sensor.set_limit(found.limit)
         return sensor
 
-    def _charge_all(self, types: tuple[tuple[str, int], ...], p: Principal, values: tuple[float, ...],
-                    now: float) -> list[Violation]:
+    def _charged_by(self, kind: int, p: Principal, now: float) -> Charged:
+        """What `p`'s charges of `kind` record into (`_charged`), their sensors made now if new."""
+        known = self._charged[kind]
+        charged = known.get(p)
+        if charged is None:
+            found = resolutions(self._settings, p)
+            types = (self._produce, self._fetch, tuple((t, int(t is not QuotaType.REQUEST_RATE))
+                                                       for t in self._request))[kind]
+            if len(known) >= MAX_CACHED_PRINCIPALS:
+                known.clear()
+            charged = known[p] = tuple((t, index, self._sensor(t, res, now), res) for t, index in types
+                                       if (res := found.get(t)) is not None)
+        return charged
+
+    def _charge_all(self, kind: int, p: Principal, values: tuple[float, ...], now: float) -> list[Violation]:
         out: list[Violation] = []
-        found = resolutions(self._settings, p)
-        for quota_type, index in types:
-            res = found.get(quota_type)
-            if res is None:
-                continue
-            sensor = self._sensor(quota_type, res, now)
+        for quota_type, index, sensor, res in self._charged_by(kind, p, now):
             if (t := sensor.charge(values[index], now)) > 0:
                 if res.observed:
                     t = sensor.forgive(t, now)
@@ -185,14 +200,14 @@ class QuotaManager:
 
     def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Produce request: producer byte, record and batch rates (uncapped throttles)."""
-        out = self._charge_all(self._produce, p, (nbytes, records, batches), now) if self._produce else []
+        out = self._charge_all(_PRODUCED, p, (nbytes, records, batches), now) if self._produce else []
         if self._pooled_produce:
             self.pools.charge(p, ChargeKind.PRODUCE, (nbytes, records, batches), now, out)
         return out
 
     def record_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Fetch response: consumer byte, record and batch rates (uncapped throttles)."""
-        out = self._charge_all(self._fetch, p, (nbytes, records, batches), now) if self._fetch else []
+        out = self._charge_all(_FETCHED, p, (nbytes, records, batches), now) if self._fetch else []
         if self._pooled_fetch:
             self.pools.charge(p, ChargeKind.FETCH, (nbytes, records, batches), now, out)
         return out
@@ -237,13 +252,9 @@ class QuotaManager:
             self.pools.charge(p, ChargeKind.REQUEST, (1.0,), now, out)
         if not self._request:
             return out
-        found = resolutions(self._settings, p)
-        for quota_type in self._request:
-            res = found.get(quota_type)
-            if res is None:
-                continue
-            value = 1.0 if quota_type is QuotaType.REQUEST_RATE else handler_seconds * 100.0
-            sensor = self._sensor(quota_type, res, now)
+        values = (1.0, handler_seconds * 100.0)
+        for quota_type, index, sensor, res in self._charged_by(_REQUESTED, p, now):
+            value = values[index]
             if (t := sensor.charge(value, now)) > 0:
                 out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now),
                                      sensor.line if sensor.steady else None, sensor.steady, observed=res.observed))
@@ -456,6 +467,8 @@ class QuotaManager:
                 del sensors[key]
                 self._forget(quota_type, key)
             dropped += len(stale)
+        if dropped:
+            self._charged = ({}, {}, {})
         return dropped + self.pools.expire(now, idle_seconds)
 
     def _forget(self, quota_type: QuotaType, key: QuotaKey) -> None:

@@ -244,6 +244,27 @@ def test_expire_drops_idle_sensors() -> None:
     assert m.expire(3600.0, idle_seconds=3600.0) == 0
 
 
+@pytest.mark.parametrize("gone", ["expired", "reloaded"])
+def test_a_sensor_made_anew_is_the_one_charged(gone: str) -> None:
+    # What a principal's charges record into is found once; a sensor dropped by expiry or by a reload
+    # (new windows) must not go on being charged out of sight of the snapshot and the metrics.
+    settings = QuotaSettings(entities=alice(producer_byte_rate=1000, request_rate=10))
+    m = QuotaManager(settings, now=0.0)
+    m.record_produce(ALICE, 500, 1, 1, 0.0)
+    m.record_request(ALICE, 0.001, 0.0)
+    if gone == "expired":
+        assert m.expire(3600.0, idle_seconds=3600.0) == 2
+    else:
+        m.update_settings(QuotaSettings(entities=settings.entities, window_size_seconds=2.0), 3600.0)
+        assert m.sensor_count == 0
+    m.record_produce(ALICE, 700, 1, 1, 3600.0)
+    m.record_request(ALICE, 0.001, 3600.0)
+    produced = m.sensor("producer_byte_rate", ALICE_KEY)
+    requested = m.sensor("request_rate", ALICE_KEY)
+    assert produced is not None and produced.rate.total(3600.0) == 700
+    assert requested is not None and requested.rate.total(3600.0) == 1
+
+
 def test_kip599_permissive_example() -> None:
     # Q = 5/s, 100 windows of 1 s: burst 500. 560 mutations at once: admitted, K = -60, 12 s.
     m = manager(alice(controller_mutation_rate=5), window_count=100)
