@@ -40,12 +40,17 @@ _I32 = struct.Struct(">i")
 FETCH_REQUEST_VERSIONS: range = schema_versions(_REQUEST)
 FETCH_RESPONSE_VERSIONS: range = schema_versions(_RESPONSE)
 _RESPONSE_WALKERS: dict[int, MessageWalker] = {v: walker_for(_RESPONSE, v) for v in FETCH_RESPONSE_VERSIONS}
+# Built once: every Fetch request is read through one of these (a schema lookup per read cost more
+# than the read).
+_WALKERS: dict[str, dict[int, MessageWalker]] = {
+    _REQUEST: {v: walker_for(_REQUEST, v) for v in FETCH_REQUEST_VERSIONS}, _RESPONSE: _RESPONSE_WALKERS}
 
 
 def _walker(message: str, version: int) -> MessageWalker:
-    if version not in schema_versions(message):
+    walker = _WALKERS[message].get(version)
+    if walker is None:
         raise BodyError(f"{message} has no version {version}")
-    return walker_for(message, version)
+    return walker
 
 
 def _field_start(message: str, version: int, field: str, body: Buffer) -> int | None:

@@ -82,6 +82,20 @@ def test_concatenated_batches_of_mixed_sizes() -> None:
     assert count_records(data) == kafka_python_counts(data)
 
 
+def test_v2_batches_around_a_legacy_message_and_a_partial_tail() -> None:
+    # The usual magic 2 batch is stepped through by a loop of its own; a legacy message, a short
+    # tail or a cut batch hands over to the general one, and the v2 batches after are counted still.
+    parts = [build(2, NONE, 3), build(2, NONE, 5, offset=3), build(1, NONE, 1, offset=8),
+             build(2, GZIP, 4, offset=9), build(0, NONE, 2, offset=13)]
+    data = b"".join(parts)
+    assert count_records(memoryview(data)) == RecordCounts(records=15, batches=6)
+    assert count_records(data) == kafka_python_counts(data)
+    cut = b"".join(parts[:2]) + parts[3][:-1]   # the last v2 batch runs past the field's end
+    counts = RecordCounts()
+    assert counts.add_from(cut, 0, len(cut)) == len(parts[0]) + len(parts[1])
+    assert counts == RecordCounts(records=8, batches=2)
+
+
 def test_empty_records() -> None:
     assert count_records(memoryview(b"")) == RecordCounts(0, 0)
 
