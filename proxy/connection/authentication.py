@@ -25,6 +25,21 @@ from .sasl_passthrough import ClaimWatcher
 __all__ = ["MAX_CLIENT_IDS", "Authentication", "Route"]
 
 MAX_CLIENT_IDS = 256   # principals cached per connection (a client may name a new client id each time)
+MAX_SHARED_PRINCIPALS = 65536
+# One Principal object per (user, client id) across the process's connections: the quota and metrics
+# tables look a principal up several times a request, and the very key object they hold is found
+# without the field-by-field comparison another connection's equal Principal would cost each time.
+_shared: dict[tuple[str, str], Principal] = {}
+
+
+def shared_principal(user: str, client_id: str) -> Principal:
+    """The process's Principal for (user, client id) (a new one after the table filled up and was emptied)."""
+    p = _shared.get((user, client_id))
+    if p is None:
+        if len(_shared) >= MAX_SHARED_PRINCIPALS:
+            _shared.clear()
+        p = _shared[user, client_id] = Principal(user, client_id)
+    return p
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +70,7 @@ class Authentication:
         if p is None:
             if len(self.principals) >= MAX_CLIENT_IDS:   # a client cycling client ids: bounded memory
                 self.principals.clear()
-            p = self.principals[client_id] = Principal(self.user, client_id or "")
+            p = self.principals[client_id] = shared_principal(self.user, client_id or "")
         return p
 
     def adopt(self, user: str) -> None:
