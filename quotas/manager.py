@@ -76,6 +76,7 @@ class QuotaManager:
         # Per kind of charge (`_PRODUCED`, ...), per principal, what it records into: (quota type, value
         # index, sensor, resolution), found once, not per request. Emptied whenever a sensor or a setting goes.
         self._charged: tuple[dict[Principal, Charged], ...] = ({}, {}, {})
+        self._responding: dict[Principal, tuple[tuple[QuotaType, Resolution], ...]] = {}   # likewise
         self.fleet = fleet
         if fleet is not None:
             fleet.configure(settings.window_size_seconds, settings.window_count)
@@ -84,7 +85,7 @@ class QuotaManager:
 
     def _apply(self, settings: QuotaSettings) -> None:
         self._settings = settings
-        self._charged = ({}, {}, {})
+        self._charged, self._responding = ({}, {}, {}), {}
         on = settings.quota_types
         self._produce = tuple(p for p in ChargeKind.PRODUCE.types if p[0] in on)
         self._fetch = tuple(f for f in ChargeKind.FETCH.types if f[0] in on)
@@ -384,16 +385,20 @@ class QuotaManager:
             return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
         if not self._on_response:
             return False
-        found = resolutions(self._settings, p)
-        if _ON_RESPONSE.isdisjoint(found):
+        found = self._responding.get(p)
+        if found is None:
+            if len(self._responding) >= MAX_CACHED_PRINCIPALS:
+                self._responding.clear()
+            every = resolutions(self._settings, p)
+            found = self._responding[p] = tuple((t, every[t]) for t in _ON_RESPONSE if t in every)
+        if not found:
             return False
         if now is None:
-            return not enforced or any(not res.observed for t, res in found.items() if t in _ON_RESPONSE)
+            return not enforced or any(not res.observed for _t, res in found)
         pending = in_flight + 1.0   # each: one request, or at most 10 ms x 100 percent-seconds
         sensors = self._sensors
-        for quota_type in _ON_RESPONSE:
-            res = found.get(quota_type)
-            if res is None or (enforced and res.observed):
+        for quota_type, res in found:
+            if enforced and res.observed:
                 continue
             if quota_type not in _REQUEST:
                 if fetch:   # how much a Fetch response brings is not known before it is back
@@ -468,7 +473,7 @@ class QuotaManager:
                 self._forget(quota_type, key)
             dropped += len(stale)
         if dropped:
-            self._charged = ({}, {}, {})
+            self._charged = ({}, {}, {})   # (what _responding holds is no sensor: it stays)
         return dropped + self.pools.expire(now, idle_seconds)
 
     def _forget(self, quota_type: QuotaType, key: QuotaKey) -> None:
