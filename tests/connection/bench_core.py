@@ -3,8 +3,10 @@
 The fast path is one client request in (`ClientData`) and its response back (`UpstreamData`) on a
 connected core built on real parts (helpers.playbook), with the no-op observer and the real
 handler-time clock (`time.perf_counter`, as the server injects it). Workloads: Produce v9 acks=1 and
-Fetch v12, each without a quota, with one configured but never binding (a rate nobody reaches), and
-with `metrics.topic_bytes` (an observer that wants each frame's bytes per topic); Heartbeat v4, a
+Fetch v12, each without a quota, with one configured but never binding (a rate nobody reaches), with
+`metrics.topic_bytes` (an observer that wants each frame's bytes per topic), and with the benchmark's
+`kqp-metrics-quotas` (every quota type at every precedence level, never reached, and the Prometheus
+observer) on a Spark-like shape: a 16 KiB batch, and a Fetch of two partitions of eight; Heartbeat v4, a
 header-only API; then the benchmark's shapes, each frame arriving in 256 KiB reads as uvloop hands
 them over: a Produce v9 request of 1 MB (`produce_v9_1mb_reads`) and a Fetch
 v16 response of 12 MB, three partitions of four batches (`fetch_v16_12mb_reads`, the consume
@@ -44,8 +46,10 @@ from kafka.protocol.consumer import FetchResponse
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import encode_request
+from kqp.proxy.bench.kqp_target import config_for
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.observability.metrics import PrometheusObserver
 
 ITERATIONS, ROUNDS = 20_000, 8
 READ = 256 * 1024   # what uvloop hands over per read
@@ -79,8 +83,27 @@ def reads(frame: bytes) -> list[bytes]:
     return [frame[i:i + READ] for i in range(0, len(frame), READ)]
 
 
-# quotas, request reads, response reads, iterations, whether the observer wants bytes per topic
-Workload = tuple[dict | None, list[bytes], list[bytes], int, bool]
+# quotas, request reads, response reads, iterations, the observer ("none", "topic_bytes", "metrics")
+Workload = tuple[dict | None, list[bytes], list[bytes], int, str]
+SPARK = "kqp-bench-produce"   # a client id the every-quota entries name at each level
+
+
+def every_quota() -> dict:
+    """The benchmark's `kqp-metrics-quotas` quotas, under the config file's default algorithm."""
+    quotas = config_for("metrics-quotas", 0, "127.0.0.1:9092", 0.0)["quotas"]
+    return {**quotas, "algorithm": "steady"}
+
+
+def spark_fetch_response(version: int, correlation_id: int) -> bytes:
+    """A Fetch response of two partitions of eight 16 KiB batches (the spark-consume workload's shape)."""
+    records = b"".join(record_batch("f", 16) for _ in range(8))
+    partitions = [FetchResponse.FetchableTopicResponse.PartitionData(
+        partition_index=p, error_code=0, high_watermark=1, last_stable_offset=1, log_start_offset=0,
+        aborted_transactions=[], preferred_read_replica=-1, records=records) for p in range(2)]
+    body = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        FetchResponse.FetchableTopicResponse(topic="t", partitions=partitions)]).encode(version=version)
+    head = struct.pack(">i", correlation_id) + b"\x00"
+    return struct.pack(">i", len(head) + len(body)) + head + bytes(body)
 
 
 class TopicBytes(ProxyObserver):
@@ -92,26 +115,33 @@ class TopicBytes(ProxyObserver):
 def workloads() -> dict[str, Workload]:
     produce = ([produce_frame("t", 9, 1, "c", records=16, acks=1)], [produce_response(9, 1)])
     fetch = ([fetch_request(12, 1, "c")], [fetch_response(12, 1, records=16)])
+    spark_produce = ([produce_frame("t", 9, 1, SPARK, records=16, acks=-1)], [produce_response(9, 1)])
+    spark_fetch = ([fetch_request(12, 1, SPARK)], reads(spark_fetch_response(12, 1)))
     return {
-        "produce_v9": (None, *produce, ITERATIONS, False),
-        "produce_v9_quota": (QUOTAS, *produce, ITERATIONS, False),
-        "produce_v9_topic_bytes": (None, *produce, ITERATIONS, True),
-        "fetch_v12": (None, *fetch, ITERATIONS, False),
-        "fetch_v12_quota": (QUOTAS, *fetch, ITERATIONS, False),
-        "fetch_v12_topic_bytes": (None, *fetch, ITERATIONS, True),
-        "heartbeat_v4": (None, *map(list, zip(heartbeat())), ITERATIONS, False),
+        "produce_v9": (None, *produce, ITERATIONS, "none"),
+        "produce_v9_quota": (QUOTAS, *produce, ITERATIONS, "none"),
+        "produce_v9_topic_bytes": (None, *produce, ITERATIONS, "topic_bytes"),
+        "produce_v9_every_quota": (every_quota(), *spark_produce, ITERATIONS, "metrics"),
+        "fetch_v12": (None, *fetch, ITERATIONS, "none"),
+        "fetch_v12_quota": (QUOTAS, *fetch, ITERATIONS, "none"),
+        "fetch_v12_topic_bytes": (None, *fetch, ITERATIONS, "topic_bytes"),
+        "fetch_v12_every_quota": (every_quota(), *spark_fetch, ITERATIONS, "metrics"),
+        "heartbeat_v4": (None, *map(list, zip(heartbeat())), ITERATIONS, "none"),
         "produce_v9_1mb_reads": (None, reads(produce_frame("t", 9, 1, "c", records=1000, acks=1)),
-                                 [produce_response(9, 1)], ITERATIONS // 20, False),
+                                 [produce_response(9, 1)], ITERATIONS // 20, "none"),
         "fetch_v16_12mb_reads": (None, [fetch_request(16, 1, "c")], reads(big_fetch_response(16, 1)),
-                                 ITERATIONS // 200, False),
+                                 ITERATIONS // 200, "none"),
     }
 
 
 def exchange(quotas: dict | None, request: list[bytes], response: list[bytes],
-             topics: bool = False) -> Callable[[int], float]:
+             observer: str = "none") -> Callable[[int], float]:
     """A timed loop of `n` request+response exchanges on one connected core: CPU seconds. The
     request and the response arrive as the reads listed."""
-    core = connected_core(quotas, observer=TopicBytes() if topics else ProxyObserver())
+    clock = [NOW]
+    observers = {"none": ProxyObserver, "topic_bytes": TopicBytes,
+                 "metrics": lambda: PrometheusObserver(clock=lambda: clock[0], process_metrics=False)}
+    core = connected_core(quotas, observer=observers[observer]())
     core.parts.perf = time.perf_counter
     first = [a for data in request for a in core.handle(ev.ClientData(NOW, data))]
     first += [a for data in response for a in core.handle(ev.UpstreamData(NOW, data))]
@@ -122,7 +152,7 @@ def exchange(quotas: dict | None, request: list[bytes], response: list[bytes],
     def run(n: int) -> float:
         t0 = time.process_time()
         for i in range(n):
-            now = NOW + i * 1e-4
+            now = clock[0] = NOW + i * 1e-4
             for data in request:
                 handle(client_data(now, data))
             for data in response:
@@ -135,8 +165,8 @@ def exchange(quotas: dict | None, request: list[bytes], response: list[bytes],
 def once() -> dict[str, float]:
     """One round: microseconds of CPU per exchange, per workload."""
     out = {}
-    for name, (quotas, request, response, iterations, topics) in workloads().items():
-        run = exchange(quotas, request, response, topics)
+    for name, (quotas, request, response, iterations, observer) in workloads().items():
+        run = exchange(quotas, request, response, observer)
         run(max(1, iterations // 10))   # warm-up
         out[name] = run(iterations) / iterations * 1e6
     return out
