@@ -55,6 +55,10 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
         # consumer's also one response (kqp caps a Fetch to what fits only for a byte quota).
         # request_percentage is kqp's own measure, read from its metrics: no first burst to see.
         bound = ALLOWANCE + WINDOW + JITTER
+        if cell.scope == "pool":
+            # A member that starts after the others have spent brings its share of the allowance with
+            # it (its own full bucket, as a new entity's): k members in turn, 1/2 + ... + 1/k more.
+            bound += ALLOWANCE * sum(1 / k for k in range(2, len(cell.members) + 1))
         if cell.mode == "consume":
             bound += largest_response(run, cell) / cell.quota
         elif cell.quota_type == "controller_mutation_rate":

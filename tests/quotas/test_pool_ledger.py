@@ -312,3 +312,19 @@ def test_no_pool_costs_nothing() -> None:
     assert m.pools.kinds == (False, False, False) and not m.topic_pools
     assert m.record_produce(A1, 10**9, 1, 1, 0.0) == [] and m.pools.member_count == 0
     assert dataclasses.replace(quota_settings_from(section())).pools   # settings carry pools as values
+
+
+def test_a_member_starting_after_the_others_spent_brings_its_share_of_the_allowance() -> None:
+    # steady, 1000 B/s over 11 windows of 0.2 s: the pool's first allowance is 2000 B. A spends all of
+    # it alone; B, starting then, gets a full bucket of its half share, as a new entity would: 3000 B
+    # go through before either is throttled (the fidelity matrix's pool cells allow for this).
+    settings = quota_settings_from({"algorithm": "steady", "window_size_seconds": 0.2, "window_count": 11,
+                                    "pools": [{"name": "p", "producer_byte_rate": 1000,
+                                               "members": [{"client_id_prefix": "m-"}]}]})
+    m = QuotaManager(settings, 0.0)
+    a, b = Principal("ANONYMOUS", "m-a"), Principal("ANONYMOUS", "m-b")
+    assert m.record_produce(a, 2000, 1, 1, 0.0) == []
+    assert m.record_produce(a, 1, 1, 1, 0.0) != []
+    assert m.record_produce(b, 1000, 1, 1, 0.01) == []
+    [late] = m.record_produce(b, 100, 1, 1, 0.01)
+    assert late.throttle_seconds == pytest.approx(0.2, abs=0.01)   # 100 B of debt at its 500 B/s share
