@@ -22,24 +22,30 @@ from .plans import SaslFrame
 from .sasl import Authenticator, SaslPolicy, Verdict
 from .sasl_passthrough import ClaimWatcher
 
-__all__ = ["MAX_CLIENT_IDS", "Authentication", "Route"]
+__all__ = ["MAX_CLIENT_IDS", "Authentication", "Principals", "Route"]
 
 MAX_CLIENT_IDS = 256   # principals cached per connection (a client may name a new client id each time)
-MAX_SHARED_PRINCIPALS = 65536
-# One Principal object per (user, client id) across the process's connections: the quota and metrics
-# tables look a principal up several times a request, and the very key object they hold is found
-# without the field-by-field comparison another connection's equal Principal would cost each time.
-_shared: dict[tuple[str, str], Principal] = {}
+MAX_SHARED_PRINCIPALS = 65536   # principals a `Principals` table holds before it starts afresh
 
 
-def shared_principal(user: str, client_id: str) -> Principal:
-    """The process's Principal for (user, client id) (a new one after the table filled up and was emptied)."""
-    p = _shared.get((user, client_id))
-    if p is None:
-        if len(_shared) >= MAX_SHARED_PRINCIPALS:
-            _shared.clear()
-        p = _shared[user, client_id] = Principal(user, client_id)
-    return p
+class Principals:
+    """One Principal object per (user, client id) across the connections that share this table (a
+    process's, through `CoreParts`): the quota and metrics tables look a principal up several times a
+    request, and the very key object they hold is found without the field-by-field comparison that
+    another connection's equal Principal would cost each time."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], Principal] = {}
+
+    def of(self, user: str, client_id: str) -> Principal:
+        p = self._known.get((user, client_id))
+        if p is None:
+            if len(self._known) >= MAX_SHARED_PRINCIPALS:
+                self._known.clear()
+            p = self._known[user, client_id] = Principal(user, client_id)
+        return p
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +61,9 @@ FORWARD = Route()
 
 
 class Authentication:
-    def __init__(self, policy: SaslPolicy) -> None:
+    def __init__(self, policy: SaslPolicy, shared: Principals | None = None) -> None:
         self.mode = policy.mode
+        self.shared = Principals() if shared is None else shared   # the process's, handed by the core
         self.authenticated = policy.mode == "none"
         self.user = ANONYMOUS
         self.software: tuple[str, str] | None = None   # KIP-511's name and version, from ApiVersions v3+
@@ -70,7 +77,7 @@ class Authentication:
         if p is None:
             if len(self.principals) >= MAX_CLIENT_IDS:   # a client cycling client ids: bounded memory
                 self.principals.clear()
-            p = self.principals[client_id] = shared_principal(self.user, client_id or "")
+            p = self.principals[client_id] = self.shared.of(self.user, client_id or "")
         return p
 
     def adopt(self, user: str) -> None:

@@ -64,7 +64,7 @@ class Connection:
         self.mutes = MuteState()
         self.last_activity = 0.0
         self.phase = CONNECTING
-        self.auth = Authentication(parts.sasl)
+        self.auth = Authentication(parts.sasl, parts.principals)
         self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
         self.establishing: Establishing | None = Establishing(self, parts, node_id, self.responses)
         self.awaiting = Awaiting(self, parts)

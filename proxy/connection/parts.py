@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from kqp.config.model import UpstreamSasl
 
+from .authentication import Principals
 from .charging import Charging
 from .handlers.registry import Handlers
 from .sasl import SaslPolicy
@@ -35,3 +36,4 @@ class CoreParts:
     settings: CoreSettings      # a reload assigns a new one
     sasl: SaslPolicy = field(default_factory=SaslPolicy)   # who authenticates clients (`sasl.mode`) and against what
     upstream_sasl: UpstreamSasl | None = None   # kqp's own login on each upstream connection (LOGGING_IN)
+    principals: Principals = field(default_factory=Principals)   # one object per (user, client id), shared

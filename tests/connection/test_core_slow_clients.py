@@ -9,7 +9,9 @@ from __future__ import annotations
 from helpers.playbook import connected_core, play, produce_frame, produce_response, to_client, to_upstream
 
 from kqp.proxy.connection import events as ev
-from kqp.proxy.connection.authentication import MAX_CLIENT_IDS
+from kqp.proxy.connection.authentication import MAX_CLIENT_IDS, MAX_SHARED_PRINCIPALS, Authentication, Principals
+from kqp.proxy.connection.sasl import SaslPolicy
+from kqp.quotas.model import ANONYMOUS, Principal
 
 NOW = 100.0
 
@@ -57,3 +59,15 @@ def test_a_client_cycling_client_ids_keeps_a_bounded_principal_cache() -> None:
         play(core, [(ev.ClientData(NOW, request), [to_upstream(request)]),
                     (ev.UpstreamData(NOW, produce_response(7, i)), [to_client(produce_response(7, i))])])
     assert len(core.auth.principals) <= MAX_CLIENT_IDS
+
+
+def test_connections_on_one_table_share_one_principal_object_and_the_table_stays_bounded() -> None:
+    shared = Principals()
+    one, other = Authentication(SaslPolicy(), shared), Authentication(SaslPolicy(), shared)
+    assert one.principal("c") is other.principal("c") == Principal(ANONYMOUS, "c")
+    assert one.principal("d") is not one.principal("c")
+    assert Authentication(SaslPolicy()).principal("c") is not one.principal("c")   # a table of its own
+    first = shared.of("u", "x")
+    for i in range(MAX_SHARED_PRINCIPALS):   # a fleet of client ids fills the table: it starts afresh
+        shared.of("u", f"id-{i}")
+    assert shared.of("u", "x") == first and shared.of("u", "x") is not first
