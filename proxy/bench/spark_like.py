@@ -22,7 +22,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from .workloads import QUIET, percentile
+from .workloads import QUIET, Deliveries, percentile
 
 # What a Spark executor's producer looks like to the broker: the Java client's 16 KiB batches and
 # acks=all, with the linger Spark jobs set for throughput.
@@ -35,7 +35,6 @@ SPARK_PRODUCER = {
     "log_level": 3,
 }
 ID = struct.Struct(">Q")
-_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 
 def record_id(producer: int, seq: int) -> int:
@@ -48,19 +47,7 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
     """Producers `first` ... `first + producers - 1` (client ids `spark-executor-N`), writing as fast as
     the path takes them for `seconds`; the acknowledged record ids come back as `acked` (bytes of uint64)."""
     acked = array("Q")
-    counts = {"bytes": 0, "errors": 0, "window_records": 0, "window_bytes": 0}
-    window = {"open": False}
-
-    def on_delivery(err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            if err.code() not in _PURGED:
-                counts["errors"] += 1
-            return
-        acked.append(ID.unpack(msg.key())[0])
-        counts["bytes"] += record_bytes
-        if window["open"]:
-            counts["window_records"] += 1
-            counts["window_bytes"] += record_bytes
+    counts = Deliveries(record_bytes, lambda msg: acked.append(ID.unpack(msg.key())[0]))
 
     clients = [Producer({**SPARK_PRODUCER, "bootstrap.servers": bootstrap, "client.id": f"spark-executor-{first + i}",
                          **(conf or {})}) for i in range(producers)]
@@ -69,7 +56,7 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
 
     def send(i: int) -> None:
         key = ID.pack(record_id(first + i, seq[i]))
-        clients[i].produce(topic, value, key, on_delivery=on_delivery)
+        clients[i].produce(topic, value, key, on_delivery=counts)
         seq[i] += 1
 
     try:
@@ -79,8 +66,8 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
             client.flush(warmup_timeout)
         if len(acked) < producers:
             raise RuntimeError(f"warm-up: {len(acked)} of {producers} records delivered within {warmup_timeout}s "
-                               f"(errors: {counts['errors']})")
-        window["open"] = True
+                               f"(errors: {counts.errors})")
+        counts.open = True
         start = time.perf_counter()
         deadline = start + seconds
         while time.perf_counter() < deadline:
@@ -92,7 +79,7 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
                         break
                 client.poll(0)
         elapsed = time.perf_counter() - start
-        window["open"] = False
+        counts.open = False
         for client in clients:   # what is queued was never sent; what is in flight lands and counts
             client.purge(in_queue=True, in_flight=False)
         for client in clients:
@@ -101,9 +88,7 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
         for client in clients:
             client.purge()
             client.flush(0)
-    return {"seconds": elapsed, "records": counts["window_records"], "mb_s": counts["window_bytes"] / elapsed / 1e6,
-            "records_s": counts["window_records"] / elapsed, "bytes_moved": counts["bytes"],
-            "errors": counts["errors"], "acked": acked.tobytes()}
+    return {**counts.figures(elapsed), "acked": acked.tobytes()}
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str] | None = None) -> dict[int, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -32,6 +33,35 @@ BATCH_PRODUCER = {
 QUIET = {"log_level": 3}  # librdkafka's notices (purges, shutdown) would garble the bench's table
 
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
+class Deliveries:
+    """A producer's delivery reports counted: every record delivered (`records`, `bytes`: what moved),
+    and those delivered while the measured window is `open`. A record purged from the queue after the
+    window closed was never sent: not an error. `on_record(msg)` sees each delivered message."""
+
+    def __init__(self, record_bytes: int, on_record: Callable[[Any], None] | None = None) -> None:
+        self.record_bytes, self.on_record = record_bytes, on_record
+        self.records = self.bytes = self.errors = self.window_records = self.window_bytes = 0
+        self.open = False
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            if err.code() not in _PURGED:
+                self.errors += 1
+            return
+        if self.on_record is not None:
+            self.on_record(msg)
+        self.records += 1
+        self.bytes += self.record_bytes
+        if self.open:
+            self.window_records += 1
+            self.window_bytes += self.record_bytes
+
+    def figures(self, elapsed: float) -> dict[str, float]:
+        """The window's throughput, and what moved in all (for CPU per GB)."""
+        return {"seconds": elapsed, "records": self.window_records, "mb_s": self.window_bytes / elapsed / 1e6,
+                "records_s": self.window_records / elapsed, "bytes_moved": self.bytes, "errors": self.errors}
 
 
 def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 10.0,
@@ -55,44 +85,29 @@ def produce(bootstrap: str, topic: str, seconds: float, record_bytes: int = 1024
             conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Produce `record_bytes` records as fast as the path takes them for `seconds` (`conf`: extra
     client settings, the TLS references' SSL)."""
-    delivered = {"records": 0, "bytes": 0, "errors": 0, "window_records": 0, "window_bytes": 0}
-    window = {"open": False}
-
-    def on_delivery(err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            # Records purged from the queue after the window closed were never sent: not errors.
-            if err.code() not in _PURGED:
-                delivered["errors"] += 1
-            return
-        delivered["records"] += 1
-        delivered["bytes"] += record_bytes
-        if window["open"]:
-            delivered["window_records"] += 1
-            delivered["window_bytes"] += record_bytes
-
+    delivered = Deliveries(record_bytes)
     stats: list[str] = []
     producer = Producer({**BATCH_PRODUCER, "bootstrap.servers": bootstrap, "client.id": client_id,
                          "statistics.interval.ms": 500, "stats_cb": stats.append, **(conf or {})})
     value = b"k" * record_bytes
     try:
         # Warm-up: one delivered record proves the path (metadata, connection, topic) is up.
-        producer.produce(topic, value, on_delivery=on_delivery)
+        producer.produce(topic, value, on_delivery=delivered)
         producer.flush(warmup_timeout)
-        if delivered["records"] == 0:
-            raise RuntimeError(f"warm-up record not delivered within {warmup_timeout}s "
-                               f"(errors: {delivered['errors']})")
-        window["open"] = True
+        if delivered.records == 0:
+            raise RuntimeError(f"warm-up record not delivered within {warmup_timeout}s (errors: {delivered.errors})")
+        delivered.open = True
         start = time.perf_counter()
         deadline = start + seconds
         while time.perf_counter() < deadline:
             for _ in range(500):
                 try:
-                    producer.produce(topic, value, on_delivery=on_delivery)
+                    producer.produce(topic, value, on_delivery=delivered)
                 except BufferError:
                     producer.poll(0.001)
             producer.poll(0)
         elapsed = time.perf_counter() - start
-        window["open"] = False
+        delivered.open = False
         # What is still queued was not delivered in the window; what is in flight still counts
         # toward bytes moved (and so CPU per GB) once it lands.
         producer.purge(in_queue=True, in_flight=False)
@@ -101,12 +116,7 @@ def produce(bootstrap: str, topic: str, seconds: float, record_bytes: int = 1024
         producer.purge()
         producer.flush(0)
     return {
-        "seconds": elapsed,
-        "records": delivered["window_records"],
-        "mb_s": delivered["window_bytes"] / elapsed / 1e6,
-        "records_s": delivered["window_records"] / elapsed,
-        "bytes_moved": delivered["bytes"],
-        "errors": delivered["errors"],
+        **delivered.figures(elapsed),
         **_request_shape(stats[-1] if stats else None),
     }
 
