@@ -290,15 +290,17 @@ class Runner:
         jobs = [(spark_like.spark_consume, cell.bootstrap, "bench-spark", "spark-readers", ends, n * each, each,
                  timeout, cell.client_conf) for n in range(CLIENT_PROCESSES)]
         results, cpu = self._sampled(cell, jobs, timeout=timeout + 30)
-        taken = array("Q")
+        positions, ids = array("Q"), array("Q")
         for result in results:
-            taken.frombytes(result.pop("taken"))
+            positions.frombytes(result.pop("positions"))
+            ids.frombytes(result.pop("ids"))
+        taken, redelivered = spark_like.distinct_reads(positions, ids)
         seconds = max(r["last"] for r in results) - min(r["first"] for r in results)
         moved = sum(r["bytes_moved"] for r in results)
         metrics = {"seconds": seconds, "records": len(taken), "mb_s": moved / max(seconds, 1e-9) / 1e6,
                    "records_s": len(taken) / max(seconds, 1e-9), "bytes_moved": moved,
                    "errors": sum(r["errors"] for r in results), "rebalances": sum(r["rebalances"] for r in results),
-                   **exactly_once(array("Q", acked), taken)}
+                   "redelivered": redelivered, **exactly_once(array("Q", acked), taken)}
         metrics.update(_cpu_per_gb(cpu, moved))
         return metrics
 

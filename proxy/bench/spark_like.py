@@ -7,9 +7,10 @@ batches, linger 5 ms, acks=all), `spark_consume` several members of one consumer
 and `light_produce` a trickle (about 200 records/s, linger 0) whose per-record latency is the figure.
 
 Every record carries its id (producer index, sequence) as its key. The producers return the ids the
-broker acknowledged; a group member returns the ids it read and committed (records read but lost to
-a rebalance before their commit are re-read by the partition's next owner, so they do not count
-here). The harness checks every acknowledged id was read exactly once.
+broker acknowledged; a group member returns each record it read with the log position it read it at.
+A rebalance makes a partition's next owner re-read what was read but not committed: those reads are
+of a position read before, so they count as redeliveries. The harness checks that every acknowledged
+id was read, at exactly one position: an id missing was lost, an id at two positions was written twice.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ SPARK_PRODUCER = {
     "log_level": 3,
 }
 ID = struct.Struct(">Q")
+OFFSET_BITS = 48   # a read's log position as one integer: partition above, offset below
 
 
 def record_id(producer: int, seq: int) -> int:
@@ -101,39 +103,28 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str
 
 
 class _Member:
-    """One group member: reads, commits, and keeps the ids of what its commits covered."""
+    """One group member: reads and commits; keeps every read as its log position and the record's id."""
 
     def __init__(self, conf: dict[str, Any], topic: str, ends: dict[int, int]) -> None:
         self.topic, self.ends = topic, ends
         self.consumer = Consumer(conf)
-        self.pending: dict[int, list[int]] = {}   # partition -> ids read, not yet committed
-        self.taken = array("Q")                  # ids read and committed
+        self.positions = array("Q")   # partition << OFFSET_BITS | offset, one per read
+        self.ids = array("Q")         # the id of the record read there
         self.bytes = 0
         self.first = self.last = 0.0
         self.errors = 0
         self.rebalances = 0
+        self.unread = False           # read since the last commit
 
-    def _commit(self) -> bool:
-        """Commit what was read; on success its ids count. A rebalance meanwhile: they do not."""
-        generation = self.rebalances
+    def _commit(self) -> None:
         try:
             self.consumer.commit(asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NO_OFFSET:
-                return False
-        if generation != self.rebalances:
-            return False
-        for ids in self.pending.values():
-            self.taken.extend(ids)
-        self.pending.clear()
-        return True
+        except KafkaException:
+            pass   # the group moved on: the partition's next owner reads on from the last commit
+        self.unread = False
 
-    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Commit what was read while the partitions are still ours; if that fails, their next owner
-        # reads those records again from the last commit, so they are not this member's.
-        if not self._commit():
-            for tp in partitions:
-                self.pending.pop(tp.partition, None)
+    def _revoked(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        self._commit()   # while the partitions are still ours, so their next owner re-reads little
         self.rebalances += 1
 
     def _done(self) -> bool:
@@ -156,15 +147,17 @@ class _Member:
                     if msg.error() is not None:
                         self.errors += 1
                         continue
-                    self.pending.setdefault(msg.partition(), []).append(ID.unpack(msg.key())[0])
+                    self.positions.append(msg.partition() << OFFSET_BITS | msg.offset())
+                    self.ids.append(ID.unpack(msg.key())[0])
                     self.bytes += len(msg.value()) + ID.size
                 if messages:
                     self.first = self.first or now
                     self.last = now
-                if self.pending and now - last_commit > 0.2:
+                    self.unread = True
+                if self.unread and now - last_commit > 0.2:
                     self._commit()
                     last_commit = now
-                if not messages and not self.pending and now - last_check > 0.5:
+                if not messages and not self.unread and now - last_check > 0.5:
                     if self._done():
                         return
                     last_check = now
@@ -176,7 +169,8 @@ class _Member:
 def spark_consume(bootstrap: str, topic: str, group: str, ends: dict[int, int], first: int, members: int,
                   timeout: float, conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Members `first` ... of group `group`, each in a thread, reading `topic` until the group has committed
-    every partition's end (`ends`); the ids each read and committed come back as `taken`."""
+    every partition's end (`ends`). Every read comes back as its log position (`positions`) and the
+    record's id (`ids`), both bytes of uint64 in the same order; `distinct_reads` sorts them out."""
     base = {**QUIET, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "socket.nagle.disable": True, **(conf or {})}
     readers = [_Member({**base, "client.id": f"spark-reader-{first + i}"}, topic, ends) for i in range(members)]
@@ -196,15 +190,24 @@ def spark_consume(bootstrap: str, topic: str, group: str, ends: dict[int, int], 
         thread.join()
     if failures:
         raise RuntimeError(f"{len(failures)} of {members} group members failed: {failures[0]!r}")
-    taken = array("Q")
+    positions, ids = array("Q"), array("Q")
     for member in readers:
-        taken.extend(member.taken)
+        positions.extend(member.positions)
+        ids.extend(member.ids)
     started = [m.first for m in readers if m.first]
     if not started:
         raise RuntimeError(f"the group read nothing from {topic}")
     return {"first": min(started), "last": max(m.last for m in readers), "bytes_moved": sum(m.bytes for m in readers),
-            "records": len(taken), "errors": sum(m.errors for m in readers),
-            "rebalances": sum(m.rebalances for m in readers), "taken": taken.tobytes()}
+            "errors": sum(m.errors for m in readers), "rebalances": sum(m.rebalances for m in readers),
+            "positions": positions.tobytes(), "ids": ids.tobytes()}
+
+
+def distinct_reads(positions: array[int], ids: array[int]) -> tuple[array[int], int]:
+    """The ids read at distinct log positions, and how many reads were of a position read before: a
+    group redelivers what a member read but did not commit before a rebalance, which is the group's
+    at-least-once, not a record written twice. An id at two positions is: it was written twice."""
+    at = dict(zip(positions, ids, strict=True))
+    return array("Q", at.values()), len(positions) - len(at)
 
 
 def light_produce(bootstrap: str, topic: str, seconds: float, rate: float = 200.0, record_bytes: int = 1024,

@@ -162,6 +162,26 @@ def test_exactly_once_counts_what_was_lost_read_twice_or_never_acknowledged() ->
     assert exactly_once(acked, array("Q", [1, 3, 3, 4, 9])) == {"lost": 1, "duplicates": 1, "unacknowledged": 1}
 
 
+def test_a_group_redelivery_is_not_a_duplicate_but_an_id_at_two_positions_is() -> None:
+    from array import array
+
+    from kqp.proxy.bench.runner import exactly_once
+    from kqp.proxy.bench.spark_like import OFFSET_BITS, distinct_reads
+
+    def at(partition: int, offset: int) -> int:
+        return partition << OFFSET_BITS | offset
+
+    # Partition 0's offset 1 is read twice (a rebalance before its commit); id 7 sits at two positions.
+    positions = array("Q", [at(0, 0), at(0, 1), at(0, 1), at(1, 0), at(1, 1)])
+    ids = array("Q", [5, 6, 6, 7, 7])
+    taken, redelivered = distinct_reads(positions, ids)
+    assert redelivered == 1
+    assert sorted(taken) == [5, 6, 7, 7]
+    assert exactly_once(array("Q", [5, 6, 7]), taken) == {"lost": 0, "duplicates": 1, "unacknowledged": 0}
+    # Partition 1 and partition 0 at the same offset are different positions.
+    assert distinct_reads(array("Q", [at(0, 3), at(1, 3)]), array("Q", [1, 2]))[1] == 0
+
+
 def test_sizing_turns_cpu_per_gb_into_cores_per_100_mb_s() -> None:
     summary = {"direct": {"produce": {"mb_s": 100.0}},
                "kqp": {"spark-produce": {"cpu_s_per_gb": 4.0}, "idle": {"rss_per_connection_kb": 14.0},
