@@ -129,7 +129,7 @@ class FrameDecoder:
         # never lost to an error that belongs to the frame after it.
         return frame
 
-    def next_frame_parts(self, head_bytes: int) -> tuple[memoryview, tuple[bytes | memoryview, ...]] | None:
+    def next_frame_parts(self, head_bytes: int) -> tuple[memoryview, tuple[bytes | bytearray | memoryview, ...]] | None:
         """One whole frame as ``(head, parts)`` without joining a frame that spans chunks.
 
         ``parts`` are buffers whose concatenation is the frame (for ``transport.writelines``): views,
@@ -174,12 +174,12 @@ class FrameDecoder:
         head = memoryview(parts[0]) if len(parts[0]) >= head_len else memoryview(SplitFrame(parts).copy(0, head_len))
         return head, parts
 
-    def _take_parts(self, need: int) -> list[bytes | memoryview]:
+    def _take_parts(self, need: int) -> list[bytes | bytearray | memoryview]:
         """Cut ``need`` bytes off the front: a chunk they cover whole goes as it is (the received
         ``bytes``, no view made: a large frame is mostly such chunks), the first from the read
         offset and the last up to the cut as views."""
         chunks = self._chunks
-        parts: list[bytes | memoryview] = []
+        parts: list[bytes | bytearray | memoryview] = []
         pos = self._pos
         while need:
             chunk = chunks[0]

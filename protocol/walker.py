@@ -52,7 +52,7 @@ __all__ = [
     "write_uvarint",
 ]
 
-OnRecords = Callable[[Buffer, int, int], None]
+OnRecords = Callable[[Buffer, int, int], object]
 #: A compiled walk: ``(buf, pos, on_records=None)`` to the offset after the fields it covers.
 Walk = Callable[..., int]
 #: Its split-frame flavour: ``(frame: SplitFrame, pos, sink: RecordSink | None = None)``, offsets in the frame.

@@ -199,14 +199,14 @@ class QuotaManager:
                                      sensor.steady, sensor.hold(t), res.observed))
         return out
 
-    def record_produce(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
+    def record_produce(self, p: Principal, nbytes: float, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Produce request: producer byte, record and batch rates (uncapped throttles)."""
         out = self._charge_all(_PRODUCED, p, (nbytes, records, batches), now) if self._produce else []
         if self._pooled_produce:
             self.pools.charge(p, ChargeKind.PRODUCE, (nbytes, records, batches), now, out)
         return out
 
-    def record_fetch(self, p: Principal, nbytes: int, records: int, batches: int, now: float) -> list[Violation]:
+    def record_fetch(self, p: Principal, nbytes: float, records: int, batches: int, now: float) -> list[Violation]:
         """Charge a Fetch response: consumer byte, record and batch rates (uncapped throttles)."""
         out = self._charge_all(_FETCHED, p, (nbytes, records, batches), now) if self._fetch else []
         if self._pooled_fetch:
@@ -436,7 +436,7 @@ class QuotaManager:
         res = resolutions(self._settings, p).get(quota_type)
         return res is not None and res.observed
 
-    def limits(self, p: Principal) -> dict[QuotaType, tuple[QuotaKey, float]]:
+    def limits(self, p: Principal) -> dict[str, tuple[QuotaKey, float]]:
         """The quota in force for `p`, per configured quota type, with the key it is charged to."""
         return {t: (r.key, r.limit) for t, r in resolutions(self._settings, p).items()}
 

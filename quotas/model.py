@@ -149,7 +149,7 @@ def _freeze(entities: Mapping[EntitySpec, Mapping[str, float]]) -> Mapping[Entit
     for spec, values in entities.items():
         if not isinstance(spec, EntitySpec):
             raise TypeError(f"entity keys must be EntitySpec, got {spec!r}")
-        checked: dict[QuotaType, float] = {}
+        checked: dict[str, float] = {}   # keyed by QuotaType members (a StrEnum)
         for quota_type, value in values.items():
             if quota_type not in QUOTA_TYPES:
                 raise ValueError(f"{spec.path}: unknown quota type {quota_type!r}")
