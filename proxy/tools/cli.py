@@ -1,4 +1,5 @@
-"""The `kqp` command: run, check-config, demo, top, explain, recommend, report, bench, sasl-credential, quotas.
+"""The `kqp` command: run, check-config, demo, top, explain, recommend, report, bench, sasl-credential, quotas,
+compile.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
 a clean SIGTERM.
@@ -20,7 +21,7 @@ from kqp.proxy.runtime.logs import setup_logging
 from kqp.proxy.runtime.preflight import preflight
 from kqp.proxy.runtime.workers import WorkerSeat, run_workers
 
-from . import explain_cli, quotas_cli, recommend, report, sasl_credential
+from . import explain_cli, hot_path, quotas_cli, recommend, report, sasl_credential
 from .allocator import tune_malloc
 
 EXIT_USAGE = 2
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     sasl_credential.add_parser(sub)
     quotas_cli.add_parser(sub)
+    hot_path.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmark kqp side by side with direct, relay and tansu proxy",
                            add_help=False)
@@ -93,6 +95,9 @@ def _load(args: argparse.Namespace) -> ProxyConfig | None:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return None
+    if (refused := hot_path.refusal()) is not None:
+        print(refused, file=sys.stderr)
+        return None
     return config
 
 
@@ -101,6 +106,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
     tune_malloc()  # before any worker is forked: they inherit it
+    compiled = hot_path.state().compiled   # _load refused a stale one
+    logging.getLogger("kqp").info("request path: %s", f"{len(compiled)} modules compiled by mypyc (`kqp compile`)"
+                                  if compiled else "Python")
     overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
     def run_one(cfg: ProxyConfig, seat: WorkerSeat | None = None) -> int:
@@ -156,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "check-config": cmd_check, "demo": cmd_demo, "top": cmd_top,
                 "sasl-credential": sasl_credential.run, "quotas": quotas_cli.run, "explain": explain_cli.run,
-                "recommend": recommend.run, "report": report.run}
+                "recommend": recommend.run, "report": report.run, "compile": hot_path.run}
     return handlers[args.command](args)
 
 
