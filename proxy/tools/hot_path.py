@@ -5,7 +5,7 @@ record counts and, where a quota applies, the sensors, their rates, the manager,
 and throttling. mypy checks them clean, so mypyc compiles them as they are, into extension modules
 beside their sources. Python imports an extension module before a source module of the same name:
 a compiled kqp runs them, a fresh install (or after `kqp compile --remove`) the Python ones. The
-same tests hold for both (`tests/proxy/test_hot_path.py` runs the pure tiers on a compiled copy).
+same tests hold for both (`tests/proxy/test_kqp_compile.py` runs the pure tiers on a compiled copy).
 
 Compiling needs mypy (`pip install 'kafka-quota-proxy[compile]'`) and a C compiler. The sources are
 copied into a temporary tree laid out as the `kqp` namespace (the folders map onto `kqp.*` only when
