@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from kqp.protocol.addresses import may_carry_addresses
 from kqp.protocol.apis import API_NAMES, ApiKey
@@ -73,14 +74,14 @@ class Connection:
         self._unsent: tuple[Flight, Parts] | None = None
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
-        self._on_event: dict[type, Callable[[ev.Event], None]] = {
+        self._on_event: dict[type, Callable[[Any], None]] = {   # each handler takes its own event type
             ev.ClientConnected: self._client_connected,
             ev.UpstreamConnected: self._upstream_connected,
             ev.UpstreamConnectFailed: self._upstream_connect_failed,
             ev.ClientData: self._client_data,
             ev.UpstreamData: self._upstream_data,
             ev.ClientEof: self._client_eof,
-            ev.ClientLost: lambda e: (self._give_up("reset its connection"), self.close("client_closed")),
+            ev.ClientLost: self._client_lost,
             ev.UpstreamLost: self._upstream_lost,
             ev.WriteBuffer: self._write_buffer,
             ev.TimerFired: self._timer_fired,
@@ -222,6 +223,10 @@ class Connection:
             head = self.in_flight[0]
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
         self.close("upstream_closed", f"upstream connection closed{detail}")
+
+    def _client_lost(self, _e: ev.ClientLost) -> None:
+        self._give_up("reset its connection")
+        self.close("client_closed")
 
     def _client_eof(self, e: ev.ClientEof | ev.TimerFired) -> None:
         # Kafka clients never half-close: it is gone. What is owed still goes; what it left unforwarded
