@@ -47,9 +47,17 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
                   record_bytes: int = 1024, warmup_timeout: float = 20.0,
                   conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Producers `first` ... `first + producers - 1` (client ids `spark-executor-N`), writing as fast as
-    the path takes them for `seconds`; the acknowledged record ids come back as `acked` (bytes of uint64)."""
+    the path takes them for `seconds`; the acknowledged record ids come back as `acked` (bytes of uint64),
+    and each partition's offset after its last acknowledged record as `acked_ends`."""
     acked = array("Q")
-    counts = Deliveries(record_bytes, lambda msg: acked.append(ID.unpack(msg.key())[0]))
+    acked_ends: dict[int, int] = {}
+
+    def on_record(msg: Any) -> None:
+        acked.append(ID.unpack(msg.key())[0])
+        partition = msg.partition()
+        acked_ends[partition] = max(acked_ends.get(partition, 0), msg.offset() + 1)
+
+    counts = Deliveries(record_bytes, on_record)
 
     clients = [Producer({**SPARK_PRODUCER, "bootstrap.servers": bootstrap, "client.id": f"spark-executor-{first + i}",
                          **(conf or {})}) for i in range(producers)]
@@ -90,7 +98,7 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
         for client in clients:
             client.purge()
             client.flush(0)
-    return {**counts.figures(elapsed), "acked": acked.tobytes()}
+    return {**counts.figures(elapsed), "acked": acked.tobytes(), "acked_ends": acked_ends}
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str] | None = None) -> dict[int, int]:
@@ -200,6 +208,12 @@ def spark_consume(bootstrap: str, topic: str, group: str, ends: dict[int, int], 
     return {"first": min(started), "last": max(m.last for m in readers), "bytes_moved": sum(m.bytes for m in readers),
             "errors": sum(m.errors for m in readers), "rebalances": sum(m.rebalances for m in readers),
             "positions": positions.tobytes(), "ids": ids.tobytes()}
+
+
+def reading_ends(listed: dict[int, int], acked: dict[int, int]) -> dict[int, int]:
+    """Where the group's reading ends in each partition: the broker's end offsets (`listed`), or past
+    the last acknowledged record where the broker answered short of it."""
+    return {p: max(end, acked.get(p, 0)) for p, end in {**acked, **listed}.items()}
 
 
 def distinct_reads(positions: array[int], ids: array[int]) -> tuple[array[int], int]:

@@ -162,6 +162,13 @@ def test_exactly_once_counts_what_was_lost_read_twice_or_never_acknowledged() ->
     assert exactly_once(acked, array("Q", [1, 3, 3, 4, 9])) == {"lost": 1, "duplicates": 1, "unacknowledged": 1}
 
 
+def test_the_group_reads_up_to_the_last_acknowledged_record_even_where_the_broker_lists_less() -> None:
+    from kqp.proxy.bench.spark_like import reading_ends
+
+    assert reading_ends({0: 30, 1: 45, 2: 0}, {0: 30, 1: 60}) == {0: 30, 1: 60, 2: 0}
+    assert reading_ends({0: 30}, {0: 10, 3: 5}) == {0: 30, 3: 5}
+
+
 def test_a_group_redelivery_is_not_a_duplicate_but_an_id_at_two_positions_is() -> None:
     from array import array
 
