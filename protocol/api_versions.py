@@ -133,6 +133,10 @@ def decode_api_versions_response(frame: memoryview, api_version: int) -> tuple[i
             raise ProtocolError(f"unreadable ApiVersions v{version} response ({len(body)} body bytes)")
         return error_code, {}
     decoded = ApiVersionsResponse.decode(body, version=version)
+    if decoded.api_keys is None:   # a null array, which the schema reads though Kafka never writes one
+        if error_code == 0:
+            raise ProtocolError(f"ApiVersions v{version} response with a null api_keys array")
+        return error_code, {}
     return error_code, {e.api_key: (e.min_version, e.max_version) for e in decoded.api_keys}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from codec_support import response_frame, sample_message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,13 @@ def test_rewrite_and_patch_raise_only_protocol_errors(case, cut, part, flips) ->
             call(response_body_offset(api_key, version, frame))
         except ProtocolError:
             pass
+
+
+def test_an_api_versions_answer_with_a_null_array_is_a_protocol_error() -> None:
+    # Found by the fuzzing below: v3, error 0, api_keys a null compact array (length varint 0).
+    frame = bytes.fromhex("0000001a000000010000000000000300")
+    with pytest.raises(ProtocolError, match="null api_keys"):
+        ApiVersionsProbe(3).answered(memoryview(frame))
 
 
 @settings(max_examples=300, deadline=None)
