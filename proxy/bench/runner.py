@@ -277,8 +277,7 @@ class Runner:
         results, cpu = self._sampled(cell, jobs, timeout=self.plan.produce_seconds + 90)
         ends: dict[int, int] = {}
         for result in results:
-            for partition, end in result.pop("acked_ends").items():
-                ends[partition] = max(ends.get(partition, 0), end)
+            ends = spark_like.reading_ends(ends, result.pop("acked_ends"))
         self._acked[id(cell)] = (b"".join(result.pop("acked") for result in results), ends)
         metrics = _combine(results)
         metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"]))
