@@ -173,18 +173,16 @@ def compile_hot_path(into: Path | None = None, modules: tuple[str, ...] = HOT_PA
         missing = [str(p) for p in built if not p.exists()]
         if missing:
             raise CompileError(f"mypyc reported success but did not build {', '.join(missing)}")
-        if into is not None:
+        names = (*modules, GROUP + "__mypyc")
+        if into is not None:   # the whole staged tree, the built modules with it
             target = _package_dirs(into)
             for name, source in staged.items():
-                shutil.copytree(source, target[name], dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("__pycache__", "build"))
+                shutil.copytree(source, target[name], dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             target = here
-        written = []
-        for module, path in zip((*modules, GROUP + "__mypyc"), built, strict=True):
-            dest = _extension(module, target)
-            shutil.copy2(path, dest)
-            written.append(dest)
+            for module, path in zip(names, built, strict=True):
+                shutil.copy2(path, _extension(module, target))
+        written = [_extension(m, target) for m in names]
         manifest = target["quotas"] / MANIFEST
         manifest.write_text(json.dumps({"group": GROUP, "python": sys.version.split()[0],
                                         "sources": {m: _digest(_path_of(m, target)) for m in modules}}, indent=1))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,7 @@ def test_the_compiled_request_path_passes_the_pure_tiers(compiled: Path) -> None
 
 def test_a_source_changed_since_compiling_stops_kqp_and_remove_brings_python_back(compiled: Path,
                                                                                  tmp_path: Path) -> None:
+    compiled = Path(shutil.copytree(compiled, tmp_path / "copy"))   # changed here, the fixture's stays as built
     config = tmp_path / "kqp.yaml"
     config.write_text(yaml.safe_dump({"listen": f"127.0.0.1:{free_port()}", "broker_port_base": 0,
                                       "upstream": {"bootstrap_servers": ["127.0.0.1:9092"]}}))
@@ -81,9 +83,10 @@ def test_a_source_changed_since_compiling_stops_kqp_and_remove_brings_python_bac
     assert check_config().returncode == 0
 
 
-def test_without_a_c_compiler_compile_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+def test_without_a_c_compiler_compile_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(hot_path.shutil, "which", lambda _name: None)
-    args = argparse.Namespace(check=False, remove=False, into=None)
+    args = argparse.Namespace(check=False, remove=False, into=tmp_path)   # never into the checkout under test
     assert hot_path.run(args) == 2
     assert "no C compiler" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
