@@ -1,8 +1,8 @@
 """`kqp compile`: the request path compiled to C by mypyc, the Python modules staying the fallback.
 
-Every request goes through a few modules: framing and headers, the Produce and Fetch handlers, the
-record counts and, where a quota applies, the sensors, their rates, the manager, the core's charging
-and throttling. mypy checks them clean, so mypyc compiles them as they are, into extension modules
+Every request goes through a few modules: the connection core, framing and headers, the Produce and
+Fetch handlers, the record counts and, where a quota applies, the sensors, their rates, the manager,
+the core's charging and throttling. mypy checks them clean, so mypyc compiles them as they are, into extension modules
 beside their sources. Python imports an extension module before a source module of the same name:
 a compiled kqp runs them, a fresh install (or after `kqp compile --remove`) the Python ones. The
 same tests hold for both (`tests/proxy/test_kqp_compile.py` runs the pure tiers on a compiled copy).
@@ -32,13 +32,13 @@ __all__ = ["HOT_PATH", "CompileError", "State", "add_parser", "compile_hot_path"
 
 # The modules compiled: what each request and response runs through, quotas first
 # (`tests/connection/bench_core.py` times them). Left out: `plans` (its dataclasses' annotations
-# do not resolve when compiled), `protocol.parts` (tests count its copies by patching the class),
-# and the core itself, whose event dispatch mypy does not check clean yet.
+# do not resolve when compiled) and `protocol.parts` (tests count its copies by patching the class).
 HOT_PATH = (
     "kqp.quotas.token_bucket",
     "kqp.quotas.sampled_rate",
     "kqp.quotas.sensor",
     "kqp.quotas.manager",
+    "kqp.proxy.connection.core",
     "kqp.proxy.connection.charging",
     "kqp.proxy.connection.throttling",
     "kqp.proxy.connection.mute",
