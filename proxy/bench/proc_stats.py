@@ -8,7 +8,10 @@ dependencies; on a system without /proc the figures are reported as absent (None
 
 from __future__ import annotations
 
+import bisect
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,3 +98,65 @@ def sample(pid: int) -> TreeSample | None:
         cpu += runtime if runtime is not None else sum(int(value) for value in fields[11:15]) / _TICKS
         rss += _rss_bytes(member)
     return TreeSample(cpu, rss, len(tree))
+
+
+class CpuTrace:
+    """A process tree's CPU seconds sampled every `interval` on a thread of its own, so that a
+    workload's CPU can be read over the span it moved data in (`between`), leaving out the
+    connections' set-up and close, which are per connection, not per byte.
+
+    The tree is taken once at the start (a scan of /proc per sample would cost the benchmark more
+    than kqp's own figures vary); each sample reads the scheduler's runtime of its threads.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self._tree = descendants(pid)
+        self._interval = interval
+        self.samples: list[tuple[float, float]] = []   # (time.monotonic(), CPU seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-trace", daemon=True)
+
+    def _cpu(self) -> float | None:
+        total = 0.0
+        for member in self._tree:
+            runtime = _runtime_seconds(member)
+            if runtime is None:   # a member gone: what it ran cannot be told apart any more
+                return None
+            total += runtime
+        return total
+
+    def _take(self) -> None:
+        cpu = self._cpu()
+        if cpu is not None:
+            self.samples.append((time.monotonic(), cpu))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._take()
+
+    def __enter__(self) -> CpuTrace:
+        self._take()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+
+    def at(self, when: float) -> float | None:
+        """CPU seconds at monotonic time `when`, interpolated between the samples either side; None
+        outside the trace."""
+        samples = self.samples
+        if not samples or not samples[0][0] <= when <= samples[-1][0]:
+            return None
+        i = bisect.bisect_right(samples, when, key=lambda sample: sample[0])
+        if i == len(samples):   # exactly the last sample
+            return samples[-1][1]
+        (t0, c0), (t1, c1) = samples[i - 1], samples[i]
+        return c0 + (c1 - c0) * (when - t0) / (t1 - t0)
+
+    def between(self, start: float, end: float) -> float | None:
+        """CPU seconds spent from `start` to `end` (monotonic), or None when either is outside the trace."""
+        first, last = self.at(start), self.at(end)
+        return None if first is None or last is None else last - first

@@ -19,16 +19,16 @@ from typing import Any
 
 # (workload, metric) pairs summarised as medians; which of them a reference has depends on it.
 METRICS: dict[str, tuple[str, ...]] = {
-    "produce": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
-    "consume": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
+    "produce": ("mb_s", "records_s", "cpu_s_per_gb", "setup_cpu_s", "errors", "avg_request_kb", "rtt_avg_ms"),
+    "consume": ("mb_s", "records_s", "cpu_s_per_gb", "setup_cpu_s", "errors"),
     "latency": ("p50_ms", "p99_ms", "p999_ms", "requests_s", "errors"),
     "connections": ("connected", "errors", "requests", "rss_mb", "rss_per_connection_kb"),
     "produce-parallel": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
     "produce-inflight5": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
     "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
     "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
-    "spark-produce": ("mb_s", "records_s", "cpu_s_per_gb", "errors"),
-    "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "lost", "duplicates", "rebalances",
+    "spark-produce": ("mb_s", "records_s", "cpu_s_per_gb", "setup_cpu_s", "errors"),
+    "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "setup_cpu_s", "errors", "lost", "duplicates", "rebalances",
                       "redelivered"),
     "light": ("p50_ms", "p99_ms", "requests_s", "errors"),
     "idle": ("connected", "errors", "rss_mb", "rss_per_connection_kb"),

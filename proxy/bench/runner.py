@@ -14,6 +14,7 @@ a proxy that never starts is reported unavailable with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import random
 import signal
@@ -190,25 +191,28 @@ class Runner:
         """Run a throughput workload; add the proxy's CPU seconds per GB moved meanwhile."""
         results, cpu = self._sampled(cell, [(func, *args)] * copies, timeout)
         metrics = _combine(results)
-        metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"]))
+        metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"], results))
         return metrics
 
-    def _sampled(self, cell: Cell, jobs: list[tuple[Any, ...]], timeout: float) -> tuple[list[dict[str, Any]],
-                                                                                           float | None]:
-        """Run `jobs` at once (`_run_jobs`); their results and the proxy's CPU seconds meanwhile (None
-        without a proxy)."""
+    def _sampled(self, cell: Cell, jobs: list[tuple[Any, ...]],
+                 timeout: float) -> tuple[list[dict[str, Any]], ProxyCpu | None]:
+        """Run `jobs` at once (`_run_jobs`); their results and the proxy's CPU meanwhile, traced so
+        that it can also be read over the span the jobs moved data in (None without a proxy)."""
         pid = cell.proxy.pid if cell.proxy is not None else None
         before = proc_stats.sample(pid) if pid is not None else None
         profiler = self._start_profiler(pid, self._profile_to) if self._profile_to is not None else None
+        trace = proc_stats.CpuTrace(pid) if pid is not None else None
         try:
-            results = self._run_jobs(jobs, timeout)
+            with trace if trace is not None else contextlib.nullcontext():
+                results = self._run_jobs(jobs, timeout)
         finally:
             if profiler is not None:   # stopped with the workload, however long it took: it writes then
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(60)
         after = proc_stats.sample(pid) if pid is not None else None
-        cpu = after.cpu_seconds - before.cpu_seconds if before is not None and after is not None else None
-        return results, cpu
+        if before is None or after is None:
+            return results, None
+        return results, ProxyCpu(after.cpu_seconds - before.cpu_seconds, trace)
 
     def profile(self, ref: Reference, out: Path, workload: str = "produce") -> dict[str, Any] | None:
         """One extra run of `workload` (batched produce or consume) with `ref` under py-spy, outside the
@@ -280,7 +284,7 @@ class Runner:
             ends = spark_like.reading_ends(ends, result.pop("acked_ends"))
         self._acked[id(cell)] = (b"".join(result.pop("acked") for result in results), ends)
         metrics = _combine(results)
-        metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"]))
+        metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"], results))
         return metrics
 
     def _spark_consume(self, cell: Cell, _round: int) -> dict[str, Any]:
@@ -309,7 +313,7 @@ class Runner:
                    "records_s": len(taken) / max(seconds, 1e-9), "bytes_moved": moved,
                    "errors": sum(r["errors"] for r in results), "rebalances": sum(r["rebalances"] for r in results),
                    "redelivered": redelivered, **exactly_once(array("Q", acked), taken)}
-        metrics.update(_cpu_per_gb(cpu, moved))
+        metrics.update(_cpu_per_gb(cpu, moved, results))
         return metrics
 
     def _light(self, cell: Cell, _round: int) -> dict[str, Any]:
@@ -382,10 +386,33 @@ class Runner:
         return result
 
 
-def _cpu_per_gb(cpu: float | None, moved: int) -> dict[str, float]:
+@dataclass(frozen=True)
+class ProxyCpu:
+    """The proxy's CPU over a workload: all of it (`whole`), and its trace over time."""
+
+    whole: float
+    trace: proc_stats.CpuTrace | None
+
+
+def _cpu_per_gb(cpu: ProxyCpu | None, moved: int, results: list[dict[str, Any]]) -> dict[str, float]:
+    """CPU seconds per GB over the span the clients moved data in (from the first `window` opened to
+    the last closed, against the bytes moved within them): a client's connecting, metadata, group
+    join and close cost per connection, not per byte, and would weigh on a short workload (the
+    consume workload's 250 MB) by how many round trips set-up takes, not by how data flows.
+    `cpu_s_per_gb_whole` is the whole run's CPU against every byte moved; `setup_cpu_s` the CPU
+    outside the span. Without windows, the whole run's figure is the figure."""
     if cpu is None or moved <= 0:
         return {}
-    return {"proxy_cpu_seconds": cpu, "cpu_s_per_gb": cpu / (moved / 1e9)}
+    figures = {"proxy_cpu_seconds": cpu.whole, "cpu_s_per_gb": cpu.whole / (moved / 1e9),
+               "cpu_s_per_gb_whole": cpu.whole / (moved / 1e9)}
+    windows = [r["window"] for r in results if r.get("window")]
+    if cpu.trace is None or len(windows) != len(results):
+        return figures
+    in_window = sum(r.get("window_bytes", r["bytes_moved"]) for r in results)
+    spent = cpu.trace.between(min(w[0] for w in windows), max(w[1] for w in windows))
+    if spent is None or in_window <= 0:
+        return figures
+    return {**figures, "cpu_s_per_gb": spent / (in_window / 1e9), "setup_cpu_s": cpu.whole - spent}
 
 
 def exactly_once(acked: array[int], taken: array[int]) -> dict[str, int]:
@@ -399,8 +426,8 @@ def exactly_once(acked: array[int], taken: array[int]) -> dict[str, int]:
 
 def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Several parallel clients' throughput results as one: rates and volumes add up."""
-    if len(results) == 1:
-        return dict(results[0])
+    if len(results) == 1:   # its window is read by `_cpu_per_gb`, not a figure of its own
+        return {key: value for key, value in results[0].items() if key not in ("window", "window_bytes")}
     total: dict[str, Any] = {"clients": len(results)}
     for key in ("records", "mb_s", "records_s", "bytes_moved", "errors"):
         total[key] = sum(result[key] for result in results)
@@ -409,9 +436,9 @@ def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _brief(metrics: dict[str, Any]) -> str:
-    keys = ("mb_s", "records_s", "requests_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "proxy_cpu_percent", "connected",
-            "stream_delivered_ratio", "stream_p99_ms", "batch_share_of_c", "batch_split_min", "batch_split_max",
-            "recovery_s", "errors", "rss_mb", "rss_bytes_per_entity")
+    keys = ("mb_s", "records_s", "requests_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "setup_cpu_s", "proxy_cpu_percent",
+            "connected", "stream_delivered_ratio", "stream_p99_ms", "batch_share_of_c", "batch_split_min",
+            "batch_split_max", "recovery_s", "errors", "rss_mb", "rss_bytes_per_entity")
     parts = []
     for key in keys:
         value = metrics.get(key)

@@ -78,9 +78,9 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
             raise RuntimeError(f"warm-up: {len(acked)} of {producers} records delivered within {warmup_timeout}s "
                                f"(errors: {counts.errors})")
         counts.open = True
-        start = time.perf_counter()
+        start = time.monotonic()
         deadline = start + seconds
-        while time.perf_counter() < deadline:
+        while time.monotonic() < deadline:
             for i, client in enumerate(clients):
                 for _ in range(64):
                     try:
@@ -88,7 +88,8 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
                     except BufferError:
                         break
                 client.poll(0)
-        elapsed = time.perf_counter() - start
+        end = time.monotonic()
+        elapsed = end - start
         counts.open = False
         for client in clients:   # what is queued was never sent; what is in flight lands and counts
             client.purge(in_queue=True, in_flight=False)
@@ -98,7 +99,7 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
         for client in clients:
             client.purge()
             client.flush(0)
-    return {**counts.figures(elapsed), "acked": acked.tobytes(), "acked_ends": acked_ends}
+    return {**counts.figures(elapsed), "acked": acked.tobytes(), "acked_ends": acked_ends, "window": (start, end)}
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str] | None = None) -> dict[int, int]:
@@ -205,7 +206,8 @@ def spark_consume(bootstrap: str, topic: str, group: str, ends: dict[int, int], 
     started = [m.first for m in readers if m.first]
     if not started:
         raise RuntimeError(f"the group read nothing from {topic}")
-    return {"first": min(started), "last": max(m.last for m in readers), "bytes_moved": sum(m.bytes for m in readers),
+    opened, closed = min(started), max(m.last for m in readers)
+    return {"first": opened, "last": closed, "window": (opened, closed), "bytes_moved": sum(m.bytes for m in readers),
             "errors": sum(m.errors for m in readers), "rebalances": sum(m.rebalances for m in readers),
             "positions": positions.tobytes(), "ids": ids.tobytes()}
 

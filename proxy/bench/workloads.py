@@ -61,7 +61,8 @@ class Deliveries:
     def figures(self, elapsed: float) -> dict[str, float]:
         """The window's throughput, and what moved in all (for CPU per GB)."""
         return {"seconds": elapsed, "records": self.window_records, "mb_s": self.window_bytes / elapsed / 1e6,
-                "records_s": self.window_records / elapsed, "bytes_moved": self.bytes, "errors": self.errors}
+                "records_s": self.window_records / elapsed, "bytes_moved": self.bytes, "errors": self.errors,
+                "window_bytes": self.window_bytes}
 
 
 def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 10.0,
@@ -97,16 +98,17 @@ def produce(bootstrap: str, topic: str, seconds: float, record_bytes: int = 1024
         if delivered.records == 0:
             raise RuntimeError(f"warm-up record not delivered within {warmup_timeout}s (errors: {delivered.errors})")
         delivered.open = True
-        start = time.perf_counter()
+        start = time.monotonic()
         deadline = start + seconds
-        while time.perf_counter() < deadline:
+        while time.monotonic() < deadline:
             for _ in range(500):
                 try:
                     producer.produce(topic, value, on_delivery=delivered)
                 except BufferError:
                     producer.poll(0.001)
             producer.poll(0)
-        elapsed = time.perf_counter() - start
+        end = time.monotonic()
+        elapsed = end - start
         delivered.open = False
         # What is still queued was not delivered in the window; what is in flight still counts
         # toward bytes moved (and so CPU per GB) once it lands.
@@ -118,6 +120,7 @@ def produce(bootstrap: str, topic: str, seconds: float, record_bytes: int = 1024
     return {
         **delivered.figures(elapsed),
         **_request_shape(stats[-1] if stats else None),
+        "window": (start, end),
     }
 
 
@@ -174,10 +177,10 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, seconds: 
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     seen = count = size = errors = 0
     start = None
-    hard_deadline = time.perf_counter() + timeout
+    hard_deadline = time.monotonic() + timeout
     try:
-        while seen < records and time.perf_counter() < hard_deadline:
-            if start is not None and time.perf_counter() - start > seconds:
+        while seen < records and time.monotonic() < hard_deadline:
+            if start is not None and time.monotonic() - start > seconds:
                 break
             for msg in consumer.consume(10_000, 0.2):
                 if msg.error() is not None:
@@ -186,11 +189,11 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, seconds: 
                 seen += 1
                 if start is None:
                     # Timing starts at the first message: assignment and offset lookup are set-up.
-                    start = time.perf_counter()
+                    start = time.monotonic()
                     continue
                 count += 1
                 size += len(msg.value())
-        end = time.perf_counter()
+        end = time.monotonic()
     finally:
         consumer.close()
     if start is None or count == 0:
@@ -198,7 +201,7 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, seconds: 
     elapsed = end - start
     return {"seconds": elapsed, "records": count, "mb_s": size / elapsed / 1e6,
             "records_s": count / elapsed, "bytes_moved": size, "errors": errors,
-            "complete": seen >= records}
+            "complete": seen >= records, "window": (start, end), "window_bytes": size}
 
 
 def latency(bootstrap: str, topic: str, seconds: float, rate: float = 1000.0, record_bytes: int = 100,

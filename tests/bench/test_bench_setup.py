@@ -103,6 +103,50 @@ def test_proc_stats_resolves_less_than_a_clock_tick() -> None:
     assert abs(ticks - round(ticks)) > 1e-9
 
 
+def test_a_cpu_trace_tells_the_cpu_of_a_span_from_the_cpu_around_it() -> None:
+    # What the benchmark's CPU per GB is read over: the span the clients moved data in. Here the
+    # span burns CPU and the time after it sleeps, so the span holds most of the trace's CPU.
+    import os
+    import time
+
+    with proc_stats.CpuTrace(os.getpid(), interval=0.01) as trace:
+        busy_from = time.monotonic()
+        total = 0
+        while time.monotonic() - busy_from < 0.2:
+            total += 1
+        busy_until = time.monotonic()
+        time.sleep(0.2)
+        idle_until = time.monotonic()
+    busy = trace.between(busy_from, busy_until)
+    idle = trace.between(busy_until, idle_until)
+    assert total > 0 and busy is not None and idle is not None
+    assert busy > 0.02 and idle < busy / 2, (busy, idle)
+    assert trace.between(busy_from - 10, busy_until) is None   # before the trace began: unknown, not 0
+
+
+def test_cpu_per_gb_is_read_over_the_clients_windows_and_the_rest_is_set_up() -> None:
+    import os
+
+    from kqp.proxy.bench.runner import ProxyCpu, _cpu_per_gb
+
+    trace = proc_stats.CpuTrace(os.getpid())
+    trace.samples = [(10.0, 1.0), (11.0, 1.1), (13.0, 1.5), (20.0, 1.6)]   # (monotonic s, CPU s)
+    whole = ProxyCpu(0.8, trace)
+    two = [{"window": (11.0, 12.0), "window_bytes": 100_000_000, "bytes_moved": 150_000_000},
+           {"window": (11.5, 13.0), "window_bytes": 100_000_000, "bytes_moved": 150_000_000}]
+    figures = _cpu_per_gb(whole, 300_000_000, two)
+    # 11.0 to 13.0: 0.4 CPU s for the 200 MB moved within the windows; the rest is set-up
+    assert figures["cpu_s_per_gb"] == pytest.approx(2.0)
+    assert figures["cpu_s_per_gb_whole"] == pytest.approx(0.8 / 0.3)
+    assert figures["setup_cpu_s"] == pytest.approx(0.4)
+    # a window at 12.0 sits between samples: interpolated, 1.1 + 0.4 / 2
+    assert trace.at(12.0) == pytest.approx(1.3)
+    # a client without a window, or a window outside the trace: the whole run's figure
+    assert _cpu_per_gb(whole, 300_000_000, [two[0], {"bytes_moved": 1}])["cpu_s_per_gb"] == pytest.approx(0.8 / 0.3)
+    late = [{"window": (19.0, 21.0), "bytes_moved": 1_000}]
+    assert "setup_cpu_s" not in _cpu_per_gb(whole, 300_000_000, late)
+
+
 def test_a_baseline_is_another_checkouts_kqp_run_by_its_own_interpreter(tmp_path: Path) -> None:
     from kqp.proxy.bench.references import baseline_reference
 
