@@ -25,6 +25,19 @@ COPY config/ config/
 # A regular (non-editable) install: the virtualenv must not point back into /src.
 RUN /opt/kqp/bin/pip install . \
     && /opt/kqp/bin/kqp --help > /dev/null
+# `--build-arg KQP_COMPILE=1`: the request path compiled by mypyc (`kqp compile`, README "Sizing"),
+# its extension modules beside kqp's own in the virtualenv. The compiler, and mypy in a virtualenv of
+# its own that only this step sees, stay in this stage.
+ARG KQP_COMPILE=0
+RUN if [ "$KQP_COMPILE" = 1 ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends gcc=4:12.2.* libc6-dev=2.36-* \
+        && python -m venv /opt/mypyc \
+        && /opt/mypyc/bin/pip install 'mypy==1.18.2' 'setuptools==80.9.0' \
+        && PYTHONPATH="$(/opt/mypyc/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+           /opt/kqp/bin/kqp compile \
+        && /opt/kqp/bin/kqp compile --check; \
+    fi
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="kqp" \

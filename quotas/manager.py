@@ -90,6 +90,9 @@ class QuotaManager:
         self._produce = tuple(p for p in ChargeKind.PRODUCE.types if p[0] in on)
         self._fetch = tuple(f for f in ChargeKind.FETCH.types if f[0] in on)
         self._request = tuple(t for t in _REQUEST if t in on)
+        #: Whether handler time is charged (request_percentage, which no pool takes): the core then
+        #: times its handlers by the loop thread's CPU clock, which a busy host's preemption does not run.
+        self.handler_cpu = QuotaType.REQUEST_PERCENTAGE in on
         self._mutation = MUTATION in on
         self._produce_counts = bool(_PRODUCE_COUNTS & on)
         self._fetch_counts = bool(_FETCH_COUNTS & on)

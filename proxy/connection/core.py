@@ -315,7 +315,8 @@ class Connection:
         """The dispatcher's request side: the API's handler plans the request, the core carries the
         plan out. `frame` is the slices it arrived in, `head` a contiguous start of it."""
         p = self.parts
-        t0 = p.perf()
+        clock = p.cpu if p.charging.quotas.handler_cpu else p.perf
+        t0 = clock()
         self.last_activity = now   # a whole request is activity, a trickled byte is not (slowloris)
         hdr = parse_request_header(head)
         handler = p.handlers[hdr.api_key]
@@ -362,7 +363,7 @@ class Connection:
             else:
                 self._out.append(Send(Side.UPSTREAM, forward))
         throttling.hold(throttle, now, self._out)
-        flight.handler_seconds = p.perf() - t0
+        flight.handler_seconds = clock() - t0
         if not plan.expects_response:
             throttling.throttle(throttling.settle(flight, [], now), now, self._out)
             return
@@ -429,7 +430,8 @@ class Connection:
         """The dispatcher's response side: broker addresses first (any API's), then the request's
         plan. `flight`: the response waited for listeners, and its request was counted already."""
         p = self.parts
-        t0 = p.perf()
+        clock = p.cpu if p.charging.quotas.handler_cpu else p.perf
+        t0 = clock()
         counted = flight is not None
         if flight is None:
             correlation_id = response_correlation_id(head)
@@ -451,7 +453,7 @@ class Connection:
             frame = reply.frame
             if reply.sasl_answer:
                 self.auth.on_response(version, frame)
-        flight.handler_seconds += p.perf() - t0
+        flight.handler_seconds += clock() - t0
         self._deliver(flight, frame, reply, body_offset, now)
         self._flush_local(now)
         cap = p.settings.max_in_flight or NO_CAP

@@ -33,6 +33,9 @@ class CoreParts:
     handlers: Handlers                                         # api key -> its handler (the dispatcher's table)
     listener_for: ListenerLookup                               # upstream broker -> kqp's listener
     perf: Callable[[], float]   # handler-time clock (time.perf_counter), injected so the core reads none
+    # ... and the loop thread's CPU clock (time.thread_time), which it reads instead while handler time is
+    # charged (`QuotaManager.handler_cpu`): a request preempted by another process costs its client nothing more.
+    cpu: Callable[[], float]
     settings: CoreSettings      # a reload assigns a new one
     sasl: SaslPolicy = field(default_factory=SaslPolicy)   # who authenticates clients (`sasl.mode`) and against what
     upstream_sasl: UpstreamSasl | None = None   # kqp's own login on each upstream connection (LOGGING_IN)

@@ -138,7 +138,7 @@ class ProxyServer:
             charging=charging,
             handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
                                        admin),
-            listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter,
+            listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter, cpu=time.thread_time,
             settings=core_settings(cfg), sasl=sasl, upstream_sasl=forwarding_login(cfg),
         )
         lookup = TopicLookup(topics, lambda: cluster.upstreams_for(None), lambda: cluster.api_ranges,

@@ -72,6 +72,21 @@ def test_kqp_image_contract() -> None:
     assert re.search(r'"uvloop[^"]*"', pyproject)
 
 
+def test_the_image_compiles_the_request_path_only_when_asked_and_keeps_no_compiler() -> None:
+    steps = instructions(ROOT / "Dockerfile")
+    froms = [i for i, (word, _) in enumerate(steps) if word == "FROM"]
+    build = steps[froms[0]:froms[1]]   # the build stage's steps
+    assert ("ARG", "KQP_COMPILE=0") in build   # a plain `docker build` stays pure Python
+    [compile_step] = [rest for word, rest in build if word == "RUN" and "kqp compile" in rest]
+    assert compile_step.startswith('if [ "$KQP_COMPILE" = 1 ]; then') and compile_step.endswith("fi")
+    # the compiler and mypy stay in the build stage: mypy in a virtualenv of its own, never in /opt/kqp
+    assert "apt-get install" in compile_step and "python -m venv /opt/mypyc" in compile_step
+    assert "/opt/mypyc/bin/pip install" in compile_step and "/opt/kqp/bin/pip" not in compile_step
+    # the versions this repository's tests compile with, and a check that the result is what runs
+    assert re.search(r"'mypy==\d+\.\d+\.\d+'", compile_step)
+    assert compile_step.index("/opt/kqp/bin/kqp compile --check") > compile_step.index("/opt/kqp/bin/kqp compile ")
+
+
 def test_dockerignore_keeps_the_build_context_small() -> None:
     lines = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
     assert lines[lines.index("**")] == "**"  # everything excluded first, then re-included

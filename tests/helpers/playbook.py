@@ -120,7 +120,7 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
         charging=charging,
         handlers=standard_handlers(charging, MutationGate(manager, TopicMetadata()), sasl, api_ranges,
                                    admin(manager) if admin is not None else None),
-        listener_for=listener_for, perf=lambda: 0.0,
+        listener_for=listener_for, perf=lambda: 0.0, cpu=lambda: 0.0,
         settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle, cfg.limits.max_in_flight_per_connection,
                               cfg.connections_max_idle_ms, cfg.upstream.connect_timeout_ms, pacing),
         sasl=sasl, upstream_sasl=None if cfg.sasl.mode == "passthrough" else cfg.upstream.sasl,

@@ -1,0 +1,66 @@
+"""Which clock times the core's handlers: the loop thread's CPU clock while request_percentage is
+charged (a request preempted by another process on a busy host costs its client no more), the wall
+clock otherwise (cheaper to read). Both clocks are injected, so each test tells them apart."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from helpers.playbook import Recorder, connected_core, produce_frame, produce_response
+
+from kqp.config.loader import parse_config
+from kqp.proxy.connection import events as ev
+from kqp.quotas.model import Principal
+
+NOW = 100.0
+
+
+class HandlerTimes(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: list[float] = []
+
+    def handler_time(self, principal: Principal, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+
+def ticking(step: float) -> Callable[[], float]:
+    """A clock that moves `step` each time it is read."""
+    return itertools.count(0.0, step).__next__
+
+
+def exchange(quota: dict[str, float]) -> list[float]:
+    """One Produce and its response through a core whose wall clock moves 1 s a read, its CPU clock 1 ms."""
+    observer = HandlerTimes()
+    core = connected_core({"entities": [{"client_id": "c", **quota}]}, observer=observer)
+    core.parts.perf, core.parts.cpu = ticking(1.0), ticking(0.001)
+    sent = core.handle(ev.ClientData(NOW, produce_frame("t", 9, 1, "c", records=2, acks=1)))
+    assert [a.side for a in sent if isinstance(a, ev.Send)] == [ev.Side.UPSTREAM], sent
+    back = core.handle(ev.UpstreamData(NOW, produce_response(9, 1)))
+    assert [a.side for a in back if isinstance(a, ev.Send)] == [ev.Side.CLIENT], back
+    return observer.seconds
+
+
+def test_handler_time_is_cpu_time_while_request_percentage_is_charged() -> None:
+    # request side one read to the next, response side the same: 2 ms of CPU, not 2 s of wall time
+    assert exchange({"request_percentage": 1e6}) == [0.002]
+
+
+def test_handler_time_is_wall_time_when_no_quota_charges_it() -> None:
+    assert exchange({"producer_byte_rate": 1e12}) == [2.0]
+
+
+def test_a_reload_that_adds_request_percentage_switches_the_clock() -> None:
+    observer = HandlerTimes()
+    core = connected_core({"entities": [{"client_id": "c", "producer_byte_rate": 1e12}]}, observer=observer)
+    core.parts.perf, core.parts.cpu = ticking(1.0), ticking(0.001)
+    manager = core.parts.charging.quotas
+    assert not manager.handler_cpu
+    settings = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": {
+        "algorithm": "sampled", "entities": [{"client_id": "c", "request_percentage": 1e6}]}}).quotas
+    manager.update_settings(settings, NOW)
+    assert manager.handler_cpu
+    core.handle(ev.ClientData(NOW, produce_frame("t", 9, 1, "c", records=2, acks=1)))
+    core.handle(ev.UpstreamData(NOW, produce_response(9, 1)))
+    assert observer.seconds == [0.002]
