@@ -47,6 +47,17 @@ def quotas_of(bootstrap: str, client_id: str) -> dict[str, dict[str, float]]:
                                                                   match=client_id)])
 
 
+def quotas_settled(bootstrap: str, client_id: str, want: dict[str, dict[str, float]],
+                   wait: float = 15.0) -> dict[str, dict[str, float]]:
+    """`quotas_of`, asked again every 0.2 s for up to `wait` s until it answers `want`: Kafka
+    acknowledges an AlterClientQuotas once its controller has the record, and its broker describes the
+    change only once the record has reached it."""
+    deadline = time.monotonic() + wait
+    while (found := quotas_of(bootstrap, client_id)) != want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
+
+
 def throttled(bootstrap: str, topic: str, client_id: str, wait: float = 0.0) -> int:
     """The throttle_time_ms of a 20 kB produce by `client_id`, retried for `wait` s until non-zero
     (Kafka applies a quota once its controller's record reaches the broker)."""
@@ -80,7 +91,8 @@ def test_kqp_manages_its_own_quotas_beside_kafkas(upstream: Upstream, kqp: Any, 
     config_command(upstream, "--alter", "--add-config", f"producer_byte_rate={RATE}",
                    "--entity-type", "clients", "--entity-name", kafkas)
     try:
-        assert quotas_of(upstream, kafkas) == {f"client-id={kafkas}": {"producer_byte_rate": RATE}}
+        set_on_kafka = {f"client-id={kafkas}": {"producer_byte_rate": RATE}}
+        assert quotas_settled(upstream, kafkas, set_on_kafka) == set_on_kafka
         assert quotas_of(proxy.bootstrap, kafkas) == {}
         assert throttled(upstream, topic, kafkas, wait=10) > 0
         assert throttled(proxy.bootstrap, topic, kafkas, wait=10) > 0, "Kafka's own throttle did not reach the client"
@@ -95,9 +107,10 @@ def test_without_manage_quotas_the_requests_reach_kafka(upstream: Upstream, kqp:
     with RawConnection(proxy.bootstrap, "quota-writer", Tally()) as conn:
         assert alter(conn, [("client-id", client_id)], [("producer_byte_rate", RATE, False)]) == (0, None)
     try:
-        assert quotas_of(upstream, client_id) == {f"client-id={client_id}": {"producer_byte_rate": RATE}}
+        written = {f"client-id={client_id}": {"producer_byte_rate": RATE}}
+        assert quotas_settled(upstream, client_id, written) == written
         assert quotas_of(proxy.bootstrap, client_id) == quotas_of(upstream, client_id)
     finally:
         with RawConnection(proxy.bootstrap, "quota-cleanup", Tally()) as conn:
             assert alter(conn, [("client-id", client_id)], [("producer_byte_rate", 0, True)]) == (0, None)
-    assert quotas_of(upstream, client_id) == {}
+    assert quotas_settled(upstream, client_id, {}) == {}
