@@ -311,7 +311,8 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         records = counter("kqp_records", "Records in Produce requests and Fetch responses", ("direction", *ENTITY))
         requests = counter("kqp_requests", "Requests received from clients", ("api", *ENTITY))
         handler = counter("kqp_request_handler_seconds", "Event-loop time spent on an entity's frames, both "
-                          "directions (what request_percentage measures)", ENTITY)
+                          "directions (what request_percentage measures: the loop thread's CPU time while a "
+                          "request_percentage is configured, wall time otherwise)", ENTITY)
         throttle = counter("kqp_throttle_seconds", "Throttle time given to responses (the throttle_time_ms "
                            "clients see), by the quota that caused it", ("quota", *ENTITY))
         throttled = counter("kqp_throttled_responses", "Responses (and acks=0 requests) throttled, by the "
