@@ -215,7 +215,7 @@ def spark_consume(bootstrap: str, topic: str, group: str, ends: dict[int, int], 
 def reading_ends(listed: dict[int, int], acked: dict[int, int]) -> dict[int, int]:
     """Where the group's reading ends in each partition: the broker's end offsets (`listed`), or past
     the last acknowledged record where the broker answered short of it."""
-    return {p: max(end, acked.get(p, 0)) for p, end in {**acked, **listed}.items()}
+    return {p: max(listed.get(p, 0), acked.get(p, 0)) for p in listed.keys() | acked.keys()}
 
 
 def distinct_reads(positions: array[int], ids: array[int]) -> tuple[array[int], int]:

@@ -2,8 +2,8 @@
 
 Every request goes through a few modules: the connection core, framing and headers, the Produce and
 Fetch handlers, the record counts and, where a quota applies, the sensors, their rates, the manager,
-the core's charging and throttling. mypy checks them clean, so mypyc compiles them as they are, into extension modules
-beside their sources. Python imports an extension module before a source module of the same name:
+the core's charging and throttling. mypy checks them clean, so mypyc compiles them as they are, into
+extension modules beside their sources. Python imports an extension module before a source module of the same name:
 a compiled kqp runs them, a fresh install (or after `kqp compile --remove`) the Python ones. The
 same tests hold for both (`tests/proxy/test_kqp_compile.py` runs the pure tiers on a compiled copy).
 
