@@ -3,10 +3,11 @@
 Cells (helpers.fidelity): one quota each, its own client id, prefix group or pool, so no two share a
 sensor; all run at once, 26 s, through client tap -> kqp -> upstream tap -> the upstream, at short
 quota windows (0.2 s x 11, a span of 2.2 s) and the default algorithm (`steady`). Each is judged on
-the wire: the rate after the first span within 0.95-1.05 of the quota; no client error, timeout or
-request given up; the first burst, how far the units ran ahead of the quota's line, at most Kafka's
-first allowance ((window_count - 1) windows of quota) and one window more, also for producers with
-librdkafka's default 1 MB batches pipelining several, alone and two in a prefix group.
+the wire: the rate after the first span within 0.95-1.05 of the quota, at the ceiling the quota holds
+the client to (a client that stalls on a busy machine and then catches up dips on its own); no client
+error, timeout or request given up; the first burst, how far the units ran ahead of the quota's line,
+at most Kafka's first allowance ((window_count - 1) windows of quota) and one window more, also for
+producers with librdkafka's default 1 MB batches pipelining several, alone and two in a prefix group.
 
 Families: librdkafka (confluent-kafka, kcat), kafka-python 3 and 2, aiokafka, the Java client,
 Sarama 1.61 and Debian's 1.22, franz-go, kafkajs (tests/clients/), and raw Produce floods that never

@@ -10,11 +10,13 @@ model) meets it, and an unthrottled client does not.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
 from helpers.quota_analysis import (
     average_rate,
+    ceiling_slope,
     cumulative_slope,
     max_trailing_rate,
     mute_report,
@@ -23,6 +25,7 @@ from helpers.quota_analysis import (
 )
 from helpers.wire_tap import WireConnection, WireRequest, WireResponse
 
+from kqp.quotas.model import SAMPLED, STEADY
 from kqp.quotas.sensor import QuotaSensor
 
 
@@ -43,16 +46,21 @@ def test_trailing_rate_sees_a_burst_the_average_hides() -> None:
     assert max_trailing_rate(events, 1.0, 0.0, 10.0) == pytest.approx(10_000)  # (4.5, 5.5]: 1000 + 9000
 
 
-def ideal_proxy(quota: float, request: int, seconds: float, *, seed: int) -> list[tuple[float, int]]:
-    """Arrival times of a client always ready to send, admitted exactly by Kafka's arithmetic."""
+def ideal_proxy(quota: float, request: int, seconds: float, *, seed: int, algorithm: str = SAMPLED,
+                stalls: Sequence[tuple[float, float]] = ()) -> list[tuple[float, int]]:
+    """Arrival times of a client always ready to send, admitted exactly by Kafka's arithmetic (or kqp's
+    `algorithm`); `stalls` (from, seconds): times the client itself sends nothing (not scheduled)."""
     rnd = random.Random(seed)
-    sensor = QuotaSensor(quota, 0.2, 11, 0.0)
+    sensor = QuotaSensor(quota, 0.2, 11, 0.0, algorithm=algorithm)
     now, events = 0.0, []
     while now < seconds:
         size = int(request * rnd.uniform(0.7, 1.0))
         throttle = sensor.charge(size, now)
         events.append((now, size))
         now += throttle + rnd.uniform(0.001, 0.01)          # the client's own turnaround
+        for at, seconds_stalled in stalls:
+            if at <= now < at + seconds_stalled:
+                now = at + seconds_stalled
     return events
 
 
@@ -66,6 +74,42 @@ def test_rate_criterion_is_met_by_kafkas_arithmetic(seed: int) -> None:
 def test_rate_criterion_fails_an_unthrottled_client() -> None:
     events = [(i * 0.005, 16_400) for i in range(1460)]     # 3.3 MB/s for 7.3 s
     assert cumulative_slope(events, 2.2, 7.3) > 1.1 * 100_000
+
+
+EARLY_STALLS = [(3.0, 1.5), (5.5, 1.2), (8.0, 1.8), (10.5, 1.0)]   # a busy host, while the run starts
+
+
+def ceiling(events: Sequence[tuple[float, int]], quota: float = 100_000, depth: float = 0.2) -> float:
+    """`ceiling_slope` over 2.2-24 s, as the fidelity matrix judges a 16 KB-request cell through kqp
+    (`depth` one window of quota and the largest request)."""
+    return ceiling_slope(events, 2.2, 24.0, quota=quota, reach=2.2, depth=depth * quota + 16_400) / quota
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ceiling_leaves_out_the_dips_of_a_client_that_stalls(seed: int) -> None:
+    events = ideal_proxy(100_000, 16_400, 24.0, seed=seed, algorithm=STEADY, stalls=EARLY_STALLS)
+    # The stalls early in the span tilt the plain slope up, though the quota held the client throughout.
+    assert cumulative_slope(events, 2.2, 24.0) / 100_000 > 1.02
+    assert ceiling(events) == pytest.approx(1.0, abs=0.005)
+
+
+@pytest.mark.parametrize("admitted", [110_000, 90_000])
+def test_ceiling_still_sees_a_rate_off_the_quota(admitted: float) -> None:
+    events = ideal_proxy(admitted, 16_400, 24.0, seed=1, algorithm=STEADY, stalls=EARLY_STALLS)
+    assert ceiling(events) == pytest.approx(admitted / 100_000, abs=0.005)
+
+
+def test_ceiling_still_sees_a_burst_let_through() -> None:
+    events = [*ideal_proxy(100_000, 16_400, 24.0, seed=2, algorithm=STEADY), (12.0, 300_000)]  # 3 s of quota
+    assert ceiling(events) > 1.05
+
+
+def test_kafkas_sawtooth_is_no_dip_at_a_spans_depth() -> None:
+    """Kafka's sampled rate saws by most of a span of quota as bursts age out: judged at a span's
+    depth, as the matrix judges Kafka's own cells, nothing is left out."""
+    events = ideal_proxy(100_000, 16_400, 24.0, seed=1)
+    assert ceiling(events, depth=2.2) == cumulative_slope(events, 2.2, 24.0) / 100_000
+    assert ceiling(events, depth=2.2) == pytest.approx(1.0, abs=0.01)
 
 
 @dataclass

@@ -8,7 +8,8 @@ the clients (`Member`s) that run under it, each of a family of tests/clients/ or
 through the upstream tap: the referee beside the same cell through kqp.
 
 Each cell's `Verdict`, from what the wire saw: the long-span ratio (least-squares slope of the
-cumulative units after the first span, over the quota; Produce bytes, records or batches when the
+cumulative units after the first span at the quota's ceiling, leaving out the dips a client stalled
+on a busy host makes and then catches up, `ceiling_slope`; over the quota; Produce bytes, records or batches when the
 upstream acknowledged them, Fetch bytes, records or batches when the client received them,
 requests when they reached the upstream, partitions when their topic was created), the first burst
 (how far the cumulative units ran ahead of the quota's line, in seconds of quota), the largest
@@ -38,7 +39,7 @@ from . import client_programs, go_clients, java_clients, node_clients, old_kafka
 from .client_programs import ClientProgram
 from .names import unique_topic
 from .observability import metrics_url, scrape
-from .quota_analysis import cumulative_slope
+from .quota_analysis import ceiling_slope, cumulative_slope
 from .quota_path import QuotaPath, open_quota_path
 from .raw_client import RawConnection, Tally
 from .raw_flood import RawFlood
@@ -96,7 +97,8 @@ class Cell:
 @dataclass
 class Verdict:
     cell: Cell
-    ratio: float | None          # the long-span rate over the quota
+    ratio: float | None          # the long-span rate at the quota's ceiling over the quota
+    slope: float | None          # the plain least-squares rate over the quota, dips and all (shown beside)
     burst: float                 # the most the units ran ahead of the quota's line, in seconds of quota
     judged: float                # seconds judged (after the first span and the first throttle)
     throttle_max_ms: int
@@ -285,6 +287,7 @@ class Run:
     path: QuotaPath
     seconds: float
     span: float
+    window: float
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     handler: list[tuple[float, dict[str, float]]] = field(default_factory=list)   # kqp's handler seconds
     kafka_request_time: dict[str, list[tuple[float, float]]] = field(default_factory=dict)   # Kafka's, per client id
@@ -309,7 +312,7 @@ def run_matrix(stack: contextlib.ExitStack, start_kqp: Callable[..., Any], upstr
             ensure_topic(upstream, topics[cell.name], cell.partitions, upstream_kind=upstream.kind)
             if cell.mode == "consume":
                 preload(upstream, topics[cell.name], _preload_bytes(cell, seconds + 2 * span))
-    run = Run(path, seconds, span)
+    run = Run(path, seconds, span, windows["window_size_seconds"])
     running: list[tuple[Member, Any]] = []
     for cell in cells:
         bootstrap = path.bootstrap if cell.via == "kqp" else direct
@@ -461,7 +464,7 @@ def judge(run: Run, cell: Cell) -> Verdict:
     ends = [r[key] for r in reports.values() for key in ("offer_end", "consume_end") if r.get(key)]
     near = run.path.client_tap if cell.via == "kqp" else run.path.upstream_tap
     told = [(r.at, r.throttle_ms or 0) for _, r in _answered(near, cell.client_ids, None)]
-    ratio, judged, burst = None, 0.0, 0.0
+    ratio, slope, judged, burst = None, None, 0.0, 0.0
     if found:
         t0 = found[0][0]
         # Judged from one span after the first units, and after the first throttle: a client slow to
@@ -469,8 +472,13 @@ def judge(run: Run, cell: Cell) -> Verdict:
         start = max(t0 + run.span, min((at for at, ms in told if ms), default=t0))
         end = min(ends) if ends and min(ends) > start else found[-1][0]
         judged = end - start
+        units_at = [(t, u) for t, u, _ in found]
         with contextlib.suppress(ValueError):
-            ratio = cumulative_slope([(t, u) for t, u, _ in found], start, end) / cell.quota
+            slope = cumulative_slope(units_at, start, end) / cell.quota
+            # A dip deeper than the largest event and one window of quota (kqp's steady ceiling is flat
+            # within one) is a stall; Kafka's sampled rate saws by most of a span as bursts age out.
+            depth = cell.quota * (run.window if cell.via == "kqp" else run.span) + max(u for _, u in units_at)
+            ratio = ceiling_slope(units_at, start, end, quota=cell.quota, reach=run.span, depth=depth) / cell.quota
         total = 0.0
         for t, units, _ in found:
             total += units
@@ -480,7 +488,7 @@ def judge(run: Run, cell: Cell) -> Verdict:
     for _, amount, cid in found:
         units[cid] = units.get(cid, 0.0) + amount
     whole = sum(units.values()) or 1.0
-    return Verdict(cell, ratio, burst, judged, max(throttles, default=0), errors, timeouts,
+    return Verdict(cell, ratio, slope, burst, judged, max(throttles, default=0), errors, timeouts,
                    {cid: amount / whole for cid, amount in units.items()}, reports)
 
 
@@ -489,13 +497,13 @@ def judge_all(run: Run, cells: Sequence[Cell]) -> list[Verdict]:
 
 
 def table(verdicts: Sequence[Verdict]) -> str:
-    """One line per cell: what it is, its ratio, first burst, largest throttle, errors."""
-    lines = [f"{'cell':28} {'via':5} {'clients':22} {'quota type':22} {'scope':6} {'ratio':>6} {'burst s':>7} "
-             f"{'judged s':>8} {'max throttle ms':>15} {'errors':>6}"]
+    """One line per cell: what it is, its ratio (and the plain slope), first burst, largest throttle, errors."""
+    lines = [f"{'cell':28} {'via':5} {'clients':22} {'quota type':22} {'scope':6} {'ratio':>6} {'slope':>6} "
+             f"{'burst s':>7} {'judged s':>8} {'max throttle ms':>15} {'errors':>6}"]
     for v in verdicts:
-        ratio = "-" if v.ratio is None else f"{v.ratio:.3f}"
+        ratio, slope = ("-" if x is None else f"{x:.3f}" for x in (v.ratio, v.slope))
         lines.append(f"{v.cell.name:28} {v.cell.via:5} {v.families[:22]:22} {v.cell.quota_type:22} "
-                     f"{v.cell.scope:6} {ratio:>6} {v.burst:7.1f} {v.judged:8.1f} {v.throttle_max_ms:15d} "
+                     f"{v.cell.scope:6} {ratio:>6} {slope:>6} {v.burst:7.1f} {v.judged:8.1f} {v.throttle_max_ms:15d} "
                      f"{len(v.errors) + v.timeouts:6d}")
     return "\n".join(lines)
 

@@ -10,7 +10,8 @@ the achieved rate is a sawtooth around the quota whose period is about one measu
 with where the teeth fall; the least-squares slope of cumulative bytes against time does not, and
 is what "the rate the upstream received" means in these tests. Its companion is the upper bound a
 quota promises at every instant: no trailing span holds more than a span's worth of quota plus the
-one request that crossed it (`max_trailing_rate`).
+one request that crossed it (`max_trailing_rate`). Where a client may stall on a busy host and then
+catch up, `ceiling_slope` fits only the points at the ceiling the quota holds it to.
 
 Muting. A connection throttled by T at the moment kqp handled the upstream's response (the
 upstream tap's response time r, never later than kqp's) must send nothing upstream in
@@ -23,6 +24,7 @@ kqp answers itself.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +38,32 @@ Event = tuple[float, int]  # (time, bytes or count)
 
 def cumulative_slope(events: Sequence[Event], start: float, end: float) -> float:
     """Least-squares slope (units/s) of cumulative units against time, over events in [start, end]."""
+    return _slope(_cumulative(events, start, end))
+
+
+def ceiling_slope(events: Sequence[Event], start: float, end: float, *, quota: float, reach: float,
+                  depth: float) -> float:
+    """`cumulative_slope` of the points at the ceiling the quota holds a client to, leaving out the
+    dips: a point more than `depth` units under the quota's line through a point within `reach`
+    seconds of it.
+
+    A client that stalls for a moment (its process not scheduled on a busy host) falls under the
+    quota's line and then catches up, as Kafka's sampled rate lets it within a span. An early dip
+    tilts the plain slope up, a late one down, by several percent over tens of seconds, though the
+    quota held the client throughout. The dips are the client's; the ceiling is the quota's. Points
+    above the line are never left out, so a rate over the quota or a burst let through still shows;
+    and any subset of a straight line has its slope, so a steady rate under the quota shows too.
+    """
+    points = _cumulative(events, start, end)
+    over = [c - quota * t for t, c in points]            # how far ahead of the quota's line
+    times = [t for t, _ in points]
+    kept = [p for i, p in enumerate(points)
+            if over[i] >= max(over[bisect.bisect_left(times, p[0] - reach):
+                                   bisect.bisect_right(times, p[0] + reach)]) - depth]
+    return _slope(kept if len(kept) >= 3 else points)
+
+
+def _cumulative(events: Sequence[Event], start: float, end: float) -> list[tuple[float, float]]:
     total = 0
     points: list[tuple[float, float]] = []
     for at, amount in sorted(events):
@@ -44,6 +72,10 @@ def cumulative_slope(events: Sequence[Event], start: float, end: float) -> float
             points.append((at, float(total)))
     if len(points) < 3:
         raise ValueError(f"only {len(points)} events between {start:.2f}s and {end:.2f}s: no rate to judge")
+    return points
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float:
     mean_t = statistics.fmean(t for t, _ in points)
     mean_c = statistics.fmean(c for _, c in points)
     spread = sum((t - mean_t) ** 2 for t, _ in points)
