@@ -226,7 +226,14 @@ class Connection:
 
     def _client_lost(self, _e: ev.ClientLost) -> None:
         self._give_up("reset its connection")
-        self.close("client_closed")
+        self.close(*self._client_gone())
+
+    def _client_gone(self) -> tuple[str, str | None]:
+        """Why the connection ends when its client hangs up: after a passthrough login the upstream
+        refused, a client that hangs up on the refusal before the broker closes still failed it."""
+        if (refused := self.auth.refused_login) is not None and not self.in_flight:
+            return "authentication_failed", f"{refused}; the client closed the connection"
+        return "client_closed", None
 
     def _client_eof(self, e: ev.ClientEof | ev.TimerFired) -> None:
         # Kafka clients never half-close: it is gone. What is owed still goes; what it left unforwarded
@@ -273,7 +280,7 @@ class Connection:
             # Every whole frame has been taken: what is left is a frame the client never finished.
             self.close("protocol_error", truncated(self.requests.buffered))
         elif self.drained and (shutdown or not (self.requests.buffered or self._gated)):
-            self.close(self._drain_reason)
+            self.close(*((self._drain_reason, None) if shutdown else self._client_gone()))
 
     def _write_buffer(self, e: ev.WriteBuffer) -> None:
         # The upstream reads slower than the client sends: stop reading the client, and the other

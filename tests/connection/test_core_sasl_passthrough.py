@@ -6,6 +6,7 @@ only reads the error code and whether the exchange is complete)."""
 from __future__ import annotations
 
 import jwt
+import pytest
 from helpers.playbook import connected_core, play, produce_frame, to_client, to_upstream
 
 from kqp.protocol.apis import ApiKey
@@ -78,6 +79,22 @@ def test_a_failed_authentication_keeps_anonymous() -> None:
     # The broker closes a refused login's connection: told as the refused login, not as upstream trouble.
     play(core, [(ev.UpstreamLost(NOW), [ev.Close("authentication_failed", "the upstream refused SASL/PLAIN login "
                                                  "as 'alice' (error 58); the upstream closed the connection")])])
+
+
+@pytest.mark.parametrize("gone", [ev.ClientEof, ev.ClientLost])
+def test_a_client_that_hangs_up_on_a_refused_login_failed_it(gone: type) -> None:
+    """The client may hang up on the refusal before the broker closes (librdkafka does, at once)."""
+    core = core_for()
+    log_in(core, 1, "PLAIN", b"\x00alice\x00wrong", answered(2, error=58))
+    play(core, [(gone(NOW), [ev.Close("authentication_failed", "the upstream refused SASL/PLAIN login as 'alice' "
+                                      "(error 58); the client closed the connection")])])
+
+
+@pytest.mark.parametrize("gone", [ev.ClientEof, ev.ClientLost])
+def test_a_client_that_hangs_up_after_logging_in_closed_it(gone: type) -> None:
+    core = core_for()
+    log_in(core, 1, "PLAIN", b"\x00alice\x00pw", answered(2))
+    play(core, [(gone(NOW), [ev.Close("client_closed", None)])])
 
 
 def test_scram_is_adopted_at_the_server_final_message_only() -> None:

@@ -65,6 +65,17 @@ def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
     return samples.get((name, frozenset(labels.items())))
 
 
+def sample_reaching(base_url: str, name: str, least: float, timeout: float = 10.0, **labels: str) -> float:
+    """The sample once a scrape shows it at `least` or more, or the last one seen after `timeout`
+    (0 if none): for a count kqp bumps as it handles what the client saw first, such as a close."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = sample(scrape(base_url), name, **labels) or 0.0
+        if value >= least or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
 class ThrottledWorkload:
     """Background traffic: `spark-etl` throttled, `free` within quota, until `stop()`."""
 
