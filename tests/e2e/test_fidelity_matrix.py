@@ -50,6 +50,8 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
             bad.append(f"{cell.name}: {v.ratio} x its quota over {v.judged:.1f} s")
         if v.judged < JUDGED:
             bad.append(f"{cell.name}: only {v.judged:.1f} s judged")
+        if v.ratio is None or v.judged < JUDGED:   # too little to judge: what the clients said they did
+            bad.append(f"  {cell.name}'s clients: {_told(v)}")
         if v.errors or v.timeouts:
             bad.append(f"{cell.name}: errors {v.errors[:3]}, timeouts {v.timeouts}")
         # Kafka's first allowance and one window more, and the taps' lag on a busy machine; a
@@ -69,6 +71,12 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
         if cell.quota_type != "request_percentage" and v.burst > bound:
             bad.append(f"{cell.name}: first burst {v.burst:.2f} s of quota, more than {bound:.2f}")
     return bad
+
+
+def _told(v: Verdict) -> dict[str, Any]:
+    keys = ("sent", "acked", "consumed", "keys_distinct", "seconds", "timeouts")
+    return {cid: {**{k: r[k] for k in keys if k in r}, "stderr": (r.get("stderr") or "")[-300:]}
+            for cid, r in v.reports.items()}
 
 
 @pytest.mark.parametrize("kind", ["kafka", "mock"])
