@@ -40,6 +40,17 @@ def test_encode_every_version_decodes_with_kafka_python(version: int) -> None:
         assert frame.endswith(b"\x00")  # no tagged fields: nothing for old librdkafka to trip on
 
 
+def test_each_answer_says_the_ranges_and_correlation_of_its_own_request() -> None:
+    """The body is encoded once per (version, ranges): a range that changes (a reload, an upstream
+    upgraded) or another request's correlation id must still show."""
+    first = encode_api_versions_response(3, 1, RANGES)
+    narrowed = {**RANGES, ApiKey.Fetch: (4, 12)}
+    assert decode_api_versions_response(memoryview(encode_api_versions_response(3, 2, narrowed)), 3) == (0, narrowed)
+    again = encode_api_versions_response(3, 3, RANGES)
+    assert response_correlation_id(memoryview(again)) == 3 and again[8:] == first[8:]
+    assert decode_api_versions_response(memoryview(again), 3) == (0, RANGES)
+
+
 @pytest.mark.parametrize("version", [MAX + 1, 9, 32767])
 def test_above_max_gets_kafkas_v0_unsupported_version_answer(version: int) -> None:
     frame = encode_api_versions_response(version, 5, RANGES, throttle_ms=10)
