@@ -93,7 +93,7 @@ class Runner:
         self._pool: Pool | None = None
         self._profile_to: Path | None = None   # set while `profile` runs a workload under py-spy
         # id(cell) -> the ids spark-produce had acknowledged there, and each partition's end after them
-        self._acked: dict[int, tuple[bytes, dict[int, int]]] = {}
+        self._acked: dict[int, tuple[bytes, bytes, dict[int, int]]] = {}
 
     # -- client processes ------------------------------------------------------------------
     def _clients(self) -> Pool:
@@ -282,7 +282,8 @@ class Runner:
         ends: dict[int, int] = {}
         for result in results:
             ends = spark_like.reading_ends(ends, result.pop("acked_ends"))
-        self._acked[id(cell)] = (b"".join(result.pop("acked") for result in results), ends)
+        self._acked[id(cell)] = (b"".join(result.pop("acked") for result in results),
+                                 b"".join(result.pop("acked_at") for result in results), ends)
         metrics = _combine(results)
         metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"], results))
         return metrics
@@ -291,7 +292,8 @@ class Runner:
         produced = self._acked.pop(id(cell), None)
         if produced is None:
             raise RuntimeError("spark-consume reads what spark-produce wrote in the same cell: run both")
-        acked, acked_ends = produced
+        acked_ids, acked_at, acked_ends = produced
+        acked = array("Q", acked_ids)
         (ends,) = self._call(spark_like.end_offsets, cell.upstream, "bench-spark", TOPICS["bench-spark"],
                              cell.upstream_conf, timeout=60)
         # Up to what was acknowledged, not only to what ListOffsets answers: twice under the full
@@ -312,9 +314,26 @@ class Runner:
         metrics = {"seconds": seconds, "records": len(taken), "mb_s": moved / max(seconds, 1e-9) / 1e6,
                    "records_s": len(taken) / max(seconds, 1e-9), "bytes_moved": moved,
                    "errors": sum(r["errors"] for r in results), "rebalances": sum(r["rebalances"] for r in results),
-                   "redelivered": redelivered, **exactly_once(array("Q", acked), taken)}
+                   "redelivered": redelivered, **exactly_once(acked, taken)}
+        if metrics["lost"]:
+            metrics.update(self._lost(cell, acked, array("Q", acked_at), positions, ids, taken))
         metrics.update(_cpu_per_gb(cpu, moved, results))
         return metrics
+
+    def _lost(self, cell: Cell, acked: array[int], acked_at: array[int], positions: array[int], ids: array[int],
+              taken: array[int]) -> dict[str, Any]:
+        """Where the records the group never read went: at positions it read holding other records
+        (`lost_read_over`: the upstream acknowledged two at one position), or still in the upstream's
+        log (`lost_in_log`, of up to 20 asked directly: the group skipped them)."""
+        at, read_over = spark_like.where_lost(set(acked) - set(taken), acked, acked_at, positions, ids)
+        (probed,) = self._call(spark_like.ids_at, cell.upstream, "bench-spark", at[:20], cell.upstream_conf,
+                               timeout=120)
+        wanted = dict(zip(acked_at, acked, strict=True))
+        shown = ", ".join(f"{p >> spark_like.OFFSET_BITS}@{p & ((1 << spark_like.OFFSET_BITS) - 1)}" for p in at[:5])
+        self.log(f"  {cell.reference.name}: {len(at)} acknowledged records never read; partition@offset {shown}; "
+                 f"read holding others {read_over}; ids the upstream holds there {probed['ids'][:5]}")
+        return {"lost_read_over": read_over,
+                "lost_in_log": sum(1 for p, i in zip(at, probed["ids"], strict=False) if i == wanted[p])}
 
     def _light(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan

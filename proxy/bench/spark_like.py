@@ -47,14 +47,16 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
                   record_bytes: int = 1024, warmup_timeout: float = 20.0,
                   conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Producers `first` ... `first + producers - 1` (client ids `spark-executor-N`), writing as fast as
-    the path takes them for `seconds`; the acknowledged record ids come back as `acked` (bytes of uint64),
-    and each partition's offset after its last acknowledged record as `acked_ends`."""
-    acked = array("Q")
+    the path takes them for `seconds`; the acknowledged record ids come back as `acked` and the log
+    positions they were acknowledged at as `acked_at` (bytes of uint64, in the same order), and each
+    partition's offset after its last acknowledged record as `acked_ends`."""
+    acked, acked_at = array("Q"), array("Q")
     acked_ends: dict[int, int] = {}
 
     def on_record(msg: Any) -> None:
         acked.append(ID.unpack(msg.key())[0])
         partition = msg.partition()
+        acked_at.append(partition << OFFSET_BITS | msg.offset())
         acked_ends[partition] = max(acked_ends.get(partition, 0), msg.offset() + 1)
 
     counts = Deliveries(record_bytes, on_record)
@@ -99,7 +101,8 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
         for client in clients:
             client.purge()
             client.flush(0)
-    return {**counts.figures(elapsed), "acked": acked.tobytes(), "acked_ends": acked_ends, "window": (start, end)}
+    return {**counts.figures(elapsed), "acked": acked.tobytes(), "acked_at": acked_at.tobytes(),
+            "acked_ends": acked_ends, "window": (start, end)}
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str] | None = None) -> dict[int, int]:
@@ -224,6 +227,35 @@ def distinct_reads(positions: array[int], ids: array[int]) -> tuple[array[int], 
     at-least-once, not a record written twice. An id at two positions is: it was written twice."""
     at = dict(zip(positions, ids, strict=True))
     return array("Q", at.values()), len(positions) - len(at)
+
+
+def where_lost(lost: set[int], acked: array[int], acked_at: array[int], positions: array[int],
+               ids: array[int]) -> tuple[list[int], int]:
+    """Where the `lost` ids were acknowledged (log positions, sorted), and how many of those positions
+    the group read holding another record (the upstream acknowledged two records at one position)."""
+    read = dict(zip(positions, ids, strict=True))
+    at = sorted(position for position, record in zip(acked_at, acked, strict=True) if record in lost)
+    return at, sum(1 for position in at if position in read)
+
+
+def ids_at(bootstrap: str, topic: str, positions: list[int], conf: dict[str, str] | None = None,
+           wait: float = 5.0) -> dict[str, Any]:
+    """`ids`: the id of the record the upstream holds at each log position (None: none there within
+    `wait` seconds), read by a consumer assigned to it directly: did the log keep what the group did
+    not read?"""
+    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": "kqp-bench-probe",
+                         "enable.auto.commit": False, **(conf or {})})
+    found: list[int | None] = []
+    try:
+        for position in positions:
+            partition, offset = position >> OFFSET_BITS, position & ((1 << OFFSET_BITS) - 1)
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            msg = consumer.poll(wait)
+            good = msg is not None and msg.error() is None and msg.offset() == offset
+            found.append(ID.unpack(msg.key())[0] if good else None)
+    finally:
+        consumer.close()
+    return {"ids": found}
 
 
 def light_produce(bootstrap: str, topic: str, seconds: float, rate: float = 200.0, record_bytes: int = 1024,

@@ -197,3 +197,19 @@ def test_sizing_turns_cpu_per_gb_into_cores_per_100_mb_s() -> None:
     # 4 CPU seconds per GB at 0.1 GB/s: 0.4 of a core; direct has nothing to size.
     assert "kqp: cores per 100 MB/s: spark-produce 0.400" in text and "per idle connection 14.0 KB" in text
     assert "light p99 over relay +0.50 ms" in text and "direct" not in text
+
+
+def test_where_lost_says_where_the_unread_records_were_acknowledged_and_what_was_read_there() -> None:
+    from array import array
+
+    from kqp.proxy.bench.spark_like import OFFSET_BITS, where_lost
+
+    def at(partition: int, offset: int) -> int:
+        return partition << OFFSET_BITS | offset
+
+    acked = array("Q", [10, 11, 12, 13])
+    acked_at = array("Q", [at(0, 0), at(0, 1), at(1, 0), at(1, 1)])
+    # 11 and 13 unread: 11's position was read holding 99 (acknowledged twice there), 13's never read.
+    positions, ids = array("Q", [at(0, 0), at(0, 1), at(1, 0)]), array("Q", [10, 99, 12])
+    assert where_lost({11, 13}, acked, acked_at, positions, ids) == ([at(0, 1), at(1, 1)], 1)
+    assert where_lost(set(), acked, acked_at, positions, ids) == ([], 0)
