@@ -30,7 +30,7 @@ from kqp.proxy.bench.redis_nodes import (
 )
 
 from .net import LOOPBACK
-from .redis_server import REDIS_SERVER, RedisServer
+from .redis_server import REDIS_SERVER, PortTaken, RedisServer
 
 needs_redis_cluster = pytest.mark.skipif(REDIS_SERVER is None or REDIS_CLI is None,
                                          reason="redis-server and redis-cli are not installed "
@@ -47,11 +47,13 @@ class RedisClusterNodes:
         self.replicas = replicas
         self.ca = tls_cert   # TLS only (clients, the cluster bus, replication), with this self-signed cert
         tls = ["--tls-cluster", "yes", "--tls-replication", "yes"] if tls_cert is not None else []
-        self.nodes: list[RedisServer] = []
-        for i in range(masters * (1 + replicas)):
+        def node(i: int) -> RedisServer:
             port = cluster_port()
-            self.nodes.append(RedisServer(directory / f"node-{i}.log", port=port, tls_cert=tls_cert, extra_args=[
-                *cluster_node_args(directory / "nodes", port, node_timeout_ms), *tls, *extra_args]))
+            return RedisServer(directory / f"node-{i}.log", port=port, tls_cert=tls_cert, extra_args=[
+                *cluster_node_args(directory / "nodes", port, node_timeout_ms), *tls, *extra_args])
+
+        self._node = node
+        self.nodes: list[RedisServer] = [node(i) for i in range(masters * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -65,8 +67,15 @@ class RedisClusterNodes:
 
     def start(self, timeout: float = 60.0) -> RedisClusterNodes:
         try:
-            for node in self.nodes:
-                node.start()
+            for i in range(len(self.nodes)):
+                for _ in range(3):   # a port (or its bus port) another worker's server took meanwhile
+                    try:
+                        self.nodes[i].start()
+                        break
+                    except PortTaken:
+                        self.nodes[i] = self._node(i)
+                else:
+                    self.nodes[i].start()
             create_cluster([node.port for node in self.nodes], self.replicas, timeout, ca=self.ca)
         except BaseException:
             self.stop()

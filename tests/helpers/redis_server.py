@@ -28,11 +28,17 @@ needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is n
                                                                "redis-server)")
 
 
+class PortTaken(RuntimeError):
+    """Another process took the server's port between choosing it and binding it (another xdist
+    worker's server): its own redis-server exited, and the one answering there is not it."""
+
+
 class RedisServer:
     def __init__(self, log_path: Path, *, password: str | None = None, port: int | None = None,
                  sentinel_config: Path | None = None, tls_cert: Path | None = None,
                  extra_args: Sequence[str] = ()) -> None:
         self.port = port or free_port()
+        self._may_move = port is None   # a port of its own choosing, until it first started there
         self.password = password
         self.log_path = log_path
         self.sentinel_config = sentinel_config   # run as a Redis Sentinel with this (writable) config file
@@ -53,6 +59,18 @@ class RedisServer:
         return f"{LOOPBACK}:{self.port}"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start it and wait until it listens; a server on a port it chose itself moves to another
+        free port if that one was taken meanwhile (`PortTaken` for a port given to it)."""
+        for _ in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                if not self._may_move:
+                    raise
+                self.port = free_port()
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> RedisServer:
         assert REDIS_SERVER is not None, "redis-server is not installed"
         argv = [REDIS_SERVER, *server_args(self.port, LOOPBACK)]
         if self.sentinel_config is not None:
@@ -66,14 +84,24 @@ class RedisServer:
         argv += self.extra_args
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            since = log.tell()
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        # Listening is what its own log says: a port that answers may be another worker's server's.
+        ready = "Sentinel ID is" if self.sentinel_config is not None else "Ready to accept connections"
         deadline = time.monotonic() + timeout
-        while not accepts(LOOPBACK, self.port):
+        while not (ready in (said := self._log_since(since)) and accepts(LOOPBACK, self.port)):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"redis-server did not start: {self.log_path.read_text()[-2000:]}")
+                taken = "Address already in use" in said
+                raise (PortTaken if taken else RuntimeError)(f"redis-server did not start: {said[-2000:]}")
             time.sleep(0.02)
+        self._may_move = False
         return self
+
+    def _log_since(self, offset: int) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
 
     def kill(self) -> None:
         """As a crash: SIGKILL, nothing flushed."""
