@@ -299,6 +299,8 @@ class Runner:
         # Up to what was acknowledged, not only to what ListOffsets answers: twice under the full
         # suite's load, the 15 acknowledged records of one batch went unread, the group done short of them.
         ends = spark_like.reading_ends(ends, acked_ends)
+        self._call(spark_like.start_group, cell.upstream, "bench-spark", "spark-readers", TOPICS["bench-spark"],
+                   cell.upstream_conf, timeout=60)
         each = SPARK_READERS // CLIENT_PROCESSES
         timeout = 120 + self.plan.produce_seconds * 4
         jobs = [(spark_like.spark_consume, cell.bootstrap, "bench-spark", "spark-readers", ends, n * each, each,

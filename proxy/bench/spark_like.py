@@ -114,6 +114,22 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str
         consumer.close()
 
 
+def start_group(bootstrap: str, topic: str, group: str, partitions: int,
+                conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """Commit offset 0 of every partition for `group` before any member joins, so that a member always
+    starts a partition from a committed offset. Without one, librdkafka resets a new assignment by
+    itself, and once a partition's first batch (15 records, offsets 0-14) went unread through the
+    relay, the log holding it: a member that had fetched it before the joins' rebalances started the
+    partition after it, as a stale fetch position would."""
+    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         **(conf or {})})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in range(partitions)], asynchronous=False)
+    finally:
+        consumer.close()
+    return {"partitions": partitions}
+
+
 class _Member:
     """One group member: reads and commits; keeps every read as its log position and the record's id."""
 
