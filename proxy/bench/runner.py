@@ -92,7 +92,8 @@ class Runner:
         self.start_failures: dict[str, str] = {}  # reference -> why its proxy last failed to start
         self._pool: Pool | None = None
         self._profile_to: Path | None = None   # set while `profile` runs a workload under py-spy
-        # id(cell) -> the ids spark-produce had acknowledged there, and each partition's end after them
+        # id(cell) -> the ids spark-produce had acknowledged there, the positions it acknowledged them at,
+        # and each partition's end after them
         self._acked: dict[int, tuple[bytes, bytes, dict[int, int]]] = {}
 
     # -- client processes ------------------------------------------------------------------
