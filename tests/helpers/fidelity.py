@@ -8,13 +8,13 @@ the clients (`Member`s) that run under it, each of a family of tests/clients/ or
 through the upstream tap: the referee beside the same cell through kqp.
 
 Each cell's `Verdict`, from what the wire saw: the long-span ratio (least-squares slope of the
-cumulative units after the first span at the quota's ceiling, leaving out the dips a client stalled
-on a busy host makes and then catches up, `ceiling_slope`; over the quota; Produce bytes, records or batches when the
-upstream acknowledged them, Fetch bytes, records or batches when the client received them,
-requests when they reached the upstream, partitions when their topic was created), the first burst
-(how far the cumulative units ran ahead of the quota's line, in seconds of quota), the largest
-throttle told, and the clients' own errors and timeouts. Used by tests/e2e/test_fidelity_matrix.py
-(short windows) and `kqp bench --fidelity` (Kafka's default windows).
+cumulative units after the first span at the quota's ceiling, over the quota, leaving out the dips
+of a client stalled on a busy host that then catches up: `ceiling_slope`; Produce bytes, records or
+batches when the upstream acknowledged them, Fetch bytes, records or batches when the client
+received them, requests when they reached the upstream, partitions when their topic was created),
+the first burst (how far the cumulative units ran ahead of the quota's line, in seconds of quota),
+the largest throttle told, and the clients' own errors and timeouts. Used by
+tests/e2e/test_fidelity_matrix.py (short windows) and `kqp bench --fidelity` (Kafka's default windows).
 """
 
 from __future__ import annotations
