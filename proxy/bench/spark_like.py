@@ -107,11 +107,17 @@ def spark_produce(bootstrap: str, topic: str, first: int, producers: int, second
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, conf: dict[str, str] | None = None) -> dict[int, int]:
     """Each partition's high watermark, asked of the broker itself."""
-    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": "kqp-bench-ends", **(conf or {})})
+    consumer = _side_consumer(bootstrap, "kqp-bench-ends", conf)
     try:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     finally:
         consumer.close()
+
+
+def _side_consumer(bootstrap: str, group: str, conf: dict[str, str] | None) -> Consumer:
+    """A consumer that never joins `group` (it commits nothing by itself): for looking at the log."""
+    return Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     **(conf or {})})
 
 
 def start_group(bootstrap: str, topic: str, group: str, partitions: int,
@@ -121,8 +127,7 @@ def start_group(bootstrap: str, topic: str, group: str, partitions: int,
     itself, and once a partition's first batch (15 records, offsets 0-14) went unread through the
     relay, the log holding it: a member that had fetched it before the joins' rebalances started the
     partition after it, as a stale fetch position would."""
-    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         **(conf or {})})
+    consumer = _side_consumer(bootstrap, group, conf)
     try:
         consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in range(partitions)], asynchronous=False)
     finally:
@@ -259,8 +264,7 @@ def ids_at(bootstrap: str, topic: str, positions: list[int], conf: dict[str, str
     """`ids`: the id of the record the upstream holds at each log position (None: none there within
     `wait` seconds), read by a consumer assigned to it directly: did the log keep what the group did
     not read?"""
-    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": "kqp-bench-probe",
-                         "enable.auto.commit": False, **(conf or {})})
+    consumer = _side_consumer(bootstrap, "kqp-bench-probe", conf)
     found: list[int | None] = []
     try:
         for position in positions:

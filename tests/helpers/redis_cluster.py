@@ -68,14 +68,14 @@ class RedisClusterNodes:
     def start(self, timeout: float = 60.0) -> RedisClusterNodes:
         try:
             for i in range(len(self.nodes)):
-                for _ in range(3):   # a port (or its bus port) another worker's server took meanwhile
+                for attempt in range(3):   # a port (or its bus port) another worker's server took meanwhile
                     try:
                         self.nodes[i].start()
                         break
                     except PortTaken:
+                        if attempt == 2:
+                            raise
                         self.nodes[i] = self._node(i)
-                else:
-                    self.nodes[i].start()
             create_cluster([node.port for node in self.nodes], self.replicas, timeout, ca=self.ca)
         except BaseException:
             self.stop()

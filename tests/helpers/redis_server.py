@@ -61,14 +61,14 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start it and wait until it listens; a server on a port it chose itself moves to another
         free port if that one was taken meanwhile (`PortTaken` for a port given to it)."""
-        for _ in range(3):
+        for attempt in range(3):
             try:
                 return self._start(timeout)
             except PortTaken:
-                if not self._may_move:
+                if not self._may_move or attempt == 2:
                     raise
                 self.port = free_port()
-        return self._start(timeout)
+        raise AssertionError("unreachable")
 
     def _start(self, timeout: float) -> RedisServer:
         assert REDIS_SERVER is not None, "redis-server is not installed"
