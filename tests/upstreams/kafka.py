@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka.admin import AdminClient
 from cryptography.hazmat.primitives import serialization
 from helpers.net import LOOPBACK, accepts, free_port
@@ -31,6 +32,7 @@ from . import jvm
 from .launch import Upstream
 
 KIND = "kafka"
+OFFSETS_PARTITIONS = 4
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 15.0
 JVM_OPTIONS = ["-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
@@ -144,6 +146,7 @@ class KafkaCluster:
             for node in self.nodes:
                 self._start(node)
             self.wait_ready()
+            self.wait_groups_ready()
         except BaseException:
             self.stop()
             raise
@@ -173,7 +176,7 @@ class KafkaCluster:
             "default.replication.factor": str(min(3, n)),
             "min.insync.replicas": "1",
             "offsets.topic.replication.factor": str(min(3, n)),
-            "offsets.topic.num.partitions": "4",
+            "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
             "transaction.state.log.replication.factor": str(min(3, n)),
             "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "4",
@@ -283,6 +286,31 @@ class KafkaCluster:
                 raise TimeoutError(f"kafka not ready within {timeout:.0f}s ({last}):\n{self.log_tail(running[0])}")
             time.sleep(0.25)
 
+    def wait_groups_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Until the group coordinator answers an OffsetFetch on every `__consumer_offsets` partition.
+
+        The first FindCoordinator creates that topic, and each partition's coordinator then loads it;
+        until then JoinGroup answers COORDINATOR_LOAD_IN_PROGRESS, which some clients (kafkajs) report
+        as a crash. Many groups starting at once on a fresh, busy node met it; the node is not ready
+        for them until every partition has loaded."""
+        admin = AdminClient({"bootstrap.servers": self.nodes[0].address(), "log_level": 0})
+        deadline = time.monotonic() + timeout
+        waiting = {partition: _group_on(partition, OFFSETS_PARTITIONS) for partition in range(OFFSETS_PARTITIONS)}
+        last = ""
+        while waiting:
+            for partition, group in list(waiting.items()):
+                future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                           request_timeout=5)[group]
+                try:
+                    future.result()
+                    del waiting[partition]
+                except KafkaException as exc:   # not created or still loading
+                    last = f"{group} (partition {partition}): {exc}"
+            if waiting and time.monotonic() >= deadline:
+                raise TimeoutError(f"kafka's group coordinator not ready within {timeout:.0f}s ({last})")
+            if waiting:
+                time.sleep(0.25)
+
     def kill(self, node_id: int) -> None:
         """SIGKILL one node: its partitions' leadership moves once its broker session expires (3 s)."""
         node = self.node(node_id)
@@ -328,6 +356,20 @@ def _pkcs8_line(path: Path) -> str:
     key = serialization.load_pem_private_key(path.read_bytes(), None)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     return pem.decode().strip().replace("\n", "\\n")
+
+
+def _group_on(partition: int, partitions: int) -> str:
+    """A group id that Kafka's coordinator places on `__consumer_offsets` partition `partition`:
+    Java's String.hashCode, made non-negative, modulo the partition count."""
+    for n in range(10_000):
+        group = f"kqp-ready-{n}"
+        code = 0
+        for ch in group:
+            code = (31 * code + ord(ch)) & 0xFFFFFFFF
+        signed = code - (1 << 32) if code >= 1 << 31 else code
+        if (0 if signed == -(1 << 31) else abs(signed)) % partitions == partition:
+            return group
+    raise AssertionError(f"no group id found for partition {partition}")
 
 
 @contextlib.contextmanager
