@@ -41,7 +41,9 @@ from helpers.saturated_upstream import SaturatedUpstream, saturated_tansu
 from helpers.steady_producer import SteadyProducer
 from helpers.topics import create_topic
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# On the worker of the Spark tests and the fidelity matrix, one after another: met on 2 cores, this
+# test's stream latency tail (p99 0.59 s in CI) and the matrix's first bursts both went past their bounds.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 C = 400_000.0
 W = 0.2
