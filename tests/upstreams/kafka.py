@@ -3,10 +3,11 @@
 The jars come from tests/jvm/kafka/pom.xml (`jvm.jars("kafka")`). `KafkaCluster` writes each node's
 server.properties on free loopback ports, formats its storage with one cluster id (SCRAM users are
 written at format time, as `kafka-storage format --add-scram` does), starts `kafka.Kafka`, and is
-ready once every broker shows in a Metadata answer. Each node has a PLAINTEXT listener (the cluster's
+ready once every broker shows in a Metadata answer and the group coordinator has loaded every
+`__consumer_offsets` partition. Each node has a PLAINTEXT listener (the cluster's
 `bootstrap`), and optionally SASL_PLAINTEXT (SCRAM and PLAIN), SSL and MTLS (SSL requiring a client
 certificate) listeners, for tests that log in to Kafka's own listeners. Settings favour a quick
-start on two cores: one-partition internal topics, no initial rebalance delay, 500 ms KIP-848
+start on two cores: four-partition internal topics, no initial rebalance delay, 500 ms KIP-848
 heartbeats, a short broker session so a killed node's partitions move in seconds (`kill`, `restart`).
 """
 
@@ -358,18 +359,23 @@ def _pkcs8_line(path: Path) -> str:
     return pem.decode().strip().replace("\n", "\\n")
 
 
+def java_string_hash(text: str) -> int:
+    """Java's `String.hashCode` of an ASCII string, as a signed 32-bit int."""
+    code = 0
+    for ch in text:
+        code = (31 * code + ord(ch)) & 0xFFFFFFFF
+    return code - (1 << 32) if code >= 1 << 31 else code
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition of `group`: Kafka's `Utils.abs(hashCode) % partitions`."""
+    code = java_string_hash(group)
+    return (0 if code == -(1 << 31) else abs(code)) % partitions
+
+
 def _group_on(partition: int, partitions: int) -> str:
-    """A group id that Kafka's coordinator places on `__consumer_offsets` partition `partition`:
-    Java's String.hashCode, made non-negative, modulo the partition count."""
-    for n in range(10_000):
-        group = f"kqp-ready-{n}"
-        code = 0
-        for ch in group:
-            code = (31 * code + ord(ch)) & 0xFFFFFFFF
-        signed = code - (1 << 32) if code >= 1 << 31 else code
-        if (0 if signed == -(1 << 31) else abs(signed)) % partitions == partition:
-            return group
-    raise AssertionError(f"no group id found for partition {partition}")
+    """A group id that Kafka's coordinator places on `__consumer_offsets` partition `partition`."""
+    return next(g for n in range(10_000) if offsets_partition(g := f"kqp-ready-{n}", partitions) == partition)
 
 
 @contextlib.contextmanager
