@@ -112,9 +112,12 @@ def throttling_kqp(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactor
     assert code == 0, f"kqp exited with {code}:\n{proc.logs()[-3000:]}"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # With `pytest -n 2 --dist loadgroup` every test that needs the SparkSession runs on one
     # worker, so CI starts one JVM rather than one per worker (plain `--dist load` ignores this).
+    # First: pytest-xdist's worker reads the marks in this same hook, and without tryfirst it ran
+    # before this one, so no Spark test was grouped.
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents and "spark" in getattr(item, "fixturenames", ()):
