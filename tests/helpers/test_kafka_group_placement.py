@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from upstreams.kafka import _group_on, java_string_hash, offsets_partition
+from upstreams.kafka import group_on_partition, java_string_hash, offsets_partition
 
 
 def test_java_string_hash_matches_java() -> None:
@@ -15,5 +15,5 @@ def test_java_string_hash_matches_java() -> None:
 def test_one_group_on_each_partition() -> None:
     assert offsets_partition("polygenelubricants", 4) == 0
     assert offsets_partition("kqp-ready-0", 4) == 3
-    groups = [_group_on(p, 4) for p in range(4)]
+    groups = [group_on_partition(p, 4) for p in range(4)]
     assert [offsets_partition(g, 4) for g in groups] == [0, 1, 2, 3]

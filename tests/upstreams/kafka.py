@@ -299,7 +299,7 @@ class KafkaCluster:
         sockets: with a librdkafka AdminClient's OffsetFetch here, the pytest-xdist worker running the
         fidelity matrix died without a signal or a traceback in 3 runs of 3 (why is not known)."""
         deadline = time.monotonic() + timeout
-        waiting = [_group_on(partition, OFFSETS_PARTITIONS) for partition in range(OFFSETS_PARTITIONS)]
+        waiting = [group_on_partition(partition, OFFSETS_PARTITIONS) for partition in range(OFFSETS_PARTITIONS)]
         last = ""
         while waiting:
             try:
@@ -385,7 +385,7 @@ def offsets_partition(group: str, partitions: int) -> int:
     return (0 if code == -(1 << 31) else abs(code)) % partitions
 
 
-def _group_on(partition: int, partitions: int) -> str:
+def group_on_partition(partition: int, partitions: int) -> str:
     """A group id that Kafka's coordinator places on `__consumer_offsets` partition `partition`."""
     return next(g for n in range(10_000) if offsets_partition(g := f"kqp-ready-{n}", partitions) == partition)
 
