@@ -40,7 +40,7 @@ from .walker import (
 )
 
 __all__ = ["AddressMapper", "BrokerAddress", "may_carry_addresses", "names_brokers", "rewrite_addresses",
-           "rewrite_addresses_parts", "rewrite_tail_same_size"]
+           "rewrite_addresses_parts"]
 
 _I32 = struct.Struct(">i")
 
@@ -54,8 +54,6 @@ class BrokerAddress:
 
 #: (node_id, upstream host, upstream port) -> (host, port) the client should see.
 AddressMapper = Callable[[int, str, int], tuple[str, int]]
-#: A tag no Kafka schema uses at the top level of a response, for filling a section to its old size.
-FILLER_TAG = 127
 
 
 def _struct_of(field: Any) -> StructField | None:
@@ -343,75 +341,3 @@ def rewrite_addresses_parts(
     section, end = found
     size = start - 4 + sum(map(len, section)) + len(tail) - end
     return (_I32.pack(size), *split.views(4, start), *section, tail[end:]), rw.seen
-
-
-def rewrite_tail_same_size(
-    api_key: int, api_version: int, tail: memoryview, mapper: AddressMapper, missing: Callable[[], bool],
-) -> tuple[bytes | None, list[BrokerAddress]]:
-    """The top-level tag section ``tail`` of a response whose length is already on its way (a streamed
-    response) with every endpoint kqp's, in exactly ``len(tail)`` bytes; None when nothing
-    changes. What the rewrite leaves spare is filled with an unknown tag (``FILLER_TAG``), which KIP-482
-    readers skip. Endpoints that do not fit, or that ``missing()`` says the mapper had no listener for,
-    are replaced by such a filler whole: the client then finds the leader through Metadata, as KIP-951
-    clients do when a response names none.
-    """
-    plan = _PLANS.get((api_key, api_version))
-    if plan is None:
-        return None, []
-    entries, end = read_tagged_fields(tail, 0)
-    if end != len(tail):
-        raise ProtocolError("a response goes on after its top-level tagged fields")
-    if not any(tag in plan.tagged for tag, _, _ in entries):
-        return None, []
-    rw = _Rewriter(mapper, api_version)
-    kept: list[tuple[int, bytes | memoryview]] = []
-    mapped: list[tuple[int, bytes | memoryview]] = []
-    for tag, vstart, vend in entries:
-        value: bytes | memoryview = tail[vstart:vend]
-        field = plan.tagged.get(tag)
-        if field is None:
-            kept.append((tag, value))
-            continue
-        before, rw.changed = rw.changed, False
-        decoded = _decode(field.decode, io.BytesIO(value), version=api_version, compact=True, tagged=True)
-        rw.visit(decoded)
-        if rw.changed:
-            value = field.encode(decoded, version=api_version, compact=True, tagged=True)
-        rw.changed = rw.changed or before
-        mapped.append((tag, value))
-    lacking = missing()   # never handed on as the upstream's: that would bypass kqp
-    if not rw.changed and not lacking:
-        return None, rw.seen
-    if not lacking:
-        section = _section_of(sorted(kept + mapped, key=lambda entry: entry[0]), len(tail))
-        if section is not None:
-            return section, rw.seen
-    section = _section_of(kept, len(tail))
-    if section is None:   # cannot be: the endpoints' entry alone is at least 3 bytes, a filler 2
-        raise ProtocolError("a response's tag section cannot be refilled to its size")
-    return section, rw.seen
-
-
-def _section_of(entries: list[tuple[int, bytes | memoryview]], size: int) -> bytes | None:
-    """A tag section of these entries, filled up to ``size`` bytes; None when they do not fit."""
-    body = b"".join(write_uvarint(tag) + write_uvarint(len(value)) + bytes(value) for tag, value in entries)
-    if len(write_uvarint(len(entries))) + len(body) == size:
-        return write_uvarint(len(entries)) + body
-    spare = size - len(write_uvarint(len(entries) + 1)) - len(body)
-    lowest = max([FILLER_TAG, *(t + 1 for t, _ in entries)])   # tags go in ascending order
-    filler = _filler(lowest, spare)
-    if filler is None:
-        return None
-    return write_uvarint(len(entries) + 1) + body + filler
-
-
-def _filler(lowest: int, size: int) -> bytes | None:
-    """One unknown tagged field (its tag at least ``lowest``) of exactly ``size`` bytes, or None when
-    too small for a tag and a zero length: a tag of the varint width that fits, then a length, zeros."""
-    tags = [lowest, *(1 << shift for shift in (7, 14, 21) if 1 << shift > lowest)]
-    for tag in map(write_uvarint, tags):
-        for length_bytes in (1, 2, 3):
-            value = size - len(tag) - length_bytes
-            if value >= 0 and len(write_uvarint(value)) == length_bytes:
-                return tag + write_uvarint(value) + bytes(value)
-    return None

@@ -20,7 +20,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 
 from .parts import Parts, SplitFrame
 from .records import BodyError, RecordCounts, count_body_records, count_body_records_parts
-from .walker import Buffer, MessageWalker, StreamWalk, schema_versions, walker_for
+from .walker import Buffer, MessageWalker, schema_versions, walker_for
 
 __all__ = [
     "FETCH_REQUEST_VERSIONS",
@@ -30,7 +30,6 @@ __all__ = [
     "fetch_max_bytes",
     "fetch_response_counts",
     "fetch_response_counts_parts",
-    "fetch_stream_walk",
 ]
 
 _REQUEST = "FetchRequest"
@@ -117,12 +116,6 @@ def fetch_response_counts_parts(api_version: int, parts: Parts, body_offset: int
     if len(parts) == 1:
         return count_body_records(_RESPONSE_WALKERS, _RESPONSE, api_version, memoryview(parts[0])[body_offset:])
     return count_body_records_parts(_RESPONSE_WALKERS, _RESPONSE, api_version, SplitFrame(parts), body_offset)
-
-
-def fetch_stream_walk(api_version: int) -> StreamWalk:
-    """The stream walk of a Fetch response passing on as it arrives (``MessageWalker.tags_stream``): to
-    its top-level tag section (v16+: NodeEndpoints), counting records when given a sink."""
-    return _walker(_RESPONSE, api_version).tags_stream()
 
 
 def _read_parts(frame: SplitFrame, version: int, field: str, body_offset: int, unpack: struct.Struct) -> int:

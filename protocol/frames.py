@@ -174,23 +174,6 @@ class FrameDecoder:
         head = memoryview(parts[0]) if len(parts[0]) >= head_len else memoryview(SplitFrame(parts).copy(0, head_len))
         return head, parts
 
-    def incomplete(self) -> int:
-        """The size (prefix included) of the frame whose start is held and whose end is not, else -1."""
-        need = self._need
-        if need < 0:
-            need = self._read_size()
-        return need if 0 <= self._size < need else -1
-
-    def take_incomplete(self) -> tuple[bytes | bytearray | memoryview, ...]:
-        """Hand on what is held of an incomplete frame (`incomplete()` >= 0), as the parts it arrived in;
-        the caller takes the rest of that frame from the stream itself, before feeding anything here."""
-        if self._trickle:
-            self._chunks.append(bytes(self._trickle))
-            self._trickle.clear()
-        parts = tuple(self._take_parts(self._size))
-        self._size, self._need = 0, -1
-        return parts
-
     def _take_parts(self, need: int) -> list[bytes | bytearray | memoryview]:
         """Cut ``need`` bytes off the front: a chunk they cover whole goes as it is (the received
         ``bytes``, no view made: a large frame is mostly such chunks), the first from the read

@@ -19,7 +19,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Parts", "SplitFrame", "StreamFrame", "frame_of", "joined", "with_body"]
+__all__ = ["Parts", "SplitFrame", "frame_of", "joined", "with_body"]
 
 #: A frame as ``transport.writelines`` takes it: buffers whose concatenation is the frame.
 Parts = tuple[Any, ...]  # memoryview | bytes each
@@ -102,27 +102,3 @@ class SplitFrame:
     def copy(self, start: int, stop: int) -> bytes:
         """Bytes ``start`` up to ``stop``, joined: only for small regions."""
         return b"".join(self.views(start, stop))
-
-
-class StreamFrame(SplitFrame):
-    """A frame passed on as it arrives: ``total`` is its declared length, ``received`` how much of it is
-    in (`add` appends a read). Read only what is in: a stream walk (`walker.py`) waits for its bytes,
-    with ``waiting`` at the offset it waits at meanwhile."""
-
-    __slots__ = ("received", "waiting")
-
-    def __init__(self, parts: Sequence[Any], total: int) -> None:
-        super().__init__(parts)
-        self.received = self.total
-        if total < self.received:
-            raise ValueError(f"a frame of {total} bytes cannot hold the {self.received} received")
-        self.total = total
-        self.waiting = 0
-
-    def add(self, part: Any) -> None:
-        """The next bytes of the frame (at most what is still to come)."""
-        if not part:
-            return
-        self.parts = (*self.parts, part if isinstance(part, memoryview) else memoryview(part))
-        self.starts.append(self.received)
-        self.received += len(part)

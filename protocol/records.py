@@ -14,10 +14,9 @@ walker.
 from __future__ import annotations
 
 import struct
-from collections.abc import Generator
 from dataclasses import dataclass
 
-from .parts import SplitFrame, StreamFrame
+from .parts import SplitFrame
 from .walker import BodyError, Buffer, MessageWalker
 
 __all__ = ["BodyError", "RecordCounts", "count_body_records", "count_body_records_parts"]
@@ -55,19 +54,6 @@ def _batch_records(size: int, magic: int, count: int) -> int:
         # record too, an undercount only pre-0.11 clients can cause.
         return 1
     raise BodyError(f"unknown record magic {magic}")
-
-
-def _header(buf: Buffer, at: int, need: int) -> tuple[int, int, int]:
-    """(size, magic, recordsCount) of the batch header at ``buf[at:]``, its ``need`` bytes in reach (the
-    count is -1 when only the 17 bytes up to the magic are); BodyError for an impossible size."""
-    if need == _BATCH_OVERHEAD_V2:
-        size, magic, count = _SIZE_MAGIC_COUNT(buf, at + 8)
-    else:
-        size, magic = _SIZE_MAGIC(buf, at + 8)
-        count = -1
-    if size < _LEGACY_RECORD_OVERHEAD_V0:
-        raise BodyError(f"record batch size {size} is below the minimum")
-    return size, magic, count
 
 
 @dataclass(slots=True)
@@ -116,27 +102,6 @@ class RecordCounts:
         self.batches += batches
         return pos
 
-    def add_streamed(self, frame: StreamFrame, pos: int, end: int) -> Generator[None, None, None]:
-        """:meth:`add_from_parts` for bytes ``pos`` up to ``end`` of a frame still arriving (a streamed
-        response): each batch header is waited for (``frame.waiting`` at it), then its records are
-        skipped by its size; once the whole field is in, the rest is counted at once."""
-        while end - pos >= _HEADER_UP_TO_MAGIC:
-            if frame.received >= end:
-                self.add_from_parts(frame, pos, end)
-                return
-            need = _BATCH_OVERHEAD_V2 if end - pos >= _BATCH_OVERHEAD_V2 else _HEADER_UP_TO_MAGIC
-            while frame.received < pos + need:
-                frame.waiting = pos
-                yield
-            head, start = frame.window(pos, need)
-            size, magic, count = _header(head, pos - start, need)
-            batch_end = pos + _LOG_OVERHEAD + size
-            if batch_end > end:   # a partial trailing batch ends the field quietly
-                return
-            self.records += _batch_records(size, magic, count)
-            self.batches += 1
-            pos = batch_end
-
     def add_from_parts(self, frame: SplitFrame, pos: int, end: int) -> None:
         """:meth:`add_from` for bytes ``pos`` up to ``end`` of a split frame, as if it were joined.
 
@@ -156,7 +121,13 @@ class RecordCounts:
             # The batch at pos runs past this part.
             need = _BATCH_OVERHEAD_V2 if end - pos >= _BATCH_OVERHEAD_V2 else _HEADER_UP_TO_MAGIC
             head, start = (part, base) if pos + need <= stop else frame.window(pos, need)
-            size, magic, count = _header(head, pos - start, need)
+            if need == _BATCH_OVERHEAD_V2:
+                size, magic, count = _SIZE_MAGIC_COUNT(head, pos - start + 8)
+            else:
+                size, magic = _SIZE_MAGIC(head, pos - start + 8)
+                count = -1
+            if size < _LEGACY_RECORD_OVERHEAD_V0:
+                raise BodyError(f"record batch size {size} is below the minimum")
             batch_end = pos + _LOG_OVERHEAD + size
             if batch_end > end:
                 return

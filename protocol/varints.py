@@ -3,20 +3,18 @@
 The primitives the generated walkers (`walker.py`) call: a flexible version's compact lengths and
 counts are unsigned varints, and every struct of one ends in a tagged-field section. The
 ``*_in`` / ``refill`` forms read from a `SplitFrame` (a frame as the slices it arrived in), copying
-only the few bytes a cut splits; the ``wait_*`` generators read a `StreamFrame` still arriving,
-yielding until the bytes they read are in.
+only the few bytes a cut splits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 from .errors import BodyError
-from .parts import SplitFrame, StreamFrame
+from .parts import SplitFrame
 
 __all__ = ["Buffer", "read_tagged_fields", "read_uvarint", "refill", "skip_tagged_fields", "skip_tags_in",
-           "tags_end", "uvarint_in", "wait_refill", "wait_tags_in", "wait_uvarint", "write_uvarint"]
+           "tags_end", "uvarint_in", "write_uvarint"]
 
 Buffer = Any  # memoryview | bytes | bytearray: whatever unpack_from and indexing accept
 
@@ -107,36 +105,6 @@ def tags_end(frame: SplitFrame, pos: int) -> int:
 def skip_tags_in(frame: SplitFrame, pos: int) -> tuple[Buffer, int, int, int, int]:
     """A split-frame walk's state after the tag section at frame offset ``pos``."""
     return refill(frame, tags_end(frame, pos), 0)
-
-
-def wait_refill(frame: StreamFrame, pos: int, size: int) -> Generator[None, None, tuple[Buffer, int, int, int, int]]:
-    """:func:`refill` on a frame still arriving: yields until its bytes ``pos`` up to ``pos + size`` (or
-    its end) are in (a stream walk's wait), with ``frame.waiting`` at ``pos`` meanwhile."""
-    stop = min(pos + size, frame.total)
-    while frame.received < stop:
-        frame.waiting = pos
-        yield
-    return refill(frame, pos, size)
-
-
-def wait_uvarint(frame: StreamFrame, pos: int) -> Generator[None, None, tuple[int, int]]:
-    stop = min(pos + 5, frame.total)
-    while frame.received < stop:
-        frame.waiting = pos
-        yield
-    return uvarint_in(frame, pos)
-
-
-def wait_tags_in(frame: StreamFrame, pos: int) -> Generator[None, None, tuple[Buffer, int, int, int, int]]:
-    """:func:`skip_tags_in` on a frame still arriving."""
-    count, pos = yield from wait_uvarint(frame, pos)
-    for _ in range(count):
-        _tag, pos = yield from wait_uvarint(frame, pos)
-        size, pos = yield from wait_uvarint(frame, pos)
-        pos += size
-    if pos > frame.total:
-        raise BodyError("tagged field runs past the end of the frame")
-    return (yield from wait_refill(frame, pos, 0))
 
 
 # --- schema access ------------------------------------------------------------------------------

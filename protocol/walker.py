@@ -17,12 +17,12 @@ Malformed or truncated input raises :class:`BodyError`, which is a :class:`Proto
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from functools import cache
 from typing import Protocol
 
 from .errors import BodyError
-from .parts import SplitFrame, StreamFrame
+from .parts import SplitFrame
 from .schemas import FIXED_SIZES, LENGTH_PREFIXED, fixed_size, in_versions, schema_versions, untagged
 from .schemas import schema as message_schema
 from .varints import (
@@ -33,8 +33,6 @@ from .varints import (
     skip_tagged_fields,
     skip_tags_in,
     tags_end,
-    wait_refill,
-    wait_tags_in,
     write_uvarint,
 )
 
@@ -45,7 +43,6 @@ __all__ = [
     "OnRecords",
     "PartsWalk",
     "RecordSink",
-    "StreamWalk",
     "Walk",
     "read_tagged_fields",
     "read_uvarint",
@@ -60,8 +57,6 @@ OnRecords = Callable[[Buffer, int, int], object]
 Walk = Callable[..., int]
 #: Its split-frame flavour: ``(frame: SplitFrame, pos, sink: RecordSink | None = None)``, offsets in the frame.
 PartsWalk = Callable[..., int]
-#: Its stream flavour: ``(frame: StreamFrame, pos, sink=None)``, a generator yielding until the bytes it reads are in.
-StreamWalk = Callable[..., Generator[None, None, int]]
 
 
 class RecordSink(Protocol):
@@ -72,9 +67,6 @@ class RecordSink(Protocol):
 
     def add_from_parts(self, frame: SplitFrame, start: int, end: int) -> None:
         """A records field that crosses parts: bytes ``start`` up to ``end`` of ``frame``."""
-
-    def add_streamed(self, frame: StreamFrame, start: int, end: int) -> Generator[None, None, None]:
-        """A records field of a frame still arriving: yields while a batch header it reads is not in."""
 
 
 # --- code generation -------------------------------------------------------------------------
@@ -87,17 +79,16 @@ class _Emitter:
     the window, tag sections and records fields that leave the window go to the frame-level helpers.
     """
 
-    def __init__(self, version: int, flexible: bool, parts: bool = False, stream: bool = False) -> None:
-        self.version, self.flexible, self.parts, self.stream = version, flexible, parts or stream, stream
+    def __init__(self, version: int, flexible: bool, parts: bool = False) -> None:
+        self.version, self.flexible, self.parts = version, flexible, parts
         self.lines: list[str] = []
         self.run = 0
 
     def need(self, depth: int, size: int) -> None:
-        """Make the next ``size`` bytes readable at ``pos`` (split-frame and stream flavours only)."""
+        """Make the next ``size`` bytes readable at ``pos`` (split-frame flavour only)."""
         if self.parts:
-            fill = "yield from _wait" if self.stream else "_refill"
             self.emit(depth, f"if pos + {size} > lim:",
-                      f"    buf, base, pos, lim, end = {fill}(frame, base + pos, {size})")
+                      f"    buf, base, pos, lim, end = _refill(frame, base + pos, {size})")
 
     def emit(self, depth: int, *lines: str) -> None:
         if self.run:
@@ -120,8 +111,6 @@ class _Emitter:
             self.need(depth, 1)
             skip = "buf, base, pos, lim, end = _skip_tags_in(frame, base + pos)" if self.parts else \
                 "pos = _skip_tags(buf, pos)"
-            if self.stream:
-                skip = "buf, base, pos, lim, end = yield from _wait_tags(frame, base + pos)"
             self.emit(depth, "if buf[pos]:", f"    {skip}", "else:", "    pos += 1")
 
     def field(self, field: dict, depth: int) -> None:
@@ -163,12 +152,7 @@ class _Emitter:
 
     def length_prefixed(self, kind: str, depth: int) -> None:
         self.read_count(depth, kind)
-        if kind == "records" and self.stream:   # counted as its batch headers arrive, or skipped by length
-            self.emit(depth, "if n > 0:", "    if sink is not None:",
-                      "        if pos + n > end:", "            raise _truncated(base + pos + n, base + end)",
-                      "        yield from sink.add_streamed(frame, base + pos, base + pos + n)",
-                      "    pos += n")  # fmt: skip
-        elif kind == "records" and self.parts:
+        if kind == "records" and self.parts:
             self.emit(depth, "if n > 0:", "    if sink is not None:",
                       "        if pos + n > end:", "            raise _truncated(base + pos + n, base + end)",
                       "        if pos + n <= lim:", "            add(buf, pos, pos + n)",
@@ -226,8 +210,6 @@ _NAMESPACE = {
     "_skip_tags_in": skip_tags_in,
     "_truncated": _truncated,
     "_uvarint": read_uvarint,
-    "_wait": wait_refill,
-    "_wait_tags": wait_tags_in,
 }
 
 
@@ -248,39 +230,19 @@ class MessageWalker:
         self.flexible = in_versions(schema.get("flexibleVersions"), version)
         self._fields = tuple(untagged(schema["fields"], version, self.flexible))
         self.names: tuple[str, ...] = tuple(f["name"] for f in self._fields)
-        self._walks: dict[tuple[int, int, str], Walk] = {}
+        self._walks: dict[tuple[int, int, bool], Walk] = {}
 
     def index(self, name: str) -> int:
         return self.names.index(name)
 
-    def source(self, first: int, stop: int, parts: bool = False, stream: bool = False) -> str:
+    def source(self, first: int, stop: int, parts: bool = False) -> str:
         """The generated Python source walking top-level fields ``first`` up to ``stop`` (exclusive);
-        with ``parts``, the flavour over a :class:`SplitFrame`; with ``stream``, a generator over a
-        :class:`StreamFrame` still arriving, which yields while the bytes it reads are not in and returns
-        the offset (record data is skipped by its length; a sink's ``add_streamed`` reads its batch
-        headers as they arrive)."""
-        out = _Emitter(self.version, self.flexible, parts, stream)
+        with ``parts``, the flavour over a :class:`SplitFrame`."""
+        out = _Emitter(self.version, self.flexible, parts)
         for field in self._fields[first:stop]:
             out.field(field, 2)
         out.emit(2)
         body = "\n".join(out.lines) or "        pass"
-        if stream:
-            return (
-                "def walk(frame, pos, sink=None):\n"
-                "    buf, base = frame.at(pos)\n"
-                "    pos -= base\n"
-                "    lim = len(buf)\n"
-                "    end = frame.total - base\n"
-                "    if False:\n"
-                "        yield\n"
-                "    try:\n"
-                f"{body}\n"
-                "    except _SHORT:\n"
-                "        raise BodyError(_WHAT + ' body truncated') from None\n"
-                "    if pos > end:\n"
-                "        raise _truncated(base + pos, base + end)\n"
-                "    return base + pos\n"
-            )
         if parts:
             return (
                 "def walk(frame, pos, sink=None):\n"
@@ -311,15 +273,14 @@ class MessageWalker:
             "    return pos\n"
         )
 
-    def _walk(self, first: int, stop: int, parts: bool = False, stream: bool = False) -> Walk:
-        key = (first, stop, "stream" if stream else "parts" if parts else "buf")
-        walk = self._walks.get(key)
+    def _walk(self, first: int, stop: int, parts: bool = False) -> Walk:
+        walk = self._walks.get((first, stop, parts))
         if walk is None:
             namespace = dict(_NAMESPACE, _WHAT=f"{self.message} v{self.version}")
-            name = f"<walk {self.message} v{self.version} [{first}:{stop}] {key[2]}>"
-            code = compile(self.source(first, stop, parts, stream), name, "exec")
+            name = f"<walk {self.message} v{self.version} [{first}:{stop}]{' parts' if parts else ''}>"
+            code = compile(self.source(first, stop, parts), name, "exec")
             exec(code, namespace)  # our own generated source: integers and the helpers above only
-            walk = self._walks[key] = namespace["walk"]
+            walk = self._walks[first, stop, parts] = namespace["walk"]
         return walk
 
     def field_start(self, buf: Buffer, pos: int, index: int, on_records: OnRecords | None = None) -> int:
@@ -333,12 +294,6 @@ class MessageWalker:
     def prefix_parts(self, index: int) -> PartsWalk:
         """The split-frame flavour of :meth:`prefix`: ``(frame, pos, sink=None) -> offset of field index``."""
         return self._walk(0, index, parts=True)
-
-    def tags_stream(self) -> StreamWalk:
-        """The stream flavour of the walk to the top-level tag section: ``(frame: StreamFrame, pos,
-        sink: RecordSink | None = None)``, a generator that yields while it waits for bytes and returns
-        the section's offset in the frame (its end, in versions without tags)."""
-        return self._walk(0, len(self._fields), stream=True)
 
     def boundaries(self, buf: Buffer, pos: int, upto: int | None = None) -> list[int]:
         """Start offsets of the untagged top-level fields, then the offset where they end.

@@ -13,7 +13,7 @@ since handing out the upstream's own address would bypass kqp. The core resumes 
 
 from __future__ import annotations
 
-from kqp.protocol.addresses import BrokerAddress, rewrite_addresses_parts, rewrite_tail_same_size
+from kqp.protocol.addresses import BrokerAddress, rewrite_addresses_parts
 from kqp.proxy.policies.quota_admin import PendingCommit
 
 from . import events as ev
@@ -94,17 +94,6 @@ class Awaiting:
             self._host.mute(MuteReason.LISTENERS)
             self._host.emit(ev.EnsureListeners(brokers))
         raise ResponseHeld
-
-    def kqps_tail(self, flight: Flight, tail: memoryview) -> bytes | memoryview:
-        """A streamed response's tag section with every broker address kqp's, at its own size. It cannot
-        wait for a listener (its start is gone): a broker kqp has none for yet is left out of it (the
-        client asks Metadata, which waits for the listener), and kqp is asked for one meanwhile."""
-        rewritten, _ = rewrite_tail_same_size(flight.api_key, flight.api_version, tail, self._listener_or_note,
-                                              lambda: bool(self._missing))
-        if self._missing:
-            brokers, self._missing = tuple(dict.fromkeys(self._missing)), []
-            self._host.emit(ev.EnsureListeners(brokers))
-        return tail if rewritten is None else rewritten
 
     def listeners_ready(self, e: ev.ListenersReady) -> tuple[Flight, memoryview, Parts] | None:
         """The response to deliver now that its listeners are ready (None: nothing waited, or closed)."""

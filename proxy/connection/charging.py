@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from kqp.protocol.records import RecordCounts
 from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.charges import MutationCharge, MutationRule
 from kqp.quotas.manager import QuotaManager, Violation
@@ -101,11 +100,6 @@ class Charging:
             violations += self.quotas.record_request(principal, flight.handler_seconds, now)
         self.observer.handler_time(principal, flight.handler_seconds)
         return violations
-
-    def counted(self, flight: Flight, counts: RecordCounts) -> None:
-        """The records of a response that passed on as it arrived, counted on its way for the metrics
-        (its bytes were charged on its start; a quota that counts records keeps a response whole)."""
-        self.observer.fetched(flight.principal, 0, counts.records)
 
     def refund(self, flight: Flight, reply: Reply, now: float) -> None:
         """Take a withheld response's charge back: a throttled Fetch answered empty gave the client

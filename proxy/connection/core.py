@@ -39,7 +39,6 @@ from .mute import MuteState
 from .parts import CoreParts
 from .phases import Move, Phase, next_phase
 from .plans import AS_IS, LOOK_UP, Flight, Plan, Reply, Request, unawaited
-from .streaming import RESPONSE_HEAD_BYTES, STREAM_BYTES, ResponseStream, begin_stream
 from .throttling import Throttling
 from .upstream_login import UpstreamAuthError
 
@@ -47,8 +46,9 @@ __all__ = ["Connection"]
 
 log = logging.getLogger("kqp.connection")
 
-# How much of a split request is read contiguously: its header, transactional id (at most 32 KiB) and acks.
-SPLIT_HEAD_BYTES = 40 * 1024
+# How much of a split frame is read contiguously: a request's header, transactional id (at most
+# 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
+SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
 CONNECTING, DRAINING, CLOSED = Phase.CONNECTING, Phase.DRAINING, Phase.CLOSED   # looked up on every frame
 NO_CAP = float("inf")
 FETCH = ApiKey.Fetch
@@ -74,7 +74,6 @@ class Connection:
         self._unsent: tuple[Flight, Parts] | None = None
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
-        self._stream: ResponseStream | None = None   # a large response passing on as it arrives
         self._on_event: dict[type, Callable[[Any], None]] = {   # each handler takes its own event type
             ev.ClientConnected: self._client_connected,
             ev.UpstreamConnected: self._upstream_connected,
@@ -120,7 +119,7 @@ class Connection:
     def drained(self) -> bool:
         """Nothing owed to the client: no response in flight, no request waiting for a lookup (a
         request waiting for its key's line is owed only as buffered bytes are: `_close_if_done`)."""
-        return not self.in_flight and self.awaiting.held_request is None and self._stream is None
+        return not self.in_flight and self.awaiting.held_request is None
 
     @property
     def throttled(self) -> bool:
@@ -223,8 +222,6 @@ class Connection:
         if self.in_flight:
             head = self.in_flight[0]
             detail += f" (awaiting the response to {API_NAMES.get(head.api_key, head.api_key)} v{head.api_version})"
-        if self._stream is not None:
-            detail += f" ({self._stream.left} bytes short of the response passing on)"
         self.close("upstream_closed", f"upstream connection closed{detail}")
 
     def _client_lost(self, _e: ev.ClientLost) -> None:
@@ -413,18 +410,11 @@ class Connection:
 
     # -- responses: upstream -> client ---------------------------------------------------------
     def _upstream_data(self, e: ev.UpstreamData) -> None:
-        data = e.data
         try:
-            if self._stream is not None:
-                data = self._stream_on(data, e.now)
-            responses = self.responses
-            responses.feed(data)
+            self.responses.feed(e.data)
             while self.phase is not CLOSED:
-                got = responses.next_frame_parts(RESPONSE_HEAD_BYTES)
+                got = self.responses.next_frame_parts(RESPONSE_HEAD_BYTES)
                 if got is None:
-                    # The read that brought a frame's start past its head: a large one may stream.
-                    if RESPONSE_HEAD_BYTES <= responses.buffered < RESPONSE_HEAD_BYTES + len(data):
-                        self._start_stream(e.now)
                     break
                 self._on_response(*got, e.now)
         except ResponseHeld:   # what follows waits behind it until its listeners are ready
@@ -472,11 +462,6 @@ class Connection:
                 self.auth.on_response(version, frame)
         flight.handler_seconds += clock() - t0
         self._deliver(flight, frame, reply, body_offset, now)
-        self._answered(now)
-
-    def _answered(self, now: float) -> None:
-        """A response went: kqp's own answers behind it follow, and reading resumes if it waited."""
-        p = self.parts
         self._flush_local(now)
         cap = p.settings.max_in_flight or NO_CAP
         open_ = self.phase is not CLOSED
@@ -484,56 +469,15 @@ class Connection:
         if open_ and ((not self.in_flight and self.unmute(MuteReason.RESPONSE_PENDING)) or lifted):
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
-    def _start_stream(self, now: float) -> None:
-        """Pass a large response on as it arrives when its plan needs nothing beyond its start
-        (`streaming.py`); it is otherwise held whole, as every other response."""
-        if self.responses.incomplete() < STREAM_BYTES or not self.in_flight:
-            return
-        flight = self.in_flight[0]
-        replier = flight.plan.reply
-        how = None if replier is None else replier.streams(flight)
-        if how is None or replier is None:
-            return
-        stream = begin_stream(self.responses, flight, how, lambda tail: self.awaiting.kqps_tail(flight, tail))
-        if stream is None:
-            return
-        p = self.parts
-        clock = p.cpu if p.charging.quotas.handler_cpu else p.perf
-        t0 = clock()
-        self.in_flight.popleft()
-        observer, size, body_offset = p.charging.observer, stream.size, stream.body_offset
-        observer.response(flight.principal, flight.api_key, size, now - flight.sent_at)
-        observer.response_streamed(flight.api_key)
-        self._stream = stream
-        reply = replier.streamed(flight, stream.first, size, body_offset, now)
-        flight.handler_seconds += clock() - t0
-        stream.drop = self._deliver(flight, stream.first, reply, body_offset, now)
-
-    def _stream_on(self, data: bytes | bytearray | memoryview, now: float) -> bytes | bytearray | memoryview:
-        """The streamed response's next bytes go on; what follows it is returned, for the decoder."""
-        stream = self._stream
-        assert stream is not None
-        out, rest = stream.take(data)
-        if out:
-            self._send_client(tuple(out), now)
-        if not stream.left:
-            self._stream = None
-            if stream.counts is not None and not stream.drop:
-                self.parts.charging.counted(stream.flight, stream.counts)
-            self._answered(now)
-        return rest
-
-    def _deliver(self, flight: Flight, frame: Parts, reply: Reply | None, body_offset: int, now: float) -> bool:
+    def _deliver(self, flight: Flight, frame: Parts, reply: Reply | None, body_offset: int, now: float) -> None:
         """Charge the response, then KIP-219 for every version: the response goes now, carrying the
-        request's throttle where the version has the field, and the connection is muted for it. True
-        when the reply withheld what it carried (a streamed response's rest is then dropped)."""
+        request's throttle where the version has the field, and the connection is muted for it."""
         charging, throttling = self.parts.charging, self.throttling
         throttle = throttling.settle(flight, charging.charge_reply(flight, reply, now), now)
         if throttle is None:
             self._send_client(frame, now)
             throttling.answered(now)
-            return False
-        withheld = None
+            return
         if reply is not None and (replier := flight.plan.reply) is not None:
             withheld = replier.withheld(flight, frame, body_offset, throttle.ms, self.parts.settings)
             if withheld is not None:   # as the broker: what is not delivered is not charged either
@@ -541,12 +485,9 @@ class Connection:
                 frame = withheld
         self._send_client(throttling.patched(flight, frame, body_offset, throttle), now)
         throttling.throttle(throttle, now, self._out)
-        return withheld is not None
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
-        if self._stream is not None:   # they go after the response passing on
-            return
         while self.in_flight and isinstance(answer := self.in_flight[0].answer, bytes):
             flight = self.in_flight.popleft()
             frame = memoryview(answer)

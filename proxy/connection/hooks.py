@@ -64,7 +64,4 @@ class ProxyObserver:
         no request in flight, dropped) or ``unreadable`` (a response whose throttle_time_ms kqp
         could not reach, forwarded as the upstream sent it)."""
 
-    def response_streamed(self, api_key: int) -> None:
-        """A large response passed on to its client as it arrived, never held whole (streaming.py)."""
-
     def config_reload(self, result: str) -> None: ...

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import RequestHeader
 from kqp.protocol.records import RecordCounts
-from kqp.protocol.walker import StreamWalk
 from kqp.proxy.policies.quota_admin import PendingCommit
 from kqp.quotas.charges import MutationCharge
 from kqp.quotas.model import Principal, QuotaType
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
     from kqp.quotas.adaptive_pools import AdaptivePool
 
 __all__ = ["AS_IS", "LOOK_UP", "PASS", "Flight", "Forward", "Handler", "Plan", "Replier", "Reply",
-           "Request", "SaslFrame", "Signals", "StreamPlan", "Throttle", "Usage", "unawaited"]
+           "Request", "SaslFrame", "Signals", "Throttle", "Usage", "unawaited"]
 
 log = logging.getLogger("kqp.connection")
 
@@ -91,14 +90,6 @@ class Reply(NamedTuple):
     mutations: tuple[MutationCharge, ...] = ()  # settled from the upstream's answer
     signals: Signals | None = None              # for the adaptive pools watching the request
     sasl_answer: bool = False                   # the upstream's SaslAuthenticate answer: authentication reads it
-
-
-class StreamPlan(NamedTuple):
-    """How a large response passes on to the client as it arrives (`streaming.py`)."""
-
-    walk: StreamWalk | None        # follows its structure read by read (None: nothing past its start matters)
-    counts: RecordCounts | None    # its records, counted on that walk (for the metrics: no quota waits on them)
-    rewrite_tail: bool             # its top-level tag section names brokers (Fetch v16+)
 
 
 class Plan(NamedTuple):
@@ -194,14 +185,6 @@ class Replier:
 
     def reply(self, flight: Flight, frame: Parts, body_offset: int, now: float) -> Reply:
         return Reply(frame)
-
-    def streams(self, flight: Flight) -> StreamPlan | None:
-        """How a large response passes on as it arrives (`streamed` reads its start); None: held whole."""
-        return None
-
-    def streamed(self, flight: Flight, start: Parts, size: int, body_offset: int, now: float) -> Reply:
-        """`reply` for a response of `size` bytes of which only `start` is in."""
-        return Reply(start)
 
     def withheld(self, flight: Flight, frame: Parts, body_offset: int, throttle_ms: int,
                  settings: CoreSettings) -> Parts | None:

@@ -113,7 +113,6 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         self._closed = dict.fromkeys(CLOSE_REASONS, 0)
         self._reloads = dict.fromkeys(RELOAD_RESULTS, 0)
         self._anomalies = dict.fromkeys(UPSTREAM_ANOMALIES, 0)
-        self._streamed: dict[int, int] = {}   # api key -> responses passed on as they arrived
         self._latency: dict[int, _Latency] = {}
         # (entity, quota) -> [connections muted now, when that number last changed]
         self._muted: dict[tuple[Principal, str], list[float]] = {}
@@ -299,9 +298,6 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
     def config_reload(self, result: str) -> None:
         self._reloads[result] = self._reloads.get(result, 0) + 1
 
-    def response_streamed(self, api_key: int) -> None:
-        self._streamed[api_key] = self._streamed.get(api_key, 0) + 1
-
     # -- the scrape (on the loop's thread: it reads live state) ---------------------------------
     def families(self) -> list[Metric]:
         return [*self._event_families(), *self._state_families()]
@@ -368,16 +364,11 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                             "(throttle_time_ms not reachable: forwarded unchanged)", ("kind",))
         for kind, n in self._anomalies.items():
             anomalies.add_metric((kind,), n)
-        streamed = counter("kqp_streamed_responses", "Responses passed on to clients as they arrived, never "
-                           "held whole (Fetch responses of 512 KiB or more whose quotas need nothing past "
-                           "their start)", ("api",))
-        for api, n in self._streamed.items():
-            streamed.add_metric((_api_name(api),), n)
         latency = HistogramMetricFamily("kqp_upstream_request_duration_seconds", "From forwarding a request "
                                         "to the upstream to reading its response", labels=("api",))
         for api, h in self._latency.items():
             latency.add_metric((_api_name(api),), h.buckets(), h.total)
-        yield from (connections, closed, reloads, anomalies, streamed, latency)
+        yield from (connections, closed, reloads, anomalies, latency)
         yield from self.clients.families()
 
     def _state_families(self) -> Iterator[Metric]:

@@ -2,29 +2,23 @@
 
 Request side: Kafka's getMaxValueInQuotaWindow, a Fetch may not ask for more than its consumer
 quota's whole span, so no response is bound to be throttled whatever came before it (a steady
-quota's: nor more than its tokens and one window). Response side (`FetchReply`): the response's
-bytes (and, when a record or batch quota or the metrics want them, its records; for v16+ counted on
-the core's address walk) are the reply's `Usage`. Throttled, `fetch_throttle: empty` answers as the
-broker does since KIP-219, without records (`withheld`: the core refunds the charge); `deliver`, the
-default, delivers what kqp has already paid the upstream for. A response of 512 KiB or more whose
-quotas need nothing past its start streams (`streams`, `streaming.py`). For a principal a consumer
-topic pool takes, the bytes per topic go on the `Usage`; a watched Fetch (an adaptive pool's
-member) is latency only when the broker had more to give than it returned, since a Fetch that may
-have waited on its max_wait_ms measured the producers, not the broker.
+quota's: nor more than its tokens and one window). Response side
+(`FetchReply`): the response's bytes (and, when a record or batch quota or the metrics want them, its
+records) are the reply's `Usage`; for v16+ the core's address walk has counted the records already
+(`Plan.count_records`), so the response is walked once. Throttled, `fetch_throttle: empty` answers
+as the broker does since KIP-219, without records (`withheld`: the core refunds the charge);
+`deliver`, the default, delivers what kqp has already paid the upstream for. For a principal a
+consumer topic pool takes, the bytes per topic go on the `Usage`; a watched Fetch (an adaptive
+pool's member) is latency only when the broker had more to give than it returned, since a Fetch that
+may have waited on its max_wait_ms measured the producers, not the broker.
 """
 
 from __future__ import annotations
 
 from kqp.protocol.addresses import may_carry_addresses
 from kqp.protocol.apis import ApiKey
-from kqp.protocol.fetch import (
-    cap_fetch_max_bytes,
-    empty_fetch_response,
-    fetch_response_counts_parts,
-    fetch_stream_walk,
-)
+from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response, fetch_response_counts_parts
 from kqp.protocol.parts import joined, with_body
-from kqp.protocol.records import RecordCounts
 from kqp.protocol.topic_bytes import TopicBytes, fetch_response_topics
 from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.quotas.model import ChargeKind, QuotaType
@@ -32,7 +26,7 @@ from kqp.quotas.upstream_signals import counts_as_latency
 
 from ..charging import Charging
 from ..events import Parts
-from ..plans import AS_IS, Flight, Forward, Handler, Plan, Replier, Reply, Request, Signals, StreamPlan, Usage
+from ..plans import AS_IS, Flight, Forward, Handler, Plan, Replier, Reply, Request, Signals, Usage
 from ..settings import CoreSettings
 from .pooled import topic_sizes
 
@@ -75,22 +69,6 @@ class FetchReply(Replier):
             reading = fetch_response_topics(flight.api_version, frame, body_offset)
         latency = now - flight.sent_at if counts_as_latency(True, reading.records_bytes, reading.more) else None
         return Reply(frame, fetched=usage, signals=Signals(latency, reading.throttle_ms))
-
-    def streams(self, flight: Flight) -> StreamPlan | None:
-        # Its start says all a quota needs: its size, its header, its throttle field. Record counts a
-        # quota charges and topic sizes are known only at its end, and a watched Fetch reads how much
-        # more there was: those are held whole. The metrics' counts are taken as it passes.
-        charging, principal, version = self.charging, flight.principal, flight.api_version
-        pools = self.pools
-        if self.watched or charging.quotas.counts_fetch_records(principal) or charging.observer.wants_topics or (
-                pools.reads[FETCHES] and pools.topic_types and pools.wants_topics(principal, BYTES)):
-            return None
-        counts = RecordCounts() if charging.observer.wants_records else None
-        rewrite = may_carry_addresses(FETCH, version)
-        return StreamPlan(fetch_stream_walk(version) if rewrite or counts is not None else None, counts, rewrite)
-
-    def streamed(self, flight: Flight, start: Parts, size: int, body_offset: int, now: float) -> Reply:
-        return Reply(start, fetched=Usage(size, size - body_offset + 4))
 
     def withheld(self, flight: Flight, frame: Parts, body_offset: int, throttle_ms: int,
                  settings: CoreSettings) -> Parts | None:
