@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -267,28 +267,21 @@ class KafkaCluster:
         """Until `brokers` (default: every running node) show in a Metadata answer of each running node."""
         running = [n for n in self.nodes if n.running]
         wanted = len(running) if brokers is None else brokers
-        deadline = time.monotonic() + timeout
         admins: dict[int, AdminClient] = {}
-        last = "not listening yet"
-        while True:
-            for node in running:
-                if node.process is not None and node.process.poll() is not None:
-                    raise RuntimeError(f"kafka node {node.node_id} exited with {node.process.returncode}:\n"
-                                       f"{self.log_tail(node)}")
-            if all(accepts(LOOPBACK, node.ports["PLAINTEXT"]) for node in running):
-                try:
-                    for node in running:   # librdkafka's own retries stay quiet: log_level 0
-                        admins.setdefault(node.node_id, AdminClient({"bootstrap.servers": node.address(),
-                                                                     "log_level": 0}))
-                    seen = {len(admin.list_topics(timeout=2).brokers) for admin in admins.values()}
-                    if seen == {wanted}:
-                        return
-                    last = f"brokers seen: {sorted(seen)}"
-                except Exception as exc:   # no metadata yet
-                    last = repr(exc)
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"kafka not ready within {timeout:.0f}s ({last}):\n{self.log_tail(running[0])}")
-            time.sleep(0.25)
+
+        def missing() -> str | None:
+            if not all(accepts(LOOPBACK, node.ports["PLAINTEXT"]) for node in running):
+                return "not listening yet"
+            try:
+                for node in running:   # librdkafka's own retries stay quiet: log_level 0
+                    admins.setdefault(node.node_id, AdminClient({"bootstrap.servers": node.address(),
+                                                                 "log_level": 0}))
+                seen = {len(admin.list_topics(timeout=2).brokers) for admin in admins.values()}
+            except Exception as exc:   # no metadata yet
+                return repr(exc)
+            return None if seen == {wanted} else f"brokers seen: {sorted(seen)}"
+
+        self._until(missing, timeout, "kafka not ready")
 
     def wait_groups_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Until the group coordinator has loaded every `__consumer_offsets` partition.
@@ -298,20 +291,36 @@ class KafkaCluster:
         as a crash. Many groups starting at once on a fresh, busy node met it. Asked over plain
         sockets: with a librdkafka AdminClient's OffsetFetch here, the pytest-xdist worker running the
         fidelity matrix died without a signal or a traceback in 3 runs of 3 (why is not known)."""
-        deadline = time.monotonic() + timeout
         waiting = [group_on_partition(partition, OFFSETS_PARTITIONS) for partition in range(OFFSETS_PARTITIONS)]
-        last = ""
-        while waiting:
-            try:
-                why = self._group_not_ready(waiting[0])
-            except OSError as exc:   # ConnectionError and timeouts included
-                why = repr(exc)
-            if why is None:
+
+        def missing() -> str | None:
+            while waiting:   # one group per partition, each asked until its partition has loaded
+                try:
+                    why = self._group_not_ready(waiting[0])
+                except OSError as exc:   # ConnectionError and timeouts included
+                    why = repr(exc)
+                if why is not None:
+                    return f"{waiting[0]}: {why}"
                 waiting.pop(0)
-                continue
-            last = f"{waiting[0]}: {why}"
+            return None
+
+        self._until(missing, timeout, "kafka's group coordinator not ready")
+
+    def _until(self, missing: Callable[[], str | None], timeout: float, what: str) -> None:
+        """Ask `missing` every 0.25 s until it says nothing is (None); a running node that exits
+        meanwhile fails at once, and a timeout says what was missing last, with the log's tail."""
+        running = [n for n in self.nodes if n.running]
+        deadline = time.monotonic() + timeout
+        while True:
+            for node in running:
+                if node.process is not None and node.process.poll() is not None:
+                    raise RuntimeError(f"kafka node {node.node_id} exited with {node.process.returncode}:\n"
+                                       f"{self.log_tail(node)}")
+            why = missing()
+            if why is None:
+                return
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"kafka's group coordinator not ready within {timeout:.0f}s ({last})")
+                raise TimeoutError(f"{what} within {timeout:.0f}s ({why}):\n{self.log_tail(running[0])}")
             time.sleep(0.25)
 
     def _group_not_ready(self, group: str) -> str | None:
