@@ -147,11 +147,19 @@ class Outcome:
         split = [round(self.rate(*MEASURED, b) / batch, 3) for b in BATCH] if batch else []
         share = self.stream_delivered(*MEASURED) / max(1.0, self.stream_offered(*MEASURED))
         latencies = sorted(self.stream_latencies(*MEASURED)) or [math.nan]
+        slowest = self.slowest(*MEASURED)
         back = (f"; back to 0.7 C {self.back()} s after the stream stopped; batch pre-empted "
                 f"{self.preemptions:.0f} times") if self.classes else ""
         return (f"{'with' if self.classes else 'without'} classes: stream {share:.3f} of its offer, p99 "
                 f"{self.p99(*MEASURED):.3f} s (p50 {latencies[len(latencies) // 2]:.3f}); batch {batch / C:.3f} C, "
-                f"split {split}{back}")
+                f"split {split}{back}; the slowest 1% sent at {slowest}")
+
+    def slowest(self, a: float, b: float) -> str:
+        """When the stream's slowest 1% over [a, b) were sent (s from the start): one burst or a spread."""
+        assert self.stream is not None
+        sent = sorted((lat, at - self.started) for at, lat in self.stream.latencies if a <= at - self.started < b)
+        worst = sorted(t for _, t in sent[-max(1, len(sent) // 100):])
+        return f"{worst[0]:.1f}-{worst[-1]:.1f} s ({len(worst)} records)" if worst else "-"
 
 
 def run(relay: SaturatedUpstream, kqp: Any, *, classes: bool) -> Outcome:
