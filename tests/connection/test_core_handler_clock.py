@@ -1,6 +1,7 @@
-"""Which clock times the core's handlers: the loop thread's CPU clock while request_percentage is
-charged (a request preempted by another process on a busy host costs its client no more), the wall
-clock otherwise (cheaper to read). Both clocks are injected, so each test tells them apart."""
+"""Which clock times the core's handlers, and how often: the loop thread's CPU clock while
+request_percentage is charged (a request preempted by another process on a busy host costs its client
+no more), the wall clock otherwise (cheaper to read); frames of one read share their readings. Both
+clocks are injected, so each test tells them apart."""
 
 from __future__ import annotations
 
@@ -65,3 +66,25 @@ def test_a_reload_that_adds_request_percentage_switches_the_clock() -> None:
     core.handle(ev.ClientData(NOW, produce_frame("t", 9, 1, "c", records=2, acks=1)))
     core.handle(ev.UpstreamData(NOW, produce_response(9, 1)))
     assert observer.seconds == [pytest.approx(0.002)]
+
+
+def test_frames_of_one_read_share_their_clock_reads() -> None:
+    # Two requests in one read, their responses in one read: each segment starts where the last one of
+    # its event ended, so the CPU clock (a system call) is read three times an event, not four.
+    observer = HandlerTimes()
+    core = connected_core({"entities": [{"client_id": "c", "request_percentage": 1e6}]}, observer=observer)
+    reads = itertools.count()
+    core.parts.perf, core.parts.cpu = ticking(1.0), lambda: next(reads) * 0.001
+    # a first exchange charges the quota: one not yet charged holds a connection to one request at a time
+    core.handle(ev.ClientData(NOW, produce_frame("t", 9, 1, "c", records=2, acks=1)))
+    core.handle(ev.UpstreamData(NOW, produce_response(9, 1)))
+    assert next(reads) == 4   # two an event while one frame is all it reads
+    two = produce_frame("t", 9, 2, "c", records=2, acks=1) + produce_frame("t", 9, 3, "c", records=2, acks=1)
+    sent = core.handle(ev.ClientData(NOW, two))
+    assert [a.side for a in sent if isinstance(a, ev.Send)] == [ev.Side.UPSTREAM] * 2, sent
+    assert next(reads) == 5 + 3
+    back = core.handle(ev.UpstreamData(NOW, produce_response(9, 2) + produce_response(9, 3)))
+    assert [a.side for a in back if isinstance(a, ev.Send)] == [ev.Side.CLIENT] * 2, back
+    assert next(reads) == 9 + 3
+    # each segment 1 ms, chained or not: 2 ms a request
+    assert observer.seconds == [pytest.approx(0.002)] * 3
