@@ -50,6 +50,9 @@ log = logging.getLogger("kqp.connection")
 # 32 KiB) and acks; a response's header (with tagged fields nobody sends today).
 SPLIT_HEAD_BYTES, RESPONSE_HEAD_BYTES = 40 * 1024, 4096
 CONNECTING, DRAINING, CLOSED = Phase.CONNECTING, Phase.DRAINING, Phase.CLOSED   # looked up on every frame
+# ... and these on every exchange: a member looked up on its Enum class is a Python call in 3.11.
+CLIENT, UPSTREAM = Side.CLIENT, Side.UPSTREAM
+IN_FLIGHT, RESPONSE_PENDING = MuteReason.IN_FLIGHT, MuteReason.RESPONSE_PENDING
 NO_CAP = float("inf")
 NO_MARK = -1.0   # `_clock_mark`: no handler-clock reading to start from (clocks read >= 0)
 FETCH = ApiKey.Fetch
@@ -374,7 +377,7 @@ class Connection:
             if acted is not None and acted.hold:
                 self._unsent = (flight, forward)   # sent when the timer fires for it (`_timer_fired`)
             else:
-                self._out.append(Send(Side.UPSTREAM, forward))
+                self._out.append(Send(UPSTREAM, forward))
         throttling.hold(throttle, now, self._out)
         flight.handler_seconds = (end := clock()) - t0
         self._clock_mark = end
@@ -384,7 +387,7 @@ class Connection:
         if forward is not None and charging.throttles_on_response(principal, now, hdr.api_key == FETCH,
                                                                   len(self.in_flight)):
             # Its throttle is known only when the response is back: hold the next request until then.
-            self.mute(MuteReason.RESPONSE_PENDING)
+            self.mute(RESPONSE_PENDING)
         self._await(flight, now)
 
     def _segment_start(self, clock: Callable[[], float]) -> float:
@@ -420,7 +423,7 @@ class Connection:
                 self.mute(MuteReason.CLOSING)
             self._flush_local(now)
         if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:
-            self.mute(MuteReason.IN_FLIGHT)
+            self.mute(IN_FLIGHT)
 
     # -- responses: upstream -> client ---------------------------------------------------------
     def _upstream_data(self, e: ev.UpstreamData) -> None:
@@ -480,8 +483,8 @@ class Connection:
         self._flush_local(now)
         cap = p.settings.max_in_flight or NO_CAP
         open_ = self.phase is not CLOSED
-        lifted = open_ and len(self.in_flight) < cap and self.unmute(MuteReason.IN_FLIGHT)
-        if open_ and ((not self.in_flight and self.unmute(MuteReason.RESPONSE_PENDING)) or lifted):
+        lifted = open_ and len(self.in_flight) < cap and self.unmute(IN_FLIGHT)
+        if open_ and ((not self.in_flight and self.unmute(RESPONSE_PENDING)) or lifted):
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
     def _deliver(self, flight: Flight, frame: Parts, reply: Reply | None, body_offset: int, now: float) -> None:
@@ -514,7 +517,7 @@ class Connection:
 
     def _send_client(self, parts: Parts, now: float) -> None:
         self.last_activity = now
-        self._out.append(Send(Side.CLIENT, parts))
+        self._out.append(Send(CLIENT, parts))
 
     # -- the runtime's answers (`awaiting.py`) -------------------------------------------------
     def _topics_looked_up(self, e: ev.TopicsLookedUp) -> None:

@@ -29,6 +29,10 @@ class Side(enum.Enum):
     CLIENT = "client"
     UPSTREAM = "upstream"
 
+    # Members are singletons, equal only to themselves: identity hashes them in C, where Enum's own
+    # hash is a Python call on every set and dict look-up (several an exchange, on the hot path).
+    __hash__ = object.__hash__
+
 
 class MuteReason(enum.Enum):
     """Why a socket is not being read. Each reason is independent (aiohttp's two pause flags, Kafka's
@@ -45,6 +49,8 @@ class MuteReason(enum.Enum):
     CLIENT_SLOW = "client_slow"          # the client's write buffer is full: stop reading the upstream
     LISTENERS = "listeners"              # a response names a broker kqp has no listener for yet
     IN_FLIGHT = "in_flight"              # limits.max_in_flight_per_connection requests await responses
+
+    __hash__ = object.__hash__   # as Side's
 
     @property
     def side(self) -> Side:

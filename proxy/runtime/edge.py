@@ -46,6 +46,7 @@ WRITE_HIGH_WATER = 1024 * 1024
 # Under backpressure a write is queued, holding what it names: a part smaller than this is queued as
 # a copy, so that a slow peer never keeps a whole shared read arena alive for a small frame.
 COPY_QUEUED_BELOW = 64 * 1024
+CLIENT = Side.CLIENT   # on every event: a member looked up on its Enum class is a Python call in 3.11
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,7 @@ class ClientEdge(FrameReads):
         for side, parts in self._writes.items():
             if not parts:
                 continue
-            transport = self.client if side is Side.CLIENT else self.upstream
+            transport = self.client if side is CLIENT else self.upstream
             self._writes[side] = []
             if transport is None or transport.is_closing():
                 continue
