@@ -6,8 +6,9 @@ proxy/README.md ("Later measurements") need a few lines of text, so this turns t
 into: the share of samples per area (system calls, uvloop's C code, kqp's Python, other Python), the functions with
 the most samples on-CPU themselves (self), and the kqp functions with the most samples anywhere on
 the stack (inclusive).
-Samples whose innermost frame is the event loop's poll are waiting, not working: they are counted
-apart and left out of the shares.
+Samples whose innermost frame is the event loop's poll are waiting, not working, and so are those of a
+thread blocked on a lock or a queue (an idle executor worker, whose innermost frame is an unnamed libc
+futex wait py-spy counts as busy): they are counted apart and left out of the shares.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 _WAITING = ("epoll_wait", "epoll_pwait", "select", "poll")
+_BLOCKED = "PyThread_acquire_lock_timed"   # CPython's blocking lock wait: Lock.acquire, queue.get
 _KQP_DIRS = ("proxy/", "protocol/", "quotas/", "config/")
 
 
@@ -69,7 +71,7 @@ def summarize(path: Path, workload: str = "produce", top: int = 12) -> str:
             continue
         count = int(count_text)
         frames = _frames(stack)
-        if frames[-1][0] in _WAITING:
+        if frames[-1][0] in _WAITING or any(name == _BLOCKED for name, _ in frames):
             waiting += count
             continue
         working += count
@@ -80,7 +82,7 @@ def summarize(path: Path, workload: str = "produce", top: int = 12) -> str:
     if working == 0:
         return f"{path}: no working samples ({waiting} waiting)"
     lines = [f"py-spy profile of kqp under {workload} ({path.name}): {working} samples working, "
-             f"{waiting} waiting in the event loop's poll",
+             f"{waiting} waiting in the event loop's poll or blocked on a lock",
              "by area (innermost frame):"]
     lines += [f"  {100 * n / working:5.1f}%  {name}" for name, n in areas.most_common()]
     lines.append("self (on-CPU in the function itself):")
