@@ -126,9 +126,13 @@ class Outcome:
         size = self.stream.record_bytes
         return sum(size for at, lat in self.stream.latencies if a <= at + lat - self.started < b) / (b - a)
 
-    def stream_latencies(self, a: float, b: float) -> list[float]:
+    def stream_sent(self, a: float, b: float) -> list[tuple[float, float]]:
+        """(sent at, in run seconds; latency) of the stream's records sent in [a, b)."""
         assert self.stream is not None
-        return [lat for at, lat in self.stream.latencies if a <= at - self.started < b]
+        return [(at - self.started, lat) for at, lat in self.stream.latencies if a <= at - self.started < b]
+
+    def stream_latencies(self, a: float, b: float) -> list[float]:
+        return [lat for _, lat in self.stream_sent(a, b)]
 
     def p99(self, a: float, b: float) -> float:
         ordered = sorted(self.stream_latencies(a, b))
@@ -155,10 +159,9 @@ class Outcome:
                 f"split {split}{back}; the slowest 1% sent at {slowest}")
 
     def slowest(self, a: float, b: float) -> str:
-        """When the stream's slowest 1% over [a, b) were sent (s from the start): one burst or a spread."""
-        assert self.stream is not None
-        sent = sorted((lat, at - self.started) for at, lat in self.stream.latencies if a <= at - self.started < b)
-        worst = sorted(t for _, t in sent[-max(1, len(sent) // 100):])
+        """When the records at or over the p99 of [a, b) were sent (s from the start): one burst or a spread."""
+        p99 = self.p99(a, b)
+        worst = sorted(at for at, lat in self.stream_sent(a, b) if lat >= p99)
         return f"{worst[0]:.1f}-{worst[-1]:.1f} s ({len(worst)} records)" if worst else "-"
 
 
