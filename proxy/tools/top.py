@@ -4,11 +4,10 @@ One row per entity (user, client id): each quota's measured rate against its lim
 time its connections spent throttled, its muted connections; furthest over any quota first. A
 client-id prefix group has a row of its own (`etl-*`) followed by its members, indented, each with
 its own usage, so the members add up to the group. Pools (top_pools.py) and client software
-(top_clients.py) follow. Rates against limits are kqp's own quota measurements; everything else is
-a counter differentiated between two reads: THROTTLED is seconds muted by a throttle per second
-(`kqp_muted_seconds_total`; 1.00 is one connection always muted), MODE and WOULD THROTTLE (shown
-while a quota is observed) the share of time observed quotas would have muted the entity
-(`kqp_observed_muted_seconds_total`; 1.00 always). `--once` reads twice.
+(top_clients.py) follow. Rates against limits are kqp's own quota measurements; the rest are
+counters differentiated between two reads: THROTTLED, seconds muted by a throttle per second
+(`kqp_muted_seconds_total`; 1.00: a connection always muted); MODE and WOULD THROTTLE (while a quota
+is observed), the share of time observed quotas would have muted the entity. `--once` reads twice.
 
 Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
 and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
