@@ -137,7 +137,8 @@ def resp(at: float, conn: int, corr: int, throttle: int | None = 0, api: int = 0
 
 
 def taps(upstream_request_at: float) -> tuple[FakeTap, FakeTap]:
-    """Client conn 1 = upstream conn 7; corr 5 throttled 500 ms, answered upstream at t=10.0."""
+    """Client conn 1 = upstream conn 7; corr 5 forwarded (read) at t=9.95, throttled 500 ms, answered
+    upstream at t=10.0: the connection is muted 9.95-10.45."""
     client = FakeTap([req(9.0, 1, 18, api=18), req(9.9, 1, 5), req(10.01, 1, 6)],
                      [resp(10.01, 1, 5, throttle=500)])
     upstream = FakeTap([req(9.95, 7, 5), req(upstream_request_at, 7, 6)], [resp(10.0, 7, 5)])
@@ -150,13 +151,15 @@ def test_request_inside_the_mute_is_a_breach() -> None:
     report = mute_report(client, upstream, "c")                 # type: ignore[arg-type]
     assert (report.throttled_responses, report.checked) == (1, 1)
     assert [b.request.correlation_id for b in report.breaches] == [6]
-    assert "200 ms into a 500 ms throttle" in str(report.breaches[0])
+    assert "250 ms into a 500 ms throttle" in str(report.breaches[0])
 
 
 def test_request_after_the_mute_is_fine() -> None:
-    client, upstream = taps(upstream_request_at=10.51)
-    report = mute_report(client, upstream, "c")                 # type: ignore[arg-type]
-    assert report.checked == 1 and report.breaches == []
+    # The mute runs from the throttled request's read, not from its response: 10.47 is past 9.95 + 0.5.
+    for at in (10.47, 10.51):
+        client, upstream = taps(upstream_request_at=at)
+        report = mute_report(client, upstream, "c")             # type: ignore[arg-type]
+        assert report.checked == 1 and report.breaches == [], at
 
 
 def test_identical_connections_stay_unpaired() -> None:

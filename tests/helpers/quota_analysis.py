@@ -159,7 +159,7 @@ class MuteBreach:
     client_connection: int
     upstream_connection: int
     throttle_ms: int
-    throttled_at: float      # upstream tap's time for the throttled response
+    throttled_at: float      # upstream tap's time for the throttled request: its mute starts when kqp reads it
     request: WireRequest
 
     def __str__(self) -> str:
@@ -179,13 +179,18 @@ class MuteReport:
 
 def mute_report(client_tap: WireTap, upstream_tap: WireTap, client_id: str, *,
                 slack: float = 0.05) -> MuteReport:
-    """Check every throttled response `client_id` received against what its connection sent upstream."""
+    """Check every throttled response `client_id` received against what its connection sent upstream.
+    KIP-219 as kqp keeps it: the connection is muted from the moment kqp read the throttled request
+    (it forwards it at once: the upstream tap's time for it) for as long as its response tells, so
+    nothing else of that connection may reach the upstream meanwhile."""
     pairs = pair_connections(client_tap, upstream_tap)
     mine = {r.connection for r in client_tap.requests(client_id=client_id)}
     upstream_responses = {(r.connection, r.correlation_id): r for r in upstream_tap.responses()}
     upstream_requests: dict[int, list[WireRequest]] = {}
+    forwarded: dict[tuple[int, int], WireRequest] = {}
     for r in upstream_tap.requests():
         upstream_requests.setdefault(r.connection, []).append(r)
+        forwarded[r.connection, r.correlation_id] = r
     throttled = [r for r in client_tap.responses() if r.connection in mine and (r.throttle_ms or 0) > 0]
     breaches: list[MuteBreach] = []
     checked = 0
@@ -193,13 +198,13 @@ def mute_report(client_tap: WireTap, upstream_tap: WireTap, client_id: str, *,
         up = pairs.get(response.connection)
         if up is None:
             continue
-        seen = upstream_responses.get((up, response.correlation_id))
-        if seen is None:
+        request = forwarded.get((up, response.correlation_id))
+        if request is None or (up, response.correlation_id) not in upstream_responses:
             continue
         checked += 1
         assert response.throttle_ms is not None
-        low, high = seen.at + slack, seen.at + response.throttle_ms / 1000 - slack
-        breaches.extend(MuteBreach(response.connection, up, response.throttle_ms, seen.at, r)
+        low, high = request.at + slack, request.at + response.throttle_ms / 1000 - slack
+        breaches.extend(MuteBreach(response.connection, up, response.throttle_ms, request.at, r)
                         for r in upstream_requests.get(up, []) if low < r.at < high)
     return MuteReport(len(throttled), checked, breaches, [r.throttle_ms or 0 for r in throttled])
 
