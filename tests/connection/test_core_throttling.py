@@ -415,5 +415,6 @@ def test_an_upstream_throttle_longer_than_kqps_is_told_and_muted_for() -> None:
     core.handle(ev.ClientData(NOW, frame))
     assert core.throttling.muted_until == pytest.approx(NOW + x, abs=0.0006)
     play(core, [(ev.UpstreamData(NOW + 0.01, produce_response(5, 1, throttle_ms=25_000)),
-                 [ev.SetTimer(pytest.approx(NOW + 0.01 + 25.0)), to_client(produce_response(5, 1, throttle_ms=25_000))])])
+                 [ev.SetTimer(pytest.approx(NOW + 0.01 + 25.0)),
+                  to_client(produce_response(5, 1, throttle_ms=25_000))])])
     assert core.throttling.muted_until == pytest.approx(NOW + 25.01)
