@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kqp.protocol.addresses import may_carry_addresses
-from kqp.protocol.apis import API_NAMES, ApiKey
+from kqp.protocol.apis import API_NAMES, FETCHES
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
@@ -55,7 +55,6 @@ CLIENT, UPSTREAM = Side.CLIENT, Side.UPSTREAM
 IN_FLIGHT, RESPONSE_PENDING = MuteReason.IN_FLIGHT, MuteReason.RESPONSE_PENDING
 NO_CAP = float("inf")
 NO_MARK = -1.0   # `_clock_mark`: no handler-clock reading to start from (clocks read >= 0)
-FETCH = ApiKey.Fetch
 
 
 class Connection:
@@ -384,7 +383,7 @@ class Connection:
         if not plan.expects_response:
             throttling.throttle(throttling.settle(flight, [], now), now, self._out)
             return
-        if forward is not None and charging.throttles_on_response(principal, now, hdr.api_key == FETCH,
+        if forward is not None and charging.throttles_on_response(principal, now, hdr.api_key in FETCHES,
                                                                   len(self.in_flight)):
             # Its throttle is known only when the response is back: hold the next request until then.
             self.mute(RESPONSE_PENDING)

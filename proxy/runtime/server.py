@@ -137,7 +137,7 @@ class ProxyServer:
         self.core = CoreParts(
             charging=charging,
             handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
-                                       admin),
+                                       admin, lambda: cluster.cluster_id),
             listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter, cpu=time.thread_time,
             settings=core_settings(cfg), sasl=sasl, upstream_sasl=forwarding_login(cfg),
         )
