@@ -32,6 +32,7 @@ from .kafka39 import OLDEST_VERSIONS, Unschemed
 __all__ = [
     "API_NAMES",
     "FETCHES",
+    "GROUP_PROTOCOLS",
     "UNSCHEMED",
     "ApiKey",
     "decodable_range",
@@ -53,6 +54,15 @@ API_NAMES: Mapping[int, str] = MappingProxyType({**{int(k): k.name for k in ApiK
 #: The APIs whose responses a broker charges to the consumer quotas (byte, record and batch rates):
 #: Fetch, and ShareFetch as Kafka's KafkaApis charges it (a consumer's fetch of a share group).
 FETCHES = frozenset({ApiKey.Fetch, ApiKey.ShareFetch})
+
+#: The group protocol an API belongs to, for saying what kind of member a client is (a client that
+#: sent ShareFetch reads as a share group's member, KIP-932). Names are Kafka's `group.protocol` values.
+GROUP_PROTOCOLS: Mapping[int, str] = MappingProxyType({
+    ApiKey.JoinGroup: "classic", ApiKey.SyncGroup: "classic",
+    ApiKey.ConsumerGroupHeartbeat: "consumer",
+    ApiKey.ShareGroupHeartbeat: "share", ApiKey.ShareFetch: "share", ApiKey.ShareAcknowledge: "share",
+    ApiKey.StreamsGroupHeartbeat: "streams",
+})
 
 #: Per API kqp has no layout for, the facts that let it pass the API on its header alone (Kafka
 #: 3.9's, then what Kafka 4.4 changed or added).

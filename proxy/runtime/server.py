@@ -215,7 +215,8 @@ class ProxyServer:
                             None if prometheus is None else prometheus.recent,
                             budget_changes(self.quotas, self.loop.time),
                             None if prometheus is None else prometheus.recent_observed,
-                            None if prometheus is None else prometheus.principals)
+                            None if prometheus is None else prometheus.principals,
+                            None if prometheus is None else prometheus.requests_of)
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
                                         lambda: prepare_scrape(observer), explain)
         try:

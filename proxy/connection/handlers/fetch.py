@@ -1,13 +1,13 @@
 """Fetch and ShareFetch: max_bytes capped to the quota, the response's bytes and records, `fetch_throttle`.
 
 A share group's ShareFetch (KIP-932) is a consumer's fetch to Kafka's quotas: handled as a Fetch,
-through its own readers (`FetchApi`). Request side: Kafka's getMaxValueInQuotaWindow, a Fetch may not ask for more than its consumer
-quota's whole span, so no response is bound to be throttled whatever came before it (a steady
-quota's: nor more than its tokens and one window). Response side
-(`FetchReply`): the response's bytes (and, when a record or batch quota or the metrics want them, its
-records) are the reply's `Usage`; for v16+ the core's address walk has counted the records already
-(`Plan.count_records`), so the response is walked once. Throttled, `fetch_throttle: empty` answers
-as the broker does since KIP-219, without records (`withheld`: the core refunds the charge);
+through its own readers (`FetchApi`). Request side: Kafka's getMaxValueInQuotaWindow, a Fetch may
+not ask for more than its consumer quota's whole span, so no response is bound to be throttled
+whatever came before it (a steady quota's: nor more than its tokens and one window). Response side
+(`FetchReply`): the response's bytes (and, when a record or batch quota or the metrics want them,
+its records) are the reply's `Usage`; for v16+ the core's address walk has counted the records
+already (`Plan.count_records`), so the response is walked once. Throttled, `fetch_throttle: empty`
+answers as the broker does since KIP-219, without records (`withheld`: the core refunds the charge);
 `deliver`, the default, delivers what kqp has already paid the upstream for. For a principal a
 consumer topic pool takes, the bytes per topic go on the `Usage`; a watched Fetch (an adaptive
 pool's member) is latency only when the broker had more to give than it returned, since a Fetch that
