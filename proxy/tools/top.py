@@ -1,14 +1,14 @@
 """`kqp top`: a live terminal view of one kqp, read from its /metrics endpoint.
 
 One row per entity (user, client id): each quota's measured rate against its limit, the share of
-time its connections spent throttled, its muted connections; furthest over any quota first. A
-client-id prefix group has a row of its own (`etl-*`) followed by its members, indented, each with
-its own usage, so the members add up to the group. Pools (top_pools.py) and client software
-(top_clients.py) follow. A client that is a share or streams group's member says so beside its
-client id (`[share]`, from the APIs it sent). Rates against limits are kqp's own quota measurements; everything else is
-a counter differentiated between two reads: THROTTLED is seconds muted by a throttle per second
-(`kqp_muted_seconds_total`; 1.00 is one connection always muted), MODE and WOULD THROTTLE (shown
-while a quota is observed) what observed quotas would have given. `--once` reads twice.
+time its connections spent throttled, its muted connections; furthest over any quota first; `[share]`
+or `[streams]` beside a group member's client id (from the APIs it sent). A client-id prefix group
+has a row of its own (`etl-*`) followed by its members, indented, each with its own usage, so the
+members add up to the group. Pools (top_pools.py) and client software (top_clients.py) follow.
+Rates against limits are kqp's own quota measurements; everything else is a counter differentiated
+between two reads: THROTTLED is seconds muted by a throttle per second (`kqp_muted_seconds_total`;
+1.00 is one connection always muted), MODE and WOULD THROTTLE (shown while a quota is observed)
+what observed quotas would have given. `--once` reads twice.
 
 Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
 and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
