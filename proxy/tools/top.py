@@ -10,9 +10,8 @@ between two reads: THROTTLED is seconds muted by a throttle per second (`kqp_mut
 1.00 is one connection always muted), MODE and WOULD THROTTLE (shown while a quota is observed)
 what observed quotas would have given. `--once` reads twice.
 
-Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
-and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
-of the scraped text, tested without a terminal.
+Drawing is plain ANSI rather than curses: no flicker in any terminal or tmux, plain text with
+`--once` or a pipe. Parsing and rendering are pure functions of the scraped text.
 """
 
 from __future__ import annotations
