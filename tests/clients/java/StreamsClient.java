@@ -29,7 +29,8 @@ import org.apache.kafka.streams.kstream.Repartitioned;
  * Runs until the test creates STOP_FILE (once it has read every record from OUTPUT) or the timeout,
  * then closes. The last stdout line is one JSON object: the records it processed (the repartitioned
  * stream's, which may count a record twice when a transaction aborted), the states it went through,
- * errors, and seconds.
+ * the `application.server` endpoints the group told it of (KafkaStreams.metadataForAllStreamsClients:
+ * what a streams group's heartbeat answer carries), errors, and seconds.
  */
 public final class StreamsClient {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -96,6 +97,11 @@ public final class StreamsClient {
                    && streams.state() != KafkaStreams.State.NOT_RUNNING) {
                 Thread.sleep(100);
             }
+            List<String> endpoints = new ArrayList<>();
+            if (streams.state() == KafkaStreams.State.RUNNING) {
+                streams.metadataForAllStreamsClients().forEach(m -> endpoints.add(m.host() + ":" + m.port()));
+            }
+            out.put("endpoints", endpoints);
             streams.close(Duration.ofSeconds(30));
         }
         out.put("processed", processed.get());
