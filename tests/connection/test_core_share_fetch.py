@@ -30,7 +30,7 @@ from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.events import MuteReason
 from kqp.proxy.connection.handlers.api_versions import ApiVersionsHandler
 from kqp.proxy.connection.plans import Request
-from kqp.quotas.model import Principal
+from kqp.quotas.model import Principal, QuotaType
 
 NOW = 100.0
 VERSION = 2
@@ -145,3 +145,25 @@ def test_api_versions_v5_checks_the_cluster_and_node_the_client_means() -> None:
     assert api_versions_error(1, "other", 1) == REBOOTSTRAP_REQUIRED, "another cluster"
     assert api_versions_error(1, "kafka-1", -1) == INVALID_REQUEST
     assert api_versions_error(1, None, 1) == INVALID_REQUEST
+
+
+def test_an_observed_consumer_quota_caps_no_share_fetch_and_counts_what_it_would_have_done() -> None:
+    recorder = Recorder()
+    core = connected_core({**QUOTA, "entities": [{"client_id": "c", "consumer_byte_rate": 1000, "mode": "observe"}]},
+                          observer=recorder)
+    assert core.handle(ev.ClientData(NOW, share_fetch(1)))[0] == to_upstream(share_fetch(1)), "not capped"
+    answer = share_fetch_answer(1, records=30)
+    assert delivered(core.handle(ev.UpstreamData(NOW, answer))) == answer and not core.throttled
+    assert [(c, q) for c, q, _ in recorder.observed] == [("c", "consumer_byte_rate")] and recorder.mutes == []
+
+
+def test_a_pool_divides_its_budget_among_share_consumers_as_among_any() -> None:
+    """A pool of consumer_byte_rate 1000 over members `c`-anything: the share fetch is capped at the
+    member's allocation's span and its response charged to the member."""
+    core = connected_core({"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id_prefix": "c"}],
+                           "pools": [{"name": "queues", "consumer_byte_rate": 1000,
+                                      "members": [{"client_id_prefix": "c"}]}]})
+    assert core.handle(ev.ClientData(NOW, share_fetch(1)))[0] == to_upstream(share_fetch(1, max_bytes=10_000))
+    core.handle(ev.UpstreamData(NOW, share_fetch_answer(1, records=5)))
+    [member] = core.parts.charging.quotas.pools.ledgers[("queues", QuotaType.CONSUMER_BYTE_RATE)].members.values()
+    assert sum(member.used) > 0, "the share consumer's bytes are its pool member's"
