@@ -7,9 +7,9 @@ hence which request and response header versions a frame uses (Kafka's
 ``ApiKeys.requestHeaderVersion``; an ApiVersions response always uses header v0, KIP-511), and the
 classes to decode with. kqp's own definitions of what kafka-python lacks (:mod:`kqp.protocol.kafka44`:
 the share fetch APIs, newer versions) join kafka-python's classes here. Nothing else is typed in by
-hand but Kafka's version facts and two tables that live in Kafka's Java code rather than in its
+hand but Kafka's version facts and one table that lives in Kafka's Java code rather than in its
 schemas: ``AbstractResponse.shouldClientThrottle(version)``, the KIP-219 switch saying from which
-version a client throttles itself, and which APIs a broker charges to the consumer quotas.
+version a client throttles itself.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from .kafka39 import OLDEST_VERSIONS, Unschemed
 
 __all__ = [
     "API_NAMES",
-    "FETCHES",
     "GROUP_PROTOCOLS",
     "UNSCHEMED",
     "ApiKey",
@@ -50,10 +49,6 @@ __all__ = [
 #: Every api key Kafka defines, named as Kafka names it (also the keys kqp cannot decode, for logs
 #: and metrics labels).
 API_NAMES: Mapping[int, str] = MappingProxyType({**{int(k): k.name for k in ApiKey}, **kafka44.NAMES})
-
-#: The APIs whose responses a broker charges to the consumer quotas (byte, record and batch rates):
-#: Fetch, and ShareFetch as Kafka's KafkaApis charges it (a consumer's fetch of a share group).
-FETCHES = frozenset({ApiKey.Fetch, ApiKey.ShareFetch})
 
 #: The group protocol an API belongs to, for saying what kind of member a client is (a client that
 #: sent ShareFetch reads as a share group's member, KIP-932). Names are Kafka's `group.protocol` values.

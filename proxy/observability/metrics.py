@@ -67,7 +67,8 @@ class _Entity:
     requests: dict[int, int] = field(default_factory=dict)          # api key -> count
     handler: float | None = None                                    # seconds
     throttle: dict[str, list[float]] = field(default_factory=dict)  # quota -> [seconds, responses]
-    observed: dict[str, list[float]] = field(default_factory=dict)  # mode observe: quota -> [seconds, requests]
+    # mode observe, quota -> [seconds it would have been muted, requests, that mute's end, counted up to]
+    observed: dict[str, list[float]] = field(default_factory=dict)
     topics: dict[tuple[str, str], int] = field(default_factory=dict)  # (direction, topic) -> records bytes
     muted: dict[str, float] = field(default_factory=dict)           # quota -> connection-seconds muted
 
@@ -260,13 +261,18 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         self.recent.add(principal, quota_type, seconds, self.now())
 
     def observed_throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None:
+        # What enforcing would have done, in units that add up: the entity would have been muted from
+        # now until the latest of its would-be throttles ends (counted as that time passes, so at most
+        # a second a second, however many requests overlap), and this request throttled.
+        now = self.now()
         observed = self._entity(principal).observed
         totals = observed.get(quota_type)
         if totals is None:
-            totals = observed[quota_type] = [0.0, 0]
-        totals[0] += seconds
+            totals = observed[quota_type] = [0.0, 0, now, now]
+        _fold_observed(totals, now)
         totals[1] += 1
-        self.recent_observed.add(principal, quota_type, seconds, self.now())
+        totals[2] = max(totals[2], now + seconds)
+        self.recent_observed.add(principal, quota_type, seconds, now)
 
     def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
         key = (principal, quota_type)
@@ -324,8 +330,9 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                             "quota that caused it", ("quota", *ENTITY))
         muted = counter("kqp_muted_seconds", "Seconds client connections spent muted by a throttle, summed "
                         "over the entity's connections, by the quota that caused it", ("quota", *ENTITY))
-        observed = counter("kqp_observed_throttle_seconds", "Throttle time quotas in mode observe would have given "
-                           "(nothing was told or muted), by the quota that would have caused it", ("quota", *ENTITY))
+        observed = counter("kqp_observed_muted_seconds", "Seconds the entity would have been muted had its quotas in "
+                           "mode observe been enforced, at most one a second (nothing was told or muted), by the "
+                           "quota that would have caused it", ("quota", *ENTITY))
         observed_n = counter("kqp_observed_throttled_requests", "Requests quotas in mode observe would have "
                              "throttled, by the quota that would have caused it", ("quota", *ENTITY))
         topic_bytes = counter("kqp_topic_bytes", "Record bytes per topic of Produce requests and Fetch responses "
@@ -347,9 +354,10 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                 throttled.add_metric((quota, *who), n)
             for quota, seconds in e.muted.items():
                 muted.add_metric((quota, *who), seconds)
-            for quota, (seconds, n) in e.observed.items():
-                observed.add_metric((quota, *who), seconds)
-                observed_n.add_metric((quota, *who), n)
+            for quota, totals in e.observed.items():
+                _fold_observed(totals, now)
+                observed.add_metric((quota, *who), totals[0])
+                observed_n.add_metric((quota, *who), totals[1])
             for (direction, topic), b in e.topics.items():
                 topic_bytes.add_metric((direction, *who, topic), b)
         yield from (nbytes, records, requests, handler, throttle, throttled, muted, observed, observed_n)
@@ -439,3 +447,11 @@ def prepare_scrape(observer: ProxyObserver) -> None:
 def _api_name(api_key: int) -> str:
     return API_NAMES.get(api_key, str(api_key))
 
+
+def _fold_observed(totals: list[float], now: float) -> None:
+    """Count the would-be mute of `totals` (`_Entity.observed`) up to `now`: what of it has passed
+    since it was last counted."""
+    end = min(now, totals[2])
+    if end > totals[3]:
+        totals[0] += end - totals[3]
+    totals[3] = now

@@ -6,9 +6,11 @@ quota windows (0.2 s x 11, a span of 2.2 s) and the default algorithm (`steady`)
 the wire: the rate after the first span within 0.95-1.05 of the quota (at most 1.05 at the ceiling the
 quota holds the client to, which a client's stalls on a busy machine cannot raise; at least 0.95 by the
 plain slope); no client error, timeout or request given up; the first burst, how far the units ran
-ahead of the quota's line, at most Kafka's first allowance ((window_count - 1) windows of quota) and
-one window more, also for producers with librdkafka's default 1 MB batches pipelining several, alone
-and two in a prefix group.
+ahead of the quota's line, at most Kafka's: its first allowance ((window_count - 1) windows of quota)
+and the request that crosses it, per connection (a pipeline stops there), also for producers with
+librdkafka's default 1 MB batches pipelining several, alone and two in a prefix group; and KIP-219's
+promise, the throttle told in all and the time kqp muted the cell's connections agreeing within a
+window (`helpers.fidelity.agrees`).
 
 Families: librdkafka (confluent-kafka, kcat), kafka-python 3 and 2, aiokafka, the Java client and
 its share consumer (a share group's member, KIP-932: Kafka only), Sarama 1.61 and Debian's 1.22,
@@ -26,7 +28,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers.fidelity import Run, Verdict, judge_all, largest_response, run_matrix, standard_cells, table
+from helpers.fidelity import Run, Verdict, agrees, judge_all, largest_response, run_matrix, standard_cells, table
 from helpers.quota_analysis import unanswered_closes
 from upstreams.launch import Upstream
 
@@ -62,10 +64,12 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
             bad.append(f"  {cell.name}'s clients: {_told(v)}")
         if v.errors or v.timeouts:
             bad.append(f"{cell.name}: errors {v.errors[:3]}, timeouts {v.timeouts}")
-        # Kafka's first allowance and one window more, and the taps' lag on a busy machine; a
-        # consumer's also one response (kqp caps a Fetch to what fits only for a byte quota).
-        # request_percentage is kqp's own measure, read from its metrics: no first burst to see.
-        bound = ALLOWANCE + WINDOW + JITTER
+        # Kafka's first allowance and the request that crosses it on each connection (or a window,
+        # whichever is more), and the taps' lag on a busy machine; a consumer's also one response (kqp
+        # caps a Fetch to what fits only for a byte quota). request_percentage is kqp's own measure,
+        # read from its metrics: no first burst to see.
+        crossing = len(cell.members) * largest_response(run, cell) / cell.quota if cell.mode == "produce" else 0.0
+        bound = ALLOWANCE + max(WINDOW, crossing) + JITTER
         if cell.scope == "pool":
             # A member that starts after the others have spent brings its share of the allowance with
             # it (its own full bucket, as a new entity's): k members in turn, 1/2 + ... + 1/k more.
@@ -78,6 +82,9 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
             bound += WINDOW + largest_response(run, cell) / cell.quota
         if cell.quota_type != "request_percentage" and v.burst > bound:
             bad.append(f"{cell.name}: first burst {v.burst:.2f} s of quota, more than {bound:.2f}")
+        if not agrees(v, WINDOW):
+            bad.append(f"{cell.name}: told {v.told_s:.2f} s of throttle, muted {v.imposed_s:.2f} s "
+                       f"(last throttles {v.last_s:.2f} s)")
     return bad
 
 

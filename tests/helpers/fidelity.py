@@ -14,7 +14,9 @@ of a client stalled on a busy host that then catches up: `ceiling_slope`; Produc
 batches when the upstream acknowledged them, Fetch bytes, records or batches when the client
 received them, requests when they reached the upstream, partitions when their topic was created),
 the first burst (how far the cumulative units ran ahead of the quota's line, in seconds of quota),
-the largest throttle told, and the clients' own errors and timeouts. Used by
+the largest throttle told, the throttle told in all beside the time kqp kept the cell's connections
+muted (`kqp_muted_seconds_total`: KIP-219 has them agree), and the clients' own errors and timeouts.
+Used by
 tests/e2e/test_fidelity_matrix.py (short windows) and `kqp bench --fidelity` (Kafka's default windows).
 """
 
@@ -103,6 +105,9 @@ class Verdict:
     burst: float                 # the most the units ran ahead of the quota's line, in seconds of quota
     judged: float                # seconds judged (after the first span and the first throttle)
     throttle_max_ms: int
+    told_s: float                # throttle_time_ms the clients were told, in all
+    imposed_s: float | None      # the time kqp muted their connections (None: straight to Kafka)
+    last_s: float                # each connection's last throttle told, summed: what a client's close may cut short
     errors: list[str]
     timeouts: int
     shares: dict[str, float]     # each member's part of the cell's units (a group's, a pool's split)
@@ -295,6 +300,7 @@ class Run:
     window: float
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     handler: list[tuple[float, dict[str, float]]] = field(default_factory=list)   # kqp's handler seconds
+    muted: dict[str, float] = field(default_factory=dict)   # kqp_muted_seconds_total per client id, at the end
     kafka_request_time: dict[str, list[tuple[float, float]]] = field(default_factory=dict)   # Kafka's, per client id
 
 
@@ -335,6 +341,10 @@ def run_matrix(stack: contextlib.ExitStack, start_kqp: Callable[..., Any], upstr
             run.reports[member.client_id] = handle.result()
         except RuntimeError as exc:
             run.reports[member.client_id] = {"errors": [str(exc)[-2000:]], "failed_to_run": True}
+    for (name, labels), value in scrape(metrics_url(path.kqp)).items():
+        if name == "kqp_muted_seconds_total":
+            client_id = dict(labels).get("client_id", "")
+            run.muted[client_id] = run.muted.get(client_id, 0.0) + value
     return run
 
 
@@ -468,7 +478,12 @@ def judge(run: Run, cell: Cell) -> Verdict:
     timeouts = sum(int(r.get("timeouts") or 0) for r in reports.values())
     ends = [r[key] for r in reports.values() for key in ("offer_end", "consume_end") if r.get(key)]
     near = run.path.client_tap if cell.via == "kqp" else run.path.upstream_tap
-    told = [(r.at, r.throttle_ms or 0) for _, r in _answered(near, cell.client_ids, None)]
+    answered = _answered(near, cell.client_ids, None)
+    told = [(r.at, r.throttle_ms or 0) for _, r in answered]
+    last: dict[int, int] = {}   # per connection, its last throttle told
+    for _, r in sorted(answered, key=lambda pair: pair[1].at):
+        if r.throttle_ms:
+            last[r.connection] = r.throttle_ms
     ratio, slope, judged, burst = None, None, 0.0, 0.0
     if found:
         t0 = found[0][0]
@@ -493,8 +508,10 @@ def judge(run: Run, cell: Cell) -> Verdict:
     for _, amount, cid in found:
         units[cid] = units.get(cid, 0.0) + amount
     whole = sum(units.values()) or 1.0
-    return Verdict(cell, ratio, slope, burst, judged, max(throttles, default=0), errors, timeouts,
-                   {cid: amount / whole for cid, amount in units.items()}, reports)
+    imposed = sum(run.muted.get(cid, 0.0) for cid in cell.client_ids) if cell.via == "kqp" else None
+    return Verdict(cell, ratio, slope, burst, judged, max(throttles, default=0), sum(throttles) / 1000, imposed,
+                   sum(last.values()) / 1000, errors, timeouts, {cid: amount / whole for cid, amount in units.items()},
+                   reports)
 
 
 def judge_all(run: Run, cells: Sequence[Cell]) -> list[Verdict]:
@@ -504,12 +521,13 @@ def judge_all(run: Run, cells: Sequence[Cell]) -> list[Verdict]:
 def table(verdicts: Sequence[Verdict]) -> str:
     """One line per cell: what it is, its ratio (and the plain slope), first burst, largest throttle, errors."""
     lines = [f"{'cell':28} {'via':5} {'clients':22} {'quota type':22} {'scope':6} {'ratio':>6} {'slope':>6} "
-             f"{'burst s':>7} {'judged s':>8} {'max throttle ms':>15} {'errors':>6}"]
+             f"{'burst s':>7} {'judged s':>8} {'max throttle ms':>15} {'told s':>7} {'muted s':>7} {'errors':>6}"]
     for v in verdicts:
         ratio, slope = ("-" if x is None else f"{x:.3f}" for x in (v.ratio, v.slope))
+        muted = "-" if v.imposed_s is None else f"{v.imposed_s:.1f}"
         lines.append(f"{v.cell.name:28} {v.cell.via:5} {v.families[:22]:22} {v.cell.quota_type:22} "
                      f"{v.cell.scope:6} {ratio:>6} {slope:>6} {v.burst:7.1f} {v.judged:8.1f} {v.throttle_max_ms:15d} "
-                     f"{len(v.errors) + v.timeouts:6d}")
+                     f"{v.told_s:7.1f} {muted:>7} {len(v.errors) + v.timeouts:6d}")
     return "\n".join(lines)
 
 
@@ -520,3 +538,10 @@ def matrix(start_kqp: Callable[..., Any], upstream: Any, cells: Sequence[Cell], 
         run = run_matrix(stack, start_kqp, upstream, cells, **kw)
         yield judge_all(run, cells)
 
+
+def agrees(verdict: Verdict, window: float) -> bool:
+    """KIP-219's promise for a cell through kqp: the time its connections were muted is the throttle
+    its clients were told, to within one window, less what closing connections cut short of their
+    last throttles (a client that stops does not wait its last one out)."""
+    imposed = verdict.imposed_s
+    return imposed is None or verdict.told_s - verdict.last_s - window <= imposed <= verdict.told_s + window

@@ -343,16 +343,36 @@ def test_observed_throttles_count_apart_and_observed_quotas_and_pools_are_marked
                                         pools=(pool,)), obs)
     obs.request(METERED, ApiKey.Produce, 1100)
     quotas.record_fetch(FREE, 10, 0, 0, 0.0)
-    obs.observed_throttled(METERED, "producer_byte_rate", 2.5)
-    obs.observed_throttled(METERED, "producer_byte_rate", 0.5)
+    obs.observed_throttled(METERED, "producer_byte_rate", 2.5)   # would have been muted 0-2.5 s
+    clock.t = 1.0
+    obs.observed_throttled(METERED, "producer_byte_rate", 0.5)   # 1-1.5 s: inside that mute already
     who = {"user": "ANONYMOUS", "client_id": "metered"}
-    assert value(obs, "kqp_observed_throttle_seconds_total", quota="producer_byte_rate", **who) == 3.0
-    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 2
+    # Counted as the would-be mute passes: 1 s of it by now, however many requests overlap.
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == 1.0
+    clock.t = 10.0
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == 2.5
+    obs.observed_throttled(METERED, "producer_byte_rate", 1.0)   # 10-11 s: the gap is not counted
+    clock.t = 20.0
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == 3.5
+    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 3
     assert value(obs, "kqp_throttle_seconds_total", quota="producer_byte_rate", **who) is None   # nothing told
     assert value(obs, "kqp_quota_observed", quota="producer_byte_rate", **who) == 1
     assert value(obs, "kqp_pool_observed", pool="ingest", quota="consumer_byte_rate") == 1
-    assert obs.recent_observed.summary(METERED, 0.0, 300)["producer_byte_rate"]["count"] == 2
-    assert not obs.recent.summary(METERED, 0.0, 300)
+    assert obs.recent_observed.summary(METERED, 20.0, 300)["producer_byte_rate"]["count"] == 3
+    assert not obs.recent.summary(METERED, 20.0, 300)
+
+
+def test_an_entity_observed_over_its_quota_counts_at_most_a_second_a_second() -> None:
+    """Ten requests a second, each of which enforcing would have throttled for a span (11 s): over
+    60 s the entity would have been muted 60 s, not the 6,600 s the throttles add up to."""
+    obs, clock = make()
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    for step in range(600):
+        clock.t = step / 10
+        obs.observed_throttled(METERED, "producer_byte_rate", 11.0)
+    clock.t = 60.0
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == pytest.approx(60.0)
+    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 600
 
 
 def test_bytes_per_topic_only_when_asked_and_bounded() -> None:

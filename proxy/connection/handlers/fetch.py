@@ -114,19 +114,21 @@ class FetchHandler(Handler):
         self.api = api
         topics = TopicMetadata() if topics is None else topics   # ids -> names (Fetch v13+, ShareFetch)
         self.replies = (FetchReply(charging, topics, False, api), FetchReply(charging, topics, True, api))
-        self._plain = Plan(reply=self.replies[False])
+        self._plain = (Plan(reply=self.replies[False]), Plan(reply=self.replies[False], decided_on_response=True))
 
     def plan(self, req: Request) -> Plan:
         hdr, principal = req.hdr, req.principal
         count = may_carry_addresses(self.api.api_key, hdr.api_version) and self.charging.fetch_needs_counts(principal)
+        charged = self.charging.charges_fetches(principal, False)   # then its throttle waits for its response
         watching = self.pools.watching(principal, FETCHES) if self.pools.reads[FETCHES] else ()
         cap = self.charging.fetch_cap(principal, req.now)
         if cap is None:
             if not count and not watching:
-                return self._plain
+                return self._plain[charged]
             forward: Forward = AS_IS
         else:
             frame = joined(req.frame)
             body = self.api.cap(hdr.api_version, frame[hdr.body_offset:], cap)
             forward = (frame,) if body is None else (memoryview(with_body(frame, hdr.body_offset, body)),)
-        return Plan(forward, reply=self.replies[bool(watching)], watching=watching, count_records=count)
+        return Plan(forward, reply=self.replies[bool(watching)], watching=watching, count_records=count,
+                    decided_on_response=charged)
