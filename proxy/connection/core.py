@@ -4,15 +4,14 @@
 order. No asyncio, no sockets, no clock: every event carries the loop time, the handler-time clock is
 injected (`CoreParts.perf`), and the asyncio edge (`kqp.proxy.runtime.edge`) only converts. Each
 request goes to the handler its API key has (`CoreParts.handlers`), which returns a `Plan`; the core
-carries it out: forwards, has `Charging` charge it, has the throttling room decide its throttle, and
-keeps its `Flight` in a FIFO (Kafka answers a connection's requests in order). A request is forwarded
-when it is read, never held; its throttle is decided once, where its charges are complete (as it is
-read, or as its charged response comes back), and mutes the connection from then. Each response gets
-the one step every response shares (broker addresses made kqp's), its plan's response side, its
-charges, and goes out at once carrying the request's throttle (KIP-219). Its parts (`Establishing`, `Awaiting`,
-`Throttling`, `Authentication`) ask of it only what `host.Host` offers. Its life is a `Phase`: on a
-client's EOF or the process's shutdown it drains and closes itself once nothing is owed
-(`giving_up.py`), on `IdleCheck` when idle past `connections_max_idle_ms`.
+carries it out: forwards it as it is read (never held), has `Charging` charge it, has the throttling
+room decide its throttle once, where its charges are complete (as it is read, or as its charged
+response comes back), muting from then, and keeps its `Flight` in a FIFO (Kafka answers in order).
+Each response gets the one step every response shares (broker addresses made kqp's), its plan's
+response side, its charges, and goes out at once carrying the request's throttle (KIP-219). Its
+parts (`Establishing`, `Awaiting`, `Throttling`, `Authentication`) ask of it only what `host.Host`
+offers. Its life is a `Phase`: on a client's EOF or the process's shutdown it drains and closes once
+nothing is owed (`giving_up.py`), on `IdleCheck` when idle past `connections_max_idle_ms`.
 """
 
 from __future__ import annotations

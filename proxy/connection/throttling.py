@@ -71,7 +71,7 @@ class Throttling:
     def mute(self, flight: Flight, throttle: Throttle, now: float, out: list[Action]) -> None:
         """Mute the connection from `now`, the decision, until `throttle` is over. A request without a
         response (acks=0) is told nothing: its throttle counts as told now."""
-        if self._mute_until(throttle.until, (throttle.principal, throttle.quota_type), out):
+        if self._mute_until(throttle.until, (throttle.principal, throttle.quota_type), now, out):
             out.append(SetTimer(self._wake_at()))
         if not flight.expects_response:
             self.told(flight, throttle, throttle.ms, now, out)
@@ -91,7 +91,7 @@ class Throttling:
             return frame, throttle.ms
         if upstream_ms <= throttle.ms:
             return (frame if patched is None else patched), throttle.ms
-        if self._mute_until(now + upstream_ms / 1000, (throttle.principal, throttle.quota_type), out):
+        if self._mute_until(now + upstream_ms / 1000, (throttle.principal, throttle.quota_type), now, out):
             out.append(SetTimer(self._wake_at()))
         return frame, upstream_ms
 
@@ -110,15 +110,15 @@ class Throttling:
         if self.backoff is not None:
             self.backoff.answered(now)
 
-    def _mute_until(self, until: float, cause: Cause, out: list[Action]) -> bool:
-        """Mute until `until`; whether that moved the mute's end (the timer then moves)."""
+    def _mute_until(self, until: float, cause: Cause, now: float, out: list[Action]) -> bool:
+        """Mute from `now` until `until`; whether that moved the mute's end (the timer then moves)."""
         if until <= self.muted_until:   # an earlier, longer throttle holds the connection already
             return False
         self.muted_until = until
         if cause != self.cause:
-            self._end()
+            self._end(now)
             self.cause = cause
-            self.observer.mute_started(*cause)
+            self.observer.mute_started(*cause, now)
         if self.mutes.mute(THROTTLED):
             out.append(Mute(THROTTLED))
         return True

@@ -5,10 +5,10 @@ time its connections spent throttled, its muted connections; furthest over any q
 or `[streams]` beside a group member's client id (from the APIs it sent). A client-id prefix group
 has a row of its own (`etl-*`) followed by its members, indented, each with its own usage, so the
 members add up to the group. Pools (top_pools.py) and client software (top_clients.py) follow.
-Rates against limits are kqp's own quota measurements; everything else is a counter differentiated
-between two reads: THROTTLED is seconds muted by a throttle per second (`kqp_muted_seconds_total`;
-1.00 is one connection always muted), MODE and WOULD THROTTLE (while a quota is observed) the share of
-time observed quotas would have muted it (`kqp_observed_muted_seconds_total`). `--once` reads twice.
+Rates against limits are kqp's own quota measurements; the rest are counters differentiated between
+two reads: THROTTLED, seconds muted by a throttle per second (`kqp_muted_seconds_total`; 1.00: a
+connection always muted); MODE and WOULD THROTTLE (while a quota is observed), the share of time
+observed quotas would have muted the entity. `--once` reads twice.
 
 Drawing is plain ANSI rather than curses: no flicker in any terminal or tmux, plain text with
 `--once` or a pipe. Parsing and rendering are pure functions of the scraped text.

@@ -68,7 +68,8 @@ def test_a_siblings_request_read_in_the_keys_debt_is_told_the_whole_debt() -> No
               [to_client(produce_response(V, 1, throttle_ms=ms_a))])])
     debt = (s(a1) + s(b1) - 10_000) / 1000 - 0.02   # the bucket refilled 20 ms meanwhile
     ms_b = round(debt * 1000)
-    play(b, [(ev.ClientData(NOW + 0.02, b1), [to_upstream(b1), MUTE, ev.SetTimer(pytest.approx(NOW + 0.02 + ms_b / 1000))]),
+    play(b, [(ev.ClientData(NOW + 0.02, b1),
+              [to_upstream(b1), MUTE, ev.SetTimer(pytest.approx(NOW + 0.02 + ms_b / 1000))]),
              (ev.UpstreamData(NOW + 0.03, produce_response(V, 1)),
               [to_client(produce_response(V, 1, throttle_ms=ms_b))])])
     assert ms_b > ms_a, "b pays for a's usage too"
@@ -122,4 +123,5 @@ def test_under_sampled_a_sibling_is_throttled_by_the_rate_they_raised_together()
     a1, b1 = produce_frame("t", V, 1, "c", records=10), produce_frame("t", V, 1, "c", records=1)
     a.handle(ev.ClientData(NOW, a1))
     x_b = (s(a1) + s(b1)) / 1000 - 10.02
-    play(b, [(ev.ClientData(NOW + 0.02, b1), [to_upstream(b1), MUTE, ev.SetTimer(pytest.approx(NOW + 0.02 + x_b, abs=6e-4))])])
+    play(b, [(ev.ClientData(NOW + 0.02, b1),
+              [to_upstream(b1), MUTE, ev.SetTimer(pytest.approx(NOW + 0.02 + x_b, abs=6e-4))])])

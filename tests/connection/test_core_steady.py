@@ -80,7 +80,8 @@ def test_an_acks_0_request_over_the_line_goes_at_once_and_mutes_to_the_line() ->
     ms = round(debt(f) * 1000)
     play(core, [
         (ev.ClientData(NOW, b"".join(f)),
-         [*(to_upstream(frame) for frame in f), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + ms / 1000))]),
+         [*(to_upstream(frame) for frame in f), ev.Mute(MuteReason.THROTTLED),
+          ev.SetTimer(pytest.approx(NOW + ms / 1000))]),
     ])
     assert recorder.throttles == [("c", "producer_byte_rate", ms / 1000)], "no response: counted as decided"
     play(core, [(ev.TimerFired(core.throttling.muted_until), [ev.Unmute(MuteReason.THROTTLED)])])

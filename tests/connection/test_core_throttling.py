@@ -404,3 +404,16 @@ def test_the_sasl_exchange_is_exempt_from_request_quotas() -> None:
         play(core, [(ev.ClientData(NOW, request), [to_upstream(request)]),
                     (ev.UpstreamData(NOW, response), [to_client(response)])])
     assert not core.throttled
+
+
+def test_an_upstream_throttle_longer_than_kqps_is_told_and_muted_for() -> None:
+    """The response tells the larger of the upstream's throttle_time_ms and kqp's, and kqp mutes the
+    connection as long as it tells: the broker throttled its own connection 25 s, kqp ~20 s."""
+    core = connected_core(BYTES)
+    frame = produce_frame("t", 5, 1, "c")
+    x = x_of(frame)
+    core.handle(ev.ClientData(NOW, frame))
+    assert core.throttling.muted_until == pytest.approx(NOW + x, abs=0.0006)
+    play(core, [(ev.UpstreamData(NOW + 0.01, produce_response(5, 1, throttle_ms=25_000)),
+                 [ev.SetTimer(pytest.approx(NOW + 0.01 + 25.0)), to_client(produce_response(5, 1, throttle_ms=25_000))])])
+    assert core.throttling.muted_until == pytest.approx(NOW + 25.01)

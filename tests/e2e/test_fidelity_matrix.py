@@ -53,11 +53,15 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
     for v in verdicts:
         cell = v.cell
         # Over the quota is judged at the ceiling: a client's own stalls cannot raise it, though early
-        # ones tilt the plain slope up (CI: 1.07 x). Under it by the plain slope, as before: in one
-        # loaded full run the ceiling read 0.93-0.94 x for three producers whose slope read 0.96-1.005 x.
-        if v.ratio is None or v.slope is None or v.ratio > RATIO[1] or v.slope < RATIO[0]:
+        # ones tilt the plain slope up (CI: 1.07 x). Under it by the plain slope: in one loaded full run
+        # the ceiling read 0.93-0.94 x for three producers whose slope read 0.96-1.005 x; or by what the
+        # whole run gave, the allowance aside, where large crossing requests on several connections
+        # left a debt that is paid back as the requests that follow shrink (librdkafka's 1 MB batches on
+        # the mock's three brokers: 0.88-0.94 x by the slope, 1.0 x over the run).
+        under = max(v.slope or 0.0, v.average or 0.0)
+        if v.ratio is None or v.slope is None or v.ratio > RATIO[1] or under < RATIO[0]:
             bad.append(f"{cell.name}: {v.ratio} x its quota at the ceiling, {v.slope} x by the plain slope, "
-                       f"over {v.judged:.1f} s")
+                       f"{v.average} x over the run, over {v.judged:.1f} s")
         if v.judged < JUDGED:
             bad.append(f"{cell.name}: only {v.judged:.1f} s judged")
         if v.ratio is None or v.judged < JUDGED:   # too little to judge: what the clients said they did
@@ -68,7 +72,7 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
         # whichever is more), and the taps' lag on a busy machine; a consumer's also one response (kqp
         # caps a Fetch to what fits only for a byte quota). request_percentage is kqp's own measure,
         # read from its metrics: no first burst to see.
-        crossing = len(cell.members) * largest_response(run, cell) / cell.quota if cell.mode == "produce" else 0.0
+        crossing = v.connections * largest_response(run, cell) / cell.quota if cell.mode == "produce" else 0.0
         bound = ALLOWANCE + max(WINDOW, crossing) + JITTER
         if cell.scope == "pool":
             # A member that starts after the others have spent brings its share of the allowance with

@@ -107,7 +107,7 @@ def test_a_fetch_over_quota_is_answered_at_once_with_the_whole_throttle(version:
         # A new key may ask for its allowance (100 kB, kqp's cap on max_bytes); Kafka answers a first
         # batch larger than that whole, so the response crosses the quota.
         seconds, throttle_ms, records = fetch(conn, version, topic)
-        print(f"Fetch v{version} ({mode}): answered in {seconds:.3f} s telling {throttle_ms} ms, {records} B of records")
+        print(f"Fetch v{version} ({mode}): answered in {seconds:.3f} s telling {throttle_ms} ms, {records} B")
         assert seconds < AT_ONCE_S, f"answered after {seconds:.2f} s: held"
         assert throttle_ms >= 8_000, f"told {throttle_ms} ms"
         assert (records > 150_000) if mode == "deliver" else (records == 0), f"{mode}: {records} bytes of records"

@@ -9,15 +9,15 @@ Kafka instead, under Kafka's own quota (AlterClientQuotas), through the upstream
 beside the same cell through kqp.
 
 Each cell's `Verdict`, from what the wire saw: the long-span ratio (least-squares slope of the
-cumulative units after the first span at the quota's ceiling, over the quota, leaving out the dips
-of a client stalled on a busy host that then catches up: `ceiling_slope`; Produce bytes, records or
-batches when the upstream acknowledged them, Fetch bytes, records or batches when the client
-received them, requests when they reached the upstream, partitions when their topic was created),
-the first burst (how far the cumulative units ran ahead of the quota's line, in seconds of quota),
-the largest throttle told, the throttle told in all beside the time kqp kept the cell's connections
-muted (`kqp_muted_seconds_total`: KIP-219 has them agree), and the clients' own errors and timeouts.
-Used by
-tests/e2e/test_fidelity_matrix.py (short windows) and `kqp bench --fidelity` (Kafka's default windows).
+cumulative units after the first span and the first burst, at the quota's ceiling, over the quota,
+leaving out the dips of a client stalled on a busy host that then catches up: `ceiling_slope`;
+Produce bytes, records or batches when the upstream acknowledged them, Fetch bytes, records or
+batches when the client received them, requests when they reached the upstream, partitions when
+their topic was created), the first burst (how far the cumulative units ran ahead of the quota's
+line, in seconds of quota), the largest throttle told, the throttle told in all beside the time kqp
+kept the cell's connections muted (`kqp_muted_seconds_total`: KIP-219 has them agree), and the
+clients' own errors and timeouts. Used by tests/e2e/test_fidelity_matrix.py (short windows) and
+`kqp bench --fidelity` (Kafka's default windows).
 """
 
 from __future__ import annotations
@@ -102,6 +102,11 @@ class Verdict:
     cell: Cell
     ratio: float | None          # the long-span rate at the quota's ceiling over the quota
     slope: float | None          # the plain least-squares rate over the quota, dips and all (shown beside)
+    # What the cell got from its first units to the end of its offer, Kafka's first allowance aside,
+    # over the quota: a first burst of large crossing requests is paid back over the run, as the
+    # debt they left shrinks with the requests that follow, which no slope after the burst can see.
+    average: float | None
+    connections: int             # the connections its Produce requests reached the upstream on
     burst: float                 # the most the units ran ahead of the quota's line, in seconds of quota
     judged: float                # seconds judged (after the first span and the first throttle)
     throttle_max_ms: int
@@ -225,8 +230,12 @@ def standard_cells(windows: Mapping[str, float], kind: str = "kafka", referee: b
     out += [_one(f"c-{f}", "consumer_byte_rate", quota, f) for f in CONSUMERS]
     out += [
         _one("p-1mb", "producer_byte_rate", one_mb, "confluent-kafka", **DEFAULTS_1MB),
-        Cell("g-1mb", "producer_byte_rate", one_mb, tuple(Member("confluent-kafka", f"g-1mb-{m}", DEFAULTS_1MB)
-                                                          for m in "ab"), scope="prefix"),
+        # Two of them share a quota of two: each member's half is p-1mb's quota. Half as much would
+        # have each 1 MB request owe twice as long, and the third of three in flight wait past
+        # librdkafka's 60 s socket timeout (as behind a broker): retried on new connections, whose first
+        # requests go as read, they swamp a 60 s run.
+        Cell("g-1mb", "producer_byte_rate", 2 * one_mb, tuple(Member("confluent-kafka", f"g-1mb-{m}", DEFAULTS_1MB)
+                                                              for m in "ab"), scope="prefix"),
         Cell("pool-sarama", "producer_byte_rate", 2 * quota, tuple(Member("sarama", f"pool-sarama-{m}")
                                                                    for m in "ab"), scope="pool"),
         _one("records-p", "producer_record_rate", quota / 1000, "confluent-kafka", **BATCHED),
@@ -484,14 +493,28 @@ def judge(run: Run, cell: Cell) -> Verdict:
     for _, r in sorted(answered, key=lambda pair: pair[1].at):
         if r.throttle_ms:
             last[r.connection] = r.throttle_ms
-    ratio, slope, judged, burst = None, None, 0.0, 0.0
+    ratio, slope, average, judged, burst = None, None, None, 0.0, 0.0
     if found:
         t0 = found[0][0]
-        # Judged from one span after the first units, and after the first throttle: a client slow to
-        # get going (a JVM starting, a group joining) spends its first allowance late, not in the first span.
-        start = max(t0 + run.span, min((at for at, ms in told if ms), default=t0))
+        total, repaid = 0.0, t0
+        allowance = run.span - run.window   # Kafka's first allowance, (window_count - 1) windows
+        for t, units, _ in found:
+            total += units
+            ahead = total / cell.quota - (t - t0)
+            if ahead > burst:
+                burst = ahead
+                if t <= t0 + run.span:   # the first burst: what it took beyond the allowance is paid back by then
+                    repaid = t + max(0.0, ahead - allowance)
+        # Judged from one span after the first units, after the first throttle (a client slow to get
+        # going, a JVM starting, a group joining, spends its first allowance late, not in the first
+        # span), and once the first burst's crossing requests are paid back: with 1 MB requests the
+        # request that crosses the allowance on each connection can be many seconds of quota.
+        start = max(t0 + run.span, min((at for at, ms in told if ms), default=t0), repaid)
         end = min(ends) if ends and min(ends) > start else found[-1][0]
         judged = end - start
+        if end > t0:
+            got = sum(units for t, units, _ in found if t <= end) / cell.quota
+            average = (got - allowance) / (end - t0)
         units_at = [(t, u) for t, u, _ in found]
         with contextlib.suppress(ValueError):
             slope = cumulative_slope(units_at, start, end) / cell.quota
@@ -499,19 +522,17 @@ def judge(run: Run, cell: Cell) -> Verdict:
             # within one) is a stall; Kafka's sampled rate saws by most of a span as bursts age out.
             depth = cell.quota * (run.window if cell.via == "kqp" else run.span) + max(u for _, u in units_at)
             ratio = ceiling_slope(units_at, start, end, quota=cell.quota, reach=run.span, depth=depth) / cell.quota
-        total = 0.0
-        for t, units, _ in found:
-            total += units
-            burst = max(burst, total / cell.quota - (t - t0))
     throttles = [ms for _, ms in told]
     units: dict[str, float] = {}
     for _, amount, cid in found:
         units[cid] = units.get(cid, 0.0) + amount
     whole = sum(units.values()) or 1.0
     imposed = sum(run.muted.get(cid, 0.0) for cid in cell.client_ids) if cell.via == "kqp" else None
-    return Verdict(cell, ratio, slope, burst, judged, max(throttles, default=0), sum(throttles) / 1000, imposed,
-                   sum(last.values()) / 1000, errors, timeouts, {cid: amount / whole for cid, amount in units.items()},
-                   reports)
+    tap = run.path.upstream_tap
+    connections = len({q.connection for q in tap.requests(api_key=ApiKey.Produce) if q.client_id in cell.client_ids})
+    return Verdict(cell, ratio, slope, average, connections, burst, judged, max(throttles, default=0),
+                   sum(throttles) / 1000, imposed, sum(last.values()) / 1000, errors, timeouts,
+                   {cid: amount / whole for cid, amount in units.items()}, reports)
 
 
 def judge_all(run: Run, cells: Sequence[Cell]) -> list[Verdict]:

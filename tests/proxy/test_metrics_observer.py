@@ -271,9 +271,46 @@ def test_a_mute_counts_until_its_throttle_was_due_not_until_a_late_timer() -> No
     assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.02)
     clock.t = 2.52
     obs.mute_ended(METERED, "producer_byte_rate", due=2.5)
-    # ... which a counter cannot take back: its end counts from the scrape's 2.51 s, not its due 2.5 s,
-    # and connection 2 (muted throughout) adds 2.51-2.52 s: 4.02 + 0.01 = 4.03.
-    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.03)
+    # ... and no more: connection 1's second mute lasted 2.0-2.5 s (the scrape counted 10 ms past its
+    # due time, which a counter cannot take back) while connection 2's ran on to 2.52 s:
+    # 1 + 0.5 + 2.52 = 4.02, the scrape's figure, kept.
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.02)
+    clock.t = 3.0
+    obs.mute_ended(METERED, "producer_byte_rate", due=3.0)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.5)   # 1 + 0.5 + 3.0, exact again
+
+
+def test_a_late_timer_does_not_lend_its_lateness_to_a_mute_that_began_meanwhile() -> None:
+    """Connection 1 is muted 0-1 s, its timer fires 10 ms late; connection 2's mute began at 1.005 s,
+    in between, and ends at 2 s: 1 + 0.995 connection-seconds, what the two were told, not 2.0."""
+    obs, clock = make()
+    who = {"quota": "producer_byte_rate", "user": "ANONYMOUS", "client_id": "metered"}
+    obs.mute_started(METERED, "producer_byte_rate", at=0.0)
+    clock.t = 1.005
+    obs.mute_started(METERED, "producer_byte_rate", at=1.005)
+    clock.t = 1.01
+    obs.mute_ended(METERED, "producer_byte_rate", due=1.0)
+    clock.t = 2.0
+    obs.mute_ended(METERED, "producer_byte_rate", due=2.0)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.995)
+
+
+def test_a_mute_counts_from_its_decision_not_from_when_the_observer_hears_of_it() -> None:
+    """A 1 MB frame's handling takes milliseconds between the read that decided its throttle and
+    the hook: the mute counts from the decision (`at`), as long as the client is told."""
+    obs, clock = make()
+    who = {"quota": "producer_byte_rate", "user": "ANONYMOUS", "client_id": "metered"}
+    clock.t = 1.005
+    obs.mute_started(METERED, "producer_byte_rate", at=1.0)    # decided at 1.0 s, heard 5 ms later
+    clock.t = 2.0
+    obs.mute_ended(METERED, "producer_byte_rate", due=2.0)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.0)
+    clock.t = 3.0
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.0)   # a scrape folds at 3.0 s
+    obs.mute_started(METERED, "producer_byte_rate", at=2.9)    # decided before that fold: added at once
+    clock.t = 3.5
+    obs.mute_ended(METERED, "producer_byte_rate", due=3.5)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.6)
 
 
 def test_a_prefix_group_names_its_members() -> None:

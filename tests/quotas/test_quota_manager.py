@@ -106,6 +106,21 @@ def test_request_percentage_is_percent_of_one_thread() -> None:
     assert v.throttle_seconds == 1.0
 
 
+def test_handler_time_after_the_decision_is_recorded_unchecked_and_judges_the_next_request() -> None:
+    # 50 %, W = 10 s. A request charged 4 s as read (400 / 10 = 40 %: within); its response's 1.5 s is
+    # added unchecked (Kafka's network-thread time: no throttle now, 55 % measured); the next request,
+    # 0.01 s more, reads 55.1 %: X = (55.1 - 50) / 50 x 10 = 1.02 s, capped at one window, 1 s.
+    m = manager(alice(request_percentage=50, request_rate=100))
+    assert m.record_request(ALICE, 4.0, 0.0) == []
+    m.add_handler_time(ALICE, 1.5, 0.0)
+    [state] = [s for s in m.snapshot(0.0) if s.quota_type == "request_percentage"]
+    assert state.rate == pytest.approx(55.0)
+    [rate] = [s for s in m.snapshot(0.0) if s.quota_type == "request_rate"]
+    assert rate.rate == pytest.approx(0.1), "the handler time alone: no second request counted"
+    [v] = m.record_request(ALICE, 0.01, 0.0)
+    assert v.quota_type == "request_percentage" and v.throttle_seconds == 1.0
+
+
 def test_combine_over_a_produce_request() -> None:
     m = manager(alice(producer_byte_rate=1000, request_rate=0.5))
     vs = m.record_produce(ALICE, 20000, 1, 1, 0.0)  # 2000 B/s -> X = 10 s
