@@ -2,16 +2,16 @@
 
 kqp listens on one port per upstream node, so each ``host:port`` an upstream advertises must be
 replaced by kqp's own before the client sees it. Which responses carry addresses is derived from
-kafka-python's schemas at import: a struct holding both a ``host`` and a ``port`` field is an
-endpoint (Metadata, FindCoordinator, DescribeCluster, DescribeQuorum, and the KIP-951
-``NodeEndpoints`` tag of Produce v10+ and Fetch v16+; the list and the look-alikes left alone are
-in protocol/README.md).
+the schemas kqp carries at import: a struct holding both a ``host`` and a ``port`` field is an
+endpoint (Metadata, FindCoordinator, DescribeCluster, DescribeQuorum, the KIP-951 ``NodeEndpoints``
+tag of Produce v10+ and Fetch v16+, and the ``NodeEndpoints`` of ShareFetch and ShareAcknowledge;
+the list and the look-alikes left alone are in protocol/README.md).
 
 The skip walker finds the byte range of the top-level field that holds the endpoints; only that
 field is decoded (with kafka-python's field objects, which come in the walker's order: a test
-checks it) and re-encoded, and the frame is spliced around it. Produce and Fetch responses, on the
-hot path and usually split over several reads, are walked as their parts to the tag section (one
-byte says whether it holds tags); only a section holding NodeEndpoints is copied and decoded.
+checks it) and re-encoded, and the frame is spliced around it. Responses on the hot path, usually
+split over several reads, are walked as their parts past their records to the field or tag section
+that may hold endpoints (one byte says whether it holds any); only then is that tail copied and decoded.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from .apis import kqp_ranges, message_classes
 from .errors import ProtocolError
 from .parts import Parts, SplitFrame
 from .walker import (
+    Buffer,
     MessageWalker,
     OnRecords,
     PartsWalk,
@@ -69,6 +70,13 @@ def _is_endpoint(struct_field: StructField, version: int) -> bool:
     return "host" in names and "port" in names
 
 
+def _holds_records(field: Any, version: int) -> bool:
+    if field.type_str == "records":
+        return True
+    inner = _struct_of(field)
+    return inner is not None and any(_holds_records(f, version) for f in inner.untagged_fields(version))
+
+
 def _holds_endpoint(field: Any, version: int) -> bool:
     inner = _struct_of(field)
     if inner is None:
@@ -87,6 +95,10 @@ class _Plan:
     tagged: dict[int, Any]  # tag -> kafka-python field, for top-level tagged fields holding endpoints
     to_tags: Walk | None  # compiled walk to the top-level tag section, when ``tagged``
     to_tags_parts: PartsWalk | None  # the same over a split frame
+    # Untagged endpoint fields behind records (ShareFetch's NodeEndpoints): the walks to the first of
+    # them, which then starts a small tail of the frame, copied only when it holds an endpoint.
+    to_tail: Walk | None = None
+    to_tail_parts: PartsWalk | None = None
 
 
 def _build() -> dict[tuple[int, int], _Plan]:
@@ -106,7 +118,10 @@ def _build() -> dict[tuple[int, int], _Plan]:
             if whole or untagged or tagged:
                 to_tags = walker.prefix(len(walker.names)) if tagged else None
                 to_tags_parts = walker.prefix_parts(len(walker.names)) if tagged else None
-                plans[api_key, version] = _Plan(walker, fields, whole, untagged, tagged, to_tags, to_tags_parts)
+                tail = bool(untagged) and any(_holds_records(f, version) for f in fields[:untagged[0]])
+                plans[api_key, version] = _Plan(
+                    walker, fields, whole, untagged, tagged, to_tags, to_tags_parts,
+                    walker.prefix(untagged[0]) if tail else None, walker.prefix_parts(untagged[0]) if tail else None)
     return plans
 
 
@@ -201,29 +216,45 @@ def _rewrite_whole(api_key: int, version: int, frame: memoryview, body_offset: i
 
 
 def _rewrite_untagged(plan: _Plan, frame: memoryview, body_offset: int, rw: _Rewriter) -> bytes | None:
+    found = _untagged_section(plan, frame, body_offset, 0, rw)
+    if found is None:
+        return None
+    return _reframe([frame[4:body_offset], *found])
+
+
+def _untagged_section(plan: _Plan, buf: memoryview, pos: int, first: int,
+                      rw: _Rewriter) -> list[bytes | memoryview] | None:
+    """``buf`` from ``pos``, where untagged top-level field ``first`` starts, to its end, with the
+    endpoint fields' endpoints remapped, as parts; None if nothing changed."""
     walker = plan.walker
-    bounds = walker.boundaries(frame, body_offset, upto=plan.untagged[-1] + 1)
+    bounds = walker.boundaries(buf, pos, upto=plan.untagged[-1] + 1, first=first)
     fields = plan.fields
     flexible = walker.flexible
-    parts: list[bytes | memoryview] = [frame[4 : bounds[0]]]
-    cursor = bounds[0]
+    parts: list[bytes | memoryview] = []
+    cursor = pos
     for index in plan.untagged:
-        start, end = bounds[index], bounds[index + 1]
+        start, end = bounds[index - first], bounds[index - first + 1]
         field = fields[index]
-        data = io.BytesIO(frame[start:end])
+        data = io.BytesIO(buf[start:end])
         value = _decode(field.decode, data, version=walker.version, compact=flexible, tagged=flexible)
         before = rw.changed
         rw.changed = False
         rw.visit(value)
         if rw.changed:
-            parts.append(frame[cursor:start])
+            parts.append(buf[cursor:start])
             parts.append(field.encode(value, version=walker.version, compact=flexible, tagged=flexible))
             cursor = end
         rw.changed = rw.changed or before
     if not rw.changed:
         return None
-    parts.append(frame[cursor:])
-    return _reframe(parts)
+    parts.append(buf[cursor:])
+    return parts
+
+
+def _empty_tail(plan: _Plan, buf: Buffer, pos: int) -> bool:
+    """Whether the one endpoint field starting at ``pos`` (a compact array) is empty or null: the
+    usual case, decided by one byte with nothing copied."""
+    return len(plan.untagged) == 1 and plan.walker.flexible and buf[pos] <= 1
 
 
 def _tags_start(plan: _Plan, frame: memoryview, body_offset: int, on_records: OnRecords | None = None) -> int:
@@ -288,6 +319,15 @@ def rewrite_addresses(
         start = _tags_start(plan, frame, body_offset, on_records)
         if frame[start] == 0:
             return None, []  # no tagged fields at all: the usual case, nothing decoded or copied
+    if plan.to_tail is not None:   # ShareFetch: endpoints behind the records
+        start = plan.to_tail(frame, body_offset, on_records)
+        if start >= len(frame):
+            raise ProtocolError("response ends before its node endpoints")
+        if _empty_tail(plan, frame, start):
+            return None, []
+        rw = _Rewriter(mapper, api_version)
+        found = _untagged_section(plan, frame, start, plan.untagged[0], rw)
+        return (None if found is None else _reframe([frame[4:start], *found])), rw.seen
     rw = _Rewriter(mapper, api_version)
     if plan.whole:
         return _rewrite_whole(api_key, api_version, frame, body_offset, rw), rw.seen
@@ -322,6 +362,8 @@ def rewrite_addresses_parts(
     plan = _PLANS.get((api_key, api_version))
     if plan is None:
         return None, []
+    if plan.to_tail_parts is not None:
+        return _rewrite_tail_parts(plan, SplitFrame(parts), body_offset, mapper, counts, api_version)
     if plan.to_tags_parts is None or plan.untagged:
         # Metadata, FindCoordinator, DescribeCluster, DescribeQuorum: no record data to spare.
         new, seen = rewrite_addresses(api_key, api_version, memoryview(b"".join(parts)), body_offset, mapper)
@@ -341,3 +383,23 @@ def rewrite_addresses_parts(
     section, end = found
     size = start - 4 + sum(map(len, section)) + len(tail) - end
     return (_I32.pack(size), *split.views(4, start), *section, tail[end:]), rw.seen
+
+
+def _rewrite_tail_parts(plan: _Plan, split: SplitFrame, body_offset: int, mapper: AddressMapper,
+                        counts: RecordSink | None, version: int) -> tuple[Parts | None, list[BrokerAddress]]:
+    """Endpoints behind records in a split frame: walked to across the parts (records counted on the
+    way), the small tail from there copied only when it holds one."""
+    assert plan.to_tail_parts is not None
+    start = plan.to_tail_parts(split, body_offset, counts)
+    if start >= split.total:
+        raise ProtocolError("response ends before its node endpoints")
+    buf, base = split.window(start, 1)
+    if _empty_tail(plan, buf, start - base):
+        return None, []
+    tail = memoryview(split.copy(start, split.total))
+    rw = _Rewriter(mapper, version)
+    found = _untagged_section(plan, tail, 0, plan.untagged[0], rw)
+    if found is None:
+        return None, rw.seen
+    size = start - 4 + sum(map(len, found))
+    return (_I32.pack(size), *split.views(4, start), *found), rw.seen

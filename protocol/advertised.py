@@ -8,9 +8,10 @@ upstream serves and kqp has no layout for is advertised all the same and passed 
 to request quotas only, its response matched by correlation id and left untouched (a throttle
 still mutes; only the ``throttle_time_ms`` hint is missing).
 
-No version newer than the definitions kqp carries (kafka-python's schemas, or Kafka 3.9's facts in
-:mod:`kqp.protocol.kafka39`) is advertised, and no API key neither knows: a newer version might
-add a broker address, as Produce v10 and Fetch v16 did.
+No version newer than the definitions kqp carries (kafka-python's schemas, kqp's own definitions
+and Kafka's facts in :mod:`kqp.protocol.kafka39` and :mod:`kqp.protocol.kafka44`) is advertised,
+and no API key none of them knows: a newer version might add a broker address, as Produce v10 and
+Fetch v16 did.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from types import MappingProxyType
 
 from .addresses import names_brokers
 from .api_versions import intersect_ranges
-from .apis import ApiKey, decodable_range, known_range, kqp_ranges
-from .kafka39 import UNSCHEMED
+from .apis import UNSCHEMED, ApiKey, decodable_range, known_range, kqp_ranges
 
 __all__ = ["BODY_APIS", "advertised_ranges", "header_only_pairs"]
 

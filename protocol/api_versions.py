@@ -4,7 +4,8 @@ kqp advertises the intersection of what the upstream supports and what kqp can s
 (:mod:`kqp.protocol.advertised`), so it encodes the ApiVersions response itself. A client asking
 above kqp's maximum gets what Kafka's broker sends: a v0 body with UNSUPPORTED_VERSION and kqp's
 own range; the response header is always v0 (KIP-511). :func:`client_software` reads KIP-511's
-client software name and version from v3+ requests.
+client software name and version from v3+ requests, :func:`intended_broker` KIP-1242's cluster and
+node from v5+ requests, which a broker that is not that node answers with REBOOTSTRAP_REQUIRED.
 
 :class:`ApiVersionsProbe` learns an upstream's ranges by Kafka's client rule
 (``NetworkClient.handleApiVersionsResponse``): an UNSUPPORTED_VERSION answer names the upstream's
@@ -21,23 +22,26 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-
-from .apis import ApiKey, decodable_range
+from .apis import ApiKey, decodable_range, message_classes
 from .errors import ProtocolError
 from .walker import skip_tagged_fields, walker_for
 
 __all__ = [
+    "INVALID_REQUEST",
     "PROBE_VERSION",
+    "REBOOTSTRAP_REQUIRED",
     "UNSUPPORTED_VERSION",
     "ApiVersionsProbe",
     "client_software",
     "decode_api_versions_response",
     "encode_api_versions_response",
+    "intended_broker",
     "intersect_ranges",
 ]
 
 UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+REBOOTSTRAP_REQUIRED = 129   # KIP-1242: the client has reached another cluster or node than it meant
 #: The version kqp first asks upstreams with: v3 (Kafka 2.4+), the first flexible version. Not
 #: kqp's highest: an upstream that, like Tansu, answers versions above its own in its own layout
 #: with no error would be misread, and nothing kqp reads changed after v3.
@@ -50,6 +54,7 @@ CLIENT_SOFTWARE = {"client_software_name": "kqp", "client_software_version": "0"
 _KIP_511_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 SOFTWARE_NAME_MAX = 64
 
+ApiVersionsRequest, ApiVersionsResponse = message_classes(ApiKey.ApiVersions)   # v5: kqp's definitions
 _RANGE = decodable_range(ApiKey.ApiVersions)
 assert _RANGE is not None
 _MIN, _MAX = _RANGE
@@ -101,6 +106,18 @@ def client_software(request_version: int, body: memoryview | bytes) -> tuple[str
         return None
     return (_software_name(decoded.client_software_name),   # type: ignore[attr-defined]
             _software_name(decoded.client_software_version))   # type: ignore[attr-defined]
+
+
+def intended_broker(request_version: int, body: memoryview | bytes) -> tuple[str | None, int] | None:
+    """KIP-1242's ``(ClusterId, NodeId)`` of a v5+ ApiVersions request: the broker the client means to
+    reach (``(None, -1)``: it names none). None before v5, or for a body kqp cannot read."""
+    if not 5 <= request_version <= _MAX:
+        return None
+    try:
+        decoded = ApiVersionsRequest.decode(bytes(body), version=request_version)
+    except (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError):   # messages.DECODE_ERRORS
+        return None
+    return decoded.cluster_id, decoded.node_id   # type: ignore[attr-defined]
 
 
 def _software_name(value: str | None) -> str:

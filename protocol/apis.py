@@ -5,10 +5,11 @@ path looks up in O(1): which API keys kqp can decode and at which versions (from
 Fetch, as Kafka 3.9 defines them: :mod:`kqp.protocol.kafka39`), which versions are flexible and
 hence which request and response header versions a frame uses (Kafka's
 ``ApiKeys.requestHeaderVersion``; an ApiVersions response always uses header v0, KIP-511), and the
-classes to decode with. Nothing is typed in by hand but Kafka 3.9's version facts and one table
-that lives in Kafka's Java code rather than in its schemas:
-``AbstractResponse.shouldClientThrottle(version)``, the KIP-219 switch saying from which version a
-client throttles itself.
+classes to decode with. kqp's own definitions of what kafka-python lacks (:mod:`kqp.protocol.kafka44`:
+the share fetch APIs, newer versions) join kafka-python's classes here. Nothing else is typed in by
+hand but Kafka's version facts and one table that lives in Kafka's Java code rather than in its
+schemas: ``AbstractResponse.shouldClientThrottle(version)``, the KIP-219 switch saying from which
+version a client throttles itself.
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ import kafka.protocol.sasl
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
+from . import kafka39, kafka44
 from .errors import UnsupportedApi
-from .kafka39 import OLDEST_VERSIONS, UNSCHEMED
+from .kafka39 import OLDEST_VERSIONS, Unschemed
 
 __all__ = [
     "API_NAMES",
+    "GROUP_PROTOCOLS",
+    "UNSCHEMED",
     "ApiKey",
     "decodable_range",
     "known_range",
@@ -44,7 +48,20 @@ __all__ = [
 
 #: Every api key Kafka defines, named as Kafka names it (also the keys kqp cannot decode, for logs
 #: and metrics labels).
-API_NAMES: Mapping[int, str] = MappingProxyType({int(k): k.name for k in ApiKey})
+API_NAMES: Mapping[int, str] = MappingProxyType({**{int(k): k.name for k in ApiKey}, **kafka44.NAMES})
+
+#: The group protocol an API belongs to, for saying what kind of member a client is (a client that
+#: sent ShareFetch reads as a share group's member, KIP-932). Names are Kafka's `group.protocol` values.
+GROUP_PROTOCOLS: Mapping[int, str] = MappingProxyType({
+    ApiKey.JoinGroup: "classic", ApiKey.SyncGroup: "classic",
+    ApiKey.ConsumerGroupHeartbeat: "consumer",
+    ApiKey.ShareGroupHeartbeat: "share", ApiKey.ShareFetch: "share", ApiKey.ShareAcknowledge: "share",
+    ApiKey.StreamsGroupHeartbeat: "streams",
+})
+
+#: Per API kqp has no layout for, the facts that let it pass the API on its header alone (Kafka
+#: 3.9's, then what Kafka 4.4 changed or added).
+UNSCHEMED: Mapping[int, Unschemed] = MappingProxyType({**kafka39.UNSCHEMED, **kafka44.UNSCHEMED})
 
 _MODULES: tuple[ModuleType, ...] = (
     kafka.protocol.admin,
@@ -65,6 +82,8 @@ def _collect() -> dict[int, tuple[type, type]]:
             if getattr(obj, "_class_version", None) is not None:
                 continue  # a versioned wrapper such as MetadataRequest_v3
             (requests if obj.is_request() else responses)[obj.API_KEY] = obj
+    for obj in kafka44.MESSAGES:   # kqp's own, where kafka-python has none or an older version
+        (requests if obj.is_request() else responses)[obj.API_KEY] = obj
     return {k: (requests[k], responses[k]) for k in sorted(requests.keys() & responses.keys())}
 
 
@@ -96,8 +115,8 @@ _RANGES: dict[int, tuple[int, int]] = {k: _valid_range(*c) for k, c in _CLASSES.
 # its connection closed (`kqp.proxy.connection.authentication`).
 _REQ_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[0]) for k, c in _CLASSES.items()}
 _RESP_FLEX_FROM: dict[int, int] = {k: _first_flexible(c[1]) for k, c in _CLASSES.items()}
-# APIs with no schema in kafka-python: their header versions from Kafka 3.9's definitions, so
-# that kqp can pass them on their header alone (`kqp.protocol.advertised`).
+# APIs kqp has no layout for: their header versions from Kafka's definitions, so that kqp can pass
+# them on their header alone (`kqp.protocol.advertised`).
 for _key, _facts in UNSCHEMED.items():
     _REQ_FLEX_FROM[_key] = _RESP_FLEX_FROM[_key] = _facts.flexible_from
 # KIP-511: ApiVersions responses always carry header v0, whatever the body version.

@@ -1,16 +1,16 @@
 """What Apache Kafka 3.9's message definitions say that kafka-python 3's schemas no longer say.
 
 kafka-python 3 ships Kafka 4's definitions, which dropped the oldest versions of several APIs
-(KIP-896), Produce v0-v2 and Fetch v0-v3 among them, and has none at all for some APIs (delegation
-tokens, KIP-848, KIP-714, KIP-932). A Kafka 3.x upstream still serves them. These facts were read
-from ``clients/src/main/resources/common/message/*.json`` at Kafka's 3.9 branch (commit
-c821449fb7c); nothing of those files is copied:
+(KIP-896), Produce v0-v2 and Fetch v0-v3 among them, and has none for some APIs (delegation tokens,
+KIP-714). A Kafka 3.x upstream still serves them. Read from Kafka's 3.9 branch's message definitions
+(commit c821449fb7c), nothing of them copied (Kafka 4.4's changes: :mod:`kqp.protocol.kafka44`):
 
 * ``OLDEST_VERSIONS``: Produce and Fetch start at v0. Every field's version range is the same in
   3.9's definitions and kafka-python's for those versions, so the walker lays the old versions out
   from the schema it has (tests check them against kafka-python's hand-written old classes).
 * ``UNSCHEMED``: per API without a schema, its newest and first flexible version (so kqp knows the
-  header versions) and whether its response names brokers (then it is never advertised).
+  header versions), whether its response names brokers (then it is never advertised) and whether
+  ``throttle_time_ms`` is its response's first field (then kqp tells a throttle there too).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ OLDEST_VERSIONS: Mapping[int, int] = MappingProxyType({ApiKey.Produce: 0, ApiKey
 
 
 class Unschemed(NamedTuple):
-    newest: int          # validVersions' upper bound in 3.9
+    newest: int          # validVersions' upper bound
     flexible_from: int   # flexibleVersions' lower bound ("0+" -> 0)
     names_brokers: bool  # the response holds a broker endpoint at some version
+    throttle_first: bool = False   # every version's response starts with throttle_time_ms
 
 
 UNSCHEMED: Mapping[int, Unschemed] = MappingProxyType({
@@ -42,27 +43,14 @@ UNSCHEMED: Mapping[int, Unschemed] = MappingProxyType({
     ApiKey.RenewDelegationToken: Unschemed(2, 2, False),
     ApiKey.ExpireDelegationToken: Unschemed(2, 2, False),
     ApiKey.DescribeDelegationToken: Unschemed(3, 2, False),
-    ApiKey.AlterPartition: Unschemed(3, 0, False),
+    ApiKey.AlterPartition: Unschemed(3, 0, False, throttle_first=True),
     ApiKey.Envelope: Unschemed(0, 0, False),
-    ApiKey.UnregisterBroker: Unschemed(0, 0, False),
-    ApiKey.AllocateProducerIds: Unschemed(0, 0, False),
-    # KIP-848's two at Kafka 4's versions, not 3.9's early-access v0: clients of the released protocol
-    # (librdkafka 2.16) never join a group through a listener offering ConsumerGroupHeartbeat v0 alone.
-    # v1 (SubscribedTopicRegex; MemberType) read from Kafka 4.4.0's kafka-clients message classes:
-    # flexible from v0, no broker endpoint in either.
-    ApiKey.ConsumerGroupHeartbeat: Unschemed(1, 0, False),
-    ApiKey.ConsumerGroupDescribe: Unschemed(1, 0, False),
-    ApiKey.GetTelemetrySubscriptions: Unschemed(0, 0, False),
-    ApiKey.PushTelemetry: Unschemed(0, 0, False),
-    ApiKey.ShareGroupHeartbeat: Unschemed(0, 0, False),
-    ApiKey.ShareGroupDescribe: Unschemed(0, 0, False),
-    ApiKey.ShareFetch: Unschemed(0, 0, True),
-    ApiKey.ShareAcknowledge: Unschemed(0, 0, True),
-    ApiKey.AddRaftVoter: Unschemed(0, 0, False),
-    ApiKey.RemoveRaftVoter: Unschemed(0, 0, False),
+    ApiKey.UnregisterBroker: Unschemed(0, 0, False, throttle_first=True),
+    ApiKey.AllocateProducerIds: Unschemed(0, 0, False, throttle_first=True),
+    ApiKey.GetTelemetrySubscriptions: Unschemed(0, 0, False, throttle_first=True),
+    ApiKey.PushTelemetry: Unschemed(0, 0, False, throttle_first=True),
+    ApiKey.RemoveRaftVoter: Unschemed(0, 0, False, throttle_first=True),
     ApiKey.InitializeShareGroupState: Unschemed(0, 0, False),
     ApiKey.ReadShareGroupState: Unschemed(0, 0, False),
-    ApiKey.WriteShareGroupState: Unschemed(0, 0, False),
     ApiKey.DeleteShareGroupState: Unschemed(0, 0, False),
-    ApiKey.ReadShareGroupStateSummary: Unschemed(0, 0, False),
 })

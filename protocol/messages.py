@@ -20,7 +20,8 @@ from .apis import ApiKey, decodable_range, message_classes
 from .errors import ProtocolError, UnsupportedApi
 from .headers import encode_request_header, encode_response_header, response_body_offset
 
-__all__ = ["DECODE_ERRORS", "decode_body", "decode_response", "encode_request", "metadata_brokers", "response_frame"]
+__all__ = ["DECODE_ERRORS", "decode_body", "decode_response", "encode_request", "metadata_brokers",
+           "metadata_cluster_id", "response_frame"]
 
 _I32 = struct.Struct(">i")
 # What kafka-python's decoders raise on a malformed body (UnicodeDecodeError is a ValueError).
@@ -85,3 +86,8 @@ def metadata_brokers(frame: memoryview, api_version: int) -> list[BrokerAddress]
     """The brokers of a whole Metadata response frame, without decoding its topics."""
     offset = response_body_offset(ApiKey.Metadata, api_version, frame)
     return rewrite_addresses(ApiKey.Metadata, api_version, frame, offset, _keep)[1]
+
+
+def metadata_cluster_id(frame: memoryview, api_version: int) -> str | None:
+    """The cluster id of a whole Metadata response frame (v2+; None before, or when the broker has none)."""
+    return decode_response(ApiKey.Metadata, api_version, frame).cluster_id   # type: ignore[attr-defined]

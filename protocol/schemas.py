@@ -1,6 +1,7 @@
 """What Apache Kafka's JSON message definitions say of a field at a version, for the walkers.
 
-Read through kafka-python's public ``load_json`` (the data its message classes are built from):
+Read through kafka-python's public ``load_json`` (the data its message classes are built from), or
+from kqp's own definitions where they replace or add to kafka-python's (:mod:`kqp.protocol.kafka44`):
 which fields are on the wire at a version, which are tagged, and which have a constant size.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 from functools import cache
 
 from kafka.protocol.schemas import BaseField, load_json
+
+from .kafka44 import DEFINITIONS
 
 __all__ = ["FIXED_SIZES", "LENGTH_PREFIXED", "fixed_size", "in_versions", "schema", "schema_versions", "untagged"]
 
@@ -27,8 +30,9 @@ def in_versions(spec: str | None, version: int) -> bool:
 
 @cache
 def schema(message: str) -> dict:
-    """Apache Kafka's JSON message definition, as kafka-python ships it."""
-    return load_json(message)
+    """Apache Kafka's JSON message definition, as kafka-python ships it or kqp defines it."""
+    own = DEFINITIONS.get(message)
+    return own if own is not None else load_json(message)
 
 
 def schema_versions(message: str) -> range:

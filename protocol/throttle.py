@@ -1,9 +1,11 @@
 """Where ``throttle_time_ms`` sits in each response, and raising it in place.
 
 KIP-219 has kqp answer at once with ``throttle_time_ms`` filled in. The int32's position is
-derived from kafka-python's schemas per (api key, version) at import: ``"first"`` (the first body
+derived from the schemas kqp carries per (api key, version) at import: ``"first"`` (the first body
 field, most APIs), ``"walk"`` (behind variable-length fields: Produce, ApiVersions, OffsetDelete;
 the skip walker finds the offset reading only lengths and counts) or ``"none"`` (no such field).
+An API kqp passes on its header alone is ``"first"`` where Kafka's facts say every version's
+response starts with it (``Unschemed.throttle_first``: the group heartbeats of KIP-848, 932, 1071).
 
 A "walk" response is not decoded and re-encoded: the patch is the same 4-byte overwrite as for
 "first", cheaper, and it cannot drop fields a re-encode would lose. Patching never writes into the
@@ -16,7 +18,7 @@ from __future__ import annotations
 import struct
 from typing import Literal
 
-from .apis import kqp_ranges, message_classes
+from .apis import UNSCHEMED, kqp_ranges, message_classes
 from .errors import ProtocolError
 from .parts import Parts, SplitFrame
 from .walker import PartsWalk, walker_for
@@ -43,6 +45,9 @@ def _build() -> tuple[dict[tuple[int, int], ThrottleKind], dict[tuple[int, int],
             else:
                 kinds[api_key, version] = "walk"
                 walks[api_key, version] = walker.prefix_parts(walker.index(_FIELD))
+    for api_key, facts in UNSCHEMED.items():
+        if facts.throttle_first:
+            kinds.update(dict.fromkeys(((api_key, v) for v in range(facts.newest + 1)), "first"))
     return kinds, walks
 
 

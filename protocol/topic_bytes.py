@@ -10,7 +10,8 @@ The schema walker's generated code is compiled here with *marks*: a field named 
 nesting level (body, topic, partition) is handed to the sink as ``mark(code, buf, start, end)``
 during the walk, and every ``records`` field as ``add_from`` (or ``add_from_parts``), as record
 counting does. Record data is never read, except a Fetch batch header when its high watermark is
-wanted. Produce v13 and Fetch v13+ name topics by id (KIP-516): those come back as ``uuid.UUID``.
+wanted. Produce v13, Fetch v13+ and ShareFetch name topics by id (KIP-516): those come back as
+``uuid.UUID``. A ShareFetch response says nothing of what is left to fetch (``more`` stays False).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from .varints import Buffer
 # with marks, so it shares them rather than copying them.
 from .walker import _NAMESPACE, _Emitter
 
-__all__ = ["TopicBytes", "fetch_response_topics", "produce_request_topics", "produce_response_signals"]
+__all__ = ["TopicBytes", "fetch_response_topics", "produce_request_topics", "produce_response_signals",
+           "share_fetch_response_topics"]
 
 TOPIC, THROTTLE, ERROR, WATERMARK = range(4)
 REQUEST_TIMED_OUT = 7
@@ -39,6 +41,7 @@ _MARKS: dict[str, dict[tuple[int, str], int]] = {
     "ProduceRequest": _NAME,
     "FetchResponse": {**_NAME, (0, "ThrottleTimeMs"): THROTTLE, (2, "HighWatermark"): WATERMARK},
     "ProduceResponse": {(0, "ThrottleTimeMs"): THROTTLE, (2, "ErrorCode"): ERROR},
+    "ShareFetchResponse": {(1, "TopicId"): TOPIC, (0, "ThrottleTimeMs"): THROTTLE},
 }
 _I16, _I32, _I64 = (struct.Struct(f).unpack_from for f in (">h", ">i", ">q"))
 _ENTRY = struct.Struct(">qi").unpack_from   # every record format: offset int64, size int32
@@ -217,3 +220,8 @@ def fetch_response_topics(api_version: int, parts: Parts, body_offset: int) -> T
 def produce_response_signals(api_version: int, parts: Parts, body_offset: int) -> TopicBytes:
     """A Produce response's throttle_time_ms and its partitions answered REQUEST_TIMED_OUT."""
     return _read("ProduceResponse", api_version, parts, body_offset, False)
+
+
+def share_fetch_response_topics(api_version: int, parts: Parts, body_offset: int) -> TopicBytes:
+    """Records bytes per topic id of a ShareFetch response frame, and its throttle_time_ms."""
+    return _read("ShareFetchResponse", api_version, parts, body_offset, True)

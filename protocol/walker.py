@@ -295,14 +295,15 @@ class MessageWalker:
         """The split-frame flavour of :meth:`prefix`: ``(frame, pos, sink=None) -> offset of field index``."""
         return self._walk(0, index, parts=True)
 
-    def boundaries(self, buf: Buffer, pos: int, upto: int | None = None) -> list[int]:
+    def boundaries(self, buf: Buffer, pos: int, upto: int | None = None, first: int = 0) -> list[int]:
         """Start offsets of the untagged top-level fields, then the offset where they end.
 
-        With ``upto``, stops after field ``upto - 1`` (``upto + 1`` offsets). In flexible versions
-        the top-level tagged fields start at the last offset of a full walk.
+        With ``upto``, stops after field ``upto - 1``; with ``first``, ``pos`` is where field
+        ``first`` starts and the offsets begin there (``upto - first + 1`` offsets). In flexible
+        versions the top-level tagged fields start at the last offset of a full walk.
         """
         out = [pos]
-        for i in range(len(self._fields) if upto is None else upto):
+        for i in range(first, len(self._fields) if upto is None else upto):
             pos = self._walk(i, i + 1)(buf, pos)
             out.append(pos)
         return out

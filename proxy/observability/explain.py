@@ -7,7 +7,8 @@ walk resolution makes); each quota in force with its limit, entity, sensor, rate
 in shared scope), its mode, and the other principals seen that share its sensor (a prefix group's
 members, a user's clients); the `throttles` of the last 5 minutes by cause, and the `observed` ones
 that quotas in mode observe would have given (`client_metrics.RecentThrottles`); open `connections`
-(software, whether it honours throttles, how long still muted: `kqp.proxy.connection.views`);
+(software, whether it honours throttles, how long still muted: `kqp.proxy.connection.views`); its
+`requests` by API and the `group_protocols` they belong to (a share group's member, KIP-932);
 `pools` (with the member's class and each class's division), and `budget_changes` from a provider
 plugged in at assembly (null while none is). With no user given, the user is the one the client id's
 open connections authenticated as (the first, if several), else ANONYMOUS; `user_from` says which.
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
+from kqp.protocol.apis import API_NAMES, GROUP_PROTOCOLS
 from kqp.proxy.connection.views import ConnectionView
 from kqp.proxy.observability.client_metrics import BUCKET_SECONDS, RECENT_BUCKETS, RecentThrottles
 from kqp.quotas.entities import ladder
@@ -31,6 +33,8 @@ from kqp.quotas.pool_membership import membership
 __all__ = ["BudgetChanges", "Explainer"]
 
 BudgetChanges = Callable[[str], list[dict[str, Any]]]   # pool name -> its recent budget changes
+Requests = Callable[[Principal], dict[str, int]]        # a principal -> its requests by API name
+_PROTOCOL_OF = {API_NAMES[api]: protocol for api, protocol in GROUP_PROTOCOLS.items()}
 SPAN = BUCKET_SECONDS * RECENT_BUCKETS
 MAX_NAMED = 20   # sharing principals named one by one; the rest are counted
 
@@ -52,11 +56,13 @@ class Explainer:
     def __init__(self, quotas: QuotaManager, connections: Callable[[], Iterable[ConnectionView]],
                  clock: Callable[[], float], recent: RecentThrottles | None = None,
                  budget_changes: BudgetChanges | None = None, recent_observed: RecentThrottles | None = None,
-                 principals: Callable[[], Iterable[Principal]] | None = None) -> None:
+                 principals: Callable[[], Iterable[Principal]] | None = None,
+                 requests: Requests | None = None) -> None:
         self.quotas, self.connections, self.clock = quotas, connections, clock
         self.recent, self.recent_observed = recent, recent_observed
         self.budget_changes = budget_changes
         self.principals = principals   # those seen lately (the metrics' entities), for who shares a sensor
+        self.requests = requests
 
     def __call__(self, client_id: str, user: str | None = None) -> dict[str, Any]:
         now = self.clock()
@@ -68,6 +74,7 @@ class Explainer:
             mine = [v for v in mine if v.user == user]
         principal = Principal(user, client_id)
         rungs = ladder(self.quotas.settings, principal)
+        requests = {} if self.requests is None else self.requests(principal)
         return {
             "client_id": client_id, "user": user, "user_from": user_from,
             "scope": "instance" if self.quotas.fleet is None else "shared",
@@ -77,6 +84,8 @@ class Explainer:
             "throttles": self._throttles(self.recent, principal, now),
             "observed": self._throttles(self.recent_observed, principal, now),
             "connections": [asdict(v) for v in mine],
+            "requests": requests,
+            "group_protocols": sorted({_PROTOCOL_OF[api] for api in requests if api in _PROTOCOL_OF}),
             "pools": self._pools(principal, now),
         }
 

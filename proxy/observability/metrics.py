@@ -169,6 +169,11 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         """The principals seen within `entity_expiry_seconds` (the `other` bucket left out)."""
         return [p for p in self._entities if p != _OTHER_PRINCIPAL]
 
+    def requests_of(self, p: Principal) -> dict[str, int]:
+        """`p`'s requests since it was first seen, by API name (empty for one not seen lately)."""
+        e = self._entities.get(p)
+        return {} if e is None else {_api_name(api): n for api, n in sorted(e.requests.items())}
+
     @property
     def entity_count(self) -> int:
         """Distinct label sets held, the `other` bucket included."""

@@ -1,4 +1,4 @@
-"""What kqp knows of the upstream cluster: its brokers and the API versions both sides speak.
+"""What kqp knows of the upstream cluster: its brokers, its cluster id and the API versions both sides speak.
 
 Learned from the upstream's own answers (ApiVersions, Metadata) at start, every
 `upstream.metadata_refresh_ms`, and whenever a forwarded response names a broker kqp has not seen.
@@ -19,7 +19,7 @@ from kqp.protocol.advertised import advertised_ranges
 from kqp.protocol.api_versions import ApiVersionsProbe
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.messages import metadata_brokers
+from kqp.protocol.messages import metadata_brokers, metadata_cluster_id
 
 from .cert_reload import no_tls
 from .upstream_client import UpstreamClient
@@ -37,6 +37,7 @@ class UpstreamCluster:
         self._max_frame = max_frame_bytes
         self.brokers: dict[int, HostPort] = {}
         self.api_ranges: dict[int, tuple[int, int]] = {}
+        self.cluster_id: str | None = None   # the upstream's, from its Metadata (v2+)
         self.last_refresh_ok: float | None = None     # clock time of the last good refresh
         self.last_error: str | None = None
         self._on_broker = on_broker
@@ -97,10 +98,12 @@ class UpstreamCluster:
                     md_version = common[ApiKey.Metadata][1]
                     frame = await client.request_frame(ApiKey.Metadata, md_version, **_metadata_fields(md_version))
                     brokers = metadata_brokers(frame, md_version)
+                    cluster_id = metadata_cluster_id(frame, md_version)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, ValueError) as exc:
                 errors.append(f"{target}: {exc.__class__.__name__}: {exc}")
                 continue
             self.api_ranges = common
+            self.cluster_id = cluster_id
             self.learn(brokers)
             self.last_refresh_ok = self._clock()
             self.last_error = None

@@ -137,7 +137,7 @@ class ProxyServer:
         self.core = CoreParts(
             charging=charging,
             handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
-                                       admin),
+                                       admin, lambda: cluster.cluster_id),
             listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter, cpu=time.thread_time,
             settings=core_settings(cfg), sasl=sasl, upstream_sasl=forwarding_login(cfg),
         )
@@ -215,7 +215,8 @@ class ProxyServer:
                             None if prometheus is None else prometheus.recent,
                             budget_changes(self.quotas, self.loop.time),
                             None if prometheus is None else prometheus.recent_observed,
-                            None if prometheus is None else prometheus.principals)
+                            None if prometheus is None else prometheus.principals,
+                            None if prometheus is None else prometheus.requests_of)
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
                                         lambda: prepare_scrape(observer), explain)
         try:

@@ -4,9 +4,10 @@ It reads `GET /explain?client_id=X&user=U` from kqp's metrics endpoint (the JSON
 `kqp.proxy.observability.explain`) and prints it as text: the entity that matched at which level and
 why the others did not, each quota's limit, rate (the fleet's beside it in shared scope) and mode,
 who else shares it, the throttles of the last minutes and their causes (and those observed quotas
-would have given), the client's connections (its software, and whether it honours throttles), and
-its pools. `--json` prints the document as served. Rendering is a pure
-function of the document, tested without a kqp. Exit 0, 1 when kqp cannot be read, 2 on wrong input.
+would have given), the client's connections (its software, and whether it honours throttles), its
+requests by API and the group protocols they show (a share or streams group's member), and its
+pools. `--json` prints the document as served. Rendering is a pure function of the document, tested
+without a kqp. Exit 0, 1 when kqp cannot be read, 2 on wrong input.
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ def render(doc: dict[str, Any]) -> list[str]:
         for cause, c in sorted(t["by_cause"].items()):
             lines.append(f"  {cause:<24} {c['count']:>6}  {c['total_seconds']:8.2f} s  "
                          f"largest {c['largest_seconds']:.2f} s")
+    if requests := doc.get("requests"):
+        groups = doc.get("group_protocols") or []
+        member = f"  (a member of {', '.join(f'a {g} group' for g in groups)})" if groups else ""
+        lines += ["", f"REQUESTS{member}", "  " + ", ".join(f"{api} {n}" for api, n in requests.items())]
     lines += ["", f"CONNECTIONS ({len(doc['connections'])})"]
     for c in doc["connections"]:
         honours = c["honours_throttles"] + (f" ({c['why_not']})" if c["why_not"] else "")

@@ -1,17 +1,17 @@
 """`kqp top`: a live terminal view of one kqp, read from its /metrics endpoint.
 
 One row per entity (user, client id): each quota's measured rate against its limit, the share of
-time its connections spent throttled, its muted connections; furthest over any quota first. A
-client-id prefix group has a row of its own (`etl-*`) followed by its members, indented, each with
-its own usage, so the members add up to the group. Pools (top_pools.py) and client software
-(top_clients.py) follow. Rates against limits are kqp's own quota measurements; the rest are
-counters differentiated between two reads: THROTTLED, seconds muted by a throttle per second
-(`kqp_muted_seconds_total`; 1.00: a connection always muted); MODE and WOULD THROTTLE (while a quota
-is observed), the share of time observed quotas would have muted the entity. `--once` reads twice.
+time its connections spent throttled, its muted connections; furthest over any quota first; `[share]`
+or `[streams]` beside a group member's client id (from the APIs it sent). A client-id prefix group
+has a row of its own (`etl-*`) followed by its members, indented, each with its own usage, so the
+members add up to the group. Pools (top_pools.py) and client software (top_clients.py) follow.
+Rates against limits are kqp's own quota measurements; the rest are counters differentiated between
+two reads: THROTTLED, seconds muted by a throttle per second (`kqp_muted_seconds_total`; 1.00: a
+connection always muted); MODE and WOULD THROTTLE (while a quota is observed), the share of time
+observed quotas would have muted the entity. `--once` reads twice.
 
-Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
-and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
-of the scraped text, tested without a terminal.
+Drawing is plain ANSI rather than curses: no flicker in any terminal or tmux, plain text with
+`--once` or a pipe. Parsing and rendering are pure functions of the scraped text.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kqp.protocol.apis import API_NAMES, GROUP_PROTOCOLS
 from kqp.proxy.tools import top_clients
 from kqp.proxy.tools.top_pools import PoolView, add_sample, pool_lines
 from kqp.quotas.model import QuotaType
@@ -69,6 +70,8 @@ LEGEND = (f"THROTTLED: seconds muted by a throttle per second, over its connecti
 OBSERVE_LEGEND = "WOULD THROTTLE: share of time quotas in mode observe would have muted the entity (none muted)"
 
 Key = tuple[str, str, bool]   # (user, client id or prefix, group)
+# The group protocols a row names (a consumer's classic or KIP-848 membership is the usual case, left unsaid).
+SHOWN_PROTOCOLS = {API_NAMES[api]: p for api, p in GROUP_PROTOCOLS.items() if p in ("share", "streams")}
 
 
 @dataclass
@@ -86,11 +89,13 @@ class Entity:
     observed: set[str] = field(default_factory=set)   # quotas in mode observe
     observed_seconds: dict[str, float] = field(default_factory=dict)   # counter: quota -> would-be-muted seconds
     would: dict[str, float] | None = None       # quota -> would-be-muted seconds per second (0-1)
+    protocols: set[str] = field(default_factory=set)   # share, streams: the group protocols its requests show
 
     @property
     def name(self) -> str:
-        """The CLIENT_ID cell: a group's prefix followed by `*`."""
-        return f"{self.client_id}*" if self.group else self.client_id or "-"
+        """The CLIENT_ID cell: a group's prefix followed by `*`; a share group member's id with `[share]`."""
+        name = f"{self.client_id}*" if self.group else self.client_id or "-"
+        return name + "".join(f" [{p}]" for p in sorted(self.protocols))
 
     @property
     def worst(self) -> float:
@@ -195,6 +200,8 @@ def parse(text: str, taken_at: float) -> Scrape:
             elif name in ("kqp_bytes_total", "kqp_records_total", "kqp_requests_total",
                           "kqp_request_handler_seconds_total"):
                 e = principal(labels)   # every entity with traffic gets a row, quota or not
+                if (protocol := SHOWN_PROTOCOLS.get(labels.get("api", ""))) is not None:
+                    e.protocols.add(protocol)
                 found = own.get((name, labels.get("direction")))
                 if found is not None:
                     quota, factor = found

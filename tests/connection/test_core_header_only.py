@@ -2,8 +2,10 @@
 
 ListOffsets v0 (Kafka 4 dropped it from the schemas kafka-python ships) and
 GetTelemetrySubscriptions v0 (KIP-714: no schema in kafka-python; its header versions come from
-Kafka 3.9's facts, flexible from v0) go upstream as the bytes the client sent, and their
-responses come back untouched: no anomaly counted, request quotas charged, byte quotas not.
+Kafka's facts, flexible from v0) go upstream as the bytes the client sent, and their
+responses come back untouched: no anomaly counted, request quotas charged, byte quotas not. Only a
+throttle is written into a response, where Kafka's facts say where it sits (the telemetry
+response starts with throttle_time_ms; ListOffsets v0 has none).
 An API whose body kqp must read (CreateTopics v0: KIP-599) or whose response may name a broker
 (ShareFetch: NodeEndpoints) is never passed on blindly: such a request closes the connection, as
 any version kqp does not serve.
@@ -74,12 +76,22 @@ def test_a_header_only_exchange_goes_through_untouched(exchange: Callable[[int],
     assert len(recorder.requests) == 1
 
 
-@pytest.mark.parametrize("exchange", [list_offsets, telemetry])
+def as_sent(resp: bytes) -> bytes:
+    return resp
+
+
+def throttle_told(resp: bytes) -> bytes:
+    """The telemetry response with its leading throttle_time_ms (after the size, correlation id and
+    empty header tags) set to the 1 s throttle."""
+    return resp[:9] + _I32.pack(1000) + resp[13:]
+
+
+@pytest.mark.parametrize(("exchange", "told"), [(list_offsets, as_sent), (telemetry, throttle_told)])
 def test_request_rate_throttles_a_header_only_request_by_the_mute(
-        exchange: Callable[[int], tuple[bytes, bytes]]) -> None:
-    """The response carries no throttle kqp could write (it does not know the layout), so it goes
-    out as the upstream sent it; the connection is muted for the 1 s throttle (docstring) from the
-    read of the request that crossed the quota."""
+        exchange: Callable[[int], tuple[bytes, bytes]], told: Callable[[bytes], bytes]) -> None:
+    """The connection is muted for the 1 s throttle (docstring) from the read of the request that
+    crossed the quota; the response tells it where kqp knows the field's place (telemetry), else it
+    goes out as the upstream sent it (ListOffsets v0)."""
     recorder = Recorder()
     core = connected_core({"window_size_seconds": 1, "window_count": 2,
                            "entities": [{"client_id": "c", "request_rate": 1}]}, observer=recorder)
@@ -88,7 +100,7 @@ def test_request_rate_throttles_a_header_only_request_by_the_mute(
         (ev.ClientData(NOW, req1 + req2), [to_upstream(req1), to_upstream(req2), ev.Mute(MuteReason.THROTTLED),
                                            ev.SetTimer(pytest.approx(NOW + 1.0))]),
         (ev.UpstreamData(NOW, resp1), [to_client(resp1)]),
-        (ev.UpstreamData(NOW, resp2), [to_client(resp2)]),
+        (ev.UpstreamData(NOW, resp2), [to_client(told(resp2))]),
     ])
     assert recorder.anomalies == [] and recorder.mutes == [("start", "c", "request_rate")]
 

@@ -12,9 +12,10 @@ librdkafka's default 1 MB batches pipelining several, alone and two in a prefix 
 promise, the throttle told in all and the time kqp muted the cell's connections agreeing within a
 window (`helpers.fidelity.agrees`).
 
-Families: librdkafka (confluent-kafka, kcat), kafka-python 3 and 2, aiokafka, the Java client,
-Sarama 1.61 and Debian's 1.22, franz-go, kafkajs (tests/clients/), and raw Produce floods that never
-wait out a throttle (v3, which cannot, and v7, which will not). Quota types: producer and consumer
+Families: librdkafka (confluent-kafka, kcat), kafka-python 3 and 2, aiokafka, the Java client and
+its share consumer (a share group's member, KIP-932: Kafka only), Sarama 1.61 and Debian's 1.22,
+franz-go, kafkajs (tests/clients/), and raw Produce floods that never wait out a throttle (v3, which
+cannot, and v7, which will not). Quota types: producer and consumer
 bytes, records and batches, request_rate, request_percentage (kqp's own measure, read from its
 metrics), controller_mutation_rate. Upstreams: Apache Kafka, and librdkafka's mock cluster (no
 CreateTopics: no mutation cell; cells whose client cannot run on it say so).
@@ -30,6 +31,8 @@ import pytest
 from helpers.fidelity import Run, Verdict, agrees, judge_all, largest_response, run_matrix, standard_cells, table
 from helpers.quota_analysis import unanswered_closes
 from upstreams.launch import Upstream
+
+from kqp.protocol.apis import ApiKey
 
 # Both upstreams' matrices run on the worker that runs the Spark tests one after another: some 50
 # client processes each, they starved each other (and a Spark JVM would) when they met on 2 cores.
@@ -104,7 +107,8 @@ def test_every_client_and_quota_type_holds_its_quota_within_5_percent(kind: str,
     with contextlib.ExitStack() as stack:
         run = run_matrix(stack, kqp, upstream, matrix, windows=WINDOWS, seconds=SECONDS)
         verdicts = judge_all(run, matrix)
-        closes = unanswered_closes(run.path.client_tap, ignore=frozenset({1}))   # a consumer closing mid-Fetch
+        # A consumer closing mid-Fetch, a share consumer mid-ShareFetch (its long poll).
+        closes = unanswered_closes(run.path.client_tap, ignore=frozenset({ApiKey.Fetch, ApiKey.ShareFetch}))
     print(f"\n{kind}, {len(matrix)} cells, {time.monotonic() - began:.0f} s:\n{table(verdicts)}")
     for v in verdicts:
         if len(v.shares) > 1:

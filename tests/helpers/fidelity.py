@@ -1,11 +1,12 @@
 """The fidelity matrix: client families under quotas, one cell per quota, each judged on the wire.
 
 A `Cell` is one quota (a type, a limit, a scope: a client id, a prefix group, a capacity pool) and
-the clients (`Member`s) that run under it, each of a family of tests/clients/ or a raw flood
-(helpers.raw_flood). `run_matrix` runs every cell at once through one kqp behind wire taps
-(helpers.quota_path), one client id or prefix per cell so that no two share a sensor. A cell with
-`via="kafka"` runs straight to Apache Kafka instead, under Kafka's own quota (AlterClientQuotas),
-through the upstream tap: the referee beside the same cell through kqp.
+the clients (`Member`s) that run under it, each of a family of tests/clients/ (`java-share`: Kafka's
+share consumer, a share group's member, KIP-932) or a raw flood (helpers.raw_flood). `run_matrix`
+runs every cell at once through one kqp behind wire taps (helpers.quota_path), one client id or
+prefix per cell so that no two share a sensor. A cell with `via="kafka"` runs straight to Apache
+Kafka instead, under Kafka's own quota (AlterClientQuotas), through the upstream tap: the referee
+beside the same cell through kqp.
 
 Each cell's `Verdict`, from what the wire saw: the long-span ratio (least-squares slope of the
 cumulative units after the first span and the first burst, at the quota's ceiling, over the quota,
@@ -147,6 +148,8 @@ def program(family: str) -> ClientProgram:
         return ClientProgram(family, (python, "-I", str(PYTHON_CLIENT), "kafka-python"))
     if family == "java":
         return ClientProgram(family, tuple(java_clients.java_command(java_clients.MAIN)))
+    if family == "java-share":
+        return java_clients.share_program()
     if family == "kafkajs":
         return node_clients.program()
     return go_clients.program(family)
@@ -189,7 +192,7 @@ def preload(upstream: str, topic: str, nbytes: float) -> None:
 
 PRODUCERS = ("confluent-kafka", "kcat", "kafka-python", "kafka-python-2", "aiokafka", "java", "sarama", "sarama-old",
              "franz-go", "kafkajs", "raw-v3", "raw-v7")
-CONSUMERS = ("confluent-kafka", "kafka-python", "aiokafka", "java", "sarama", "franz-go", "kafkajs")
+CONSUMERS = ("confluent-kafka", "kafka-python", "aiokafka", "java", "sarama", "franz-go", "kafkajs", "java-share")
 BATCHED = {"batch_bytes": 16384}   # librdkafka's batches as the Java client's default (its own is 1 MB)
 DEFAULTS_1MB = {"batch_bytes": 0, "outstanding_bytes": 3_000_000}   # librdkafka's own 1 MB batches, 3 in flight
 # kafka-python 2 as old deployments run it, pinned to Kafka 0.11's versions (Produce v3: it cannot back
@@ -201,9 +204,11 @@ TINY = {"linger_ms": 0, "record_bytes": 100, "acks": "1"}   # a request a record
 SMALL_FETCHES = {"java": {"max.partition.fetch.bytes": 65536}, "kafka-python": {"max_partition_fetch_bytes": 65536}}
 # Families the mock cluster cannot serve, through kqp or not (Kafka 4's Java client, Sarama 1.22 and
 # kafkajs ask for APIs or versions it lacks; Sarama 1.61 cannot decode its answers); nor CreateTopics.
-NOT_ON_MOCK = frozenset({"java", "sarama", "sarama-old", "kafkajs"})
+# Nor share groups (KIP-932), which Kafka 4.1+ alone serves.
+NOT_ON_MOCK = frozenset({"java", "sarama", "sarama-old", "kafkajs", "java-share"})
 REFEREE_PRODUCERS = ("confluent-kafka", "kafka-python", "aiokafka", "java", "sarama", "franz-go", "kafkajs")
-REFEREE_CONSUMERS = ("confluent-kafka", "java", "franz-go")
+REFEREE_CONSUMERS = ("confluent-kafka", "java", "franz-go", "java-share")
+FETCHES = (ApiKey.Fetch, ApiKey.ShareFetch)   # a share consumer's fetches are charged as a consumer's
 
 
 def _one(name: str, quota_type: str, quota: float, family: str, via: str = "kqp", **options: Any) -> Cell:
@@ -449,7 +454,7 @@ def events(run: Run, cell: Cell) -> list[tuple[float, float, str]]:
         return sorted((r.at, unit(q), q.client_id) for q, r in _answered(path.upstream_tap, ids, ApiKey.Produce))
     if cell.mode == "consume":
         unit = {"byte": lambda r: r.size, "record": lambda r: r.records, "batch": lambda r: r.batches}[cell.unit]
-        return sorted((r.at, unit(r), q.client_id) for q, r in _answered(near, ids, ApiKey.Fetch))
+        return sorted((r.at, unit(r), q.client_id) for api in FETCHES for q, r in _answered(near, ids, api))
     if cell.quota_type == "request_rate":
         return sorted((q.at, 1, q.client_id) for q in path.upstream_tap.requests() if q.client_id in ids)
     if cell.quota_type == "request_percentage":

@@ -1,7 +1,9 @@
 """Kafka's own Java client and tools for the tests: tests/clients/java/ compiled once, run per call.
 
 `ContractClient.java` implements the command line shared by every client family (`produce`,
-`consume`, one JSON object as the last stdout line) and the quota admin calls. javac compiles it
+`consume`, one JSON object as the last stdout line) and the quota admin calls; `ShareClient.java`
+the contract's `consume` as a share group member (`share_program`), `StreamsClient.java` a Kafka
+Streams application (`streams_program`). javac compiles it
 against the Kafka pom's jars (tests/jvm/kafka, `jvm.jars("kafka")`) into the JVM cache, in a folder
 named by a hash of the sources and of that jar folder, under a file lock, so pytest-xdist workers
 and worktrees sharing `KQP_JVM_CACHE` compile each version once. `run_tool` runs Kafka's own
@@ -31,8 +33,11 @@ from typing import Any
 import pytest
 from upstreams import jvm
 
+from .client_programs import ClientProgram
+
 SOURCES = Path(__file__).resolve().parents[1] / "clients" / "java"
 MAIN = "ContractClient"
+SHARE_MAIN, STREAMS_MAIN = "ShareClient", "StreamsClient"
 LOG4J = SOURCES / "log4j2.properties"
 # A short-lived client on a shared 2-core machine: the C1 compiler alone starts fastest, and the
 # serial collector spends no threads of its own.
@@ -80,6 +85,16 @@ def classes() -> Path:
 def java_command(main: str, *args: str) -> list[str]:
     """argv running class `main` with Kafka's jars and the compiled clients on the class path."""
     return [jvm.java(), *JVM_OPTIONS, "-cp", jvm.classpath("kafka", classes()), main, *args]
+
+
+def share_program() -> ClientProgram:
+    """`ShareClient`: the contract's `consume` in a share group (KIP-932), with its acknowledgement options."""
+    return ClientProgram("java-share", tuple(java_command(SHARE_MAIN)))
+
+
+def streams_program() -> ClientProgram:
+    """`StreamsClient`: `streams BOOTSTRAP INPUT OUTPUT APPLICATION_ID streams|classic STOP_FILE TIMEOUT`."""
+    return ClientProgram("java-streams", tuple(java_command(STREAMS_MAIN)))
 
 
 def run_tool(main: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

@@ -111,10 +111,11 @@ def response_events(responses: Iterable[WireResponse]) -> list[Event]:
     return [(r.at, r.size) for r in responses]
 
 
-def fetch_response_events(tap: WireTap, client_id: str) -> list[Event]:
-    """(time, size) of every Fetch response to `client_id`'s Fetch requests, as `tap` saw them."""
-    asked = {(r.connection, r.correlation_id) for r in tap.requests(client_id=client_id, api_key=ApiKey.Fetch)}
-    return [(r.at, r.size) for r in tap.responses(api_key=ApiKey.Fetch) if (r.connection, r.correlation_id) in asked]
+def fetch_response_events(tap: WireTap, client_id: str, api_key: int = ApiKey.Fetch) -> list[Event]:
+    """(time, size) of every Fetch (or `api_key`: ShareFetch) response to `client_id`'s requests, as
+    `tap` saw them."""
+    asked = {(r.connection, r.correlation_id) for r in tap.requests(client_id=client_id, api_key=api_key)}
+    return [(r.at, r.size) for r in tap.responses(api_key=api_key) if (r.connection, r.correlation_id) in asked]
 
 
 def _signature(requests: Iterable[WireRequest]) -> tuple[tuple[int, int, int, str | None], ...]:

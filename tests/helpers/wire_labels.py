@@ -26,6 +26,9 @@ __all__ = ["address_substitutions", "expects_response", "fetch_counts", "produce
 
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+# Share and streams group responses that start with throttle_time_ms, read without kqp's definitions.
+_THROTTLE_FIRST = frozenset({ApiKey.ShareFetch, ApiKey.ShareAcknowledge, ApiKey.ShareGroupHeartbeat,
+                             ApiKey.ShareGroupDescribe, ApiKey.StreamsGroupHeartbeat, ApiKey.StreamsGroupDescribe})
 
 
 def request_labels(frame: memoryview) -> tuple[int, int, int, str | None, int | None]:
@@ -95,6 +98,8 @@ def response_throttle_ms(frame: memoryview, api_key: int, version: int) -> int |
         offset = response_body_offset(api_key, version, frame)
         if api_key == ApiKey.Fetch:
             return _I32.unpack_from(frame, offset)[0] if version >= 1 else None
+        if api_key in _THROTTLE_FIRST:   # the first field at every version, as Kafka's definitions say
+            return _I32.unpack_from(frame, offset)[0]
         decoded = message_classes(api_key)[1].decode(bytes(frame[offset:]), version=version)
     except Exception:  # an undecodable response is reported as "no throttle", not as a tap crash
         return None

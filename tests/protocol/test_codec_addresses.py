@@ -29,10 +29,11 @@ def test_carriers_are_exactly_the_apis_with_endpoints() -> None:
     def versions(key: int) -> set[int]:
         return {v for k, v in CARRIERS if k == key}
 
-    assert {k for k, _ in CARRIERS} == {0, 1, 3, 10, 55, 60}
+    assert {k for k, _ in CARRIERS} == {0, 1, 3, 10, 55, 60, 78, 79}
     assert versions(3) == set(range(kqp_ranges()[3][0], kqp_ranges()[3][1] + 1))  # Metadata: all
     assert versions(10) == set(range(0, kqp_ranges()[10][1] + 1))  # FindCoordinator: all
     assert min(versions(0)) == 10 and min(versions(1)) == 16 and versions(55) == {2}  # tagged / listeners
+    assert versions(78) == versions(79) == {1, 2}  # ShareFetch, ShareAcknowledge: NodeEndpoints, untagged
     assert not may_carry_addresses(15, 5)  # DescribeGroups client_host is a client's, not a broker's
     assert not may_carry_addresses(29, 3)  # ACL host patterns neither
 
@@ -70,7 +71,7 @@ def test_identity_mapping_returns_none_but_reports_brokers(api_key: int, version
     assert new is None and seen
 
 
-@pytest.mark.parametrize(("api_key", "version"), [(0, 13), (1, 16), (1, 18)])
+@pytest.mark.parametrize(("api_key", "version"), [(0, 13), (1, 16), (1, 18), (78, 1), (78, 2)])
 def test_produce_and_fetch_without_node_endpoints_are_not_copied(api_key: int, version: int) -> None:
     message = sample_message(message_classes(api_key)[1], version)
     message.node_endpoints = []  # the default: no tag on the wire

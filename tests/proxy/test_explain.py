@@ -137,3 +137,13 @@ def test_the_member_class_and_the_pools_classes() -> None:
     text = "\n".join(render(doc))
     assert "in class latency, burst credit 400,000; classes, highest first:" in text
     assert "      batch: allocation" in text and "pre-emptions 1" in text
+
+
+def test_the_requests_by_api_say_which_group_protocols_a_client_takes_part_in() -> None:
+    manager = QuotaManager(quota_settings_from(SECTION), 0.0)
+    asked = {"ShareFetch": 12, "ShareAcknowledge": 4, "ShareGroupHeartbeat": 9, "Metadata": 2}
+    doc = Explainer(manager, list, lambda: 0.0, requests=lambda p: asked if p.client_id == "job-1" else {})("job-1")
+    assert doc["requests"] == asked and doc["group_protocols"] == ["share"]
+    text = "\n".join(render(doc))
+    assert "REQUESTS  (a member of a share group)" in text and "ShareFetch 12" in text
+    assert Explainer(manager, list, lambda: 0.0)("job-1")["group_protocols"] == []

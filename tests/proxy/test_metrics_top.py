@@ -207,3 +207,13 @@ def test_observed_quotas_show_their_mode_and_what_they_would_have_throttled() ->
     assert row.split()[-2:] == ["observe", "0.75s/s"]
     assert any(line.startswith("WOULD THROTTLE:") for line in lines)
     assert "MODE" not in "\n".join(render(parse(TEXT, 0.0), "http://x/metrics")), "shown only while observing"
+
+
+def test_a_share_or_streams_groups_member_says_so_beside_its_client_id() -> None:
+    """From the APIs it sent: ShareFetch makes a share group's member, StreamsGroupHeartbeat a streams
+    group's; a consumer group's membership (JoinGroup, ConsumerGroupHeartbeat) is the usual case, unsaid."""
+    s = parse('kqp_requests_total{api="ShareFetch",user="ANONYMOUS",client_id="queue"} 3\n'
+              'kqp_requests_total{api="StreamsGroupHeartbeat",user="ANONYMOUS",client_id="app"} 3\n'
+              'kqp_requests_total{api="JoinGroup",user="ANONYMOUS",client_id="plain"} 3\n', 0.0)
+    names = sorted(e.name for e in s.entities.values())
+    assert names == ["app [streams]", "plain", "queue [share]"]

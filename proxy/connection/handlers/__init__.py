@@ -6,7 +6,8 @@ its module and nowhere else. The registry (`registry.py`) maps api keys to handl
 that knows which API is which; an API with no handler of its own passes through on its header alone.
 
 * `produce.py`: Produce (acks, the bytes and records it carries);
-* `fetch.py`: Fetch (max_bytes capped to the quota, the response's bytes and records, `fetch_throttle`);
+* `fetch.py`: Fetch and ShareFetch (max_bytes capped to the quota, the response's bytes and records,
+  `fetch_throttle`);
 * `api_versions.py`: ApiVersions, answered by kqp;
 * `mutations.py`: Metadata, CreateTopics, DeleteTopics, CreatePartitions through the KIP-599 gate;
 * `client_quotas.py`: DescribeClientQuotas and AlterClientQuotas, answered by kqp (`admin.manage_quotas`);

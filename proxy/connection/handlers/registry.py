@@ -19,7 +19,7 @@ from ..plans import Handler
 from ..sasl import SaslPolicy
 from .api_versions import ApiVersionsHandler
 from .client_quotas import AlterClientQuotasHandler, DescribeClientQuotasHandler
-from .fetch import FetchHandler
+from .fetch import SHARE_FETCH, FetchHandler
 from .mutations import MetadataHandler, MutationHandler
 from .produce import ProduceHandler
 from .sasl import SaslHandler
@@ -50,14 +50,17 @@ class Handlers(dict[int, Handler]):
 
 def standard_handlers(charging: Charging, gate: MutationGate, sasl: SaslPolicy,
                       api_ranges: Callable[[], Mapping[int, tuple[int, int]]],
-                      admin: QuotaAdmin | None = None) -> Handlers:
-    """kqp's handlers. `api_ranges` is what kqp and the upstream both speak; `admin` set: kqp answers
-    the quota admin API itself (else those requests go upstream like any other)."""
+                      admin: QuotaAdmin | None = None,
+                      cluster_id: Callable[[], str | None] = lambda: None) -> Handlers:
+    """kqp's handlers. `api_ranges` is what kqp and the upstream both speak, `cluster_id` the upstream's
+    cluster (None: not known yet); `admin` set: kqp answers the quota admin API itself (else those
+    requests go upstream like any other)."""
     advertisers = [sasl.advertised] if admin is None else [sasl.advertised, admin.advertised]
     by_api: dict[int, Handler] = {
         ApiKey.Produce: ProduceHandler(charging, gate.topics),   # the topic cache: ids -> names for topic pools
         ApiKey.Fetch: FetchHandler(charging, gate.topics),
-        ApiKey.ApiVersions: ApiVersionsHandler(api_ranges, advertisers),
+        ApiKey.ShareFetch: FetchHandler(charging, gate.topics, SHARE_FETCH),   # a share group's fetch (KIP-932)
+        ApiKey.ApiVersions: ApiVersionsHandler(api_ranges, advertisers, cluster_id),
         ApiKey.Metadata: MetadataHandler(gate),
         ApiKey.CreateTopics: MutationHandler(gate, CREATE_TOPICS),
         ApiKey.DeleteTopics: MutationHandler(gate, DELETE_TOPICS),

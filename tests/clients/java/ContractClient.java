@@ -48,7 +48,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 public final class ContractClient {
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final int MAX_ERRORS = 5;
-    private static final String VERSION = clientVersion();
+    static final String VERSION = clientVersion();   // ShareClient reports it too
     // One metrics sample for the whole run: the throttle max and average cover all of it.
     private static final String WHOLE_RUN_MS = String.valueOf(TimeUnit.HOURS.toMillis(1));
 
