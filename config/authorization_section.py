@@ -80,7 +80,7 @@ def _entry(entry: object, path: str) -> list[AclBinding]:
     if "resource_name" not in entry and resource_type is not ResourceType.CLUSTER:
         raise ConfigError(child(path, "resource_name"), "required (a Cluster's alone may be left out)")
     ops = entry.get("operations", [entry.get("operation")])
-    if not isinstance(ops, list) or not ops:
+    if not isinstance(ops, list | tuple) or not ops:
         raise ConfigError(child(path, "operations"), f"must be a non-empty list, got {shown(ops)}")
     where = child(path, "operations" if "operations" in entry else "operation")
     operations = [_member(Operation, op, where if "operation" in entry else f"{where}[{i}]")
@@ -100,7 +100,7 @@ def _entry(entry: object, path: str) -> list[AclBinding]:
 def acl_entries(value: object, path: str) -> frozenset[AclBinding]:
     if value is None:
         return frozenset()
-    if not isinstance(value, list):
+    if not isinstance(value, list | tuple):
         raise ConfigError(path, f"must be a list of ACL entries, got {shown(value)}")
     return frozenset(b for index, entry in enumerate(value) for b in _entry(entry, f"{path}[{index}]"))
 

@@ -146,7 +146,7 @@ def _audience(value: object, path: str) -> tuple[str, ...]:
     if value is None:
         return ()
     items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not items:
+    if not isinstance(items, list | tuple) or not items:
         raise ConfigError(path, "must be a string or a non-empty list of strings")
     return tuple(name(item, f"{path}[{i}]") for i, item in enumerate(items))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .acls import AclBinding, AclFilter
 
-__all__ = ["EMPTY", "AclLayer", "create", "delete", "in_force"]
+__all__ = ["EMPTY", "AclChange", "AclLayer", "apply", "create", "delete", "in_force", "remove"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class AclLayer:
 
 
 EMPTY = AclLayer()
+#: One admin change: CreateAcls's bindings (`create` True), or the bindings a DeleteAcls matched.
+AclChange = tuple[bool, frozenset[AclBinding]]
 
 
 def in_force(base: Iterable[AclBinding], layer: AclLayer) -> frozenset[AclBinding]:
@@ -42,11 +44,23 @@ def create(base: frozenset[AclBinding], layer: AclLayer, bindings: Iterable[AclB
     return AclLayer(frozenset(added), frozenset(removed & base))
 
 
+def remove(base: frozenset[AclBinding], layer: AclLayer, bindings: Iterable[AclBinding]) -> AclLayer:
+    """`layer` without `bindings`: the API's own are dropped, the config file's hidden."""
+    gone = frozenset(bindings)
+    return AclLayer(layer.added - gone, frozenset((layer.removed | gone) & base))
+
+
+def apply(base: frozenset[AclBinding], layer: AclLayer, changes: Iterable[AclChange]) -> AclLayer:
+    """`layer` after `changes`, in order (what the state file's writer does under its lock)."""
+    for creating, bindings in changes:
+        layer = create(base, layer, bindings) if creating else remove(base, layer, bindings)
+    return layer
+
+
 def delete(base: frozenset[AclBinding], layer: AclLayer,
            filters: Sequence[AclFilter]) -> tuple[AclLayer, list[list[AclBinding]]]:
     """`layer` after DeleteAcls of `filters`, and the bindings each filter deleted (every filter reads
     the same set in force, so a binding two filters match is listed under both, as in Kafka)."""
     current = sorted(in_force(base, layer))
     deleted = [[b for b in current if flt.matches(b)] for flt in filters]
-    gone = {b for found in deleted for b in found}
-    return AclLayer(layer.added - gone, frozenset((layer.removed | gone) & base)), deleted
+    return remove(base, layer, (b for found in deleted for b in found)), deleted

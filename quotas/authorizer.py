@@ -42,12 +42,14 @@ class Decision(NamedTuple):
     """One answer and the rule that gave it."""
 
     allowed: bool
-    rule: str                          # super_user, acl, no_matching_allow, default
+    rule: str                          # super_user, acl, no_matching_allow, default, unauthorizable
     binding: AclBinding | None = None  # the ACL that decided (rule acl)
 
     def __str__(self) -> str:
         if self.rule == "super_user":
             return "a super user"
+        if self.rule == "unauthorizable":
+            return "kqp cannot authorize this API or version: super users alone may send it"
         if self.binding is not None:
             return f"{'allowed' if self.allowed else 'denied'} by ACL {self.binding}"
         if self.rule == "default":

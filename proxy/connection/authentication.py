@@ -66,6 +66,7 @@ class Authentication:
         self.shared = Principals() if shared is None else shared   # the process's, handed by the core
         self.authenticated = policy.mode == "none"
         self.user = ANONYMOUS
+        self.host = ""   # the client's IP, as ACLs name hosts
         self.software: tuple[str, str] | None = None   # KIP-511's name and version, from ApiVersions v3+
         self.principals: dict[str | None, Principal] = {}   # by client id, for `user`
         self._server = Authenticator(policy) if policy.mode == "terminate" else None

@@ -30,27 +30,34 @@ from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.protocol.addresses import BrokerAddress
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.charging import Charging
-from kqp.proxy.connection.handlers.registry import standard_handlers
+from kqp.proxy.connection.handlers.registry import served_apis, standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.views import ConnectionView, connection_view
 from kqp.proxy.observability import quota_audit
+from kqp.proxy.observability.acl_audit import AclAudit
+from kqp.proxy.observability.authorization_log import AuthorizationLog
 from kqp.proxy.observability.explain import Explainer
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
 from kqp.proxy.observability.pool_metrics import budget_changes
 from kqp.proxy.observability.quota_audit import QuotaAudit
+from kqp.proxy.policies.acl_admin import AclAdmin
+from kqp.proxy.policies.authorization import AclState, RequestAuthorization
+from kqp.proxy.policies.authorization_rules import RULES
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.proxy.tls.contexts import client_context, server_context, watched_files
 from kqp.proxy.tls.peers import PeerIdentity
+from kqp.quotas.authorizer import Authorizer
 from kqp.quotas.connection_limits import ConnectionLimits
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QuotaSettings
 
+from .acl_store import AclStore
 from .admission import Admission, limit_settings
 from .cert_reload import ReloadingContext, UpstreamTls, no_tls
 from .cluster import UpstreamCluster
@@ -103,6 +110,10 @@ class ProxyServer:
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
         self.audit = QuotaAudit()   # every change of the quotas in force: logged per entity, counted
         self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
+        self.acl_audit = AclAudit()   # and of the ACLs in force
+        self.acls = AclState(Authorizer())   # the authorizer in force, swapped by the ACL store
+        self.acl_store = self._acl_store()
+        self.authorization_log: AuthorizationLog | None = None
 
     # -- assembly --------------------------------------------------------------------------------
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -134,10 +145,13 @@ class ProxyServer:
         admin = (None if self.store is None
                  else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings,
                                  None if readers is None else frozenset(readers)))
+        gate = MutationGate(self.quotas, topics)
+        authorization, acl_admin = self._authorization(loop, topics, admin)
+        gate.learn_topics = authorization is not None   # topic ids to names, for Produce and Fetch by id
         self.core = CoreParts(
             charging=charging,
-            handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
-                                       admin),
+            handlers=standard_handlers(charging, gate, sasl, lambda: cluster.api_ranges, admin, authorization,
+                                       acl_admin),
             listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter, cpu=time.thread_time,
             settings=core_settings(cfg), sasl=sasl, upstream_sasl=forwarding_login(cfg),
         )
@@ -148,7 +162,27 @@ class ProxyServer:
                             look_up_topics=lookup, ensure_listeners=self._ensure_listeners,
                             open_connections=self.connections, on_closed=self._on_closed,
                             identify=identify, refused=refused, upstream_tls=upstream_tls, admission=self.admission,
-                            commit_quotas=None if self.store is None else partial(self.store.commit, loop=loop))
+                            commit_quotas=None if self.store is None else partial(self.store.commit, loop=loop),
+                            commit_acls=None if self.acl_store is None else partial(self.acl_store.commit, loop=loop))
+
+    def _authorization(self, loop: asyncio.AbstractEventLoop, topics: TopicMetadata,
+                       admin: QuotaAdmin | None) -> tuple[RequestAuthorization | None, AclAdmin | None]:
+        """`authorization.enabled`: every request authorized with the ACLs in force, the ACL API kqp's."""
+        cfg = self.config
+        if not cfg.authorization.enabled:
+            if cfg.sasl.mode == "terminate":
+                log.warning("authorization is off with sasl mode terminate: every client acts upstream as kqp's "
+                            "own user (upstream.sasl), whatever its name")
+            return None, None
+        self.authorization_log = denials = AuthorizationLog(loop.time, cfg.metrics.max_entities)
+        acl_admin = AclAdmin(self.acls, frozenset(cfg.admin.principals), frozenset(cfg.admin.describe_principals or ()),
+                             writable=cfg.authorization.state_file is not None)
+        authorization = RequestAuthorization(self.acls, RULES, topics, denials.denied, served_apis(admin, acl_admin))
+        kept = cfg.authorization.state_file
+        log.info("kqp authorizes every request: %d ACL(s) in force, super users %s%s",
+                 len(self.acls.authorizer.bindings), ", ".join(cfg.authorization.super_users) or "none",
+                 "" if kept is None else f", ACL changes kept in {kept}")
+        return authorization, acl_admin
 
     def _ensure_listeners(self, brokers: tuple[BrokerAddress, ...]) -> str | None:
         """The core's `EnsureListeners`: the brokers' upstream addresses recorded (new ones bound
@@ -166,6 +200,13 @@ class ProxyServer:
                  ", ".join(admin.principals), admin.state_file, len(store.layer))
         self.audit.record(self.config.quotas, store.effective, None, quota_audit.STATE_FILE)   # its changes, at start
         return store
+
+    def _acl_store(self) -> AclStore | None:
+        """`authorization.enabled`: the config file's ACLs with the state file's changes over them."""
+        authorization = self.config.authorization
+        if not authorization.enabled:
+            return None
+        return AclStore(authorization, partial(setattr, self.acls, "authorizer"), self.acl_audit)
 
     def _header_reader(self, loop: asyncio.AbstractEventLoop) -> HeaderReader | None:
         """`proxy_protocol:`: the listeners' PROXY-header step, its refusals logged as `kqp.proxy_protocol`."""
@@ -207,6 +248,9 @@ class ProxyServer:
             if self.fleet is not None:
                 registry.register(FleetCollector(self.fleet.status))
             registry.register(self.audit)
+            registry.register(self.acl_audit)
+            if self.authorization_log is not None:
+                registry.register(self.authorization_log)
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
@@ -284,6 +328,8 @@ class ProxyServer:
         self._tasks.extend(loop.create_task(context.watch(self.stopping)) for context in self.tls_contexts)
         if self.store is not None:
             self._tasks.append(loop.create_task(self.store.watch(self.stopping)))
+        if self.acl_store is not None:
+            self._tasks.append(loop.create_task(self.acl_store.watch(self.stopping)))
         if self.config.source:
             reloader = ConfigReloader(self.config.source, self.config, self.update_quotas,
                                       on_result=self.observer.config_reload, apply_runtime=self._apply_runtime,
@@ -316,6 +362,9 @@ class ProxyServer:
             quotas=config.quotas, limits=config.limits)
         self.core.settings = core_settings(self.config)
         self.admission.limits.update(limit_settings(self.config))
+        if self.acl_store is not None:   # ACLs, super users and default: the reloaded file's
+            self.acl_store.rebase(dataclasses.replace(config.authorization, enabled=True,
+                                                      state_file=self.acl_store.path))
 
     def update_quotas(self, settings: QuotaSettings) -> list[str]:
         """A config reload's quotas: the base layer, under the admin API's changes when kqp manages quotas."""
@@ -359,6 +408,8 @@ class ProxyServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.store is not None:
             self.store.close()
+        if self.acl_store is not None:
+            self.acl_store.close()
         if self.endpoint is not None:
             await self.endpoint.close()
 

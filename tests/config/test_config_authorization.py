@@ -99,7 +99,8 @@ def test_oauthbearer_terminates_without_users_and_needs_its_keys(tmp_path: Path)
         "jwks_file": str(jwks), "issuer": "https://idp", "audience": "kafka"}}})
     oauth = cfg.sasl.oauthbearer
     assert cfg.sasl.mechanisms == ("OAUTHBEARER",) and cfg.sasl.max_reauth_ms == 60000
-    assert oauth is not None and (oauth.jwks_file, oauth.audience, oauth.clock_skew_seconds) == (str(jwks), ("kafka",), 30)
+    assert oauth is not None
+    assert (oauth.jwks_file, oauth.audience, oauth.clock_skew_seconds) == (str(jwks), ("kafka",), 30)
     assert parse_config(yaml.safe_load(yaml.safe_dump(config_document(cfg)))) == cfg
     both = parse_config({**UPSTREAM, "sasl": {**TERMINATE, "oauthbearer": {"jwks_url": "https://idp/jwks"}}})
     assert both.sasl.mechanisms == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
