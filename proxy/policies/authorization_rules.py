@@ -132,10 +132,11 @@ def produce(access: Access, request: Any, version: int) -> Outcome:
 
 PRODUCE = rule(ApiKey.Produce, [TXN_WRITE], PRODUCE_TOPICS, WRITE)
 
-FETCH_TOPICS = _topics("topics", "responses", ("partitions", "partition", "partitions", "partition_index"),
-                       id_key="topic_id", high_watermark=NO_OFFSET, last_stable_offset=NO_OFFSET,
-                       log_start_offset=NO_OFFSET, preferred_read_replica=-1, aborted_transactions=None,
-                       records=b"")
+FETCH_TOPICS = Mirror("topics", "responses", "topic", "topic",
+                      parts=("partitions", "partition", "partitions", "partition_index"), id_key="topic_id",
+                      fields={"high_watermark": NO_OFFSET, "last_stable_offset": NO_OFFSET,
+                              "log_start_offset": NO_OFFSET, "preferred_read_replica": -1,
+                              "aborted_transactions": None, "records": b""})
 _FETCH = ApiKey.Fetch
 _FETCH_RESPONSE = message_classes(_FETCH)[1]
 
@@ -199,7 +200,7 @@ def metadata(access: Access, request: Any, version: int) -> Outcome:
                                         TOPIC_AUTHORIZATION_FAILED))
         for topic in response.topics:
             if topic.error_code == UNKNOWN_TOPIC_OR_PARTITION and topic.name in denied_create:
-                topic.error_code = TOPIC_AUTHORIZATION_FAILED
+                topic.error_code, topic.topic_id = TOPIC_AUTHORIZATION_FAILED, None
             elif operations and topic.error_code == 0 and topic.name is not None:
                 topic.authorized_operations = bits(access.operations(TOPIC, topic.name))
         if cluster_ops:
