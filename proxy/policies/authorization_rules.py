@@ -4,9 +4,9 @@ One rule per API, read from Kafka's KafkaApis (`authHelper.authorize` calls and 
 handler sends): whole-request checks first, in the handler's order (OffsetCommit's group before its
 topics), then the resources it lists, each refused one answered in the response's own list; lists
 the principal may only partly see are filtered on the way back. `RULES` maps an api key to its rule;
-an API without one that kqp cannot authorize is for super users alone (`unauthorizable`). ApiVersions,
-SASL and telemetry need no authorization; the ACL APIs and (with `admin.manage_quotas`) the quota APIs
-are answered by kqp's own admin policies.
+an API without one (no schema kqp decodes, or brokers' own: WriteTxnMarkers) is for super users
+alone. ApiVersions, SASL and telemetry need no authorization; the ACL APIs and (with
+`admin.manage_quotas`) the quota APIs are answered by kqp's own admin policies.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kqp.protocol.apis import API_NAMES, ApiKey, message_classes
+from kqp.protocol.apis import ApiKey, message_classes
 from kqp.quotas.acls import CLUSTER_NAME, Operation, ResourceType
 
 from .authorization import (
@@ -39,7 +39,7 @@ from .authorization import (
     split,
 )
 
-__all__ = ["RULES", "unauthorizable"]
+__all__ = ["RULES"]
 
 TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, \
     ResourceType.TRANSACTIONAL_ID
@@ -553,16 +553,6 @@ def alter_scram_credentials(access: Access, request: Any, version: int) -> Outco
     return Outcome(answer=answer)
 
 
-def unauthorizable(api: int) -> Rule:
-    """An API kqp cannot authorize (no schema, or brokers' own): super users alone; others are closed
-    on, as a broker closes a connection that sends what it does not serve."""
-    def authorize(access: Access, request: Any, version: int) -> Outcome:
-        if access.principal in access.authorizer.super_users:
-            return PASS
-        return Outcome(close=f"{API_NAMES.get(api, api)} is for super users alone behind kqp's authorization")
-    return authorize
-
-
 def _whole(api: int, *checks: Check, mirror: Mirror | None = None, operation: Operation = READ) -> Rule:
     return rule(api, checks, mirror, operation)
 
@@ -628,5 +618,4 @@ RULES: dict[int, Rule] = {
     ApiKey.ListTransactions: list_transactions,
     ApiKey.ListConfigResources: _whole(ApiKey.ListConfigResources, cluster(DESCRIBE_CONFIGS)),
     ApiKey.DescribeTopicPartitions: describe_topic_partitions,
-    ApiKey.WriteTxnMarkers: unauthorizable(ApiKey.WriteTxnMarkers),
 }
