@@ -338,8 +338,8 @@ class Connection:
         hdr = parse_request_header(head)
         handler = p.handlers[hdr.api_key]
         auth = self.auth
-        if not auth.authenticated and (refusal := auth.refusal(hdr.api_key, handler.before_authentication)):
-            self.close("authentication_required", refusal)   # as Kafka: no answer, the connection closes
+        if auth.guarded and (refusal := auth.refusal(hdr.api_key, handler.before_authentication, now)):
+            self.close(*refusal)   # as Kafka: no answer, the connection closes
             return
         principal = auth.principal(hdr.client_id)
         throttling = self.throttling

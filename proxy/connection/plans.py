@@ -80,6 +80,7 @@ class SaslFrame(NamedTuple):
     version: int
     correlation_id: int
     body: memoryview
+    now: float = 0.0        # when it was read (a session's lifetime starts at its login)
 
 
 class Reply(NamedTuple):

@@ -32,6 +32,7 @@ from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.handlers.registry import served_apis, standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.connection.oauthbearer import TokenValidator
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.views import ConnectionView, connection_view
@@ -64,6 +65,7 @@ from .cluster import UpstreamCluster
 from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
 from .fleet_sync import FleetSync, open_fleet
+from .jwks import Jwks
 from .listeners import BindError, ListenerSet, ListenerTls
 from .proxy_protocol import HeaderReader
 from .quota_store import QuotaStore
@@ -114,6 +116,7 @@ class ProxyServer:
         self.acls = AclState(Authorizer())   # the authorizer in force, swapped by the ACL store
         self.acl_store = self._acl_store()
         self.authorization_log: AuthorizationLog | None = None
+        self.jwks: Jwks | None = None   # sasl.oauthbearer: the keys tokens are checked with
 
     # -- assembly --------------------------------------------------------------------------------
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -140,7 +143,8 @@ class ProxyServer:
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
                                                  on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
-        charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        charging = Charging(self.quotas, self.observer)
+        sasl = SaslPolicy.from_config(cfg.sasl, tokens=self._tokens(loop))
         readers = cfg.admin.describe_principals
         admin = (None if self.store is None
                  else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings,
@@ -200,6 +204,15 @@ class ProxyServer:
                  ", ".join(admin.principals), admin.state_file, len(store.layer))
         self.audit.record(self.config.quotas, store.effective, None, quota_audit.STATE_FILE)   # its changes, at start
         return store
+
+    def _tokens(self, loop: asyncio.AbstractEventLoop) -> TokenValidator | None:
+        """`sasl.oauthbearer`: tokens checked against the JWKS kqp keeps fresh (`jwks.py`)."""
+        oauth = self.config.sasl.oauthbearer
+        if oauth is None or self.config.sasl.mode != "terminate":
+            return None
+        self.jwks = Jwks(oauth, loop)
+        return TokenValidator(self.jwks.current, self.jwks.expedite, time.time, oauth.issuer, oauth.audience,
+                              oauth.clock_skew_seconds, self.config.sasl.principal_claim)
 
     def _acl_store(self) -> AclStore | None:
         """`authorization.enabled`: the config file's ACLs with the state file's changes over them."""
@@ -309,6 +322,9 @@ class ProxyServer:
         if self.fleet is not None:   # quotas are shared from the start, even before the upstream answers
             self._tasks.append(loop.create_task(self.fleet.run(self.stopping)))
         await self._start_metrics()   # first, so /healthz answers while kqp waits for the upstream
+        if self.jwks is not None:   # tokens can be checked from the first login (a JWKS that fails: retried)
+            await self.jwks.refresh()
+            self._tasks.append(loop.create_task(self.jwks.run(self.stopping)))
         delay = 0.2
         while True:
             try:

@@ -30,6 +30,7 @@ from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Action, Event, Side
 from kqp.proxy.connection.handlers.registry import served_apis, standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.connection.oauthbearer import TokenValidator
 from kqp.proxy.connection.parts import CoreParts, CoreSettings, ListenerLookup
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.policies.acl_admin import AclAdmin
@@ -106,7 +107,8 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
               admin: Callable[[QuotaManager], QuotaAdmin] | None = None,
               api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges,
               listener_for: ListenerLookup = kqp_listener, pacing: bool = False,
-              denials: list[Denial] | None = None, **config: Any) -> Connection:
+              denials: list[Denial] | None = None, tokens: TokenValidator | None = None,
+              **config: Any) -> Connection:
     """A `Connection` on real parts, not yet connected, with kqp's handlers (`standard_handlers`) on
     them. `admin` builds the quota admin policy from the quota manager (kqp then manages quotas);
     `api_ranges` is what the upstream speaks; `listener_for` which brokers kqp listens for. A `sasl`
@@ -115,14 +117,15 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
     `pacing` is off unless asked, and quotas measure with Kafka's sampled rate unless `quotas` names
     an algorithm: a playbook states the broker's behaviour unless it is about kqp's own. With
     `authorization` enabled (by `config` or by sasl mode terminate) every request is authorized with
-    the section's ACLs, kqp answers the ACL API, and `denials` collects what was refused."""
+    the section's ACLs, kqp answers the ACL API, and `denials` collects what was refused; `tokens`
+    checks OAUTHBEARER logins."""
     quotas = dict(quotas or {})
     if not any(pool.get("adaptive") for pool in quotas.get("pools", ())):   # those refuse `sampled`
         quotas.setdefault("algorithm", "sampled")
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     charging = Charging(manager, observer or Recorder())
-    sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE)
+    sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE, tokens=tokens)
     topics, quota_admin = TopicMetadata(), admin(manager) if admin is not None else None
     authorization = acl_admin = None
     if cfg.authorization.enabled:
