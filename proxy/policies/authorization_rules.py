@@ -193,9 +193,13 @@ def metadata(access: Access, request: Any, version: int) -> Outcome:
     if not (listing or refused or denied_create or operations or cluster_ops):
         return PASS
 
+    emptied = not listing and not request.topics   # v0 reads an empty list as every topic: none of them
+
     def change(response: Any) -> None:
         if listing:
             response.topics = [t for t in response.topics if t.name is None or access.may(DESCRIBE, TOPIC, t.name)]
+        elif emptied:
+            response.topics = []
         response.topics.extend(mirrored(METADATA_TOPICS, _METADATA_RESPONSE, version, [t for t, _ in refused],
                                         TOPIC_AUTHORIZATION_FAILED))
         for topic in response.topics:
@@ -209,7 +213,7 @@ def metadata(access: Access, request: Any, version: int) -> Outcome:
 
     if listing or not (refused or denied_create):
         return Outcome(response=change)
-    return answer_or_forward(ApiKey.Metadata, version, request, "topics", change)
+    return Outcome(request=request, response=change)   # even with no topic left: the brokers, the cluster
 
 
 # -- groups ------------------------------------------------------------------------------------------

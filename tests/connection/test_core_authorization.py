@@ -345,3 +345,16 @@ def test_describe_and_delete_acls_read_the_acls_in_force() -> None:
     [frame] = sent(core.handle(ev.Committed(NOW)), ev.Side.CLIENT)
     [result] = decode_response(ApiKey.DeleteAcls, 3, memoryview(frame)).filter_results
     assert sorted(m.resource_name for m in result.matching_acls) == ["a", "ga"]
+
+
+def test_metadata_naming_only_refused_topics_still_asks_the_upstream_for_its_brokers() -> None:
+    # The broker answers its brokers and cluster id whatever topics are refused: a client whose answer
+    # had none (the Java consumer's leader refreshing its metadata) waits for one forever.
+    core = core_of("bob")
+    actions, cid = send(core, ApiKey.Metadata, 12, allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False,
+                        topics=[M_REQ.MetadataRequestTopic(name="a", topic_id=None)])
+    assert upstream_request(actions, ApiKey.Metadata, 12).topics == []
+    response = respond(core, ApiKey.Metadata, 12, cid, metadata_answer())
+    assert [(b.node_id, b.port) for b in response.brokers] == [(1, 19101)]
+    assert [(t.name, t.error_code) for t in response.topics] == [("a", 29)]
