@@ -29,7 +29,6 @@ from confluent_kafka.admin import (
 from helpers import acl_clients
 from helpers.names import unique_group, unique_topic
 from helpers.observability import sample, scrape, start_with_metrics
-from upstreams.kafka import KafkaCluster
 from upstreams.provisioned import kafka_or_skip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kafka-authorization")]

@@ -123,7 +123,8 @@ def consume(client: str, bootstrap: str, topic: str, group: str, user: str, pass
 def topics(client: str, bootstrap: str, user: str, password: str) -> set[str]:
     """The topics a listing (all-topics Metadata) shows the principal, internal ones left out."""
     if client == "confluent-kafka":
-        listed = AdminClient({"bootstrap.servers": bootstrap, **settings(client, user, password)}).list_topics(timeout=20)
+        admin = AdminClient({"bootstrap.servers": bootstrap, **settings(client, user, password)})
+        listed = admin.list_topics(timeout=20)
         return {name for name in listed.topics if not name.startswith("__")}
     if client == "java":
         done = java_clients.run_tool("AclClient", "topics", bootstrap, "{}",
