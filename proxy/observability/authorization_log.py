@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from kqp.protocol.apis import API_NAMES
 from kqp.proxy.policies.authorization import Denial
+from kqp.quotas.authorizer import Authorizer
 
 __all__ = ["AuthorizationLog"]
 
@@ -88,6 +89,15 @@ class AuthorizationLog:
         now = self._clock()
         return [{**{k: v for k, v in r.items() if k != "at"}, "ago_seconds": round(now - r["at"], 3)}
                 for r in reversed(self._recent.get(user, ()))]
+
+    def explain(self, user: str, authorizer: Authorizer) -> dict[str, Any]:
+        """`kqp explain`'s authorization section for `user`: may it anything, which ACLs name it (or
+        everyone), and its last refusals with the rule that decided each."""
+        principal = f"User:{user}"
+        return {"principal": principal, "super_user": principal in authorizer.super_users,
+                "allow_everyone_if_no_acl_found": authorizer.allow_if_none,
+                "acls": [str(b) for b in authorizer.bindings if b.principal in (principal, "User:*")],
+                "denials": self.recent(user)}
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily("kqp_authorization_denials", "Requests (or resources in them) kqp's "

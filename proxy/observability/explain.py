@@ -9,8 +9,10 @@ members, a user's clients); the `throttles` of the last 5 minutes by cause, and 
 that quotas in mode observe would have given (`client_metrics.RecentThrottles`); open `connections`
 (software, whether it honours throttles, how long still muted: `kqp.proxy.connection.views`);
 `pools` (with the member's class and each class's division), and `budget_changes` from a provider
-plugged in at assembly (null while none is). With no user given, the user is the one the client id's
-open connections authenticated as (the first, if several), else ANONYMOUS; `user_from` says which.
+plugged in at assembly (null while none is); `authorization`, when kqp authorizes, what the user may
+(super user, the ACLs naming it) and its last refusals with the rule that decided each. With no user
+given, the user is the one the client id's open connections authenticated as (the first, if
+several), else ANONYMOUS; `user_from` says which.
 """
 
 from __future__ import annotations
@@ -52,10 +54,12 @@ class Explainer:
     def __init__(self, quotas: QuotaManager, connections: Callable[[], Iterable[ConnectionView]],
                  clock: Callable[[], float], recent: RecentThrottles | None = None,
                  budget_changes: BudgetChanges | None = None, recent_observed: RecentThrottles | None = None,
-                 principals: Callable[[], Iterable[Principal]] | None = None) -> None:
+                 principals: Callable[[], Iterable[Principal]] | None = None,
+                 authorization: Callable[[str], dict[str, Any]] | None = None) -> None:
         self.quotas, self.connections, self.clock = quotas, connections, clock
         self.recent, self.recent_observed = recent, recent_observed
         self.budget_changes = budget_changes
+        self.authorization = authorization   # user -> what kqp's authorization says of it (None: off)
         self.principals = principals   # those seen lately (the metrics' entities), for who shares a sensor
 
     def __call__(self, client_id: str, user: str | None = None) -> dict[str, Any]:
@@ -78,6 +82,7 @@ class Explainer:
             "observed": self._throttles(self.recent_observed, principal, now),
             "connections": [asdict(v) for v in mine],
             "pools": self._pools(principal, now),
+            "authorization": None if self.authorization is None else self.authorization(user),
         }
 
     def _quotas(self, principal: Principal, matched: dict[str, Any], now: float) -> list[dict[str, Any]]:

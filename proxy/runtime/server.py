@@ -272,7 +272,9 @@ class ProxyServer:
                             None if prometheus is None else prometheus.recent,
                             budget_changes(self.quotas, self.loop.time),
                             None if prometheus is None else prometheus.recent_observed,
-                            None if prometheus is None else prometheus.principals)
+                            None if prometheus is None else prometheus.principals,
+                            None if self.authorization_log is None else
+                            partial(self._explain_authorization, self.authorization_log))
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
                                         lambda: prepare_scrape(observer), explain)
         try:
@@ -282,6 +284,9 @@ class ProxyServer:
         log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
 
     # -- state the endpoint reads ----------------------------------------------------------------
+    def _explain_authorization(self, denials: AuthorizationLog, user: str) -> dict[str, object]:
+        return denials.explain(user, self.acls.authorizer)
+
     def connection_views(self) -> list[ConnectionView]:
         """The open connections as metrics and `kqp explain` see them: views of the cores, never the edges."""
         assert self.loop is not None

@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 )
 from helpers import acl_clients
 from helpers.names import unique_group, unique_topic
+from helpers.kqp_process import run_kqp_cli
 from helpers.observability import sample, scrape, start_with_metrics
 from upstreams.provisioned import kafka_or_skip
 
@@ -115,3 +116,8 @@ def test_every_client_gets_the_brokers_answers_through_kqp(client: str, kqp: Any
     assert f"Principal = User:alice is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = " \
            f"Topic:LITERAL:{B} for request = Metadata" in logs
     assert not any(password in logs for password in USERS.values())
+    explained = run_kqp_cli("explain", "--user", "alice", "--url", f"{metrics}/explain")
+    assert explained.returncode == 0, explained.stderr
+    assert f"Topic:LITERAL:{A} User:alice Allow Write from *" in explained.stdout
+    assert f"DESCRIBE on TOPIC '{B}' from 127.0.0.1: no ACL names the resource, and " \
+           "allow_everyone_if_no_acl_found is off" in explained.stdout
