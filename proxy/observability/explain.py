@@ -8,11 +8,10 @@ in shared scope), its mode, and the other principals seen that share its sensor 
 members, a user's clients); the `throttles` of the last 5 minutes by cause, and the `observed` ones
 that quotas in mode observe would have given (`client_metrics.RecentThrottles`); open `connections`
 (software, whether it honours throttles, how long still muted: `kqp.proxy.connection.views`);
-`pools` (with the member's class and each class's division), and `budget_changes` from a provider
-plugged in at assembly (null while none is); `authorization`, when kqp authorizes, what the user may
-(super user, the ACLs naming it) and its last refusals with the rule that decided each. With no user
-given, the user is the one the client id's open connections authenticated as (the first, if
-several), else ANONYMOUS; `user_from` says which.
+`pools` (with the member's class and each class's division), `budget_changes` from a provider
+plugged in at assembly (null while none is); `authorization`, when kqp authorizes: the user's ACLs
+and last refusals, each with its rule. With no user given, the user is the one the client id's open
+connections authenticated as (the first, if several), else ANONYMOUS; `user_from` says which.
 """
 
 from __future__ import annotations

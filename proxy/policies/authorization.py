@@ -15,7 +15,7 @@ Pure: the ACLs in force are an `AclState` the runtime swaps whole on every chang
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -31,7 +31,7 @@ from kqp.quotas.authorizer import Authorizer, Decision
 from .topic_metadata import TopicMetadata, topic_id_of
 
 __all__ = ["ERRORS", "Access", "AclState", "Check", "Denial", "Mirror", "Outcome", "RequestAuthorization",
-           "Verdict", "answer_whole", "bits", "mirrored"]
+           "Verdict", "answer_or_forward", "answer_whole", "bits", "cluster", "mirrored", "rule"]
 
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 29, 30, 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_ID = 53, 55, 100
@@ -356,3 +356,47 @@ def answer_whole(api: int, version: int, request: Any, error: int, mirrors: Iter
             setattr(response, mirror.response,
                     mirrored(mirror, response_cls, version, getattr(request, mirror.request) or (), error))
     return response
+
+
+# -- rules are made of these ------------------------------------------------------------------------
+
+def cluster(operation: Operation) -> Check:
+    """A whole-request check of `operation` on the cluster (CLUSTER_AUTHORIZATION_FAILED)."""
+    return Check(operation, ResourceType.CLUSTER, lambda _request: CLUSTER_NAME, CLUSTER_AUTHORIZATION_FAILED)
+
+
+def rule(api: int, checks: Sequence[Check] = (), mirror: Mirror | None = None,
+         operation: Operation = Operation.READ, resource_type: ResourceType = ResourceType.TOPIC,
+         error: int = TOPIC_AUTHORIZATION_FAILED) -> Rule:
+    """A rule: the whole-request `checks` in order (the first refusal answers the request whole, every
+    listed element with its error, as the broker's getErrorResponse), then `operation` on each resource
+    `mirror` lists: the refused answered with `error` in the response's list, the rest forwarded."""
+    response_cls = message_classes(api)[1]
+    mirrors = () if mirror is None else (mirror,)
+
+    def authorize(access: Access, request: Any, version: int) -> Outcome:
+        for check in checks:
+            name = check.name(request)
+            if name is not None and not access.allowed(check.operation, check.resource_type, name):
+                return Outcome(answer=answer_whole(api, version, request, check.error, mirrors))
+        if mirror is None:
+            return PASS
+        refused, unknown = split(access, mirror, request, version, operation, resource_type, error)
+        if unknown:
+            return LOOK_UP
+        if not refused:
+            return PASS
+        return answer_or_forward(api, version, request, mirror.request,
+                                 extend_with(mirror, response_cls, version, refused))
+
+    return authorize
+
+
+def answer_or_forward(api: int, version: int, request: Any, listed: str, change: Callable[[Any], None]) -> Outcome:
+    """The request with its refused elements removed goes upstream and `change` puts them back into the
+    answer; with none left, kqp answers alone (`change` over an empty answer)."""
+    if getattr(request, listed):
+        return Outcome(request=request, response=change)
+    answer = answer_whole(api, version, request, 0, ())
+    change(answer)
+    return Outcome(answer=answer)

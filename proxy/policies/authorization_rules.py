@@ -1,22 +1,23 @@
-"""Which operation on which resource each API needs, and what the broker answers when it is refused.
+"""Which operation on which resource each client API needs, and what the broker answers when refused.
 
 One rule per API, read from Kafka's KafkaApis (`authHelper.authorize` calls and the errors each
 handler sends): whole-request checks first, in the handler's order (OffsetCommit's group before its
 topics), then the resources it lists, each refused one answered in the response's own list; lists
-the principal may only partly see are filtered on the way back. `RULES` maps an api key to its rule;
-an API without one (no schema kqp decodes, or brokers' own: WriteTxnMarkers) is for super users
-alone. ApiVersions, SASL and telemetry need no authorization; the ACL APIs and (with
+the principal may only partly see are filtered on the way back. `RULES` maps an api key to its rule
+(the admin APIs' from `admin_rules.py`); an API without one (no schema kqp decodes, or brokers' own:
+WriteTxnMarkers) is for super users alone. ApiVersions, SASL and telemetry need no authorization; the ACL APIs and (with
 `admin.manage_quotas`) the quota APIs are answered by kqp's own admin policies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from kqp.protocol.apis import ApiKey, message_classes
 from kqp.quotas.acls import CLUSTER_NAME, Operation, ResourceType
 
+from .admin_rules import ADMIN_RULES
 from .authorization import (
     CLUSTER_AUTHORIZATION_FAILED,
     ERRORS,
@@ -31,10 +32,12 @@ from .authorization import (
     Mirror,
     Outcome,
     Rule,
+    answer_or_forward,
     answer_whole,
     bits,
     extend_with,
     mirrored,
+    rule,
     settled,
     split,
 )
@@ -48,8 +51,6 @@ READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = Operation.READ, Operation.WRITE, 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CLUSTER_ACTION = Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, \
     Operation.CLUSTER_ACTION
 UNKNOWN_TOPIC_OR_PARTITION = 3
-# Config resource types: TOPIC 2, BROKER 4, BROKER_LOGGER 8, CLIENT_METRICS 16 (the cluster's ACL), GROUP 32.
-_CONFIG_RESOURCE = {2: (TOPIC, TOPIC_AUTHORIZATION_FAILED), 32: (GROUP, GROUP_AUTHORIZATION_FAILED)}
 NO_OFFSET = -1
 
 
@@ -63,46 +64,6 @@ def _txn(request: Any) -> str | None:
 
 GROUP_READ = Check(READ, GROUP, _group, GROUP_AUTHORIZATION_FAILED)
 TXN_WRITE = Check(WRITE, TXN, _txn, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-
-
-def cluster(operation: Operation) -> Check:
-    return Check(operation, CLUSTER, lambda _request: CLUSTER_NAME, CLUSTER_AUTHORIZATION_FAILED)
-
-
-def rule(api: int, checks: Sequence[Check] = (), mirror: Mirror | None = None, operation: Operation = READ,
-         resource_type: ResourceType = TOPIC, error: int = TOPIC_AUTHORIZATION_FAILED) -> Rule:
-    """A rule: the whole-request `checks` in order (the first refusal answers the request whole, every
-    listed element with its error, as the broker's getErrorResponse), then `operation` on each resource
-    `mirror` lists: the refused answered with `error` in the response's list, the rest forwarded."""
-    response_cls = message_classes(api)[1]
-    mirrors = () if mirror is None else (mirror,)
-
-    def authorize(access: Access, request: Any, version: int) -> Outcome:
-        for check in checks:
-            name = check.name(request)
-            if name is not None and not access.allowed(check.operation, check.resource_type, name):
-                return Outcome(answer=answer_whole(api, version, request, check.error, mirrors))
-        if mirror is None:
-            return PASS
-        refused, unknown = split(access, mirror, request, version, operation, resource_type, error)
-        if unknown:
-            return LOOK_UP
-        if not refused:
-            return PASS
-        return answer_or_forward(api, version, request, mirror.request,
-                                 extend_with(mirror, response_cls, version, refused))
-
-    return authorize
-
-
-def answer_or_forward(api: int, version: int, request: Any, listed: str, change: Callable[[Any], None]) -> Outcome:
-    """The request with its refused elements removed goes upstream and `change` puts them back into the
-    answer; with none left, kqp answers alone (`change` over an empty answer)."""
-    if getattr(request, listed):
-        return Outcome(request=request, response=change)
-    answer = answer_whole(api, version, request, 0, ())
-    change(answer)
-    return Outcome(answer=answer)
 
 
 def _topics(request: str, response: str, parts: tuple[str, str | None, str, str] | None, *,
@@ -417,146 +378,6 @@ def list_transactions(access: Access, request: Any, version: int) -> Outcome:
     return Outcome(response=change)
 
 
-# -- topics, configs, the cluster ---------------------------------------------------------------------
-
-CREATE_TOPICS = Mirror("topics", "topics", message="error_message",
-                       fields={"num_partitions": -1, "replication_factor": -1, "configs": []})
-
-
-def create_topics(access: Access, request: Any, version: int) -> Outcome:
-    """CREATE on the cluster, else on each topic (29, "Authorization failed."); a topic's configs are
-    shown only with DESCRIBE_CONFIGS on it (else topic_config_error_code 29, no configs)."""
-    response_cls = message_classes(ApiKey.CreateTopics)[1]
-    whole = access.may(CREATE, CLUSTER, CLUSTER_NAME)
-    refused = [] if whole else [t for t in request.topics if not access.allowed(CREATE, TOPIC, t.name)]
-    hidden = {t.name for t in request.topics if not access.may(DESCRIBE_CONFIGS, TOPIC, t.name)} \
-        if version >= 5 else set()
-    if not refused and not hidden:
-        return PASS
-    request.topics = [t for t in request.topics if t not in refused]
-
-    def change(response: Any) -> None:
-        for element in mirrored(CREATE_TOPICS, response_cls, version, refused, TOPIC_AUTHORIZATION_FAILED):
-            element.error_message = "Authorization failed."
-            response.topics.append(element)
-        for topic in response.topics:
-            if topic.name in hidden:
-                topic.configs, topic.topic_config_error_code = [], TOPIC_AUTHORIZATION_FAILED
-                topic.tags = {*(topic.tags or ()), "topic_config_error_code"}
-
-    outcome = answer_or_forward(ApiKey.CreateTopics, version, request, "topics", change)
-    return outcome if refused else outcome._replace(request=None)
-
-
-DELETE_TOPICS_BY_NAME = Mirror("topic_names", "responses", key=None, message="error_message")
-DELETE_TOPICS = Mirror("topics", "responses", id_key="topic_id", message="error_message")
-
-
-def delete_topics(access: Access, request: Any, version: int) -> Outcome:
-    mirror = DELETE_TOPICS if version >= 6 else DELETE_TOPICS_BY_NAME
-    return rule(ApiKey.DeleteTopics, (), mirror, DELETE)(access, request, version)
-
-
-def configs(api: int, field: str, operation: Operation) -> Rule:
-    response_cls = message_classes(api)[1]
-    element_cls = response_cls.fields[field].data_class
-
-    def authorize(access: Access, request: Any, version: int) -> Outcome:
-        refused = []
-        for resource in request.resources:
-            kind, error = _CONFIG_RESOURCE.get(resource.resource_type, (CLUSTER, CLUSTER_AUTHORIZATION_FAILED))
-            name = resource.resource_name if kind is not CLUSTER else CLUSTER_NAME
-            if not access.allowed(operation, kind, name):
-                refused.append((resource, error))
-        if not refused:
-            return PASS
-        gone = {id(r) for r, _ in refused}
-        request.resources = [r for r in request.resources if id(r) not in gone]
-        errors = [element_cls(version=version, error_code=error, error_message=ERRORS[error],
-                              resource_type=r.resource_type, resource_name=r.resource_name,
-                              **({"configs": []} if field == "results" else {})) for r, error in refused]
-        return answer_or_forward(api, version, request, "resources", lambda r: getattr(r, field).extend(errors))
-    return authorize
-
-
-def describe_cluster(access: Access, request: Any, version: int) -> Outcome:
-    if not request.include_cluster_authorized_operations:
-        return PASS
-
-    def change(response: Any) -> None:
-        response.authorized_operations = bits(access.operations(CLUSTER, CLUSTER_NAME)
-                                              if access.may(DESCRIBE, CLUSTER, CLUSTER_NAME) else 0)
-    return Outcome(response=change)
-
-
-DESCRIBE_TOPIC_PARTITIONS = Mirror("topics", "topics", fields={"is_internal": False, "partitions": []})
-
-
-def describe_topic_partitions(access: Access, request: Any, version: int) -> Outcome:
-    """As Metadata: named topics the principal may not describe are 29, a listing shows only those it
-    may; each topic's authorized operations are the principal's."""
-    response_cls = message_classes(ApiKey.DescribeTopicPartitions)[1]
-    listing = not request.topics
-    refused, _ = split(access, DESCRIBE_TOPIC_PARTITIONS, request, version, DESCRIBE, TOPIC,
-                       TOPIC_AUTHORIZATION_FAILED)
-
-    def change(response: Any) -> None:
-        if listing:
-            response.topics = [t for t in response.topics if access.may(DESCRIBE, TOPIC, t.name)]
-        for topic in response.topics:
-            if topic.error_code == 0:
-                topic.topic_authorized_operations = access.operations(TOPIC, topic.name)
-        response.topics.extend(mirrored(DESCRIBE_TOPIC_PARTITIONS, response_cls, version, [t for t, _ in refused],
-                                        TOPIC_AUTHORIZATION_FAILED))
-
-    if listing or not refused:
-        return Outcome(response=change)
-    return answer_or_forward(ApiKey.DescribeTopicPartitions, version, request, "topics", change)
-
-
-def describe_log_dirs(access: Access, request: Any, version: int) -> Outcome:
-    if access.cluster(DESCRIBE):
-        return PASS
-    return Outcome(answer=answer_whole(ApiKey.DescribeLogDirs, version, request,
-                                       CLUSTER_AUTHORIZATION_FAILED if version >= 3 else 0, results=[]))
-
-
-def alter_replica_log_dirs(access: Access, request: Any, version: int) -> Outcome:
-    if access.cluster(ALTER):
-        return PASS
-    response_cls = message_classes(ApiKey.AlterReplicaLogDirs)[1]
-    mirror = Mirror("topics", "results", response_key="topic_name",
-                    parts=("partitions", None, "partitions", "partition_index"))
-    answer = answer_whole(ApiKey.AlterReplicaLogDirs, version, request, 0, ())
-    answer.results = [e for d in request.dirs
-                      for e in mirrored(mirror, response_cls, version, d.topics, CLUSTER_AUTHORIZATION_FAILED)]
-    return Outcome(answer=answer)
-
-
-def alter_client_quotas(access: Access, request: Any, version: int) -> Outcome:
-    if access.cluster(ALTER_CONFIGS):
-        return PASS
-    entry = message_classes(ApiKey.AlterClientQuotas)[1].fields["entries"].data_class
-    entity = entry.fields["entity"].data_class
-    answer = answer_whole(ApiKey.AlterClientQuotas, version, request, 0, ())
-    answer.entries = [entry(version=version, error_code=CLUSTER_AUTHORIZATION_FAILED,
-                            error_message=ERRORS[CLUSTER_AUTHORIZATION_FAILED],
-                            entity=[entity(version=version, entity_type=e.entity_type, entity_name=e.entity_name)
-                                    for e in item.entity]) for item in request.entries]
-    return Outcome(answer=answer)
-
-
-def alter_scram_credentials(access: Access, request: Any, version: int) -> Outcome:
-    if access.cluster(ALTER):
-        return PASS
-    result = message_classes(ApiKey.AlterUserScramCredentials)[1].fields["results"].data_class
-    users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
-    answer = answer_whole(ApiKey.AlterUserScramCredentials, version, request, 0, ())
-    answer.results = [result(version=version, user=user, error_code=CLUSTER_AUTHORIZATION_FAILED,
-                             error_message=ERRORS[CLUSTER_AUTHORIZATION_FAILED]) for user in users]
-    return Outcome(answer=answer)
-
-
 def _whole(api: int, *checks: Check, mirror: Mirror | None = None, operation: Operation = READ) -> Rule:
     return rule(api, checks, mirror, operation)
 
@@ -578,8 +399,6 @@ RULES: dict[int, Rule] = {
     ApiKey.SyncGroup: _whole(ApiKey.SyncGroup, GROUP_READ),
     ApiKey.DescribeGroups: describe_groups,
     ApiKey.ListGroups: list_groups,
-    ApiKey.CreateTopics: create_topics,
-    ApiKey.DeleteTopics: delete_topics,
     ApiKey.DeleteRecords: _whole(ApiKey.DeleteRecords, mirror=_topics("topics", "topics", PARTITIONS,
                                                                        low_watermark=NO_OFFSET), operation=DELETE),
     ApiKey.InitProducerId: init_producer_id,
@@ -591,35 +410,14 @@ RULES: dict[int, Rule] = {
     ApiKey.AddOffsetsToTxn: _whole(ApiKey.AddOffsetsToTxn, TXN_WRITE, GROUP_READ),
     ApiKey.EndTxn: _whole(ApiKey.EndTxn, TXN_WRITE),
     ApiKey.TxnOffsetCommit: _whole(ApiKey.TxnOffsetCommit, TXN_WRITE, GROUP_READ, mirror=TXN_OFFSET_TOPICS),
-    ApiKey.DescribeConfigs: configs(ApiKey.DescribeConfigs, "results", DESCRIBE_CONFIGS),
-    ApiKey.AlterConfigs: configs(ApiKey.AlterConfigs, "responses", ALTER_CONFIGS),
-    ApiKey.IncrementalAlterConfigs: configs(ApiKey.IncrementalAlterConfigs, "responses", ALTER_CONFIGS),
-    ApiKey.AlterReplicaLogDirs: alter_replica_log_dirs,
-    ApiKey.DescribeLogDirs: describe_log_dirs,
-    ApiKey.CreatePartitions: _whole(ApiKey.CreatePartitions, operation=ALTER,
-                                    mirror=Mirror("topics", "results", message="error_message")),
     ApiKey.DeleteGroups: rule(ApiKey.DeleteGroups, (), Mirror("groups_names", "results", key=None,
                                                               response_key="group_id"), DELETE, GROUP,
                               GROUP_AUTHORIZATION_FAILED),
-    ApiKey.ElectLeaders: _whole(ApiKey.ElectLeaders, cluster(ALTER), mirror=Mirror(
-        "topic_partitions", "replica_election_results", key="topic", response_key="topic",
-        parts=("partitions", None, "partition_result", "partition_id"), message="error_message")),
-    ApiKey.AlterPartitionReassignments: _whole(ApiKey.AlterPartitionReassignments, cluster(ALTER)),
-    ApiKey.ListPartitionReassignments: _whole(ApiKey.ListPartitionReassignments, cluster(DESCRIBE)),
     ApiKey.OffsetDelete: _whole(ApiKey.OffsetDelete, Check(DELETE, GROUP, _group, GROUP_AUTHORIZATION_FAILED),
-                                mirror=_topics("topics", "topics", ("partitions", "partition_index", "partitions",
-                                                                    "partition_index"))),
-    ApiKey.DescribeClientQuotas: _whole(ApiKey.DescribeClientQuotas, cluster(DESCRIBE_CONFIGS)),
-    ApiKey.AlterClientQuotas: alter_client_quotas,
-    ApiKey.DescribeUserScramCredentials: _whole(ApiKey.DescribeUserScramCredentials, cluster(DESCRIBE)),
-    ApiKey.AlterUserScramCredentials: alter_scram_credentials,
-    ApiKey.DescribeQuorum: _whole(ApiKey.DescribeQuorum, cluster(DESCRIBE)),
-    ApiKey.UpdateFeatures: _whole(ApiKey.UpdateFeatures, cluster(ALTER)),
-    ApiKey.DescribeCluster: describe_cluster,
+                                mirror=_topics("topics", "topics", PARTITIONS)),
     ApiKey.DescribeProducers: _whole(ApiKey.DescribeProducers, mirror=_topics(
         "topics", "topics", ("partition_indexes", None, "partitions", "partition_index"), active_producers=[])),
     ApiKey.DescribeTransactions: describe_transactions,
     ApiKey.ListTransactions: list_transactions,
-    ApiKey.ListConfigResources: _whole(ApiKey.ListConfigResources, cluster(DESCRIBE_CONFIGS)),
-    ApiKey.DescribeTopicPartitions: describe_topic_partitions,
+    **ADMIN_RULES,
 }

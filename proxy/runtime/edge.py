@@ -10,9 +10,9 @@ answered at once) are queued, so the core never sees re-entry.
 
 Effects: `ConnectUpstream` opens the upstream socket, `LookUpTopics`, `CommitQuotas` and
 `CommitAcls` run as tasks of this connection, `EnsureListeners` binds at once; a task that fails
-closes this connection only.
-TLS identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
-`EdgeWiring`, whose loop a test replaces with a fake one (`tests/proxy/test_edge.py`).
+closes this connection only. TLS identity, admission (`limits:`) and a PROXY header's real peer
+come from the listener and `EdgeWiring`, whose loop a test replaces with a fake one
+(`tests/proxy/test_edge.py`).
 """
 
 from __future__ import annotations

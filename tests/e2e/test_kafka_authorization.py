@@ -27,8 +27,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from helpers import acl_clients
-from helpers.names import unique_group, unique_topic
 from helpers.kqp_process import run_kqp_cli
+from helpers.names import unique_group, unique_topic
 from helpers.observability import sample, scrape, start_with_metrics
 from upstreams.provisioned import kafka_or_skip
 
