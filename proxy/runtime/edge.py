@@ -6,11 +6,11 @@ whole frames only, each callback as one event stamped with the loop's time. The 
 are carried out in order, an event's writes to one side in one call; `Mute` and `Unmute` go to the
 side's `FlowControl` (flow_control.py), which pauses or resumes the transport once the event's
 actions are done. Events raised while actions run (a write crossing the high-water mark, an effect
-answered at once) are queued, so the core never sees re-entry. Effects: `ConnectUpstream` opens the upstream socket, `LookUpTopics`, `CommitQuotas` and
-`CommitAcls` run as tasks of this connection, `EnsureListeners` binds at once; a task that fails
-closes this connection only. TLS identity, admission (`limits:`) and a PROXY header's real peer
-come from the listener and `EdgeWiring`, whose loop a test replaces with a fake one
-(`tests/proxy/test_edge.py`).
+answered at once) are queued, so the core never sees re-entry. Effects: `ConnectUpstream` opens
+the upstream socket, `LookUpTopics`, `CommitQuotas` and `CommitAcls` run as tasks of this
+connection, `EnsureListeners` binds at once; a task that fails closes this connection only. TLS
+identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
+`EdgeWiring`, whose loop a test replaces with a fake one (`tests/proxy/test_edge.py`).
 """
 
 from __future__ import annotations
