@@ -56,10 +56,11 @@ def throttle_field_kind(api_key: int, version: int) -> ThrottleKind:
 
 def throttle_patch_parts(
     api_key: int, api_version: int, parts: Parts, body_offset: int, throttle_ms: int
-) -> Parts | None:
+) -> tuple[Parts | None, int]:
     """The response frame ``parts`` (as it arrived, size prefix included, its body at ``body_offset``)
-    with ``throttle_time_ms = max(existing, throttle_ms)``, as parts to write in order; None when
-    nothing changes (the version has no field, or the existing value is not lower).
+    with ``throttle_time_ms = max(existing, throttle_ms)``, as parts to write in order, and the
+    existing value (the upstream's own throttle; 0 where the version has no field). The parts are
+    None when nothing changes (no field, or the existing value is not lower).
 
     The result is views of ``parts`` around a fresh 4-byte field: nothing of the frame is copied.
     A response too short to hold the field is a :class:`ProtocolError`.
@@ -67,12 +68,14 @@ def throttle_patch_parts(
     key = (api_key, api_version)
     kind = _KINDS.get(key, "none")
     if kind == "none":
-        return None
+        return None, 0
     frame = SplitFrame(parts)
     offset = body_offset if kind == "first" else _WALKS[key](frame, body_offset)
     if offset + 4 > frame.total:
         raise ProtocolError("response is too short to hold throttle_time_ms")
     buf, start = frame.window(offset, 4)
-    if _I32.unpack_from(buf, offset - start)[0] >= throttle_ms:
-        return None
-    return (*frame.views(0, offset), _I32.pack(min(throttle_ms, _MAX_MS)), *frame.views(offset + 4, frame.total))
+    existing: int = _I32.unpack_from(buf, offset - start)[0]
+    if existing >= throttle_ms:
+        return None, existing
+    patched = (*frame.views(0, offset), _I32.pack(min(throttle_ms, _MAX_MS)), *frame.views(offset + 4, frame.total))
+    return patched, existing

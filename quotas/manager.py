@@ -42,11 +42,9 @@ __all__ = ["QuotaManager", "SensorState", "Violation", "combine"]
 MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 _PRODUCE_COUNTS = frozenset({QuotaType.PRODUCER_RECORD_RATE, QuotaType.PRODUCER_BATCH_RATE})
 _FETCH_COUNTS = frozenset({QuotaType.CONSUMER_RECORD_RATE, QuotaType.CONSUMER_BATCH_RATE})
-# Quotas whose throttle is known only once a request's response is back: the request quotas (handler
-# time) and the consumer rates (the response's size).
 _REQUEST = (QuotaType.REQUEST_RATE, QuotaType.REQUEST_PERCENTAGE)
-_ON_RESPONSE = frozenset({*_REQUEST, QuotaType.CONSUMER_BYTE_RATE, QuotaType.CONSUMER_RECORD_RATE,
-                          QuotaType.CONSUMER_BATCH_RATE})
+# What a Fetch's response is charged to: its throttle is known only once the response is back.
+_FETCH_TYPES = frozenset({QuotaType.CONSUMER_BYTE_RATE, QuotaType.CONSUMER_RECORD_RATE, QuotaType.CONSUMER_BATCH_RATE})
 # What one kind of charge records into for a principal (`QuotaManager._charged_by`), and the kinds.
 Charged = tuple[tuple[QuotaType, int, QuotaSensor, Resolution], ...]
 _PRODUCED, _FETCHED, _REQUESTED = 0, 1, 2
@@ -76,7 +74,6 @@ class QuotaManager:
         # Per kind of charge (`_PRODUCED`, ...), per principal, what it records into: (quota type, value
         # index, sensor, resolution), found once, not per request. Emptied whenever a sensor or a setting goes.
         self._charged: tuple[dict[Principal, Charged], ...] = ({}, {}, {})
-        self._responding: dict[Principal, tuple[tuple[QuotaType, Resolution], ...]] = {}   # likewise
         self.fleet = fleet
         if fleet is not None:
             fleet.configure(settings.window_size_seconds, settings.window_count)
@@ -85,7 +82,7 @@ class QuotaManager:
 
     def _apply(self, settings: QuotaSettings) -> None:
         self._settings = settings
-        self._charged, self._responding = ({}, {}, {}), {}
+        self._charged = ({}, {}, {})
         on = settings.quota_types
         self._produce = tuple(p for p in ChargeKind.PRODUCE.types if p[0] in on)
         self._fetch = tuple(f for f in ChargeKind.FETCH.types if f[0] in on)
@@ -96,7 +93,6 @@ class QuotaManager:
         self._mutation = MUTATION in on
         self._produce_counts = bool(_PRODUCE_COUNTS & on)
         self._fetch_counts = bool(_FETCH_COUNTS & on)
-        self._on_response = bool(_ON_RESPONSE & on)
         # Whether any principal pool charges the kind: plain attributes, as read on every request.
         self._pooled_produce, self._pooled_fetch, self._pooled_request = self.pools.kinds
         # Whether any quota is observed: only then do the questions below look at each quota's mode.
@@ -198,8 +194,7 @@ class QuotaManager:
             if (t := sensor.charge(values[index], now)) > 0:
                 if res.observed:
                     t = sensor.forgive(t, now)
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(values[index], t, now), sensor.line,
-                                     sensor.steady, sensor.hold(t), res.observed))
+                out.append(sensor.violation(quota_type, res.key, values[index], t, now, observed=res.observed))
         return out
 
     def record_produce(self, p: Principal, nbytes: float, records: int, batches: int, now: float) -> list[Violation]:
@@ -243,13 +238,15 @@ class QuotaManager:
                 self._sensor(quota_type, res, now).refund(values[index], now)
 
     def record_request(self, p: Principal, handler_seconds: float, now: float) -> list[Violation]:
-        """Charge one request: `request_rate` counts 1, `request_percentage` the handler time.
+        """Charge one request where its throttle is decided: `request_rate` counts 1,
+        `request_percentage` the handler time spent on it so far.
 
         KIP-124: n% is n% of one thread, so handler seconds are recorded as percent-seconds
-        (x 100) and their rate per second compares directly with n. `handler_seconds` is the
-        event-loop time the caller spent on the request's frames, both directions, never time
-        spent waiting for the upstream (quotas/README.md: "Carrying a broker's request_percentage over"). Both
-        throttles are capped at one window. Which APIs are exempt is the caller's decision.
+        (x 100) and their rate per second compares directly with n. `handler_seconds` is event-loop
+        time the caller spent on the request's frames, never time spent waiting for the upstream
+        (quotas/README.md: "Carrying a broker's request_percentage over"); the rest of it, spent on
+        the response, comes with `add_handler_time`. Both throttles are capped at one window. Which
+        APIs are exempt is the caller's decision.
         """
         out: list[Violation] = []
         if self._pooled_request:
@@ -260,9 +257,18 @@ class QuotaManager:
         for quota_type, index, sensor, res in self._charged_by(_REQUESTED, p, now):
             value = values[index]
             if (t := sensor.charge(value, now)) > 0:
-                out.append(Violation(quota_type, t, res.key, None, sensor.pace(value, t, now),
-                                     sensor.line if sensor.steady else None, sensor.steady, observed=res.observed))
+                out.append(sensor.violation(quota_type, res.key, value, t, now, observed=res.observed))
         return out
+
+    def add_handler_time(self, p: Principal, handler_seconds: float, now: float) -> None:
+        """Record handler time spent on a request after its throttle was decided (its response's),
+        checking nothing: the key's next request is judged with it, as Kafka records a request's
+        network-thread time (`recordNoThrottle`)."""
+        if not self.handler_cpu:
+            return
+        for quota_type, _index, sensor, _res in self._charged_by(_REQUESTED, p, now):
+            if quota_type is QuotaType.REQUEST_PERCENTAGE:
+                sensor.add(handler_seconds * 100.0, now)
 
     # -- controller mutations (KIP-599) --------------------------------------------------------
     def record_mutations(self, p: Principal, partitions: int, now: float) -> list[Violation]:
@@ -274,7 +280,7 @@ class QuotaManager:
             return []
         if (t := (sensor := self._sensor(MUTATION, res, now)).charge(partitions, now)) <= 0:
             return []
-        return [Violation(MUTATION, t, res.key, None, sensor.pace(partitions, t, now), observed=res.observed)]
+        return [sensor.violation(MUTATION, res.key, partitions, t, now, observed=res.observed)]
 
     def mutation_tokens_available(self, p: Principal, now: float) -> bool:
         """Kafka's strict admit rule: a mutation is accepted iff the bucket has tokens >= 0.
@@ -366,51 +372,19 @@ class QuotaManager:
             return False
         return not _FETCH_COUNTS.isdisjoint(resolutions(self._settings, p))
 
-    def throttles_on_response(self, p: Principal, now: float | None = None, fetch: bool = True,
-                              in_flight: int = 0) -> bool:
-        """Whether a quota whose throttle is known only when the response is back may throttle the
-        response to `p`'s request (a Fetch if `fetch`) read at `now`, with `in_flight` of the
-        connection's requests still unanswered; without `now`: whether such a quota applies at all.
-
-        A broker reads one request per connection at a time, so such a throttle stops the next
-        request; a proxy that forwarded it already could not. The proxy forwards one request at a
-        time for these principals instead, except where the response cannot throttle: the consumer
-        rates charge Fetch responses only, and a request quota at most half used over even its
-        shortest window, counting what the requests in flight and this one will add (1 request, at
-        most 10 ms of handler time each), is not reached by them (`QuotaSensor.far_below`; a steady
-        quota: half its allowance left). A quota not yet charged, shared by a fleet, or a token_bucket
-        one counts as near. An observed quota holds nothing back: it is measured all the same.
-        """
-        enforced = self._observing
-        if (self._pooled_fetch or self._pooled_request) and self.pools.applies(p, _ON_RESPONSE, enforced):
+    def charges_fetches(self, p: Principal, enforced: bool = False) -> bool:
+        """Whether `p`'s Fetch responses are charged (a consumer quota, consumer pool or consumer topic
+        pool takes `p`), so that a Fetch's throttle is decided when its response is back; `enforced`:
+        whether an enforced one does (an observed quota holds nothing back)."""
+        enforced = enforced and self._observing   # without an observed quota anywhere, every one is enforced
+        if self._pooled_fetch and self.pools.applies(p, _FETCH_TYPES, enforced):
             return True
         if self.pools.reads[ChargeKind.FETCH] and self.pools.wants_topics(p, QuotaType.CONSUMER_BYTE_RATE, enforced):
-            return True   # a consumer topic pool takes p: its Fetch responses are charged per topic
-        if not self._on_response:
+            return True
+        if not self._fetch:
             return False
-        found = self._responding.get(p)
-        if found is None:
-            if len(self._responding) >= MAX_CACHED_PRINCIPALS:
-                self._responding.clear()
-            every = resolutions(self._settings, p)
-            found = self._responding[p] = tuple((t, every[t]) for t in _ON_RESPONSE if t in every)
-        if not found:
-            return False
-        if now is None:
-            return not enforced or any(not res.observed for _t, res in found)
-        pending = in_flight + 1.0   # each: one request, or at most 10 ms x 100 percent-seconds
-        sensors = self._sensors
-        for quota_type, res in found:
-            if enforced and res.observed:
-                continue
-            if quota_type not in _REQUEST:
-                if fetch:   # how much a Fetch response brings is not known before it is back
-                    return True
-                continue
-            sensor = sensors[quota_type].get(res.key)
-            if sensor is None or not sensor.far_below(now, pending):
-                return True
-        return False
+        found = resolutions(self._settings, p)
+        return any((res := found.get(t)) is not None and not (enforced and res.observed) for t in _FETCH_TYPES)
 
     def fetch_max_bytes_cap(self, p: Principal, now: float | None = None) -> int | None:
         """The most one Fetch may return without being bound to be throttled, or None.

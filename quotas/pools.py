@@ -180,10 +180,8 @@ class Pools:
                 member = ledger.add(found, now)
             t = ledger.charge(member, values[index], now)
             if t > 0:
-                sensor = member.sensor
-                out.append(Violation(ledger.quota_type, t, found.key, ledger.pool.name,
-                                     sensor.pace(values[index], t, now), sensor.line, sensor.steady, sensor.hold(t),
-                                     ledger.observed))
+                out.append(member.sensor.violation(ledger.quota_type, found.key, values[index], t, now,
+                                                   ledger.pool.name, ledger.observed))
 
     def refund(self, p: Principal, kind: ChargeKind, values: tuple[float, ...], now: float) -> None:
         for ledger, found, index in self._entries_of(p)[kind]:
@@ -296,9 +294,8 @@ class Pools:
                 continue
             t = ledger.charge(member, nbytes, now)
             if t > 0:
-                sensor = member.sensor
-                out.append(Violation(quota_type, t, found.key, ledger.pool.name, sensor.pace(nbytes, t, now),
-                                     sensor.line, sensor.steady, sensor.hold(t), ledger.observed))
+                out.append(member.sensor.violation(quota_type, found.key, nbytes, t, now, ledger.pool.name,
+                                                   ledger.observed))
         return out
 
     # -- upkeep and views --------------------------------------------------------------------------

@@ -9,9 +9,8 @@ blocks. A shared sensor also hands every recording to its `SharedUsage` (fleet.p
 
 Beyond Kafka, `pace` is how long to mute a client that does not back off by itself: the recording's
 own cost, `value / limit` seconds, queued behind the key's earlier over-quota costs on a virtual
-clock (`paced_until`, as GCRA keeps one), never more than the throttle. And every check moves the
-sensor's `line` (`ThrottleLine`, ``now + throttle``), handed on by reference so that the key's other
-connections see it (quotas/README.md, "Pacing" and "Several connections of one key").
+clock (`paced_until`, as GCRA keeps one), never more than the throttle (quotas/README.md, "Pacing").
+A steady quota's throttle is the key's debt, which no request may skip: its violations carry no pace.
 """
 
 from __future__ import annotations
@@ -19,9 +18,9 @@ from __future__ import annotations
 import math
 
 from kqp.quotas.fleet import UNHEARD, SharedUsage
-from kqp.quotas.model import BUCKETS, SAMPLED, STEADY, TOKEN_BUCKET, EntitySpec
+from kqp.quotas.model import BUCKETS, SAMPLED, STEADY, TOKEN_BUCKET, EntitySpec, QuotaKey, QuotaType
 from kqp.quotas.sampled_rate import SampledRate
-from kqp.quotas.throttle import ThrottleLine, throttle_seconds
+from kqp.quotas.throttle import Violation, throttle_seconds
 from kqp.quotas.token_bucket import TokenBucket
 
 
@@ -29,7 +28,7 @@ class QuotaSensor:
     """Measurement, limit and last throttle of one `(quota type, QuotaKey)`."""
 
     __slots__ = ("_burst", "_scale", "algorithm", "bucket", "cap", "entity", "last_record", "last_throttle", "limit",
-                 "line", "paced_until", "rate", "shared", "span", "steady", "window")
+                 "paced_until", "rate", "shared", "span", "steady", "window")
 
     def __init__(self, limit: float, window_size: float, window_count: int, now: float, *,
                  cap: float | None = None, token_bucket: bool = False, entity: EntitySpec | None = None,
@@ -54,7 +53,6 @@ class QuotaSensor:
         self.last_record = now
         self.last_throttle = 0.0
         self.paced_until = now   # when the key's paced recordings so far are paid for (`pace`)
-        self.line = ThrottleLine(now, self.span)   # when the latest check says the key is within its quota
 
     def set_limit(self, limit: float) -> None:
         """Apply a new limit to the existing measurement, as Kafka swaps a live metric's quota.
@@ -142,7 +140,6 @@ class QuotaSensor:
         else:
             if shared is None:
                 if self.rate.surely_below(self.limit, now):   # far below the quota: nothing to sum
-                    self.line.until = now
                     return 0.0
                 observed, window = self.rate.observe(now)
                 limit = self.limit
@@ -150,7 +147,6 @@ class QuotaSensor:
                 observed, window = self.rate.observe(now, shared.remote(now))
                 limit = self.limit * self._scale
             if observed <= limit:
-                self.line.until = now
                 return 0.0
             t = self.span if limit <= 0 else throttle_seconds(observed, limit, window)
             if shared is not None and shared.others_active == UNHEARD and shared.ledger.shared \
@@ -159,15 +155,12 @@ class QuotaSensor:
                 # takes the next exchange to tell; the client's next request is judged on the fleet's
                 # real usage, which includes what it used now.
                 t = shared.ledger.sync_interval
-        line = t
         if self.cap is not None and t > self.cap:
             if self.steady:
-                # A capped quota (KIP-124) mutes one window at most, so a debt is repaid over later
-                # requests, and the line says when (the gate holds the key's Produce and Fetch until
-                # then); past a span's worth it is forgiven (a GC pause, one huge request).
-                line = self.forgive(t, now)
+                # A capped quota (KIP-124) mutes one window at most, so a debt is repaid over the
+                # key's later requests; past a span's worth it is forgiven (a GC pause, one huge request).
+                self.forgive(t, now)
             t = self.cap
-        self.line.until = now + line   # the throttle, or a steady capped quota's whole (forgiven) debt
         if t > 0:
             self.last_throttle = t
             if self.shared is not None:
@@ -184,30 +177,9 @@ class QuotaSensor:
         self.bucket.record(-(t - self.span) * self.bucket.rate, now)
         return self.span
 
-    def hold(self, throttle: float) -> float:
-        """Of a `throttle` this sensor gave a request charged before it is forwarded, the part that
-        request waits before it goes (steady: all but one window, so the upstream never receives more
-        than one window's worth beyond the quota's line); 0 for the other algorithms (Kafka forwards
-        at once)."""
-        return throttle - self.window if self.steady and throttle > self.window else 0.0
-
     def refund(self, value: float, now: float) -> None:
-        """Take back a recording of `value` (a Fetch answered empty); the line moves back by what it
-        cost, `value / limit` (``X = (S - T x W) / T`` loses `value / T`; a bucket's ``-K / R`` as much)."""
+        """Take back a recording of `value` (a Fetch answered empty: Kafka's unrecordQuotaSensor)."""
         self.add(-value, now)
-        limit = self.limit * self._scale
-        if limit > 0 and self.line.until > now:
-            self.line.until = max(now, self.line.until - value / limit)
-
-    def far_below(self, now: float, pending: float) -> bool:
-        """Surely at most half its quota at `now` with `pending` more recorded: a sampled rate over even
-        its shortest window, a steady bucket with half its allowance left after `pending` (so no throttle
-        either way). A local sensor only; a token_bucket quota counts as near."""
-        if self.shared is not None:
-            return False
-        if self.bucket is None:
-            return self.rate.surely_below(self.limit * 0.5, now, pending)
-        return self.steady and self.bucket.tokens(now) - pending >= self.bucket.burst * 0.5
 
     def charge(self, value: float, now: float) -> float:
         """Record, then check (Kafka's `Sensor.record(value, time, true)`); returns the throttle."""
@@ -216,13 +188,19 @@ class QuotaSensor:
             self.add(value, now)
             return self.throttle(now)
         # A local bucket (every quota under `steady`): one refill for the charge and its check, and
-        # within the quota nothing more to decide: `throttle` would give 0 and move the line to now.
+        # within the quota nothing more to decide: `throttle` would give 0.
         self.rate.record(value, now)
         self.last_record = now
         if bucket.spend(value, now) >= 0:
-            self.line.until = now
             return 0.0
         return self.throttle(now)
+
+    def violation(self, quota_type: QuotaType, key: QuotaKey, value: float, throttle: float, now: float,
+                  pool: str | None = None, observed: bool = False) -> Violation:
+        """The `Violation` a charge of `value` that earned `throttle` at `now` gives: with its pace,
+        unless steady (its throttle is the key's debt) or observed (nothing acts on it)."""
+        pace = None if self.steady or observed else self.pace(value, throttle, now)
+        return Violation(quota_type, throttle, key, pool, pace, observed)
 
     def tokens(self, now: float) -> float | None:
         """Tokens left in the bucket, or None for a rate sensor."""

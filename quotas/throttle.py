@@ -5,20 +5,21 @@ target T over the rate's own window W. Byte, record and batch throttles are used
 request quotas are capped at one window so a GC pause or one huge request cannot silence a client,
 heartbeats included, for long.
 
-`combine` does what the broker does (KafkaApis; `sendResponseMaybeThrottleWithControllerQuota` for
-mutations): record every quota, take the largest throttle, throttle the channel once under the
-quota that produced it, a tie naming the request quota. `throttle_ms` is Java's Math.round of the
-milliseconds, so a throttle under half a millisecond is no throttle (no mute either). A violation
-also carries `pace_seconds` (sensor.py); the largest throttle's violation decides the pace.
+`decide` is a request's one decision, as the broker's (KafkaApis; `sendResponseMaybeThrottleWith
+ControllerQuota` for mutations): every quota recorded, the largest throttle wins, the channel is
+throttled once under the quota that produced it, a tie naming the request quota. Its `Throttle` is
+what the response tells and how long the connection is muted: the same time (KIP-219). `throttle_ms`
+is Java's Math.round of the milliseconds, so under half a millisecond is no throttle (no mute
+either). A violation also carries `pace_seconds` (sensor.py): the largest one's decides the pace.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
-from kqp.quotas.model import QUOTA_TYPES, QuotaKey, QuotaType
+from kqp.quotas.model import QUOTA_TYPES, Principal, QuotaKey, QuotaType
 
 # `throttle_time_ms` is an INT32 in every response schema.
 INT32_MAX = 2**31 - 1
@@ -32,20 +33,6 @@ _TIE_ORDER = (QuotaType.REQUEST_PERCENTAGE, QuotaType.REQUEST_RATE, *(t for t in
 _RANK = {t: i for i, t in enumerate(_TIE_ORDER)}
 
 
-class ThrottleLine:
-    """When a quota key's latest check says it is back within its quota: `now + throttle` of that
-    check (`now` when within). One per sensor, moved by every check, shared by reference with the
-    violations it gave, so a connection throttled earlier sees what the key's other connections
-    used since (quotas/README.md, "Several connections of one key"). Mutable by design: a snapshot
-    would go stale the moment another connection is charged."""
-
-    __slots__ = ("span", "until")
-
-    def __init__(self, until: float, span: float) -> None:
-        self.until = until
-        self.span = span   # window_count x window_size of the sensor: the most the gate holds a request
-
-
 @dataclass(frozen=True, slots=True)
 class Violation:
     """One quota exceeded by one recording: its type, the throttle it asks for, and the sensor (for a
@@ -55,18 +42,32 @@ class Violation:
     throttle_seconds: float
     key: QuotaKey
     pool: str | None = None
-    # Pacing: the mute for a client that does not back off, at most `throttle_seconds`;
-    # None: not paced (a KIP-599 strict rejection recorded nothing to pace by).
+    # Pacing: the mute for a client that does not back off, at most `throttle_seconds`; None: not
+    # paced (a steady quota's throttle is its debt; a KIP-599 strict rejection recorded nothing).
     pace_seconds: float | None = None
-    # The sensor's line (producer and consumer rates only): what the key's later checks, whichever
-    # connection makes them, say of when it is back within its quota (`ThrottleLine`).
-    line: ThrottleLine | None = field(default=None, compare=False, repr=False)
-    # A steady quota's throttle ends at its line, however late the response that tells it comes;
-    # `hold_seconds` is what of it a request charged before it is forwarded waits first (sensor.py).
-    steady: bool = False
-    hold_seconds: float = 0.0
     # The quota is observed (`mode: observe`): its throttle is counted, never told or muted.
     observed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """One request's throttle, decided once (`decide`): what its response tells the client, until
+    when its connection is muted, and whose quota of which type caused it."""
+
+    ms: int                 # throttle_time_ms, as the response tells it (> 0)
+    until: float            # when the mute ends: the decision's time + ms
+    principal: Principal
+    quota_type: QuotaType
+    paced: bool = False     # shortened to its pace: the client cannot back off
+    # An observed quota decided it (`mode: observe`): counted, never told or muted; the client gets
+    # `enforced`, what the request's enforced quotas alone decide (None: nothing).
+    observed: bool = False
+    enforced: Throttle | None = None
+
+    @property
+    def acted(self) -> Throttle | None:
+        """The throttle the client gets: this one, or for an observed one its enforced part."""
+        return self.enforced if self.observed else self
 
 
 def throttle_seconds(observed: float, bound: float, window_size: float) -> float:
@@ -131,3 +132,34 @@ def throttle_ms(seconds: float) -> int:
     # ms - whole is exact for |ms| < 2**52, so this is half up without floor(ms + 0.5)'s
     # rounding of 0.49999999999999994 + 0.5 to 1.0.
     return whole + 1 if ms - whole >= 0.5 else whole
+
+
+def decide(violations: Iterable[Violation], principal: Principal, now: float, *, blind: bool = False,
+           pacing: bool = False) -> Throttle | None:
+    """A request's one throttle from every quota it was charged to, decided at `now`, or None.
+
+    KIP-124's co-existence: the largest throttle wins (ties to the request quotas), in whole
+    milliseconds as Kafka rounds them, and the connection is muted exactly as long as the client is
+    told. A client that cannot back off (`blind`) is muted for its pace instead, when `pacing` is
+    on and the pace is shorter (never a steady quota's debt, which carries no pace). When an observed
+    quota decides, the throttle is marked so and carries what the enforced quotas alone decide.
+    """
+    found = list(violations)
+    throttle = _decide(found, principal, now, blind, pacing)
+    if throttle is None or not throttle.observed:
+        return throttle
+    enforced = [v for v in found if not v.observed]
+    return replace(throttle, enforced=_decide(enforced, principal, now, blind, pacing) if enforced else None)
+
+
+def _decide(violations: list[Violation], principal: Principal, now: float, blind: bool,
+            pacing: bool) -> Throttle | None:
+    worst = largest(violations)
+    if worst is None:
+        return None
+    seconds, pace = worst.throttle_seconds, worst.pace_seconds
+    paced = blind and pacing and pace is not None and pace < seconds
+    ms = throttle_ms(pace if paced and pace is not None else seconds)
+    if not ms:
+        return None
+    return Throttle(ms, now + ms / 1000, principal, worst.quota_type, paced, worst.observed)

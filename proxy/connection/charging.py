@@ -3,13 +3,14 @@
 Kafka's KafkaApis records every quota of a request in one place and unrecords it in the same place.
 Here that place is `Charging`, and nothing else charges or refunds a quota: the core hands it each
 request's plan when the request is read (`charge_request`) and its reply when the response is back
-(`charge_reply`; for an acks=0 Produce both at once), and a withheld Fetch's refund (`refund`). The
-mutation gate and the handlers only name charges in their plans (`plans.py`); the adaptive pools'
-feeds (a watched request sent, answered, lost) go through here too. Each call returns the violations
-it found; the throttling room turns them into the request's one throttle. The guards below tell a
-handler what is worth reading before it reads more than a header. Sizes are charged as Kafka counts
-them (`Usage.quota_bytes`), the metrics count whole frames; `now` is the loop time the core was
-handed: no clock is read.
+(`charge_reply`; for an acks=0 Produce both at once), and a withheld Fetch's refund (`refund`). A
+request's quotas are all charged where its throttle is decided: as it is read, request quotas
+included (its handler time so far), unless its response is charged (a Fetch under a consumer quota),
+then with the response; handler time spent after the decision is recorded unchecked, for the key's
+next request. The mutation gate and the handlers only name charges in their plans (`plans.py`); the
+adaptive pools' feeds go through here too. The guards below tell a handler what is worth reading
+before it reads more than a header. Sizes are charged as Kafka counts them (`Usage.quota_bytes`), the
+metrics count whole frames; `now` is the loop time the core was handed: no clock is read.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ PERMISSIVE, REJECTED, SETTLE = MutationRule.PERMISSIVE, MutationRule.REJECTED, M
 class Charging:
     """The quota manager and the observer, charged together for each request and response."""
 
-    __slots__ = ("fetch_cap", "observer", "pools", "quotas", "throttles_on_response")
+    __slots__ = ("charges_fetches", "fetch_cap", "observer", "pools", "quotas")
 
     def __init__(self, quotas: QuotaManager, observer: ProxyObserver) -> None:
         self.quotas = quotas
@@ -43,9 +44,9 @@ class Charging:
         self.pools = quotas.pools
         #: Kafka's getMaxValueInQuotaWindow: the most a Fetch read at a time may ask for (None: no consumer quota).
         self.fetch_cap: Callable[[Principal, float], int | None] = quotas.fetch_max_bytes_cap
-        #: Whether a quota whose throttle is known only from the response may throttle this request's
-        #: (forwarded one request at a time then): `(principal, now, fetch, in_flight)`.
-        self.throttles_on_response: Callable[[Principal, float, bool, int], bool] = quotas.throttles_on_response
+        #: Whether a principal's Fetch responses are charged (its Fetch throttle is decided then):
+        #: `(principal, enforced)`, `enforced` asking for an enforced quota (observed ones hold nothing).
+        self.charges_fetches: Callable[[Principal, bool], bool] = quotas.charges_fetches
 
     # -- what the handlers ask before they read a body -----------------------------------------
     def produce_needs_counts(self, principal: Principal) -> bool:
@@ -60,7 +61,8 @@ class Charging:
 
     # -- the request and its reply -------------------------------------------------------------
     def charge_request(self, flight: Flight, now: float) -> list[Violation]:
-        """Charge what the request itself carries; the violations found."""
+        """Charge what the request itself carries and, unless its throttle waits for its response,
+        its request quotas (`flight.handler_seconds`: the time spent on it so far); the violations found."""
         plan = flight.plan
         violations: list[Violation] = []
         if (produced := plan.produced) is not None:
@@ -76,11 +78,15 @@ class Charging:
             violations += self._mutations(plan.mutations, now)
         for pool in plan.watching:
             pool.sent(flight, now)
+        if not plan.exempt and not plan.decided_on_response:
+            violations += self.quotas.record_request(flight.principal, flight.handler_seconds, now)
         return violations
 
-    def charge_reply(self, flight: Flight, reply: Reply | None, now: float) -> list[Violation]:
-        """Charge what the response carries and the request quotas; the violations found. `reply`
-        is None for a request that has no response (acks=0)."""
+    def charge_reply(self, flight: Flight, reply: Reply | None, now: float, seconds: float = 0.0) -> list[Violation]:
+        """Charge what the response carries, `seconds` of handler time spent on it, and, where the
+        request's throttle is decided now, its request quotas; the violations found (the request's
+        own only where its throttle is decided now). `reply` is None for a request that has no
+        response (acks=0)."""
         principal = flight.principal
         violations: list[Violation] = []
         if reply is not None:
@@ -96,8 +102,12 @@ class Charging:
                 self._mutations(reply.mutations, now)   # settles the bucket: the throttle was decided
             if flight.plan.watching:
                 self._answered(flight, reply, now)
-        if not flight.plan.exempt:
-            violations += self.quotas.record_request(principal, flight.handler_seconds, now)
+        plan = flight.plan
+        if not plan.exempt:
+            if plan.decided_on_response:
+                violations += self.quotas.record_request(principal, flight.handler_seconds, now)
+            elif seconds:
+                self.quotas.add_handler_time(principal, seconds, now)
         self.observer.handler_time(principal, flight.handler_seconds)
         return violations
 

@@ -4,13 +4,14 @@
 order. No asyncio, no sockets, no clock: every event carries the loop time, the handler-time clock is
 injected (`CoreParts.perf`), and the asyncio edge (`kqp.proxy.runtime.edge`) only converts. Each
 request goes to the handler its API key has (`CoreParts.handlers`), which returns a `Plan`; the core
-carries it out: forwards, has `Charging` charge it, has the throttling room decide its throttle, and
-keeps its `Flight` in a FIFO (Kafka answers a connection's requests in order). Each response gets the
-one step every response shares (broker addresses made kqp's), its plan's response side, its charges,
-and goes out at once with the request's throttle (KIP-219). Its parts (`Establishing`, `Awaiting`,
-`Throttling`, `Authentication`) ask of it only what `host.Host` offers. Its life is a `Phase`: on a
-client's EOF or the process's shutdown it drains and closes itself once nothing is owed
-(`giving_up.py`), on `IdleCheck` when idle past `connections_max_idle_ms`.
+carries it out: forwards it as it is read (never held), has `Charging` charge it, has the throttling
+room decide its throttle once, where its charges are complete (as it is read, or as its charged
+response comes back), muting from then, and keeps its `Flight` in a FIFO (Kafka answers in order).
+Each response gets the one step every response shares (broker addresses made kqp's), its plan's
+response side, its charges, and goes out at once carrying the request's throttle (KIP-219). Its
+parts (`Establishing`, `Awaiting`, `Throttling`, `Authentication`) ask of it only what `host.Host`
+offers. Its life is a `Phase`: on a client's EOF or the process's shutdown it drains and closes once
+nothing is owed (`giving_up.py`), on `IdleCheck` when idle past `connections_max_idle_ms`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kqp.protocol.addresses import may_carry_addresses
-from kqp.protocol.apis import API_NAMES, ApiKey
+from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
@@ -55,7 +56,6 @@ CLIENT, UPSTREAM = Side.CLIENT, Side.UPSTREAM
 IN_FLIGHT, RESPONSE_PENDING = MuteReason.IN_FLIGHT, MuteReason.RESPONSE_PENDING
 NO_CAP = float("inf")
 NO_MARK = -1.0   # `_clock_mark`: no handler-clock reading to start from (clocks read >= 0)
-FETCH = ApiKey.Fetch
 
 
 class Connection:
@@ -73,9 +73,6 @@ class Connection:
         self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
         self.establishing: Establishing | None = Establishing(self, parts, node_id, self.responses)
         self.awaiting = Awaiting(self, parts)
-        self._gated: tuple[memoryview, Parts] | None = None   # a request read, waiting for its key's line
-        # A request charged over a steady quota, held before it is forwarded (its flight is in flight).
-        self._unsent: tuple[Flight, Parts] | None = None
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
         # The handler clock's reading at the end of this event's last timed segment: the next segment
@@ -258,14 +255,9 @@ class Connection:
 
     def _give_up(self, how: str) -> int:
         """Drop what the client left unforwarded; the bytes of a frame it never finished, if that was all."""
-        held = self.awaiting.held_request if self._gated is None else self._gated[1]   # at most one
-        if self._unsent is not None:   # charged, never forwarded: its response will not come
-            flight, held = self._unsent
-            if flight in self.in_flight:
-                self.in_flight.remove(flight)
-            self.throttling.send_at = None
-        partial = drop_unforwarded(self.requests, held, self.peer, self.parts.charging.observer, how)
-        self.awaiting.held_request = self._gated = self._unsent = None
+        partial = drop_unforwarded(self.requests, self.awaiting.held_request, self.peer, self.parts.charging.observer,
+                                   how)
+        self.awaiting.held_request = None
         return partial
 
     def _shutdown_begun(self, e: ev.ShutdownBegun) -> None:
@@ -289,7 +281,7 @@ class Connection:
         if not shutdown and self.requests.buffered and not self._blocked():
             # Every whole frame has been taken: what is left is a frame the client never finished.
             self.close("protocol_error", truncated(self.requests.buffered))
-        elif self.drained and (shutdown or not (self.requests.buffered or self._gated)):
+        elif self.drained and (shutdown or not self.requests.buffered):
             self.close(*((self._drain_reason, None) if shutdown else self._client_gone()))
 
     def _write_buffer(self, e: ev.WriteBuffer) -> None:
@@ -304,9 +296,6 @@ class Connection:
     def _timer_fired(self, e: ev.TimerFired) -> None:
         if e.client_gone:   # closed while muted: what it left is dropped before anything more is read
             self._client_eof(e)
-        if self._unsent is not None and self.throttling.send_due(e.now):
-            self._out.append(Send(Side.UPSTREAM, self._unsent[1]))
-            self._unsent = None
         if self.throttling.timer_fired(e.now, self._out, e.unread):
             self._pump(e.now)
 
@@ -321,8 +310,7 @@ class Connection:
 
     def _pump(self, now: float) -> None:
         while self.phase is not CLOSED and not self._blocked():
-            # A request waiting for its key's line was read first: it goes first.
-            got, self._gated = self._gated or self.requests.next_frame_parts(SPLIT_HEAD_BYTES), None
+            got = self.requests.next_frame_parts(SPLIT_HEAD_BYTES)
             if got is None:
                 break
             self._on_request(*got, now)
@@ -342,10 +330,6 @@ class Connection:
             self.close(*refusal)   # as Kafka: no answer, the connection closes
             return
         principal = auth.principal(hdr.client_id)
-        throttling = self.throttling
-        if throttling.lines and throttling.gate(hdr.api_key, principal, now, self._out):
-            self._gated = (head, frame)   # its key's other connections hold it over quota: read it again then
-            return
         size = sum(map(len, frame))
         if not looked_up:   # handed over again after a topic lookup: counted the first time
             p.charging.observer.request(principal, hdr.api_key, size)
@@ -366,30 +350,29 @@ class Connection:
                 return
             if flight.answer is not None:   # kqp's authentication answers it: nothing goes upstream
                 forward = None
+        # The request's handler time so far is what its request quotas are charged; the rest of this
+        # segment (charging, forwarding) counts towards the next one.
+        flight.handler_seconds = (mark := clock()) - t0
+        self._clock_mark = mark
         charging = p.charging
         violations = charging.charge_request(flight, now)
         if not plan.expects_response:
             # acks=0: no response will come, so the request is done; Kafka exempts it from request
             # quotas, byte-rate quotas still mute.
             violations += charging.charge_reply(flight, None, now)
-        # Over quota already (a Produce's bytes, a mutation the gate refused): the throttle is decided
-        # now and goes out with the response; meanwhile nothing more is read, as on a broker, which
-        # reads one request at a time. A steady quota's request waits for its line first, all but a window.
-        throttle = flight.throttle = throttling.decide(flight, violations) if violations else None
-        acted = throttle.acted if throttle is not None else None   # an observed throttle holds nothing
         if forward is not None:
-            if acted is not None and acted.hold:
-                self._unsent = (flight, forward)   # sent when the timer fires for it (`_timer_fired`)
-            else:
-                self._out.append(Send(UPSTREAM, forward))
-        throttling.hold(throttle, now, self._out)
-        flight.handler_seconds = (end := clock()) - t0
-        self._clock_mark = end
+            self._out.append(Send(UPSTREAM, forward))
+        if violations and not plan.decided_on_response:
+            # Over quota (a Produce's bytes, its request quotas, a mutation the gate refused): the
+            # request goes all the same and its response will carry the throttle, decided now; from
+            # now nothing more is read, as a broker reads one request at a time.
+            throttling = self.throttling
+            if (throttle := throttling.decide(flight, violations, now)) is not None:
+                flight.throttle = throttle
+                throttling.mute(flight, throttle, now, self._out)
         if not plan.expects_response:
-            throttling.throttle(throttling.settle(flight, [], now), now, self._out)
             return
-        if forward is not None and charging.throttles_on_response(principal, now, hdr.api_key == FETCH,
-                                                                  len(self.in_flight)):
+        if plan.decided_on_response and forward is not None and charging.charges_fetches(principal, True):
             # Its throttle is known only when the response is back: hold the next request until then.
             self.mute(RESPONSE_PENDING)
         self._await(flight, now)
@@ -481,9 +464,10 @@ class Connection:
             frame = reply.frame
             if reply.sasl_answer:
                 self.auth.on_response(version, frame)
-        flight.handler_seconds += (end := clock()) - t0
+        seconds = (end := clock()) - t0
+        flight.handler_seconds += seconds
         self._clock_mark = end
-        self._deliver(flight, frame, reply, body_offset, now)
+        self._deliver(flight, frame, reply, body_offset, now, seconds)
         self._flush_local(now)
         cap = p.settings.max_in_flight or NO_CAP
         open_ = self.phase is not CLOSED
@@ -491,11 +475,17 @@ class Connection:
         if open_ and ((not self.in_flight and self.unmute(RESPONSE_PENDING)) or lifted):
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
-    def _deliver(self, flight: Flight, frame: Parts, reply: Reply | None, body_offset: int, now: float) -> None:
-        """Charge the response, then KIP-219 for every version: the response goes now, carrying the
-        request's throttle where the version has the field, and the connection is muted for it."""
+    def _deliver(self, flight: Flight, frame: Parts, reply: Reply | None, body_offset: int, now: float,
+                 seconds: float = 0.0) -> None:
+        """Charge the response (`seconds`: the handler time spent on it), then KIP-219 for every
+        version: the response goes now, carrying the request's throttle where the version has the
+        field; the connection is muted for it since it was decided (now, for a charged response)."""
         charging, throttling = self.parts.charging, self.throttling
-        throttle = throttling.settle(flight, charging.charge_reply(flight, reply, now), now)
+        violations = charging.charge_reply(flight, reply, now, seconds)
+        throttle, decided = flight.throttle, False
+        if flight.plan.decided_on_response and violations:
+            throttle = flight.throttle = throttling.decide(flight, violations, now)
+            decided = throttle is not None
         if throttle is None:
             self._send_client(frame, now)
             throttling.answered(now)
@@ -505,8 +495,11 @@ class Connection:
             if withheld is not None:   # as the broker: what is not delivered is not charged either
                 charging.refund(flight, reply, now)
                 frame = withheld
-        self._send_client(throttling.patched(flight, frame, body_offset, throttle), now)
-        throttling.throttle(throttle, now, self._out)
+        frame, told = throttling.patched(flight, frame, body_offset, throttle, now, self._out)
+        self._send_client(frame, now)
+        if decided:   # the response goes first, then the mute (a broker mutes once it has sent it)
+            throttling.mute(flight, throttle, now, self._out)
+        throttling.told(flight, throttle, told, now, self._out)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""

@@ -43,8 +43,9 @@ class ProxyObserver:
         """A request would have been throttled for `seconds` had `principal`'s observed `quota_type`
         been enforced (`mode: observe`): counted only, nothing was told or muted."""
 
-    def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
-        """A connection was muted by a throttle that `principal`'s `quota_type` caused."""
+    def mute_started(self, principal: Principal, quota_type: QuotaType, at: float | None = None) -> None:
+        """A connection was muted by a throttle that `principal`'s `quota_type` caused, from `at`
+        (the loop time it was decided; None: now)."""
 
     def mute_ended(self, principal: Principal, quota_type: QuotaType, due: float | None = None) -> None:
         """That mute ended (the throttle passed, or the connection closed). `due`: the loop time the

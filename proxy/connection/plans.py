@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from kqp.protocol.errors import ProtocolError
@@ -21,8 +21,8 @@ from kqp.protocol.headers import RequestHeader
 from kqp.protocol.records import RecordCounts
 from kqp.proxy.policies.pending import Pending
 from kqp.quotas.charges import MutationCharge
-from kqp.quotas.model import Principal, QuotaType
-from kqp.quotas.throttle import ThrottleLine, Violation
+from kqp.quotas.model import Principal
+from kqp.quotas.throttle import Throttle
 
 from .events import Parts
 from .settings import CoreSettings
@@ -104,6 +104,7 @@ class Plan(NamedTuple):
     watching: tuple[AdaptivePool, ...] = ()     # adaptive pools told of the request and its answer
     expects_response: bool = True               # False: none will come (acks=0 Produce)
     exempt: bool = False                        # not charged to request quotas (Kafka's exemptions)
+    decided_on_response: bool = False           # its response is charged: its throttle is decided then
     count_records: bool = False                 # the address walk counts the response's records (Fetch v16+)
     sasl: SaslFrame | None = None               # routed by the connection's authentication first
     software: tuple[str, str] | None = None     # KIP-511's client software, named by ApiVersions v3+
@@ -130,37 +131,6 @@ class Request:
         self.looked_up, self.node, self.host = looked_up, node, host
 
 
-@dataclass(frozen=True, slots=True)
-class Throttle:
-    """One request's throttle."""
-
-    ms: int                 # throttle_time_ms as the client is told it (> 0)
-    mute_seconds: float     # how long the client's socket is muted for it
-    principal: Principal    # whose quota, and which, caused it
-    quota_type: QuotaType
-    paced: bool = False     # shortened to its pace: the client does not back off
-    request: tuple[int, int] = field(default=(-1, -1), compare=False)   # the request's (api key, version)
-    blind: bool = field(default=False, compare=False)   # its client cannot back off (version, acks=0)
-    # The lines of the request's producer or consumer rate violations (never a request quota's:
-    # KIP-124 caps those at one window, and heartbeats must not wait for a Produce's key); none
-    # when paced (the pace queues the key's requests already: the gate must not hold them).
-    lines: tuple[ThrottleLine, ...] = field(default=(), compare=False, repr=False)
-    worst: Violation | None = field(default=None, compare=False, repr=False)   # the violation that decided it
-    # A steady quota's: when the throttle ends (what is left of it at the response is told), and how
-    # long the request waits before it is forwarded (all of its throttle but one window).
-    until: float | None = field(default=None, compare=False)
-    hold: float | None = field(default=None, compare=False)
-    # An observed quota decided it (`mode: observe`): it is counted, never told or muted; the client
-    # gets `enforced`, the throttle of the request's enforced quotas alone (None: none).
-    observed: bool = False
-    enforced: Throttle | None = field(default=None, compare=False)
-
-    @property
-    def acted(self) -> Throttle | None:
-        """The throttle the client gets: this one, or for an observed one its enforced part."""
-        return self.enforced if self.observed else self
-
-
 @dataclass(slots=True, eq=False)
 class Flight:
     """A request kqp has read, until its response is delivered. Compared and hashed by identity:
@@ -174,7 +144,7 @@ class Flight:
     plan: Plan
     node: int | None = None
     handler_seconds: float = 0.0
-    throttle: Throttle | None = None      # decided when the request was read; its response completes it
+    throttle: Throttle | None = None      # decided once: when it was read, or when its response came
     counts: RecordCounts | None = None    # the response's records, counted on the address walk
     answer: bytes | Pending | None = None   # kqp's own answer, sent when its turn comes
     close_after: str | None = None        # close the connection once this answer is out (a failed login)

@@ -67,9 +67,11 @@ class _Entity:
     requests: dict[int, int] = field(default_factory=dict)          # api key -> count
     handler: float | None = None                                    # seconds
     throttle: dict[str, list[float]] = field(default_factory=dict)  # quota -> [seconds, responses]
-    observed: dict[str, list[float]] = field(default_factory=dict)  # mode observe: quota -> [seconds, requests]
+    # mode observe, quota -> [seconds it would have been muted, requests, that mute's end, counted up to]
+    observed: dict[str, list[float]] = field(default_factory=dict)
     topics: dict[tuple[str, str], int] = field(default_factory=dict)  # (direction, topic) -> records bytes
-    muted: dict[str, float] = field(default_factory=dict)           # quota -> connection-seconds muted
+    muted: dict[str, float] = field(default_factory=dict)           # quota -> connection-seconds of ended mutes
+    muted_shown: dict[str, float] = field(default_factory=dict)     # quota -> what the last scrape showed
 
 
 class _Latency:
@@ -115,6 +117,7 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         self._anomalies = dict.fromkeys(UPSTREAM_ANOMALIES, 0)
         self._latency: dict[int, _Latency] = {}
         # (entity, quota) -> [connections muted now, when that number last changed]
+        # (principal, quota) -> [mutes running, sum of their starts, sum of the ends of those ended since]
         self._muted: dict[tuple[Principal, str], list[float]] = {}
         self.clients, self.recent = ClientStats(), RecentThrottles(self.max_entities)   # client_metrics.py
         self.recent_observed = RecentThrottles(self.max_entities)   # what observed quotas would have throttled
@@ -255,42 +258,63 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         self.recent.add(principal, quota_type, seconds, self.now())
 
     def observed_throttled(self, principal: Principal, quota_type: QuotaType, seconds: float) -> None:
+        # What enforcing would have done, in units that add up: the entity would have been muted from
+        # now until the latest of its would-be throttles ends (counted as that time passes, so at most
+        # a second a second, however many requests overlap), and this request throttled.
+        now = self.now()
         observed = self._entity(principal).observed
         totals = observed.get(quota_type)
         if totals is None:
-            totals = observed[quota_type] = [0.0, 0]
-        totals[0] += seconds
+            totals = observed[quota_type] = [0.0, 0, now, now]
+        _fold_observed(totals, now)
         totals[1] += 1
-        self.recent_observed.add(principal, quota_type, seconds, self.now())
+        totals[2] = max(totals[2], now + seconds)
+        self.recent_observed.add(principal, quota_type, seconds, now)
 
-    def mute_started(self, principal: Principal, quota_type: QuotaType) -> None:
-        key = (principal, quota_type)
-        muted = self._muted.get(key)
-        if muted is None:
-            self._muted[key] = [1, self.now()]
-        else:
-            self._fold(key, muted, self.now())
-            muted[0] += 1
+    def mute_started(self, principal: Principal, quota_type: QuotaType, at: float | None = None) -> None:
+        # A mute counts from its decision (`at`), which a long frame's handling can precede by
+        # milliseconds, until it was due to end (`mute_ended`): exactly what the client was told.
+        now = self.now()
+        principal = self._bucket(principal)
+        running = self._muted.get((principal, quota_type))
+        if running is None:
+            running = self._muted[principal, quota_type] = [0, 0.0, 0.0]
+        running[0] += 1
+        running[1] += now if at is None else min(at, now)
 
     def mute_ended(self, principal: Principal, quota_type: QuotaType, due: float | None = None) -> None:
-        key = (principal, quota_type)
-        muted = self._muted.get(key)
-        if muted is None:
+        principal = self._bucket(principal)
+        running = self._muted.get((principal, quota_type))
+        if running is None:
             return
-        now = self.now()
         # A mute counts until its throttle was due to end: a timer that fired late on a busy loop
-        # held the socket longer, but so would the busy loop have held an unmuted one. Never before
-        # the last fold (a scrape, another connection's mute): the counter cannot go back.
-        self._fold(key, muted, now if due is None else min(now, max(due, muted[1])))
-        muted[0] -= 1
-        if muted[0] <= 0:
-            del self._muted[key]
+        # held the socket longer, but so would the busy loop have held an unmuted one.
+        now = self.now()
+        running[0] -= 1
+        running[2] += now if due is None else min(now, due)
+        if running[0] <= 0:   # none left: what they lasted, ends less starts, is the entity's for good
+            totals = self._entity(principal).muted
+            totals[quota_type] = totals.get(quota_type, 0.0) + running[2] - running[1]
+            del self._muted[principal, quota_type]
 
-    def _fold(self, key: tuple[Principal, str], muted: list[float], now: float) -> None:
-        """Add the connection-seconds muted since the count last changed to the entity's total."""
-        totals = self._entity(key[0]).muted
-        totals[key[1]] = totals.get(key[1], 0.0) + muted[0] * (now - muted[1])
-        muted[1] = now
+    def _bucket(self, p: Principal) -> Principal:
+        """The principal whose entity counts `p`'s (the `other` bucket's past `max_entities`)."""
+        return p if self._entity(p) is self._entities.get(p) else _OTHER_PRINCIPAL
+
+    def _muted_seconds(self, now: float) -> dict[Principal, dict[str, float]]:
+        """Each entity's connection-seconds muted per quota, mutes still running counted up to `now`.
+        Summed from every mute's own start and end (which connection's is which does not matter:
+        ends and starts add up), and never less than a scrape showed before, so the counter cannot go
+        back when a late timer ends a mute a scrape had counted past its due time."""
+        out: dict[Principal, dict[str, float]] = {p: dict(e.muted) for p, e in self._entities.items() if e.muted}
+        for (principal, quota), (n, starts, ends) in self._muted.items():
+            seconds = out.setdefault(principal, {})
+            seconds[quota] = seconds.get(quota, 0.0) + ends + n * now - starts
+        for principal, seconds in out.items():
+            shown = self._entity(principal).muted_shown
+            for quota, value in seconds.items():
+                seconds[quota] = shown[quota] = max(shown.get(quota, 0.0), value)
+        return out
 
     def upstream_anomaly(self, kind: str) -> None:
         self._anomalies[kind] = self._anomalies.get(kind, 0) + 1
@@ -319,16 +343,16 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
                             "quota that caused it", ("quota", *ENTITY))
         muted = counter("kqp_muted_seconds", "Seconds client connections spent muted by a throttle, summed "
                         "over the entity's connections, by the quota that caused it", ("quota", *ENTITY))
-        observed = counter("kqp_observed_throttle_seconds", "Throttle time quotas in mode observe would have given "
-                           "(nothing was told or muted), by the quota that would have caused it", ("quota", *ENTITY))
+        observed = counter("kqp_observed_muted_seconds", "Seconds the entity would have been muted had its quotas in "
+                           "mode observe been enforced, at most one a second (nothing was told or muted), by the "
+                           "quota that would have caused it", ("quota", *ENTITY))
         observed_n = counter("kqp_observed_throttled_requests", "Requests quotas in mode observe would have "
                              "throttled, by the quota that would have caused it", ("quota", *ENTITY))
         topic_bytes = counter("kqp_topic_bytes", "Record bytes per topic of Produce requests and Fetch responses "
                               "(metrics.topic_bytes)", ("direction", *ENTITY, "topic"))
         now = self.now()
-        for key, running in self._muted.items():   # mutes still running count up to this scrape
-            self._fold(key, running, now)
-        for e in self._entities.values():
+        muted_seconds = self._muted_seconds(now)
+        for principal, e in self._entities.items():
             who = (e.user, e.client_id)
             for direction, (b, r) in e.traffic.items():
                 nbytes.add_metric((direction, *who), b)
@@ -340,11 +364,12 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
             for quota, (seconds, n) in e.throttle.items():
                 throttle.add_metric((quota, *who), seconds)
                 throttled.add_metric((quota, *who), n)
-            for quota, seconds in e.muted.items():
+            for quota, seconds in muted_seconds.get(principal, {}).items():
                 muted.add_metric((quota, *who), seconds)
-            for quota, (seconds, n) in e.observed.items():
-                observed.add_metric((quota, *who), seconds)
-                observed_n.add_metric((quota, *who), n)
+            for quota, totals in e.observed.items():
+                _fold_observed(totals, now)
+                observed.add_metric((quota, *who), totals[0])
+                observed_n.add_metric((quota, *who), totals[1])
             for (direction, topic), b in e.topics.items():
                 topic_bytes.add_metric((direction, *who, topic), b)
         yield from (nbytes, records, requests, handler, throttle, throttled, muted, observed, observed_n)
@@ -375,12 +400,12 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         yield GaugeMetricFamily("kqp_entities", "Entity label sets held (the other bucket included)",
                                 value=len(self._entities))
         yield GaugeMetricFamily("kqp_muted_connections", "Client connections muted by a throttle now",
-                                value=sum(n for n, _ in self._muted.values()))
+                                value=sum(n for n, _, _ in self._muted.values()))
         queue = GaugeMetricFamily("kqp_delay_queue_size", "Delay-queue entries (connections muted by a "
                                   "throttle) by the quota that caused them", labels=("quota",))
         by_quota = dict.fromkeys(QUOTA_TYPES, 0)
         muted_by: dict[tuple[str, str], int] = {}
-        for (principal, quota), (n, _) in self._muted.items():
+        for (principal, quota), (n, _, _) in self._muted.items():
             n = int(n)
             by_quota[quota] = by_quota.get(quota, 0) + n
             who = (principal.user, principal.client_id)
@@ -434,3 +459,11 @@ def prepare_scrape(observer: ProxyObserver) -> None:
 def _api_name(api_key: int) -> str:
     return API_NAMES.get(api_key, str(api_key))
 
+
+def _fold_observed(totals: list[float], now: float) -> None:
+    """Count the would-be mute of `totals` (`_Entity.observed`) up to `now`: what of it has passed
+    since it was last counted."""
+    end = min(now, totals[2])
+    if end > totals[3]:
+        totals[0] += end - totals[3]
+    totals[3] = now

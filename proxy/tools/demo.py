@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,19 +111,20 @@ def scene_transparent(bootstrap: str, ck: Any) -> bool:
     return not errors and len(seen) == count
 
 
-def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> tuple[bool, RateSeries]:
+def scene_throttled(bootstrap: str, ck: Any, seconds: float, metrics: str | None = None) -> tuple[bool, RateSeries]:
     _say()
     _say(f"== scene 2: a producer offering far more than its quota "
          f"(producer_byte_rate {QUOTA_BYTES // 1024} KiB/s, windows of {WINDOW_SECONDS}s)")
     _say(f"   algorithm steady: a first burst of {WINDOW_COUNT - 1} windows' worth of quota, as Kafka lets "
          f"through, then the quota, held within {HELD_WITHIN:.0%}")
-    stats: dict[str, float] = {"throttle_max_ms": 0.0, "throttle_avg_ms": 0.0}
+    stats: dict[str, float] = {"throttle_max_ms": 0.0, "throttle_avg_ms": 0.0, "throttle_sum_ms": 0.0}
 
     def on_stats(raw: str) -> None:
         doc = json.loads(raw)
         for b in doc.get("brokers", {}).values():
-            t = b.get("throttle", {})
+            t = b.get("throttle", {})   # a window of the throttles seen since the last statistics
             stats["throttle_max_ms"] = max(stats["throttle_max_ms"], float(t.get("max", 0)))
+            stats["throttle_sum_ms"] += float(t.get("sum", 0))
             if t.get("avg"):
                 stats["throttle_avg_ms"] = float(t["avg"])
 
@@ -164,6 +166,7 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> tuple[bool, Rate
                  f"{stats['throttle_avg_ms']:6.0f} ms")
     end_t = time.monotonic()
     producer.flush(60)
+    producer.poll(1.0)   # the last statistics, with the last throttles in them
     elapsed = time.monotonic() - start
     series = rate_series(deliveries, start, end_t, QUOTA_BYTES, WINDOW_SECONDS, WINDOW_COUNT)
     # After the first span (the burst Kafka's rate math allows a new client), whole spans only:
@@ -179,10 +182,26 @@ def scene_throttled(bootstrap: str, ck: Any, seconds: float) -> tuple[bool, Rate
     _say(f"   largest throttle_time_ms the client saw: {stats['throttle_max_ms']:.0f} ms; "
          f"failed deliveries (timeouts included): {len(failures)}"
          + (f" ({sorted(set(failures))[:3]})" if failures else ""))
+    if metrics is not None:
+        # KIP-219: each throttled response says how long kqp mutes its connection, and kqp mutes it
+        # exactly that long, from the moment the request was read; nothing is held back untold.
+        muted = _counter(metrics, "kqp_muted_seconds_total", "demo-throttled")
+        _say(f"   throttle_time_ms told to the client, summed: {stats['throttle_sum_ms'] / 1000:.1f} s; its "
+             f"connections muted by kqp (kqp_muted_seconds_total): {muted:.1f} s")
     # The spans after the first must carry the quota within 5 %, what the fidelity matrix asks of
     # every client (tests/e2e/test_fidelity_matrix.py, `kqp bench --fidelity`).
     held_ok = held is None or abs(held[0] / QUOTA_BYTES - 1) <= HELD_WITHIN
     return not failures and stats["throttle_max_ms"] > 0 and held_ok, series
+
+
+def _counter(base_url: str, name: str, client_id: str) -> float:
+    """The sum of `name`'s series for `client_id` on kqp's /metrics, as Prometheus would scrape it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == name and sample.labels.get("client_id") == client_id)
 
 
 def save_plot(series: RateSeries, plot: Path | None) -> None:
@@ -310,6 +329,7 @@ def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "aut
         "listen": f"127.0.0.1:{free_port()}",
         "broker_port_base": 0,
         "upstream": {"bootstrap_servers": upstream},
+        "metrics": {"listen": f"127.0.0.1:{free_port()}"},
         "quotas": {
             "window_size_seconds": WINDOW_SECONDS,
             "window_count": WINDOW_COUNT,
@@ -323,7 +343,8 @@ def run_demo(seconds: float = 10.0, spark: bool = False, loop_choice: str = "aut
         _say(f"kqp listening on {bootstrap}")
         _say()
         ok = scene_transparent(bootstrap, ck)
-        throttled_ok, series = scene_throttled(bootstrap, ck, seconds)
+        endpoint = proxy.server.endpoint
+        throttled_ok, series = scene_throttled(bootstrap, ck, seconds, None if endpoint is None else endpoint.url)
         ok = throttled_ok and ok
         ok = scene_mutations(loop_choice) and ok
         if spark:

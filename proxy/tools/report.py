@@ -1,8 +1,8 @@
 """`kqp report`: what each entity used over a period, for a team lead (table) or a finance sheet (CSV).
 
 Per principal (user, client id): produced and fetched bytes (Produce request and Fetch response
-frames, as `kqp_bytes_total` counts them), requests, throttle seconds told, and the throttle seconds
-quotas in mode observe would have told: each Prometheus's `increase()` of kqp's counters over the
+frames, as `kqp_bytes_total` counts them), requests, throttle seconds told, and the seconds quotas in
+mode observe would have muted the entity: each Prometheus's `increase()` of kqp's counters over the
 period, summed over every kqp it scrapes. Rows sum honestly (one principal each); the table and JSON
 add each prefix group's subtotal, labelled as such, from `kqp_quota_group_member`. `--by topic`
 splits the bytes per topic (`kqp_topic_bytes_total`, kqp's `metrics.topic_bytes`); what no topic
@@ -28,13 +28,13 @@ __all__ = ["CSV_COLUMNS", "Row", "add_parser", "collect", "render", "run"]
 
 EXIT_UNREADABLE, EXIT_USAGE = 1, 2
 CSV_COLUMNS = ("user", "client_id", "topic", "produced_bytes", "fetched_bytes", "requests", "throttled_seconds",
-               "observed_throttle_seconds")
+               "observed_muted_seconds")
 # Column -> the counter whose increase it is.
 COUNTERS = {"produced_bytes": 'kqp_bytes_total{direction="produce"}',
             "fetched_bytes": 'kqp_bytes_total{direction="fetch"}',
             "requests": "kqp_requests_total",
             "throttled_seconds": "kqp_throttle_seconds_total",
-            "observed_throttle_seconds": "kqp_observed_throttle_seconds_total"}
+            "observed_muted_seconds": "kqp_observed_muted_seconds_total"}
 TOPIC_COUNTER = "kqp_topic_bytes_total"
 
 
@@ -47,7 +47,7 @@ class Row:
     fetched_bytes: float = 0.0
     requests: float = 0.0
     throttled_seconds: float = 0.0
-    observed_throttle_seconds: float = 0.0
+    observed_muted_seconds: float = 0.0
 
     def add(self, other: Row) -> None:
         for name in COUNTERS:
@@ -101,7 +101,7 @@ def _split(period: Period, rows: list[Row]) -> list[Row]:
         mine = [r for (u, c, _), r in topics.items() if (u, c) == (row.user, row.client_id)]
         rest = Row(row.user, row.client_id, "", max(0.0, row.produced_bytes - sum(r.produced_bytes for r in mine)),
                    max(0.0, row.fetched_bytes - sum(r.fetched_bytes for r in mine)), row.requests,
-                   row.throttled_seconds, row.observed_throttle_seconds)
+                   row.throttled_seconds, row.observed_muted_seconds)
         out += [*mine, rest]
     return out
 
@@ -135,7 +135,7 @@ def _bytes(value: float) -> str:
 
 def _figures(row: Row) -> list[str]:
     return [_bytes(row.produced_bytes), _bytes(row.fetched_bytes), f"{row.requests:.0f}",
-            f"{row.throttled_seconds:.1f}", f"{row.observed_throttle_seconds:.1f}"]
+            f"{row.throttled_seconds:.1f}", f"{row.observed_muted_seconds:.1f}"]
 
 
 def _who(row: Row, by_topic: bool, indent: str = "") -> list[str]:
@@ -145,7 +145,7 @@ def _who(row: Row, by_topic: bool, indent: str = "") -> list[str]:
 def _table(report: Report) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(report.period.end))
     header = ["USER", "CLIENT_ID", *(["TOPIC"] if report.by_topic else []), "PRODUCED", "FETCHED", "REQUESTS",
-              "THROTTLED S", "WOULD THROTTLE S"]
+              "THROTTLED S", "WOULD MUTE S"]
     blank = [""] if report.by_topic else []
     rows = [header, *([*_who(r, report.by_topic), *_figures(r)] for r in report.rows),
             ["TOTAL", "", *blank, *_figures(report.total())]]

@@ -4,10 +4,10 @@ One row per entity (user, client id): each quota's measured rate against its lim
 time its connections spent throttled, its muted connections; furthest over any quota first. A
 client-id prefix group has a row of its own (`etl-*`) followed by its members, indented, each with
 its own usage, so the members add up to the group. Pools (top_pools.py) and client software
-(top_clients.py) follow. Rates against limits are kqp's own quota measurements; everything else is
-a counter differentiated between two reads: THROTTLED is seconds muted by a throttle per second
-(`kqp_muted_seconds_total`; 1.00 is one connection always muted), MODE and WOULD THROTTLE (shown
-while a quota is observed) what observed quotas would have given. `--once` reads twice.
+(top_clients.py) follow. Rates against limits are kqp's own quota measurements; the rest are
+counters differentiated between two reads: THROTTLED, seconds muted by a throttle per second
+(`kqp_muted_seconds_total`; 1.00: a connection always muted); MODE and WOULD THROTTLE (while a quota
+is observed), the share of time observed quotas would have muted the entity. `--once` reads twice.
 
 Drawing is plain ANSI rather than curses: it redraws without flicker in any terminal and in tmux,
 and with `--once` or a pipe the same frame is plain text. Parsing and rendering are pure functions
@@ -66,7 +66,7 @@ HIDE_CURSOR, SHOW_CURSOR, BOLD, RESET = "\x1b[?25l", "\x1b[?25h", "\x1b[1m", "\x
 RATE_SECONDS = 10.0
 LEGEND = (f"THROTTLED: seconds muted by a throttle per second, over its connections (1.00 = one always muted); "
           f"last {RATE_SECONDS:.0f} s")
-OBSERVE_LEGEND = "WOULD THROTTLE: throttle seconds per second quotas in mode observe would have given (none given)"
+OBSERVE_LEGEND = "WOULD THROTTLE: share of time quotas in mode observe would have muted the entity (none muted)"
 
 Key = tuple[str, str, bool]   # (user, client id or prefix, group)
 
@@ -84,8 +84,8 @@ class Entity:
     own: dict[str, float] | None = None         # quota -> own usage per second since the baseline read
     muted: int = 0
     observed: set[str] = field(default_factory=set)   # quotas in mode observe
-    observed_seconds: dict[str, float] = field(default_factory=dict)   # counter: quota -> observed throttle s
-    would: dict[str, float] | None = None       # quota -> observed throttle seconds per second
+    observed_seconds: dict[str, float] = field(default_factory=dict)   # counter: quota -> would-be-muted seconds
+    would: dict[str, float] | None = None       # quota -> would-be-muted seconds per second (0-1)
 
     @property
     def name(self) -> str:
@@ -189,7 +189,7 @@ def parse(text: str, taken_at: float) -> Scrape:
                 principal(labels).muted += int(value)
             elif name == "kqp_quota_observed":
                 principal(labels).observed.add(labels["quota"])
-            elif name == "kqp_observed_throttle_seconds_total":
+            elif name == "kqp_observed_muted_seconds_total":
                 e = principal(labels)
                 e.observed_seconds[labels["quota"]] = e.observed_seconds.get(labels["quota"], 0.0) + value
             elif name in ("kqp_bytes_total", "kqp_records_total", "kqp_requests_total",

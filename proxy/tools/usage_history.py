@@ -29,7 +29,7 @@ LOOK_BACK_SECONDS = 30 * 86400.0
 DEFAULT_SCRAPE_SECONDS = 15.0
 # The labels of kqp's per-principal counters besides user and client_id (deploy/prometheus/README.md).
 COUNTER_LABELS = {"kqp_bytes_total": ("direction",), "kqp_requests_total": ("api",),
-                  "kqp_throttle_seconds_total": ("quota",), "kqp_observed_throttle_seconds_total": ("quota",),
+                  "kqp_throttle_seconds_total": ("quota",), "kqp_observed_muted_seconds_total": ("quota",),
                   "kqp_topic_bytes_total": ("direction", "topic")}
 
 

@@ -44,13 +44,14 @@ def x_of(frame: bytes) -> float:
     return (len(frame) - 4) / 1000 - 10
 
 
-def probed(version: int, at: float, x: float) -> list[ev.Action]:
-    """The timer after a throttled Produce response at `at`: a client of a version that backs off by
-    itself (v6+) is probed halfway through the mute, its unread bytes noted now (backoff.py); an older
-    one cannot back off, and its timer is the mute's end."""
+def probed(version: int, at: float, until: float) -> list[ev.Action]:
+    """What follows a throttled Produce response sent at `at` in a mute lasting until `until`: a
+    client of a version that backs off by itself (v6+) is probed halfway through what is left of the
+    mute, its unread bytes noted now (backoff.py); an older one cannot back off: the timer stays at
+    the mute's end."""
     if version >= 6:
-        return [ev.NoteUnread(), ev.SetTimer(pytest.approx(at + x / 2))]
-    return [ev.SetTimer(pytest.approx(at + x))]
+        return [ev.NoteUnread(), ev.SetTimer(pytest.approx(at + (until - at) / 2))]
+    return []
 
 
 @pytest.mark.parametrize("version", [3, 5, 7, 9])
@@ -61,26 +62,26 @@ def test_over_quota_produce_is_answered_at_once_and_mutes_before_the_next(versio
     first, second = produce_frame("t", version, 1, "c"), produce_frame("t", version, 2, "c")
     x = x_of(first)
     play(core, [
-        # The request's bytes are over quota already: nothing more is forwarded from now on.
+        # The request's bytes are over quota already: it goes, and nothing more is read from now on.
         (ev.ClientData(NOW, first + second),
          [to_upstream(first), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))]),
-        # The response goes out as soon as it arrives, with the throttle filled in; as on a broker,
-        # the mute runs for the throttle from the moment the response leaves.
+        # The response goes out as soon as it arrives, telling the whole throttle decided when the
+        # request was read; the mute, from then, ends when that throttle does.
         (ev.UpstreamData(NOW + 0.01, produce_response(version, 1)),
-         [to_client(produce_response(version, 1, throttle_ms=round(x * 1000))), *probed(version, NOW + 0.01, x)]),
-        (ev.TimerFired(NOW + x), [ev.SetTimer(pytest.approx(NOW + 0.01 + x))]),    # early: wait on
+         [to_client(produce_response(version, 1, throttle_ms=round(x * 1000))), *probed(version, NOW + 0.01, NOW + x)]),
     ])
-    assert core.muted(Side.CLIENT)
+    assert core.muted(Side.CLIENT) and core.throttling.muted_until == pytest.approx(NOW + x, abs=0.0006)
+    assert core.handle(ev.TimerFired(NOW + x - 0.1)) == [ev.SetTimer(pytest.approx(NOW + x, abs=0.0006))]   # early
     actions = core.handle(ev.TimerFired(core.throttling.muted_until))
     assert actions[:2] == [ev.Unmute(MuteReason.THROTTLED), to_upstream(second)]
     assert actions[2] == ev.Mute(MuteReason.THROTTLED), "the second request is over quota too"
 
 
 def test_a_produce_over_quota_is_a_muted_connection_from_the_request_on() -> None:
-    """The mute that starts when an acks=1 Produce's bytes are read over quota is a throttle mute
-    like any other: the observer hears it start, under its cause, at once (kqp_muted_connections
-    counts the producer while it waits for its response), and end when the timer ends it. The
-    response's throttle extends the same mute and is the one counted: once per request."""
+    """The mute that starts when an acks=1 Produce's bytes are read over quota is the throttle's: the
+    observer hears it start, under its cause, at once (kqp_muted_connections counts the producer
+    while it waits for its response), and end when the timer ends it. The throttle is counted as
+    its response tells it: once per request, exactly as long as the connection is muted."""
     recorder = Recorder()
     core = connected_core(BYTES, observer=recorder)
     frame = produce_frame("t", 9, 1, "c")
@@ -89,10 +90,11 @@ def test_a_produce_over_quota_is_a_muted_connection_from_the_request_on() -> Non
                  [to_upstream(frame), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x))])])
     assert recorder.mutes == [("start", "c", "producer_byte_rate")] and recorder.throttles == []
     play(core, [(ev.UpstreamData(NOW + 0.01, produce_response(9, 1)),
-                 [to_client(produce_response(9, 1, throttle_ms=round(x * 1000))), *probed(9, NOW + 0.01, x)])])
+                 [to_client(produce_response(9, 1, throttle_ms=round(x * 1000))), *probed(9, NOW + 0.01, NOW + x)])])
     assert recorder.mutes == [("start", "c", "producer_byte_rate")]
     assert recorder.throttles == [("c", "producer_byte_rate", round(x * 1000) / 1000)]
-    play(core, [(ev.TimerFired(NOW + 0.01 + x + 0.001), [ev.Unmute(MuteReason.THROTTLED)])])
+    assert core.throttling.muted_until == pytest.approx(NOW + round(x * 1000) / 1000)
+    play(core, [(ev.TimerFired(NOW + x + 0.001), [ev.Unmute(MuteReason.THROTTLED)])])
     assert recorder.mutes == [("start", "c", "producer_byte_rate"), ("end", "c", "producer_byte_rate")]
 
 
@@ -158,9 +160,11 @@ def test_request_rate_throttles_kqps_own_answer_too() -> None:
     assert isinstance(first, ev.Send) and not core.throttled
     at = NOW + 0.2   # past the back-off probe's grace after the first answer (backoff.py)
     actions = core.handle(ev.ClientData(at, api_versions(2)))
-    assert [type(a) for a in actions] == [ev.Send, ev.Mute, ev.NoteUnread, ev.SetTimer]
+    # Decided as it is read: muted until its throttle ends; the answer goes at once, telling it.
+    assert [type(a) for a in actions] == [ev.Mute, ev.SetTimer, ev.Send, ev.NoteUnread, ev.SetTimer]
+    assert struct.unpack_from(">i", b"".join(actions[2].parts), len(b"".join(actions[2].parts)) - 4)[0] == 800
     # ApiVersions v2 throttles itself (KIP-219): the timer first reads the back-off probe, at half the mute.
-    assert actions[1] == ev.Mute(MuteReason.THROTTLED) and actions[3] == ev.SetTimer(pytest.approx(at + 0.4))
+    assert actions[0] == ev.Mute(MuteReason.THROTTLED) and actions[4] == ev.SetTimer(pytest.approx(at + 0.4))
     assert core.throttling.muted_until == pytest.approx(at + 0.8)
     # Had it come within the grace, its client might only be refilling the slot the first answer
     # freed: that throttle (2 - 1.05 = 0.95 s) is not probed, and the timer is the mute's end.
@@ -168,7 +172,8 @@ def test_request_rate_throttles_kqps_own_answer_too() -> None:
                             "entities": [{"client_id": "c", "request_rate": 1}]})
     again.handle(ev.ClientData(NOW, api_versions(1)))
     actions = again.handle(ev.ClientData(NOW + 0.05, api_versions(2)))
-    assert actions[1:] == [ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + 1.0))]
+    assert actions[:2] == [ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + 1.0))]
+    assert [type(a) for a in actions[2:]] == [ev.Send]
 
 
 FETCH = {"window_size_seconds": 1, "window_count": 11, "entities": [{"client_id": "c", "consumer_byte_rate": 1000}]}
@@ -185,10 +190,11 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
     assert pending == ev.Mute(MuteReason.RESPONSE_PENDING)
     response = fetch_response(11, 1, records=30, session_id=7)
     x = (len(response) - 4) / 1000 - 10
-    [send, mute, note, timer, unpending] = core.handle(ev.UpstreamData(NOW, response))
+    # Decided as the response comes (its bytes are the charge): the response goes first, then the mute.
+    [send, mute, until, note, timer, unpending] = core.handle(ev.UpstreamData(NOW, response))
     # Fetch v11 throttles itself: the back-off probe is read halfway through the mute (backoff.py).
-    assert (mute, note, timer) == (ev.Mute(MuteReason.THROTTLED), ev.NoteUnread(),
-                                   ev.SetTimer(pytest.approx(NOW + x / 2)))
+    assert (mute, until, note, timer) == (ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + x)),
+                                          ev.NoteUnread(), ev.SetTimer(pytest.approx(NOW + x / 2)))
     assert core.throttling.muted_until == pytest.approx(NOW + x)
     assert unpending == ev.Unmute(MuteReason.RESPONSE_PENDING) and core.throttled
     delivered = b"".join(send.parts)
@@ -348,19 +354,25 @@ def test_a_response_time_quota_forwards_one_request_at_a_time() -> None:
     ])
 
 
-def test_a_request_quota_far_below_keeps_pipelining() -> None:
-    """request_rate 0.5/s over at least 10 windows of 1 s: 5 requests' worth, half of it 2.5. The first
-    request goes alone (nothing charged yet); once its response has charged 1, the next may go (1 + 1
-    <= 2.5) while the one after it waits (1 charged + 1 in flight + itself > 2.5): one at a time again."""
+def test_a_request_quota_is_decided_as_the_request_is_read_and_stops_the_pipeline_there() -> None:
+    """request_rate 0.5/s over 11 windows of 1 s: a fresh sensor measures over 10 s, so five requests
+    read as 0.5/s, within; the sixth as 0.6/s, X = (0.6 - 0.5) / 0.5 x 10 = 2 s, capped at the window,
+    1 s. Pipelined, the first six go as they are read (the sixth throttled) and the seventh waits in the
+    muted connection: nothing waits for a response to learn its request quota."""
     core = connected_core({"window_size_seconds": 1, "window_count": 11,
                            "entities": [{"client_id": "c", "request_rate": 0.5}]})
-    r = [produce_frame("t", 7, n, "c", records=1) for n in (1, 2, 3)]
+    r = [produce_frame("t", 7, n, "c", records=1) for n in range(1, 8)]
     play(core, [
-        (ev.ClientData(NOW, r[0] + r[1]), [to_upstream(r[0]), ev.Mute(MuteReason.RESPONSE_PENDING)]),
-        (ev.UpstreamData(NOW, produce_response(7, 1)),
-         [to_client(produce_response(7, 1)), ev.Unmute(MuteReason.RESPONSE_PENDING), to_upstream(r[1])]),
-        (ev.ClientData(NOW, r[2]), [to_upstream(r[2]), ev.Mute(MuteReason.RESPONSE_PENDING)]),
+        (ev.ClientData(NOW, b"".join(r)),
+         [*(to_upstream(f) for f in r[:6]), ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + 1.0))]),
+        (ev.UpstreamData(NOW + 0.01, produce_response(7, 1)), [to_client(produce_response(7, 1))]),
     ])
+    responses = b"".join(produce_response(7, n) for n in range(2, 6))
+    actions = core.handle(ev.UpstreamData(NOW + 0.02, responses + produce_response(7, 6)))
+    assert actions[:4] == [to_client(produce_response(7, n)) for n in range(2, 6)]
+    assert actions[4] == to_client(produce_response(7, 6, throttle_ms=1000)), "told the whole throttle"
+    play(core, [(ev.TimerFired(NOW + 1.0), [ev.Unmute(MuteReason.THROTTLED), to_upstream(r[6]),
+                                            ev.Mute(MuteReason.THROTTLED), ev.SetTimer(pytest.approx(NOW + 2.0))])])
 
 
 def test_a_consumer_quota_does_not_serialise_other_requests() -> None:
@@ -389,8 +401,19 @@ def test_the_sasl_exchange_is_exempt_from_request_quotas() -> None:
     for correlation_id in (1, 2, 3):
         request = encode_request(ApiKey.SaslHandshake, 1, correlation_id, "c", mechanism="PLAIN")
         response = struct.pack(">ii", 4 + len(body), correlation_id) + body
-        play(core, [
-            (ev.ClientData(NOW, request), [to_upstream(request), ev.Mute(MuteReason.RESPONSE_PENDING)]),
-            (ev.UpstreamData(NOW, response), [to_client(response), ev.Unmute(MuteReason.RESPONSE_PENDING)]),
-        ])
+        play(core, [(ev.ClientData(NOW, request), [to_upstream(request)]),
+                    (ev.UpstreamData(NOW, response), [to_client(response)])])
     assert not core.throttled
+
+
+def test_an_upstream_throttle_longer_than_kqps_is_told_and_muted_for() -> None:
+    """The response tells the larger of the upstream's throttle_time_ms and kqp's, and kqp mutes the
+    connection as long as it tells: the broker throttled its own connection 25 s, kqp ~20 s."""
+    core = connected_core(BYTES)
+    frame = produce_frame("t", 5, 1, "c")
+    x = x_of(frame)
+    core.handle(ev.ClientData(NOW, frame))
+    assert core.throttling.muted_until == pytest.approx(NOW + x, abs=0.0006)
+    play(core, [(ev.UpstreamData(NOW + 0.01, produce_response(5, 1, throttle_ms=25_000)),
+                 [ev.SetTimer(pytest.approx(NOW + 0.01 + 25.0)), to_client(produce_response(5, 1, throttle_ms=25_000))])])
+    assert core.throttling.muted_until == pytest.approx(NOW + 25.01)

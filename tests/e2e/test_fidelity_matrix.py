@@ -6,9 +6,11 @@ quota windows (0.2 s x 11, a span of 2.2 s) and the default algorithm (`steady`)
 the wire: the rate after the first span within 0.95-1.05 of the quota (at most 1.05 at the ceiling the
 quota holds the client to, which a client's stalls on a busy machine cannot raise; at least 0.95 by the
 plain slope); no client error, timeout or request given up; the first burst, how far the units ran
-ahead of the quota's line, at most Kafka's first allowance ((window_count - 1) windows of quota) and
-one window more, also for producers with librdkafka's default 1 MB batches pipelining several, alone
-and two in a prefix group.
+ahead of the quota's line, at most Kafka's: its first allowance ((window_count - 1) windows of quota)
+and the request that crosses it, per connection (a pipeline stops there), also for producers with
+librdkafka's default 1 MB batches pipelining several, alone and two in a prefix group; and KIP-219's
+promise, the throttle told in all and the time kqp muted the cell's connections agreeing within a
+window (`helpers.fidelity.agrees`).
 
 Families: librdkafka (confluent-kafka, kcat), kafka-python 3 and 2, aiokafka, the Java client,
 Sarama 1.61 and Debian's 1.22, franz-go, kafkajs (tests/clients/), and raw Produce floods that never
@@ -25,7 +27,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers.fidelity import Run, Verdict, judge_all, largest_response, run_matrix, standard_cells, table
+from helpers.fidelity import Run, Verdict, agrees, judge_all, largest_response, run_matrix, standard_cells, table
 from helpers.quota_analysis import unanswered_closes
 from upstreams.launch import Upstream
 
@@ -48,21 +50,27 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
     for v in verdicts:
         cell = v.cell
         # Over the quota is judged at the ceiling: a client's own stalls cannot raise it, though early
-        # ones tilt the plain slope up (CI: 1.07 x). Under it by the plain slope, as before: in one
-        # loaded full run the ceiling read 0.93-0.94 x for three producers whose slope read 0.96-1.005 x.
-        if v.ratio is None or v.slope is None or v.ratio > RATIO[1] or v.slope < RATIO[0]:
+        # ones tilt the plain slope up (CI: 1.07 x). Under it by the plain slope: in one loaded full run
+        # the ceiling read 0.93-0.94 x for three producers whose slope read 0.96-1.005 x; or by what the
+        # whole run gave, the allowance aside, where large crossing requests on several connections
+        # left a debt that is paid back as the requests that follow shrink (librdkafka's 1 MB batches on
+        # the mock's three brokers: 0.88-0.94 x by the slope, 1.0 x over the run).
+        under = max(v.slope or 0.0, v.average or 0.0)
+        if v.ratio is None or v.slope is None or v.ratio > RATIO[1] or under < RATIO[0]:
             bad.append(f"{cell.name}: {v.ratio} x its quota at the ceiling, {v.slope} x by the plain slope, "
-                       f"over {v.judged:.1f} s")
+                       f"{v.average} x over the run, over {v.judged:.1f} s")
         if v.judged < JUDGED:
             bad.append(f"{cell.name}: only {v.judged:.1f} s judged")
         if v.ratio is None or v.judged < JUDGED:   # too little to judge: what the clients said they did
             bad.append(f"  {cell.name}'s clients: {_told(v)}")
         if v.errors or v.timeouts:
             bad.append(f"{cell.name}: errors {v.errors[:3]}, timeouts {v.timeouts}")
-        # Kafka's first allowance and one window more, and the taps' lag on a busy machine; a
-        # consumer's also one response (kqp caps a Fetch to what fits only for a byte quota).
-        # request_percentage is kqp's own measure, read from its metrics: no first burst to see.
-        bound = ALLOWANCE + WINDOW + JITTER
+        # Kafka's first allowance and the request that crosses it on each connection (or a window,
+        # whichever is more), and the taps' lag on a busy machine; a consumer's also one response (kqp
+        # caps a Fetch to what fits only for a byte quota). request_percentage is kqp's own measure,
+        # read from its metrics: no first burst to see.
+        crossing = v.connections * largest_response(run, cell) / cell.quota if cell.mode == "produce" else 0.0
+        bound = ALLOWANCE + max(WINDOW, crossing) + JITTER
         if cell.scope == "pool":
             # A member that starts after the others have spent brings its share of the allowance with
             # it (its own full bucket, as a new entity's): k members in turn, 1/2 + ... + 1/k more.
@@ -75,6 +83,9 @@ def check(run: Run, verdicts: list[Verdict]) -> list[str]:
             bound += WINDOW + largest_response(run, cell) / cell.quota
         if cell.quota_type != "request_percentage" and v.burst > bound:
             bad.append(f"{cell.name}: first burst {v.burst:.2f} s of quota, more than {bound:.2f}")
+        if not agrees(v, WINDOW):
+            bad.append(f"{cell.name}: told {v.told_s:.2f} s of throttle, muted {v.imposed_s:.2f} s "
+                       f"(last throttles {v.last_s:.2f} s)")
     return bad
 
 

@@ -12,8 +12,8 @@ how the kernel and kqp's loop interleave: on a loaded machine often all of them 
 and kqp drops nothing it had read):
 
 * A producer that retries, as the issue asks. With the broker's long mutes (`algorithm: sampled`,
-  `quotas.pacing: off`; paced, or held before forwarding as `steady` does, no request would be
-  answered at once): kafka-python 3 pinned to (0, 11) (Produce v3),
+  `quotas.pacing: off`; paced, no request would wait long enough to time out): kafka-python 3
+  pinned to (0, 11) (Produce v3),
   5 requests in flight of one 16 kB batch each, a 2 s request timeout and 2 retries.
   producer_byte_rate 2000 B/s over 2 windows of 1 s: each request is alone in its span when it is
   read, so it throttles for X = S / T - W = 16.4 kB / 2000 - 1 = ~7 s, and every request pipelined

@@ -2,8 +2,8 @@
 
 A confluent-kafka producer (librdkafka) writes 1 kB records flat out to one partition through kqp,
 its client id under a 100 kB/s producer_byte_rate in `mode: observe`. Observed, kqp measures and
-charges it exactly as if enforced and counts what enforcing would cost
-(`kqp_observed_throttle_seconds_total`), but the producer keeps at least 3 x the quota and is never
+charges it exactly as if enforced and counts what enforcing would cost (the seconds it would have
+been muted, `kqp_observed_muted_seconds_total`), but the producer keeps at least 3 x the quota and is never
 told a throttle (librdkafka's own statistics: its brokers' `throttle` window stays 0, and kqp's
 `kqp_throttle_seconds_total` has no series for it). Then the file says `mode: enforce`: kqp keeps the
 measurement, so the first request over quota pays back the last span's excess, (O / Q - 1) x W, and
@@ -96,7 +96,7 @@ class Flat(threading.Thread):
 
 
 def observed_seconds(base: str) -> float:
-    return sample(scrape(base), "kqp_observed_throttle_seconds_total", quota="producer_byte_rate",
+    return sample(scrape(base), "kqp_observed_muted_seconds_total", quota="producer_byte_rate",
                   user="ANONYMOUS", client_id=CLIENT) or 0.0
 
 
@@ -118,7 +118,7 @@ def observe_then_enforce(proxy: Any) -> None:
         now = time.monotonic()
         observed = producer.rate(now - 2.0, now)
         assert observed >= 3 * QUOTA, f"{observed:.0f} B/s observed: not kept flat out at >= 3 x {QUOTA}"
-        assert observed_seconds(base) > first > 0, "the observed-throttle counter does not grow"
+        assert observed_seconds(base) > first > 0, "the would-be-muted seconds do not grow"
         assert producer.throttle_max_ms == 0, f"an observed quota told a throttle of {producer.throttle_max_ms} ms"
         assert sample(scrape(base), "kqp_throttle_seconds_total", quota="producer_byte_rate", user="ANONYMOUS",
                       client_id=CLIENT) is None

@@ -73,7 +73,7 @@ def test_recommend_and_report_read_a_minute_of_traffic_from_prometheus(mock_clus
         assert reported.returncode == 0, reported.stderr
         rows = list(csv.DictReader(io.StringIO(reported.stdout)))
         assert list(rows[0]) == ["user", "client_id", "produced_bytes", "fetched_bytes", "requests",
-                                 "throttled_seconds", "observed_throttle_seconds"]
+                                 "throttled_seconds", "observed_muted_seconds"]
         produced = {r["client_id"]: int(r["produced_bytes"]) for r in rows}
         for client, bytes_sent in sent.items():
             assert abs(produced[client] - bytes_sent) <= 0.2 * bytes_sent, \

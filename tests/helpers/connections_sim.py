@@ -5,15 +5,13 @@ A producer keeps one connection per broker that leads its partitions; every one 
 same sensor. Each of the `connections` here is a client that honours `throttle_time_ms` (librdkafka
 and the Java client do, per broker, KIP-219): it has one request of `request_bytes` in flight at a
 time and sends the next as soon as the throttle it was told has passed (plus `client_gap`); with
-`backs_off=False` it sends it at once (librdkafka does not back off), and it waits in the muted
-socket instead, which comes to the same for the rate: what kqp reads is what its mutes let in. kqp's
-side is the connection core's, step for step, with the real parts: a request is read when its
-connection is not muted (`resume` after a mute ends, as the edge reads again on the next loop turn),
-first through `Throttling.gate` (with `gate=False`: skipped, Kafka's behaviour), then charged
-(`QuotaManager.record_produce`), held for a throttle known at read time (`Throttling.hold`), and
-answered `latency` later, when the response's throttle mutes from then (`Throttling.throttle`). A
-request the gate held is read again when its connection's timer fires, at once (the core keeps it).
-Timers fire in deadline order, ties in the order they were set, as the delay queue's do.
+`backs_off=False` it sends it at once, and it waits in the muted socket instead, which comes to the
+same for the rate: what kqp reads is what its mutes let in. kqp's side is the connection core's, step
+for step, with the real parts: a request is read when its connection is not muted (`resume` after a
+mute ends, as the edge reads again on the next loop turn), charged (`QuotaManager.record_produce`),
+forwarded, its throttle decided and muted for from then (`Throttling.decide`, `Throttling.mute`), and
+answered `latency` later, telling that throttle. Timers fire in deadline order, ties in the order
+they were set, as the delay queue's do.
 
 What reached the upstream is returned as (time, bytes) events, for the judgements the end-to-end
 tests make on the wire (helpers.quota_analysis), with what each request waited in kqp beyond what
@@ -51,18 +49,16 @@ class ConnectionsRun:
 class _Conn:
     room: Throttling
     timer: float | None = None     # the connection's one timer (SetTimer replaces it)
-    sent_at: float | None = None   # a request on the socket or held by the gate, unread
-    gated: bool = False
-    unsent: tuple[Flight, int] | None = None   # a request read and charged, held before it is forwarded
+    sent_at: float | None = None   # a request on the socket, unread
+    told_until: float = 0.0        # when the throttle the client was told last ends, as it reckons it
 
 
 def simulate(connections: int, quota: float, seconds: float, *, request_bytes: int = 16384,
              window_size: float = 0.2, window_count: int = 11, latency: float = 0.002, client_gap: float = 0.0005,
-             resume: float = 0.0002, gate: bool = True, jitter: float = 0.0, seed: int = 1,
-             backs_off: bool = True, algorithm: str = "sampled") -> ConnectionsRun:
+             resume: float = 0.0002, jitter: float = 0.0, seed: int = 1, backs_off: bool = True,
+             algorithm: str = "steady") -> ConnectionsRun:
     """Run `connections` producers of one client id flat out for `seconds`; `jitter`: request sizes
-    uniform in `request_bytes` x (1 +- jitter), the same for a given `seed`. A request a steady quota
-    holds before forwarding reaches the upstream when its connection's timer sends it."""
+    uniform in `request_bytes` x (1 +- jitter), the same for a given `seed`."""
     rnd = random.Random(seed)
     settings = QuotaSettings(window_size, window_count, {EntitySpec(None, PRINCIPAL.client_id): {
         "producer_byte_rate": quota}}, algorithm=algorithm)
@@ -86,24 +82,19 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
     def read(index: int, now: float) -> None:
         conn = conns[index]
         out: list[Action] = []
-        if gate and conn.room.lines and conn.room.gate(PRODUCE, PRINCIPAL, now, out):
-            conn.gated = True
-            timers(index, out)
-            return
         size = request_bytes if not jitter else round(request_bytes * rnd.uniform(1 - jitter, 1 + jitter))
         entry = Flight(index, PRODUCE, 9, PRINCIPAL, now, PASS)
         violations = manager.record_produce(PRINCIPAL, size, 1, 1, now)
         run.per_connection[index] += 1
         assert conn.sent_at is not None
-        run.waits.append(now - conn.sent_at)
-        conn.sent_at, conn.gated = None, False
-        entry.throttle = conn.room.decide(entry, violations) if violations else None   # as the core: decided once
-        conn.room.hold(entry.throttle, now, out)
-        timers(index, out)
-        if entry.throttle is not None and entry.throttle.hold:
-            conn.unsent = (entry, size)   # forwarded when its timer fires (`Throttling.send_due`)
-            return
+        run.waits.append(now - max(conn.sent_at, conn.told_until))   # beyond what the client was told
+        conn.sent_at = None
         forward(index, entry, size, now)
+        # As the core: forwarded, then decided once and muted for from now on.
+        entry.throttle = conn.room.decide(entry, violations, now) if violations else None
+        if entry.throttle is not None:
+            conn.room.mute(entry, entry.throttle, now, out)
+        timers(index, out)
 
     def forward(index: int, entry: Flight, size: int, now: float) -> None:
         run.events.append((now, size))
@@ -127,21 +118,14 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
             if conn.timer != now:   # replaced by a later SetTimer
                 continue
             out: list[Action] = []
-            if conn.unsent is not None and conn.room.send_due(now):
-                forward(index, *conn.unsent, now)
-                conn.unsent = None
             ended = conn.room.timer_fired(now, out)
             timers(index, out)
-            if ended and conn.gated:
-                read(index, now)    # the core kept it: read again in the timer's own turn
-            elif ended and conn.sent_at is not None:
+            if ended and conn.sent_at is not None:
                 push(now + resume, "read", index)
-        else:                   # the response: KIP-219, sent at once with its throttle, muted from now
+        else:                   # the response: KIP-219, sent at once telling the throttle decided at read
             assert entry is not None
-            throttle = conn.room.settle(entry, [], now)   # the response carries the decision
-            out = []
-            conn.room.throttle(throttle, now, out)
-            timers(index, out)
-            told = throttle.ms / 1000 if throttle is not None and backs_off else 0.0
-            push(now + told + client_gap, "send", index)
+            throttle = entry.throttle
+            told = throttle.ms / 1000 if throttle is not None else 0.0
+            conn.told_until = now + told
+            push(now + (told if backs_off else 0.0) + client_gap, "send", index)
     return run

@@ -8,13 +8,15 @@ the clients (`Member`s) that run under it, each of a family of tests/clients/ or
 through the upstream tap: the referee beside the same cell through kqp.
 
 Each cell's `Verdict`, from what the wire saw: the long-span ratio (least-squares slope of the
-cumulative units after the first span at the quota's ceiling, over the quota, leaving out the dips
-of a client stalled on a busy host that then catches up: `ceiling_slope`; Produce bytes, records or
-batches when the upstream acknowledged them, Fetch bytes, records or batches when the client
-received them, requests when they reached the upstream, partitions when their topic was created),
-the first burst (how far the cumulative units ran ahead of the quota's line, in seconds of quota),
-the largest throttle told, and the clients' own errors and timeouts. Used by
-tests/e2e/test_fidelity_matrix.py (short windows) and `kqp bench --fidelity` (Kafka's default windows).
+cumulative units after the first span and the first burst, at the quota's ceiling, over the quota,
+leaving out the dips of a client stalled on a busy host that then catches up: `ceiling_slope`;
+Produce bytes, records or batches when the upstream acknowledged them, Fetch bytes, records or
+batches when the client received them, requests when they reached the upstream, partitions when
+their topic was created), the first burst (how far the cumulative units ran ahead of the quota's
+line, in seconds of quota), the largest throttle told, the throttle told in all beside the time kqp
+kept the cell's connections muted (`kqp_muted_seconds_total`: KIP-219 has them agree), and the
+clients' own errors and timeouts. Used by tests/e2e/test_fidelity_matrix.py (short windows) and
+`kqp bench --fidelity` (Kafka's default windows).
 """
 
 from __future__ import annotations
@@ -99,9 +101,17 @@ class Verdict:
     cell: Cell
     ratio: float | None          # the long-span rate at the quota's ceiling over the quota
     slope: float | None          # the plain least-squares rate over the quota, dips and all (shown beside)
+    # What the cell got from its first units to the end of its offer, Kafka's first allowance aside,
+    # over the quota: a first burst of large crossing requests is paid back over the run, as the
+    # debt they left shrinks with the requests that follow, which no slope after the burst can see.
+    average: float | None
+    connections: int             # the connections its Produce requests reached the upstream on
     burst: float                 # the most the units ran ahead of the quota's line, in seconds of quota
     judged: float                # seconds judged (after the first span and the first throttle)
     throttle_max_ms: int
+    told_s: float                # throttle_time_ms the clients were told, in all
+    imposed_s: float | None      # the time kqp muted their connections (None: straight to Kafka)
+    last_s: float                # each connection's last throttle told, summed: what a client's close may cut short
     errors: list[str]
     timeouts: int
     shares: dict[str, float]     # each member's part of the cell's units (a group's, a pool's split)
@@ -290,6 +300,7 @@ class Run:
     window: float
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     handler: list[tuple[float, dict[str, float]]] = field(default_factory=list)   # kqp's handler seconds
+    muted: dict[str, float] = field(default_factory=dict)   # kqp_muted_seconds_total per client id, at the end
     kafka_request_time: dict[str, list[tuple[float, float]]] = field(default_factory=dict)   # Kafka's, per client id
 
 
@@ -330,6 +341,10 @@ def run_matrix(stack: contextlib.ExitStack, start_kqp: Callable[..., Any], upstr
             run.reports[member.client_id] = handle.result()
         except RuntimeError as exc:
             run.reports[member.client_id] = {"errors": [str(exc)[-2000:]], "failed_to_run": True}
+    for (name, labels), value in scrape(metrics_url(path.kqp)).items():
+        if name == "kqp_muted_seconds_total":
+            client_id = dict(labels).get("client_id", "")
+            run.muted[client_id] = run.muted.get(client_id, 0.0) + value
     return run
 
 
@@ -463,15 +478,34 @@ def judge(run: Run, cell: Cell) -> Verdict:
     timeouts = sum(int(r.get("timeouts") or 0) for r in reports.values())
     ends = [r[key] for r in reports.values() for key in ("offer_end", "consume_end") if r.get(key)]
     near = run.path.client_tap if cell.via == "kqp" else run.path.upstream_tap
-    told = [(r.at, r.throttle_ms or 0) for _, r in _answered(near, cell.client_ids, None)]
-    ratio, slope, judged, burst = None, None, 0.0, 0.0
+    answered = _answered(near, cell.client_ids, None)
+    told = [(r.at, r.throttle_ms or 0) for _, r in answered]
+    last: dict[int, int] = {}   # per connection, its last throttle told
+    for _, r in sorted(answered, key=lambda pair: pair[1].at):
+        if r.throttle_ms:
+            last[r.connection] = r.throttle_ms
+    ratio, slope, average, judged, burst = None, None, None, 0.0, 0.0
     if found:
         t0 = found[0][0]
-        # Judged from one span after the first units, and after the first throttle: a client slow to
-        # get going (a JVM starting, a group joining) spends its first allowance late, not in the first span.
-        start = max(t0 + run.span, min((at for at, ms in told if ms), default=t0))
+        total, repaid = 0.0, t0
+        allowance = run.span - run.window   # Kafka's first allowance, (window_count - 1) windows
+        for t, units, _ in found:
+            total += units
+            ahead = total / cell.quota - (t - t0)
+            if ahead > burst:
+                burst = ahead
+                if t <= t0 + run.span:   # the first burst: what it took beyond the allowance is paid back by then
+                    repaid = t + max(0.0, ahead - allowance)
+        # Judged from one span after the first units, after the first throttle (a client slow to get
+        # going, a JVM starting, a group joining, spends its first allowance late, not in the first
+        # span), and once the first burst's crossing requests are paid back: with 1 MB requests the
+        # request that crosses the allowance on each connection can be many seconds of quota.
+        start = max(t0 + run.span, min((at for at, ms in told if ms), default=t0), repaid)
         end = min(ends) if ends and min(ends) > start else found[-1][0]
         judged = end - start
+        if end > t0:
+            got = sum(units for t, units, _ in found if t <= end) / cell.quota
+            average = (got - allowance) / (end - t0)
         units_at = [(t, u) for t, u, _ in found]
         with contextlib.suppress(ValueError):
             slope = cumulative_slope(units_at, start, end) / cell.quota
@@ -479,16 +513,16 @@ def judge(run: Run, cell: Cell) -> Verdict:
             # within one) is a stall; Kafka's sampled rate saws by most of a span as bursts age out.
             depth = cell.quota * (run.window if cell.via == "kqp" else run.span) + max(u for _, u in units_at)
             ratio = ceiling_slope(units_at, start, end, quota=cell.quota, reach=run.span, depth=depth) / cell.quota
-        total = 0.0
-        for t, units, _ in found:
-            total += units
-            burst = max(burst, total / cell.quota - (t - t0))
     throttles = [ms for _, ms in told]
     units: dict[str, float] = {}
     for _, amount, cid in found:
         units[cid] = units.get(cid, 0.0) + amount
     whole = sum(units.values()) or 1.0
-    return Verdict(cell, ratio, slope, burst, judged, max(throttles, default=0), errors, timeouts,
+    imposed = sum(run.muted.get(cid, 0.0) for cid in cell.client_ids) if cell.via == "kqp" else None
+    tap = run.path.upstream_tap
+    connections = len({q.connection for q in tap.requests(api_key=ApiKey.Produce) if q.client_id in cell.client_ids})
+    return Verdict(cell, ratio, slope, average, connections, burst, judged, max(throttles, default=0),
+                   sum(throttles) / 1000, imposed, sum(last.values()) / 1000, errors, timeouts,
                    {cid: amount / whole for cid, amount in units.items()}, reports)
 
 
@@ -499,12 +533,13 @@ def judge_all(run: Run, cells: Sequence[Cell]) -> list[Verdict]:
 def table(verdicts: Sequence[Verdict]) -> str:
     """One line per cell: what it is, its ratio (and the plain slope), first burst, largest throttle, errors."""
     lines = [f"{'cell':28} {'via':5} {'clients':22} {'quota type':22} {'scope':6} {'ratio':>6} {'slope':>6} "
-             f"{'burst s':>7} {'judged s':>8} {'max throttle ms':>15} {'errors':>6}"]
+             f"{'burst s':>7} {'judged s':>8} {'max throttle ms':>15} {'told s':>7} {'muted s':>7} {'errors':>6}"]
     for v in verdicts:
         ratio, slope = ("-" if x is None else f"{x:.3f}" for x in (v.ratio, v.slope))
+        muted = "-" if v.imposed_s is None else f"{v.imposed_s:.1f}"
         lines.append(f"{v.cell.name:28} {v.cell.via:5} {v.families[:22]:22} {v.cell.quota_type:22} "
                      f"{v.cell.scope:6} {ratio:>6} {slope:>6} {v.burst:7.1f} {v.judged:8.1f} {v.throttle_max_ms:15d} "
-                     f"{len(v.errors) + v.timeouts:6d}")
+                     f"{v.told_s:7.1f} {muted:>7} {len(v.errors) + v.timeouts:6d}")
     return "\n".join(lines)
 
 
@@ -515,3 +550,10 @@ def matrix(start_kqp: Callable[..., Any], upstream: Any, cells: Sequence[Cell], 
         run = run_matrix(stack, start_kqp, upstream, cells, **kw)
         yield judge_all(run, cells)
 
+
+def agrees(verdict: Verdict, window: float) -> bool:
+    """KIP-219's promise for a cell through kqp: the time its connections were muted is the throttle
+    its clients were told, to within one window, less what closing connections cut short of their
+    last throttles (a client that stops does not wait its last one out)."""
+    imposed = verdict.imposed_s
+    return imposed is None or verdict.told_s - verdict.last_s - window <= imposed <= verdict.told_s + window

@@ -91,7 +91,7 @@ class Recorder(ProxyObserver):
     def observed_throttled(self, principal: Principal, quota_type: str, seconds: float) -> None:
         self.observed.append((principal.client_id, quota_type, seconds))
 
-    def mute_started(self, principal: Principal, quota_type: str) -> None:
+    def mute_started(self, principal: Principal, quota_type: str, at: float | None = None) -> None:
         self.mutes.append(("start", principal.client_id, quota_type))
 
     def mute_ended(self, principal: Principal, quota_type: str, due: float | None = None) -> None:

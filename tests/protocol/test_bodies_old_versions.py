@@ -123,7 +123,7 @@ def test_produce_response_throttle_where_the_version_has_it(version: int) -> Non
     if version >= 1:
         args.append(5)
     raw = frame(OLD["ProduceResponse", version](*args).encode())
-    patched = throttle_patch_parts(ApiKey.Produce, version, (memoryview(raw),), 8, 900)
+    patched, _ = throttle_patch_parts(ApiKey.Produce, version, (memoryview(raw),), 8, 900)
     if version == 0:   # v0 has no throttle_time_ms: nothing to patch, the mute alone throttles
         assert throttle_field_kind(ApiKey.Produce, 0) == "none" and patched is None
         return
@@ -166,7 +166,7 @@ def fetch_response(version: int, throttle_ms: int = 0) -> bytes:
 def test_fetch_response_counts_and_throttle(version: int) -> None:
     raw = fetch_response(version)
     assert fetch_response_counts(version, memoryview(raw)[8:]) == RecordCounts(4, 4)
-    patched = throttle_patch_parts(ApiKey.Fetch, version, (memoryview(raw),), 8, 1200)
+    patched, _ = throttle_patch_parts(ApiKey.Fetch, version, (memoryview(raw),), 8, 1200)
     if version == 0:   # Fetch v0 has no throttle_time_ms (added in v1)
         assert throttle_field_kind(ApiKey.Fetch, 0) == "none" and patched is None
         return

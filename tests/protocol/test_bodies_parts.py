@@ -426,14 +426,16 @@ THROTTLED = [(k, v) for k, (lo, hi) in kqp_ranges().items() for v in range(lo, h
 def test_throttle_patch_over_parts(api_key: int, version: int) -> None:
     frame = bytes(response_frame(api_key, version, sample_message(message_classes(api_key)[1], version)))
     offset = response_body_offset(api_key, version, memoryview(frame))
-    expected = b"".join(throttle_patch_parts(api_key, version, (memoryview(frame),), offset, 5000))
+    whole, upstream = throttle_patch_parts(api_key, version, (memoryview(frame),), offset, 5000)
+    assert whole is not None and upstream == 100
+    expected = b"".join(whole)
     at = expected.index(struct.pack(">i", 5000))  # where the field is (its value is 100 before)
     near = [cut(frame, [c]) for c in range(max(1, at - 6), min(len(frame), at + 10))]  # cuts in and around it
     for parts in [byte_by_byte(frame), *near, *random_cuts(frame, seed=version, count=2)]:
-        new = throttle_patch_parts(api_key, version, parts, offset, 5000)
-        assert b"".join(new) == expected
+        new, upstream = throttle_patch_parts(api_key, version, parts, offset, 5000)
+        assert new is not None and b"".join(new) == expected and upstream == 100
         assert sum(len(p) for p in new if not isinstance(p, memoryview)) == 4  # the field, nothing else
-        assert throttle_patch_parts(api_key, version, parts, offset, 100) is None
+        assert throttle_patch_parts(api_key, version, parts, offset, 100) == (None, 100)
     for stop in (offset, at + 3):
         with pytest.raises(ProtocolError):
             throttle_patch_parts(api_key, version, byte_by_byte(frame[:stop]), offset, 5000)

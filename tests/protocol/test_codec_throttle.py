@@ -22,7 +22,7 @@ def build(api_key: int, version: int, populated: bool) -> tuple[object, memoryvi
 
 
 def patched(api_key: int, version: int, frame: memoryview, offset: int, throttle_ms: int) -> bytes | None:
-    parts = throttle_patch_parts(api_key, version, (frame,), offset, throttle_ms)
+    parts, _existing = throttle_patch_parts(api_key, version, (frame,), offset, throttle_ms)
     return None if parts is None else b"".join(parts)
 
 
@@ -42,8 +42,8 @@ def test_kinds_are_derived_from_field_order() -> None:
 @pytest.mark.parametrize("populated", [False, True], ids=["defaults", "populated"])
 def test_patch_raises_throttle_and_keeps_everything_else(api_key: int, version: int, populated: bool) -> None:
     message, frame, offset = build(api_key, version, populated)
-    parts = throttle_patch_parts(api_key, version, (frame,), offset, 2500)
-    assert parts is not None
+    parts, existing = throttle_patch_parts(api_key, version, (frame,), offset, 2500)
+    assert parts is not None and existing == 100   # the upstream's own throttle, read as it is raised
     new = b"".join(parts)
     assert len(new) == len(frame) and new[:offset] == bytes(frame[:offset])
     decoded = decode_body(api_key, version, new, offset)
@@ -59,13 +59,13 @@ def test_patch_raises_throttle_and_keeps_everything_else(api_key: int, version: 
 def test_lower_or_equal_throttle_changes_nothing(api_key: int, version: int) -> None:
     _, frame, offset = build(api_key, version, populated=False)
     for lower in (100, 5, 0):
-        assert throttle_patch_parts(api_key, version, (frame,), offset, lower) is None
+        assert throttle_patch_parts(api_key, version, (frame,), offset, lower) == (None, 100)
 
 
 @pytest.mark.parametrize(("api_key", "version"), [(k, v) for k, v in ALL if throttle_field_kind(k, v) == "none"])
 def test_versions_without_a_field_pass_through(api_key: int, version: int) -> None:
     _, frame, offset = build(api_key, version, populated=True)
-    assert throttle_patch_parts(api_key, version, (frame,), offset, 1000) is None
+    assert throttle_patch_parts(api_key, version, (frame,), offset, 1000) == (None, 0)
 
 
 def test_throttle_is_capped_at_int32() -> None:

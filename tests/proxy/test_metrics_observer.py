@@ -271,9 +271,46 @@ def test_a_mute_counts_until_its_throttle_was_due_not_until_a_late_timer() -> No
     assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.02)
     clock.t = 2.52
     obs.mute_ended(METERED, "producer_byte_rate", due=2.5)
-    # ... which a counter cannot take back: its end counts from the scrape's 2.51 s, not its due 2.5 s,
-    # and connection 2 (muted throughout) adds 2.51-2.52 s: 4.02 + 0.01 = 4.03.
-    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.03)
+    # ... and no more: connection 1's second mute lasted 2.0-2.5 s (the scrape counted 10 ms past its
+    # due time, which a counter cannot take back) while connection 2's ran on to 2.52 s:
+    # 1 + 0.5 + 2.52 = 4.02, the scrape's figure, kept.
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.02)
+    clock.t = 3.0
+    obs.mute_ended(METERED, "producer_byte_rate", due=3.0)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(4.5)   # 1 + 0.5 + 3.0, exact again
+
+
+def test_a_late_timer_does_not_lend_its_lateness_to_a_mute_that_began_meanwhile() -> None:
+    """Connection 1 is muted 0-1 s, its timer fires 10 ms late; connection 2's mute began at 1.005 s,
+    in between, and ends at 2 s: 1 + 0.995 connection-seconds, what the two were told, not 2.0."""
+    obs, clock = make()
+    who = {"quota": "producer_byte_rate", "user": "ANONYMOUS", "client_id": "metered"}
+    obs.mute_started(METERED, "producer_byte_rate", at=0.0)
+    clock.t = 1.005
+    obs.mute_started(METERED, "producer_byte_rate", at=1.005)
+    clock.t = 1.01
+    obs.mute_ended(METERED, "producer_byte_rate", due=1.0)
+    clock.t = 2.0
+    obs.mute_ended(METERED, "producer_byte_rate", due=2.0)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.995)
+
+
+def test_a_mute_counts_from_its_decision_not_from_when_the_observer_hears_of_it() -> None:
+    """A 1 MB frame's handling takes milliseconds between the read that decided its throttle and
+    the hook: the mute counts from the decision (`at`), as long as the client is told."""
+    obs, clock = make()
+    who = {"quota": "producer_byte_rate", "user": "ANONYMOUS", "client_id": "metered"}
+    clock.t = 1.005
+    obs.mute_started(METERED, "producer_byte_rate", at=1.0)    # decided at 1.0 s, heard 5 ms later
+    clock.t = 2.0
+    obs.mute_ended(METERED, "producer_byte_rate", due=2.0)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.0)
+    clock.t = 3.0
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.0)   # a scrape folds at 3.0 s
+    obs.mute_started(METERED, "producer_byte_rate", at=2.9)    # decided before that fold: added at once
+    clock.t = 3.5
+    obs.mute_ended(METERED, "producer_byte_rate", due=3.5)
+    assert value(obs, "kqp_muted_seconds_total", **who) == pytest.approx(1.6)
 
 
 def test_a_prefix_group_names_its_members() -> None:
@@ -343,16 +380,36 @@ def test_observed_throttles_count_apart_and_observed_quotas_and_pools_are_marked
                                         pools=(pool,)), obs)
     obs.request(METERED, ApiKey.Produce, 1100)
     quotas.record_fetch(FREE, 10, 0, 0, 0.0)
-    obs.observed_throttled(METERED, "producer_byte_rate", 2.5)
-    obs.observed_throttled(METERED, "producer_byte_rate", 0.5)
+    obs.observed_throttled(METERED, "producer_byte_rate", 2.5)   # would have been muted 0-2.5 s
+    clock.t = 1.0
+    obs.observed_throttled(METERED, "producer_byte_rate", 0.5)   # 1-1.5 s: inside that mute already
     who = {"user": "ANONYMOUS", "client_id": "metered"}
-    assert value(obs, "kqp_observed_throttle_seconds_total", quota="producer_byte_rate", **who) == 3.0
-    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 2
+    # Counted as the would-be mute passes: 1 s of it by now, however many requests overlap.
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == 1.0
+    clock.t = 10.0
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == 2.5
+    obs.observed_throttled(METERED, "producer_byte_rate", 1.0)   # 10-11 s: the gap is not counted
+    clock.t = 20.0
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == 3.5
+    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 3
     assert value(obs, "kqp_throttle_seconds_total", quota="producer_byte_rate", **who) is None   # nothing told
     assert value(obs, "kqp_quota_observed", quota="producer_byte_rate", **who) == 1
     assert value(obs, "kqp_pool_observed", pool="ingest", quota="consumer_byte_rate") == 1
-    assert obs.recent_observed.summary(METERED, 0.0, 300)["producer_byte_rate"]["count"] == 2
-    assert not obs.recent.summary(METERED, 0.0, 300)
+    assert obs.recent_observed.summary(METERED, 20.0, 300)["producer_byte_rate"]["count"] == 3
+    assert not obs.recent.summary(METERED, 20.0, 300)
+
+
+def test_an_entity_observed_over_its_quota_counts_at_most_a_second_a_second() -> None:
+    """Ten requests a second, each of which enforcing would have throttled for a span (11 s): over
+    60 s the entity would have been muted 60 s, not the 6,600 s the throttles add up to."""
+    obs, clock = make()
+    who = {"user": "ANONYMOUS", "client_id": "metered"}
+    for step in range(600):
+        clock.t = step / 10
+        obs.observed_throttled(METERED, "producer_byte_rate", 11.0)
+    clock.t = 60.0
+    assert value(obs, "kqp_observed_muted_seconds_total", quota="producer_byte_rate", **who) == pytest.approx(60.0)
+    assert value(obs, "kqp_observed_throttled_requests_total", quota="producer_byte_rate", **who) == 600
 
 
 def test_bytes_per_topic_only_when_asked_and_bounded() -> None:

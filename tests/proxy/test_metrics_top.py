@@ -189,21 +189,21 @@ def test_a_member_with_a_quota_of_its_own_keeps_a_row_for_it() -> None:
 
 OBSERVED = TEXT + """\
 kqp_quota_observed{quota="producer_byte_rate",user="ANONYMOUS",client_id="slow"} 1
-kqp_observed_throttle_seconds_total{quota="producer_byte_rate",user="ANONYMOUS",client_id="slow"} 4
+kqp_observed_muted_seconds_total{quota="producer_byte_rate",user="ANONYMOUS",client_id="slow"} 4
 """
 
 
 def test_observed_quotas_show_their_mode_and_what_they_would_have_throttled() -> None:
     before = parse(OBSERVED, 100.0)
-    after = with_rates(parse(OBSERVED.replace("} 4\n", "} 7\n"), 102.0), before)
+    after = with_rates(parse(OBSERVED.replace("} 4\n", "} 5.5\n"), 102.0), before)
     slow = after.entities[("ANONYMOUS", "slow", False)]
-    # (7 - 4) s of observed throttle over 2 s: enforcing would have held it 1.5 s per second.
-    assert slow.mode() == "observe" and slow.would_rate() == 1.5
+    # (5.5 - 4) s it would have been muted, over 2 s: enforcing would have held it 3/4 of the time.
+    assert slow.mode() == "observe" and slow.would_rate() == 0.75
     assert after.entities[("ANONYMOUS", "hog", False)].mode() == "enforce"
     lines = render(after, "http://x/metrics")
     header = next(line for line in lines if line.startswith("USER"))
     assert header.split()[-3:] == ["MODE", "WOULD", "THROTTLE"]
     [row] = [line for line in lines if " slow " in line]
-    assert row.split()[-2:] == ["observe", "1.50s/s"]
+    assert row.split()[-2:] == ["observe", "0.75s/s"]
     assert any(line.startswith("WOULD THROTTLE:") for line in lines)
     assert "MODE" not in "\n".join(render(parse(TEXT, 0.0), "http://x/metrics")), "shown only while observing"

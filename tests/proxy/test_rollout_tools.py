@@ -115,7 +115,7 @@ def report() -> Report:
 def test_the_csv_has_exactly_the_columns_asked_for_and_adds_up() -> None:
     rows = list(csv.reader(io.StringIO(report_render(report(), "csv"))))
     assert rows[0] == ["user", "client_id", "produced_bytes", "fetched_bytes", "requests", "throttled_seconds",
-                       "observed_throttle_seconds"]
+                       "observed_muted_seconds"]
     assert rows[1] == ["ANONYMOUS", "etl-a", "1000", "0", "10", "1.500", "0.000"]
     assert len(rows) == 4, "members only: a group's subtotal would count its members twice"
     assert sum(int(r[2]) for r in rows[1:]) == 3_001_500
@@ -129,7 +129,7 @@ def test_the_table_and_json_label_group_subtotals_apart() -> None:
     doc = json.loads(report_render(report(), "json"))
     assert doc["total"]["produced_bytes"] == 3_001_500 and len(doc["rows"]) == 3
     assert doc["groups"] == [{"group": "etl-*", "produced_bytes": 1500, "fetched_bytes": 2000, "requests": 15,
-                              "throttled_seconds": 1.5, "observed_throttle_seconds": 2.25,
+                              "throttled_seconds": 1.5, "observed_muted_seconds": 2.25,
                               "members": [{"user": "ANONYMOUS", "client_id": "etl-a"},
                                           {"user": "ANONYMOUS", "client_id": "etl-b"}]}]
 

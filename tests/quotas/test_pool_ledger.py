@@ -222,7 +222,7 @@ def test_request_and_consumer_pools() -> None:
     m = manager({"window_size_seconds": 0.2, "pools": [
         {"name": "reads", "consumer_byte_rate": 100_000, "request_rate": 10, "members": [{"client_id": "svc"}]}]})
     svc = Principal("ANONYMOUS", "svc")
-    assert m.throttles_on_response(svc) and not m.throttles_on_response(A1)
+    assert m.charges_fetches(svc) and not m.charges_fetches(A1)
     assert m.fetch_max_bytes_cap(svc) == 100_000 * 10 * 0.2   # before it joins: the budget
     assert m.record_fetch(svc, 150_000, 1, 1, 0.0) == []      # 150000 / 2.0 = 75 kB/s
     # 250000 / 2.0 = 125 kB/s: X = 0.25 x 2.0 = 0.5 s

@@ -106,6 +106,21 @@ def test_request_percentage_is_percent_of_one_thread() -> None:
     assert v.throttle_seconds == 1.0
 
 
+def test_handler_time_after_the_decision_is_recorded_unchecked_and_judges_the_next_request() -> None:
+    # 50 %, W = 10 s. A request charged 4 s as read (400 / 10 = 40 %: within); its response's 1.5 s is
+    # added unchecked (Kafka's network-thread time: no throttle now, 55 % measured); the next request,
+    # 0.01 s more, reads 55.1 %: X = (55.1 - 50) / 50 x 10 = 1.02 s, capped at one window, 1 s.
+    m = manager(alice(request_percentage=50, request_rate=100))
+    assert m.record_request(ALICE, 4.0, 0.0) == []
+    m.add_handler_time(ALICE, 1.5, 0.0)
+    [state] = [s for s in m.snapshot(0.0) if s.quota_type == "request_percentage"]
+    assert state.rate == pytest.approx(55.0)
+    [rate] = [s for s in m.snapshot(0.0) if s.quota_type == "request_rate"]
+    assert rate.rate == pytest.approx(0.1), "the handler time alone: no second request counted"
+    [v] = m.record_request(ALICE, 0.01, 0.0)
+    assert v.quota_type == "request_percentage" and v.throttle_seconds == 1.0
+
+
 def test_combine_over_a_produce_request() -> None:
     m = manager(alice(producer_byte_rate=1000, request_rate=0.5))
     vs = m.record_produce(ALICE, 20000, 1, 1, 0.0)  # 2000 B/s -> X = 10 s
@@ -359,17 +374,14 @@ def test_an_observed_quota_is_charged_and_checked_as_if_enforced() -> None:
 def test_an_observed_quota_caps_no_fetch_and_holds_no_request_back() -> None:
     m = QuotaManager(observing(consumer_byte_rate=1000, request_rate=5), now=0.0)
     assert m.fetch_max_bytes_cap(ALICE) is None
-    assert not m.throttles_on_response(ALICE)
+    # Its Fetch responses are charged (its throttle is decided then), but it holds no Fetch back.
+    assert m.charges_fetches(ALICE) and not m.charges_fetches(ALICE, enforced=True)
     assert m.record_fetch(ALICE, 30000, 0, 0, 0.0)[0].observed   # measured all the same
     [v] = [v for _ in range(60) for v in m.record_request(ALICE, 0.0, 0.0)][-1:]
     assert v.observed and v.quota_type == "request_rate"
-    assert not m.throttles_on_response(ALICE, 0.0, True, 3)   # past its request_rate: held back only if enforced
     enforced = manager(alice(consumer_byte_rate=1000))
-    assert enforced.fetch_max_bytes_cap(ALICE) == 10000 and enforced.throttles_on_response(ALICE)
-    over = manager(alice(request_rate=5))
-    for _ in range(60):
-        over.record_request(ALICE, 0.0, 0.0)
-    assert over.throttles_on_response(ALICE, 0.0, False, 0)
+    assert enforced.fetch_max_bytes_cap(ALICE) == 10000 and enforced.charges_fetches(ALICE, enforced=True)
+    assert not manager(alice(request_rate=5)).charges_fetches(ALICE)   # request quotas are decided as read
 
 
 def test_switching_mode_keeps_the_measurement_and_says_so() -> None:
@@ -393,9 +405,9 @@ def test_an_observed_pool_still_divides_and_charges_its_throttles_are_observed()
     m = QuotaManager(QuotaSettings(pools=(pool,)), now=0.0)
     [v] = m.record_fetch(ALICE, 30000, 0, 0, 0.0)
     assert v.pool == "ingest" and v.observed
-    assert m.fetch_max_bytes_cap(ALICE) is None and not m.throttles_on_response(ALICE)
+    assert m.fetch_max_bytes_cap(ALICE) is None and not m.charges_fetches(ALICE, enforced=True)
     [state] = m.pools.snapshot(0.0)
     assert state.observed and state.members and state.members[0].usage >= 0
     m.update_settings(QuotaSettings(pools=(PoolSpec("ingest", {"consumer_byte_rate": 1000.0},
                                                     (MemberSelector(user="alice"),)),)), now=0.1)
-    assert not m.record_fetch(ALICE, 30000, 0, 0, 0.1)[0].observed and m.throttles_on_response(ALICE)
+    assert not m.record_fetch(ALICE, 30000, 0, 0, 0.1)[0].observed and m.charges_fetches(ALICE, enforced=True)

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from kqp.quotas.model import QuotaKey
-from kqp.quotas.throttle import CAPPED_TYPES, INT32_MAX, Violation, capped, combine, throttle_ms, throttle_seconds
+from kqp.quotas.model import Principal, QuotaKey, QuotaType
+from kqp.quotas.throttle import (
+    CAPPED_TYPES,
+    INT32_MAX,
+    Throttle,
+    Violation,
+    capped,
+    combine,
+    decide,
+    throttle_ms,
+    throttle_seconds,
+)
 
 MB = 1024 * 1024
 KEY = QuotaKey("alice", "")
@@ -92,3 +102,36 @@ def test_throttle_ms_is_capped_at_int32_max() -> None:
     assert throttle_ms(float("inf")) == INT32_MAX
     assert throttle_ms(2_147_483.646) == 2_147_483_646
     assert throttle_ms(2_147_483.6475) == INT32_MAX  # 2147483647.5 ms: rounds past the cap
+
+
+def test_decide_is_one_value_what_to_tell_until_when_to_mute_and_why() -> None:
+    # Several quotas on one request decided at t = 100 s: the largest throttle wins (KIP-124), rounded
+    # to Kafka's whole milliseconds, and the mute lasts exactly what is told: until 100 + 2.3456 -> 2346 ms.
+    p = Principal("alice", "c")
+    found = decide([Violation(QuotaType.PRODUCER_BYTE_RATE, 2.3456, KEY),
+                    Violation(QuotaType.REQUEST_RATE, 1.0, KEY)], p, 100.0)
+    assert found == Throttle(2346, 102.346, p, QuotaType.PRODUCER_BYTE_RATE)
+    assert decide([Violation(QuotaType.PRODUCER_BYTE_RATE, 0.0004, KEY)], p, 100.0) is None   # rounds to 0 ms
+    assert decide([], p, 100.0) is None
+
+
+def test_decide_paces_only_a_blind_client_with_pacing_on_and_a_shorter_pace() -> None:
+    p = Principal("alice", "c")
+    over = [Violation(QuotaType.PRODUCER_BYTE_RATE, 3.0, KEY, pace_seconds=0.25)]
+    paced = decide(over, p, 0.0, blind=True, pacing=True)
+    assert paced is not None and paced.paced and (paced.ms, paced.until) == (250, 0.25)
+    for blind, pacing in ((False, True), (True, False)):
+        plain = decide(over, p, 0.0, blind=blind, pacing=pacing)
+        assert plain is not None and not plain.paced and plain.ms == 3000
+    debt = decide([Violation(QuotaType.PRODUCER_BYTE_RATE, 3.0, KEY)], p, 0.0, blind=True, pacing=True)
+    assert debt is not None and debt.ms == 3000   # no pace: a steady quota's debt is never shortened
+
+
+def test_decide_marks_an_observed_decision_and_carries_the_enforced_one() -> None:
+    p = Principal("alice", "c")
+    both = decide([Violation(QuotaType.PRODUCER_BYTE_RATE, 5.0, KEY, observed=True),
+                   Violation(QuotaType.REQUEST_RATE, 0.5, KEY)], p, 10.0)
+    assert both is not None and both.observed and both.ms == 5000
+    assert both.acted == Throttle(500, 10.5, p, QuotaType.REQUEST_RATE)
+    alone = decide([Violation(QuotaType.PRODUCER_BYTE_RATE, 5.0, KEY, observed=True)], p, 10.0)
+    assert alone is not None and alone.observed and alone.acted is None   # counted, nothing acted on

@@ -84,19 +84,21 @@ class FetchHandler(Handler):
         self.pools = charging.pools
         topics = TopicMetadata() if topics is None else topics   # ids -> names (Fetch v13+)
         self.replies = (FetchReply(charging, topics, False), FetchReply(charging, topics, True))
-        self._plain = Plan(reply=self.replies[False])
+        self._plain = (Plan(reply=self.replies[False]), Plan(reply=self.replies[False], decided_on_response=True))
 
     def plan(self, req: Request) -> Plan:
         hdr, principal = req.hdr, req.principal
         count = may_carry_addresses(FETCH, hdr.api_version) and self.charging.fetch_needs_counts(principal)
         watching = self.pools.watching(principal, FETCHES) if self.pools.reads[FETCHES] else ()
+        charged = self.charging.charges_fetches(principal, False)   # then its throttle waits for its response
         cap = self.charging.fetch_cap(principal, req.now)
         if cap is None:
             if not count and not watching:
-                return self._plain
+                return self._plain[charged]
             forward: Forward = AS_IS
         else:
             frame = joined(req.frame)
             body = cap_fetch_max_bytes(hdr.api_version, frame[hdr.body_offset:], cap)
             forward = (frame,) if body is None else (memoryview(with_body(frame, hdr.body_offset, body)),)
-        return Plan(forward, reply=self.replies[bool(watching)], watching=watching, count_records=count)
+        return Plan(forward, reply=self.replies[bool(watching)], watching=watching, count_records=count,
+                    decided_on_response=charged)
