@@ -11,7 +11,7 @@ implies nothing); with no ACL on the resource at all (whoever it names) the answ
 DENY unless `allow_everyone_if_no_acl_found`. `decide` says which rule decided, for `kqp explain`
 and the denial log; `authorize` is the same answer, cached per (principal, host, operation,
 resource). `authorize_by_resource_type` is Kafka's for "may write some topic" (an idempotent
-producer's InitProducerId). Pure: no I/O, no clock.
+producer's InitProducerId); `narrows` whether a change may take something from someone. Pure.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .acls import (
     supported_operations,
 )
 
-__all__ = ["Authorizer", "Decision"]
+__all__ = ["Authorizer", "Decision", "narrows"]
 
 MAX_CACHED = 65536   # decisions kept before the cache starts afresh (principals x resources in use)
 _IMPLIES_DESCRIBE = frozenset({Operation.DESCRIBE, Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER})
@@ -160,6 +160,17 @@ class Authorizer:
     def acls(self, flt: AclFilter) -> list[AclBinding]:
         """The bindings `flt` matches (DescribeAcls), in a stable order."""
         return [b for b in self.bindings if flt.matches(b)]
+
+
+def narrows(before: Authorizer, after: Authorizer) -> bool:
+    """Whether `after` may allow someone less than `before` did: an ACL taken away, a DENY added, a
+    super user gone, the default turned to DENY, or (while it is ALLOW) a first ACL on a resource."""
+    if not before.super_users <= after.super_users or before.allow_if_none > after.allow_if_none:
+        return True
+    old, new = set(before.bindings), set(after.bindings)
+    added = new - old
+    return bool(old - new) or any(b.permission is Permission.DENY for b in added) or (after.allow_if_none
+                                                                                      and bool(added))
 
 
 def _result(binding: AclBinding, principal: str, host: str, operation: Operation) -> Permission | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, NamedTuple
 
 from kqp.protocol.apis import API_NAMES, ApiKey, decodable_range, message_classes
@@ -26,8 +27,9 @@ from kqp.protocol.parts import Parts, joined
 from kqp.protocol.produce import produce_transactional_id
 from kqp.protocol.topic_bytes import produce_request_topics
 from kqp.quotas.acls import CLUSTER_NAME, Operation, ResourceType
-from kqp.quotas.authorizer import Authorizer, Decision
+from kqp.quotas.authorizer import Authorizer, Decision, narrows
 
+from .fetch_sessions import FETCH_SESSION_ID_NOT_FOUND, FetchSessions
 from .topic_metadata import TopicMetadata, topic_id_of
 
 __all__ = ["ERRORS", "Access", "AclState", "Check", "Denial", "Mirror", "Outcome", "RequestAuthorization",
@@ -36,6 +38,8 @@ __all__ = ["ERRORS", "Access", "AclState", "Check", "Denial", "Mirror", "Outcome
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 29, 30, 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_ID = 53, 55, 100
 #: Kafka's default messages for the errors kqp answers with (Errors.java), where a response has a message field.
+_SESSION_NOT_FOUND = {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
+                      "responses": [], "node_endpoints": []}   # a broker's answer: no such session
 ERRORS: Mapping[int, str] = {
     TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
     GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
@@ -49,11 +53,17 @@ ERRORS: Mapping[int, str] = {
 
 
 class AclState:
-    """The authorizer in force: swapped whole by the runtime (a reload, an ACL change), read per request."""
+    """The authorizer in force: swapped whole by the runtime (a reload, an ACL change: `put`), read per
+    request. `generation` counts the changes that may have taken something from someone."""
 
-    __slots__ = ("authorizer",)
+    __slots__ = ("authorizer", "generation")
 
     def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer, self.generation = authorizer, 0
+
+    def put(self, authorizer: Authorizer) -> None:
+        if narrows(self.authorizer, authorizer):
+            self.generation += 1
         self.authorizer = authorizer
 
 
@@ -153,6 +163,7 @@ class Verdict(NamedTuple):
     rewrite: Callable[[memoryview, int], bytes] | None = None
     close: str | None = None
     look_up: bool = False
+    watch: Callable[[Parts, int], None] | None = None   # reads the upstream's answer, as it came
 
 
 ALLOWED = Verdict()
@@ -165,6 +176,7 @@ class RequestAuthorization:
                  denied: Callable[[Denial], None], served: frozenset[int] = frozenset()) -> None:
         self.acls, self.rules, self.topics, self.denied = acls, rules, topics, denied
         self.served = served   # APIs answered by kqp or needing no authorization: never asked here
+        self.sessions = FetchSessions()
 
     def advertised(self, ranges: Mapping[int, tuple[int, int]]) -> Mapping[int, tuple[int, int]]:
         """What kqp advertises when it authorizes: an API it authorizes at the versions it decodes,
@@ -180,8 +192,9 @@ class RequestAuthorization:
         return out
 
     def check(self, hdr: RequestHeader, head: memoryview, frame: Parts, principal: str, host: str,
-              looked_up: bool) -> Verdict:
-        """What becomes of one request (`head`: a contiguous start of `frame`, the header at least)."""
+              looked_up: bool, node: int | None = None) -> Verdict:
+        """What becomes of one request (`head`: a contiguous start of `frame`, the header at least;
+        `node`: the broker it goes to, which keys its fetch session)."""
         authorizer, api, version = self.acls.authorizer, hdr.api_key, hdr.api_version
         if principal in authorizer.super_users:
             return ALLOWED
@@ -195,6 +208,19 @@ class RequestAuthorization:
             return ALLOWED   # read without decoding the records
         request_cls, response_cls = message_classes(api)
         request = decode_body(request_cls, version, joined(frame)[hdr.body_offset:])
+        watch = None
+        if api == ApiKey.Fetch and version >= 7:
+            if not self.sessions.admits(node, principal, request, self.acls.generation):
+                answer = encoded(_element(response_cls, version, _SESSION_NOT_FOUND), version)
+                return Verdict(answer=response_frame(api, version, hdr.correlation_id, answer))
+            if request.session_epoch == 0:   # it opens a session
+                watch = self.sessions.watch(node, principal, version, self.acls.generation)
+        verdict = self._verdict(api, version, hdr.correlation_id, looked_up, request, rule, principal, host)
+        return verdict if watch is None else verdict._replace(watch=watch)
+
+    def _verdict(self, api: int, version: int, correlation_id: int, looked_up: bool, request: Any, rule: Rule,
+                 principal: str, host: str) -> Verdict:
+        response_cls = message_classes(api)[1]
         access = (_Settled if looked_up else Access)(self.acls.authorizer, principal, host, api, self.topics)
         outcome = rule(access, request, version)
         if outcome.look_up:
@@ -205,13 +231,12 @@ class RequestAuthorization:
             return Verdict(close=outcome.close)
         if outcome.answer is not None:
             answer = encoded(outcome.answer, version)
-            return Verdict(answer=response_frame(api, version, hdr.correlation_id, answer))
+            return Verdict(answer=response_frame(api, version, correlation_id, answer))
         if outcome.request is None and outcome.response is None:
             return ALLOWED
         forward = None if outcome.request is None else encoded(outcome.request, version)
         rewrite = None if outcome.response is None else _rewriter(version, response_cls, outcome.response)
         return Verdict(body=forward, rewrite=rewrite)
-
 
     def _produce_allowed(self, principal: str, host: str, version: int, head: memoryview, frame: Parts,
                          body_offset: int) -> bool:
@@ -268,6 +293,7 @@ def settled(access: Access) -> bool:
 # -- lists of named resources ------------------------------------------------------------------
 
 
+@cache
 def _has(cls: type, name: str, version: int) -> bool:
     f = cls.fields.get(name)
     return f is not None and f.for_version_q(version)

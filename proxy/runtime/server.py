@@ -219,7 +219,7 @@ class ProxyServer:
         authorization = self.config.authorization
         if not authorization.enabled:
             return None
-        return AclStore(authorization, partial(setattr, self.acls, "authorizer"), self.acl_audit)
+        return AclStore(authorization, self.acls.put, self.acl_audit)
 
     def _header_reader(self, loop: asyncio.AbstractEventLoop) -> HeaderReader | None:
         """`proxy_protocol:`: the listeners' PROXY-header step, its refusals logged as `kqp.proxy_protocol`."""

@@ -25,7 +25,8 @@ from kqp.protocol.messages import decode_response, encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.policies.authorization import Denial
-from kqp.quotas.acls import Operation, ResourceType
+from kqp.quotas.acls import AclBinding, Operation, PatternType, Permission, ResourceType
+from kqp.quotas.authorizer import Authorizer
 
 NOW = 100.0
 HOST = "10.0.0.7"
@@ -179,10 +180,10 @@ def test_metadata_naming_topics_answers_29_for_the_hidden_ones_and_creates_none_
 F_REQ, F_RESP = message_classes(ApiKey.Fetch)
 
 
-def fetch_fields(*topics: str | uuid.UUID, version: int = 12) -> dict[str, Any]:
+def fetch_fields(*topics: str | uuid.UUID, version: int = 12, session: tuple[int, int] = (0, -1)) -> dict[str, Any]:
     key = "topic_id" if version >= 13 else "topic"
     return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "session_id": session[0], "session_epoch": session[1], "forgotten_topics_data": [], "rack_id": "",
             "topics": [F_REQ.FetchTopic(**{key: t}, partitions=[F_REQ.FetchTopic.FetchPartition(
                 partition=0, fetch_offset=0, partition_max_bytes=1 << 20, log_start_offset=-1,
                 current_leader_epoch=-1, last_fetched_epoch=-1)]) for t in topics]}
@@ -204,6 +205,49 @@ def test_a_fetch_goes_with_the_topics_the_principal_may_read_and_answers_29_for_
 def test_a_fetch_refused_whole_still_goes_to_keep_its_session_in_step() -> None:
     actions, _ = send(core_of("bob"), ApiKey.Fetch, 12, **fetch_fields("a"))
     assert upstream_request(actions, ApiKey.Fetch, 12).topics == []
+
+
+def open_session(core: Connection, session_id: int, *topics: str) -> None:
+    """A full Fetch (epoch 0) the upstream answers by opening session `session_id`."""
+    actions, cid = send(core, ApiKey.Fetch, 12, **fetch_fields(*topics, session=(0, 0)))
+    upstream_request(actions, ApiKey.Fetch, 12)
+    assert respond(core, ApiKey.Fetch, 12, cid, F_RESP(throttle_time_ms=0, error_code=0, session_id=session_id,
+                                                         responses=[])).session_id == session_id
+
+
+def acl_state(core: Connection) -> Any:
+    return core.parts.handlers[ApiKey.Fetch].authorization.acls
+
+
+def test_an_incremental_fetch_goes_on_a_session_kqp_saw_opened_while_the_acls_only_grow() -> None:
+    core = core_of("carol")
+    open_session(core, 77, "r1")
+    state = acl_state(core)
+    more = AclBinding(ResourceType.TOPIC, "s", PatternType.LITERAL, "User:carol", "*", Operation.READ,
+                      Permission.ALLOW)
+    state.put(Authorizer([*state.authorizer.bindings, more], state.authorizer.super_users))
+    assert state.generation == 0   # nothing taken away: sessions stand
+    for epoch in (1, 2):
+        actions, cid = send(core, ApiKey.Fetch, 12, **fetch_fields(session=(77, epoch)))
+        assert upstream_request(actions, ApiKey.Fetch, 12).session_epoch == epoch
+        respond(core, ApiKey.Fetch, 12, cid, F_RESP(throttle_time_ms=0, error_code=0, session_id=77, responses=[]))
+
+
+def test_a_session_opened_before_the_acls_took_something_away_is_not_found_and_a_full_fetch_follows() -> None:
+    core = core_of("carol")
+    open_session(core, 77, "r1")
+    state = acl_state(core)
+    state.put(Authorizer([b for b in state.authorizer.bindings if b.name != "r"], state.authorizer.super_users))
+    actions, _ = send(core, ApiKey.Fetch, 12, **fetch_fields(session=(77, 1)))
+    answer = answered(actions, ApiKey.Fetch, 12)   # nothing went upstream: the session may hold r1
+    assert (answer.error_code, answer.session_id, answer.responses) == (70, 0, [])
+    actions, _ = send(core, ApiKey.Fetch, 12, **fetch_fields("r1", session=(77, 0)))   # the client starts again
+    assert upstream_request(actions, ApiKey.Fetch, 12).topics == []
+
+
+def test_an_incremental_fetch_on_a_session_kqp_does_not_know_is_not_found() -> None:
+    actions, _ = send(core_of("carol"), ApiKey.Fetch, 12, **fetch_fields(session=(91, 4)))
+    assert answered(actions, ApiKey.Fetch, 12).error_code == 70
 
 
 def test_a_topic_named_by_an_id_is_looked_up_first_then_unknown_ones_are_answered_so() -> None:

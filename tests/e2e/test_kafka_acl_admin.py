@@ -7,26 +7,30 @@ creates, describes and deletes; a change is in force for the next request, kept 
 `authorization.state_file` across a restart, followed by a second kqp sharing that file (as a
 fleet's instances share one volume), and audited: `kqp.audit` log lines with who, the
 `<state_file>.history.jsonl` history, `kqp_acl_changes_total{source}`. alice, who may not alter
-the cluster, is refused with CLUSTER_AUTHORIZATION_FAILED.
+the cluster, is refused with CLUSTER_AUTHORIZATION_FAILED. A Java consumer whose READ is taken away
+while it fetches on a fetch session (KIP-227) is refused on its next fetches, as by a broker.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import acl_clients, java_clients
-from helpers.names import unique_topic
+from helpers.names import unique_group, unique_topic
 from helpers.observability import sample, scrape, start_with_metrics
 
 pytestmark = pytest.mark.e2e
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "ops": "ops-secret"}
 A = unique_topic("acl-admin-a")
+S = unique_topic("acl-admin-session")
 ACLS = [{"principal": "User:alice", "operation": "Write", "resource_type": "Topic", "resource_name": A}]
 FOLLOW_SECONDS = 5.0   # a second kqp follows the state file within a few polls
 
@@ -34,7 +38,9 @@ FOLLOW_SECONDS = 5.0   # a second kqp follows the state file within a few polls
 @pytest.fixture(scope="module")
 def upstream(kafka: str) -> str:
     admin = AdminClient({"bootstrap.servers": kafka})
-    admin.create_topics([NewTopic(A, num_partitions=1, replication_factor=1)])[A].result(30)
+    for future in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1)
+                                       for t in (A, S)]).values():
+        future.result(30)
     return kafka
 
 
@@ -129,3 +135,50 @@ def test_kafka_acls_and_the_java_admin_manage_kqps_acls(kqp: Any, upstream: str,
         ("User:ops", "admin_api", True), ("User:ops", "admin_api", True), ("User:ops", "admin_api", False),
         ("User:ops", "admin_api", False), ("User:ops", "admin_api", False)]
     assert not any(password in again.logs() + other.logs() for password in USERS.values())
+
+
+def write_upstream(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, f"r{i}".encode())
+    assert producer.flush(30) == 0
+
+
+def committed(bootstrap: str, group: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(S, 0)])
+    [result] = admin.list_consumer_group_offsets([request]).values()
+    return int(result.result(10).topic_partitions[0].offset)
+
+
+def test_a_read_acl_taken_away_reaches_a_consumer_on_its_fetch_session(kqp: Any, upstream: str,
+                                                                       tmp_path: Path) -> None:
+    """The Java consumer fetches incrementally: once its session is open its requests name no topic, so
+    kqp answers a session opened under ACLs since narrowed FETCH_SESSION_ID_NOT_FOUND, and the full
+    fetch that follows is authorized whole: TOPIC_AUTHORIZATION_FAILED, nothing more is read."""
+    group = unique_group("acl-session")
+    bob = [{"principal": "User:bob", "operation": op, "resource_type": kind, "resource_name": name}
+           for op, kind, name in (("Read", "Topic", S), ("Read", "Group", group))]
+    cfg = config(tmp_path)
+    cfg["authorization"]["acls"] = ACLS + bob
+    proxy = kqp(upstream, {}, **cfg)
+    write_upstream(upstream, S, 5)
+    conf = acl_clients.settings("java", "bob", USERS["bob"]) | {"auto.commit.interval.ms": 200}
+    consumer = subprocess.Popen(java_clients.java_command(
+        java_clients.MAIN, "consume", proxy.bootstrap, S, "bob-java", group, "1000", "25",
+        *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]), stdout=subprocess.PIPE, text=True)
+    try:
+        assert eventually(lambda: committed(upstream, group) == 5, seconds=60), "bob never read the first 5"
+        time.sleep(1.0)   # incremental fetches on the open session meanwhile
+        kafka_acls(proxy.bootstrap, tmp_path, "--remove", "--force", "--allow-principal", "User:bob",
+                   "--operation", "Read", "--topic", S)
+        time.sleep(2.0)   # past fetch.max.wait.ms: a fetch read before the change may answer with what comes next
+        write_upstream(upstream, S, 5)
+        out, _ = consumer.communicate(timeout=90)
+    finally:
+        consumer.kill()
+    run = json.loads(out.strip().splitlines()[-1])
+    assert run["consumed"] == 5, run
+    assert any("TopicAuthorizationException" in error for error in run["errors"]), run
+    assert "Principal = User:bob is Denied operation = READ from host = 127.0.0.1 on resource = Topic:LITERAL:" \
+        f"{S}" in proxy.logs()

@@ -17,7 +17,7 @@ from kqp.quotas.acls import (
     binding_problem,
     parse_enum,
 )
-from kqp.quotas.authorizer import Authorizer
+from kqp.quotas.authorizer import Authorizer, narrows
 
 TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED
@@ -181,3 +181,23 @@ def test_the_admin_layer_adds_and_hides_the_config_files_bindings() -> None:
     assert create(base, layer, [from_file]) == EMPTY   # handed back to the file
     # A hidden binding the file no longer has is forgotten.
     assert delete(frozenset(), layer, [])[0] == EMPTY
+
+
+READ_A = acl(ResourceType.TOPIC, "a", PatternType.LITERAL, "User:alice", Operation.READ)
+DENY_B = acl(ResourceType.TOPIC, "b", PatternType.LITERAL, "User:alice", Operation.READ, Permission.DENY)
+READ_B = acl(ResourceType.TOPIC, "b", PatternType.LITERAL, "User:alice", Operation.READ)
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), [
+    (Authorizer([READ_A]), Authorizer([READ_A, READ_B]), False),                  # an ALLOW added
+    (Authorizer([READ_A]), Authorizer(), True),                                   # an ACL taken away
+    (Authorizer([READ_A]), Authorizer([READ_A, DENY_B]), True),                   # a DENY added
+    (Authorizer([], ["User:root"]), Authorizer(), True),                          # a super user gone
+    (Authorizer([], ["User:root"]), Authorizer([], ["User:root", "User:ops"]), False),
+    (Authorizer([], (), True), Authorizer(), True),                               # the default now DENY
+    (Authorizer(), Authorizer([], (), True), False),
+    (Authorizer([], (), True), Authorizer([READ_A], (), True), True),             # a first ACL on `a`
+])
+def test_narrows_says_whether_a_change_may_take_something_from_someone(before: Authorizer, after: Authorizer,
+                                                                       expected: bool) -> None:
+    assert narrows(before, after) is expected

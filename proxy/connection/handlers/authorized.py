@@ -26,15 +26,21 @@ __all__ = ["Authorized", "CreateAclsHandler", "DeleteAclsHandler", "DescribeAcls
 
 
 class Rewriting(Replier):
-    """A response side that hands the response to the handler's own first, then rewrites it whole."""
+    """A response side that hands the response to the handler's own first, then to authorization's:
+    `watch` reads the upstream's answer as it came, `rewrite` makes a new one of it."""
 
-    __slots__ = ("inner", "rewrite")
+    __slots__ = ("inner", "rewrite", "watch")
 
-    def __init__(self, inner: Replier | None, rewrite: Callable[[memoryview, int], bytes]) -> None:
-        self.inner, self.rewrite = inner, rewrite
+    def __init__(self, inner: Replier | None, rewrite: Callable[[memoryview, int], bytes] | None,
+                 watch: Callable[[Parts, int], None] | None = None) -> None:
+        self.inner, self.rewrite, self.watch = inner, rewrite, watch
 
     def reply(self, flight: Flight, frame: Parts, body_offset: int, now: float) -> Reply:
+        if self.watch is not None:
+            self.watch(frame, body_offset)
         reply = Reply(frame) if self.inner is None else self.inner.reply(flight, frame, body_offset, now)
+        if self.rewrite is None:
+            return reply
         return reply._replace(frame=(self.rewrite(joined(reply.frame), body_offset),))
 
     def withheld(self, flight: Flight, frame: Parts, body_offset: int, throttle_ms: int,
@@ -52,7 +58,7 @@ class Authorized(Handler):
     def plan(self, req: Request) -> Plan | Hold:
         hdr = req.hdr
         verdict = self.authorization.check(hdr, req.head, req.frame, f"User:{req.principal.user}", req.host,
-                                           req.looked_up)
+                                           req.looked_up, req.node)
         if verdict is ALLOWED:
             return self.inner.plan(req)
         if verdict.look_up:
@@ -71,8 +77,8 @@ class Authorized(Handler):
         assert isinstance(plan, Plan)
         if verdict.body is not None and plan.forward is AS_IS:
             plan = plan._replace(forward=req.frame)
-        if verdict.rewrite is not None:
-            plan = plan._replace(reply=Rewriting(plan.reply, verdict.rewrite))
+        if verdict.rewrite is not None or verdict.watch is not None:
+            plan = plan._replace(reply=Rewriting(plan.reply, verdict.rewrite, verdict.watch))
         return plan
 
 
