@@ -100,7 +100,9 @@ class RecentThrottles:
         self.max_entities = max_entities   # as many as the observer keeps (metrics.max_entities)
         self._by: dict[Principal, deque[_Bucket]] = {}
 
-    def add(self, principal: Principal, quota: str, seconds: float, now: float) -> None:
+    def add(self, principal: Principal, quota: str, seconds: float, now: float, counted: float | None = None) -> None:
+        """A throttle of `seconds`; `counted`, what it adds to the total when not all of it (an
+        observed one's would-be mute overlapping those before it)."""
         buckets = self._by.get(principal)
         if buckets is None:
             if len(self._by) >= self.max_entities:
@@ -111,7 +113,7 @@ class RecentThrottles:
             buckets.append(_Bucket(start))
         found = buckets[-1].causes.setdefault(quota, [0, 0.0, 0.0])
         found[0] += 1
-        found[1] += seconds
+        found[1] += seconds if counted is None else counted
         found[2] = max(found[2], seconds)
 
     def summary(self, principal: Principal, now: float, span: float) -> dict[str, dict[str, float]]:

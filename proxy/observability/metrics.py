@@ -268,8 +268,9 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
             totals = observed[quota_type] = [0.0, 0, now, now]
         _fold_observed(totals, now)
         totals[1] += 1
+        longer = max(0.0, now + seconds - max(now, totals[2]))   # what this one adds to the would-be mute
         totals[2] = max(totals[2], now + seconds)
-        self.recent_observed.add(principal, quota_type, seconds, now)
+        self.recent_observed.add(principal, quota_type, seconds, now, counted=longer)
 
     def mute_started(self, principal: Principal, quota_type: QuotaType, at: float | None = None) -> None:
         # A mute counts from its decision (`at`), which a long frame's handling can precede by

@@ -82,11 +82,12 @@ def render(doc: dict[str, Any]) -> list[str]:
     lines += ["", "PRECEDENCE (most specific first)"]
     width = max((len(r["path"]) for r in doc["ladder"]), default=0)
     lines += [f"  {r['level']:<3} {r['path']:<{width}}  {r['reason']}" for r in doc["ladder"]]
-    for title, t in (("THROTTLES", doc["throttles"]), ("WOULD HAVE THROTTLED (observed quotas)", doc.get("observed"))):
+    for title, t, what in (("THROTTLES", doc["throttles"], "in all"),
+                           ("WOULD HAVE THROTTLED (observed quotas)", doc.get("observed"), "muted at most")):
         if t is None or (title != "THROTTLES" and not t["count"]):
             continue
-        lines += ["", f"{title} (last {t['span_seconds'] / 60:.0f} min): {t['count']}, {t['total_seconds']:.2f} s in "
-                      f"all, largest {t['largest_seconds']:.2f} s"]
+        lines += ["", f"{title} (last {t['span_seconds'] / 60:.0f} min): {t['count']}, {t['total_seconds']:.2f} s "
+                      f"{what}, largest {t['largest_seconds']:.2f} s"]
         for cause, c in sorted(t["by_cause"].items()):
             lines.append(f"  {cause:<24} {c['count']:>6}  {c['total_seconds']:8.2f} s  "
                          f"largest {c['largest_seconds']:.2f} s")

@@ -225,8 +225,12 @@ def standard_cells(windows: Mapping[str, float], kind: str = "kafka", referee: b
     out += [_one(f"c-{f}", "consumer_byte_rate", quota, f) for f in CONSUMERS]
     out += [
         _one("p-1mb", "producer_byte_rate", one_mb, "confluent-kafka", **DEFAULTS_1MB),
-        Cell("g-1mb", "producer_byte_rate", one_mb, tuple(Member("confluent-kafka", f"g-1mb-{m}", DEFAULTS_1MB)
-                                                          for m in "ab"), scope="prefix"),
+        # Two of them share a quota of two: each member's half is p-1mb's quota. Half as much would
+        # have each 1 MB request owe twice as long, and the third of three in flight wait past
+        # librdkafka's 60 s socket timeout (as behind a broker): retried on new connections, whose first
+        # requests go as read, they swamp a 60 s run.
+        Cell("g-1mb", "producer_byte_rate", 2 * one_mb, tuple(Member("confluent-kafka", f"g-1mb-{m}", DEFAULTS_1MB)
+                                                              for m in "ab"), scope="prefix"),
         Cell("pool-sarama", "producer_byte_rate", 2 * quota, tuple(Member("sarama", f"pool-sarama-{m}")
                                                                    for m in "ab"), scope="pool"),
         _one("records-p", "producer_record_rate", quota / 1000, "confluent-kafka", **BATCHED),

@@ -96,16 +96,17 @@ def test_a_group_member_is_told_its_mode_who_shares_its_budget_and_what_observin
     seen = [me, Principal("ANONYMOUS", "etl-b"), Principal("ANONYMOUS", "etl-c"), Principal("ANONYMOUS", "solo")]
     observed = RecentThrottles()
     observed.add(me, "producer_byte_rate", 0.75, 0.05)
+    observed.add(me, "producer_byte_rate", 0.5, 0.06, counted=0.0)   # within the first one's would-be mute
     doc = Explainer(manager, list, lambda: 0.1, None, None, observed, lambda: seen)("etl-a")
     [quota] = doc["quotas"]
     assert quota["mode"] == "observe"
     assert quota["shared"] == {"by": "client-id-prefix", "more": 0, "others": [
         {"user": "ANONYMOUS", "client_id": "etl-b"}, {"user": "ANONYMOUS", "client_id": "etl-c"}]}
-    assert doc["observed"]["count"] == 1 and doc["throttles"]["count"] == 0
+    assert doc["observed"]["count"] == 2 and doc["throttles"]["count"] == 0
     text = "\n".join(render(doc))
     assert "OBSERVED (counted, not enforced)" in text
     assert "shares the prefix group's budget with: etl-b (user ANONYMOUS), etl-c (user ANONYMOUS)" in text
-    assert "WOULD HAVE THROTTLED (observed quotas) (last 5 min): 1, 0.75 s in all" in text
+    assert "WOULD HAVE THROTTLED (observed quotas) (last 5 min): 2, 0.75 s muted at most, largest 0.75 s" in text
     solo = Explainer(manager, list, lambda: 0.1, None, None, observed, lambda: seen)("solo")
     assert solo["quotas"][0]["mode"] == "enforce" and "shared" not in solo["quotas"][0]
 
