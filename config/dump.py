@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 
-from kqp.config.model import HostPort, ProxyConfig, SaslConfig, UserSecret
+from kqp.config.model import AuthorizationConfig, HostPort, ProxyConfig, SaslConfig, UserSecret
 from kqp.config.proxy_protocol_section import proxy_protocol_document
 from kqp.config.quota_section import quota_document
 from kqp.config.tls_section import tls_document
@@ -47,7 +47,17 @@ def _sasl(sasl: SaslConfig, reveal: bool) -> dict[str, object]:
         out["users"] = {user: _secret(secret, reveal) for user, secret in sasl.users.items()}
         if sasl.users_file is not None:
             out["users_file"] = sasl.users_file
+        if sasl.oauthbearer is not None:
+            out["oauthbearer"] = {**dataclasses.asdict(sasl.oauthbearer), "audience": list(sasl.oauthbearer.audience)}
+        out["max_reauth_ms"] = sasl.max_reauth_ms
     return out
+
+
+def _authorization(authorization: AuthorizationConfig) -> dict[str, object]:
+    return {"enabled": authorization.enabled, "super_users": list(authorization.super_users),
+            "allow_everyone_if_no_acl_found": authorization.allow_everyone_if_no_acl_found,
+            "acls": [binding.as_dict() for binding in sorted(authorization.acls)],
+            "state_file": authorization.state_file}
 
 
 def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[str, object]:
@@ -92,6 +102,7 @@ def config_document(cfg: ProxyConfig, *, reveal_secrets: bool = False) -> dict[s
                   "describe_principals": (None if cfg.admin.describe_principals is None
                                           else list(cfg.admin.describe_principals)),
                   "state_file": cfg.admin.state_file},
+        "authorization": _authorization(cfg.authorization),
         "proxy_protocol": proxy_protocol_document(cfg.proxy_protocol),
     }
     if cfg.tls is not None:

@@ -11,6 +11,7 @@ flag names, merged into the file's data, and the whole is parsed again, so a def
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -21,10 +22,12 @@ from typing import Any
 import yaml
 
 from kqp.config.admin_section import admin_config
+from kqp.config.authorization_section import authorization_config
 from kqp.config.errors import ConfigError, shown
 from kqp.config.model import (
     FETCH_THROTTLE_MODES,
     MAX_PORT,
+    AuthorizationConfig,
     LimitsConfig,
     MetricsConfig,
     ProxyConfig,
@@ -97,6 +100,7 @@ TOP_FIELDS = {
     "tls": Field(tls_section, None),
     "sasl": Field(sasl_config, {}),
     "admin": Field(admin_config, {}),
+    "authorization": Field(authorization_config, {}),
     "proxy_protocol": Field(proxy_protocol_section, {}),
 }
 
@@ -210,7 +214,18 @@ def _parse(data: object, source: str | None) -> ProxyConfig:
         raise ConfigError("proxy_protocol.mode", f"optional needs max_frame_bytes below {OPTIONAL_MAX_FRAME_BYTES} "
                           "(a larger frame's first byte could start a PROXY header); use required")
     values["broker_ports"] = MappingProxyType(values["broker_ports"])
+    values["authorization"] = _authorization(values["authorization"], values["sasl"].mode)
     return ProxyConfig(**values, source=source, document=_freeze(data))
+
+
+def _authorization(authorization: AuthorizationConfig, sasl_mode: str) -> AuthorizationConfig:
+    # On by default where kqp alone knows the user: in terminate mode every client would otherwise
+    # act upstream as kqp's own user. Elsewhere it is a second line in front of the broker's own.
+    if authorization.enabled is None:
+        authorization = dataclasses.replace(authorization, enabled=sasl_mode == "terminate")
+    if authorization.state_file is not None and not authorization.enabled:
+        raise ConfigError("authorization.state_file", "only applies when authorization is enabled")
+    return authorization
 
 
 def _advertised_host(explicit: str | None, listen_host: str) -> str:

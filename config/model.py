@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kqp.config.errors import ConfigError
+from kqp.quotas.acls import AclBinding
 from kqp.quotas.model import QuotaSettings
 from kqp.quotas.principal_mapping import PrincipalMapper
 
@@ -33,9 +34,11 @@ FETCH_THROTTLE_MODES = ("deliver", "empty")
 # Who authenticates clients: nobody (every user is ANONYMOUS), kqp itself, or the upstream (kqp reads
 # the claimed name and adopts it once the upstream accepts it).
 SASL_MODES = ("none", "terminate", "passthrough")
-# What kqp verifies itself (terminate) and speaks to an upstream (upstream.sasl).
+# What kqp speaks to an upstream (upstream.sasl) and verifies itself (terminate: OAUTHBEARER too).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+OAUTHBEARER = "OAUTHBEARER"
+TERMINATED_MECHANISMS = (*SASL_MECHANISMS, OAUTHBEARER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,22 @@ class UserSecret:
 
 
 @dataclass(frozen=True)
+class OAuthBearerConfig:
+    """``sasl.oauthbearer``: how kqp checks OAUTHBEARER tokens (Kafka's ``sasl.oauthbearer.*``): JWS
+    signatures against the keys of a JWKS (one of ``jwks_url`` and ``jwks_file``), then ``issuer``,
+    ``audience`` (any of them), ``exp`` and ``nbf`` with ``clock_skew_seconds`` of slack."""
+
+    jwks_url: str | None
+    jwks_file: str | None
+    jwks_refresh_ms: int          # the URL's keys are fetched again this often (and for an unknown key id)
+    jwks_timeout_ms: int
+    jwks_ca: str | None           # an https URL's CA bundle (None: the system's)
+    issuer: str | None
+    audience: tuple[str, ...]
+    clock_skew_seconds: int
+
+
+@dataclass(frozen=True)
 class SaslConfig:
     """Client authentication (``sasl:``). ``users`` are the file's inline ones, ``file_users`` those
     read from ``users_file`` at load; `credentials` is both together."""
@@ -187,6 +206,8 @@ class SaslConfig:
     users: Mapping[str, UserSecret] = field(repr=False)
     users_file: str | None
     principal_claim: str
+    oauthbearer: OAuthBearerConfig | None = None
+    max_reauth_ms: int | None = None   # Kafka's connections.max.reauth.ms (None: sessions do not expire)
     file_users: Mapping[str, UserSecret] = field(default_factory=dict, repr=False)
 
     @property
@@ -270,6 +291,18 @@ class AdminConfig:
 
 
 @dataclass(frozen=True)
+class AuthorizationConfig:
+    """``authorization:``: whether kqp authorizes requests with Kafka's ACL semantics, and the config
+    file's ACLs (the base layer under the admin API's changes, kept in ``state_file``)."""
+
+    enabled: bool | None   # None only while parsing: the loader resolves it from sasl.mode
+    super_users: tuple[str, ...]
+    allow_everyone_if_no_acl_found: bool
+    acls: frozenset[AclBinding] = field(repr=False)
+    state_file: str | None
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     """Everything one kqp process runs with."""
 
@@ -289,6 +322,7 @@ class ProxyConfig:
     tls: TlsConfig | None
     sasl: SaslConfig
     admin: AdminConfig
+    authorization: AuthorizationConfig
     proxy_protocol: ProxyProtocolConfig
     source: str | None
     # The validated input this config was built from. CLI overrides are applied to it and parsed

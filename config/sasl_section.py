@@ -20,15 +20,29 @@ from typing import Any
 
 from kqp.config.errors import ConfigError
 from kqp.config.model import (
+    OAUTHBEARER,
     SASL_MECHANISMS,
     SASL_MODES,
     SCRAM_MECHANISMS,
+    TERMINATED_MECHANISMS,
+    OAuthBearerConfig,
     SaslConfig,
     ScramCredential,
     UpstreamSasl,
     UserSecret,
 )
-from kqp.config.schema import Field, child, choice, did_you_mean, name, optional, read_section, readable_file
+from kqp.config.schema import (
+    Field,
+    child,
+    choice,
+    did_you_mean,
+    integer,
+    name,
+    optional,
+    read_section,
+    readable_file,
+    section,
+)
 
 # RFC 7677 asks for at least 4096 iterations; more than ten million is a mistake (or an attack on kqp).
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 10_000_000
@@ -104,8 +118,8 @@ def users(value: object, path: str) -> Mapping[str, UserSecret]:
 
 def mechanisms(value: object, path: str) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(path, f"must be a non-empty list of {', '.join(SASL_MECHANISMS)}")
-    check = choice(*SASL_MECHANISMS)
+        raise ConfigError(path, f"must be a non-empty list of {', '.join(TERMINATED_MECHANISMS)}")
+    check = choice(*TERMINATED_MECHANISMS)
     return tuple(dict.fromkeys(check(item, f"{path}[{i}]") for i, item in enumerate(value)))
 
 
@@ -121,13 +135,55 @@ def read_users_file(path: str, where: str) -> Mapping[str, UserSecret]:
         raise ConfigError(where, f"{path}: {inner}{exc.message}") from None
 
 
+def _jwks_url(value: object, path: str) -> str:
+    text = name(value, path)
+    if not text.startswith(("https://", "http://")):
+        raise ConfigError(path, f"must be an https:// (or http://) URL, got {text!r}")
+    return text
+
+
+def _audience(value: object, path: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise ConfigError(path, "must be a string or a non-empty list of strings")
+    return tuple(name(item, f"{path}[{i}]") for i, item in enumerate(items))
+
+
+OAUTHBEARER_FIELDS = {
+    "jwks_url": Field(optional(_jwks_url), None),
+    "jwks_file": Field(optional(readable_file), None),
+    "jwks_refresh_ms": Field(integer(minimum=1000), 3600000),   # Kafka's sasl.oauthbearer.jwks.endpoint.refresh.ms
+    "jwks_timeout_ms": Field(integer(minimum=1), 10000),
+    "jwks_ca": Field(optional(readable_file), None),
+    "issuer": Field(optional(name), None),                     # Kafka's sasl.oauthbearer.expected.issuer
+    "audience": Field(_audience, None),                        # Kafka's sasl.oauthbearer.expected.audience
+    "clock_skew_seconds": Field(integer(minimum=0), 30),       # Kafka's sasl.oauthbearer.clock.skew.seconds
+}
+
+
+def oauthbearer(value: object, path: str) -> OAuthBearerConfig | None:
+    if value is None:
+        return None
+    config = section(OAUTHBEARER_FIELDS, OAuthBearerConfig)(value, path)
+    if (config.jwks_url is None) == (config.jwks_file is None):
+        raise ConfigError(path, "needs exactly one of jwks_url and jwks_file (where the keys that sign tokens are)")
+    if config.jwks_ca is not None and config.jwks_url is None:
+        raise ConfigError(child(path, "jwks_ca"), "only applies with jwks_url")
+    return config
+
+
 SASL_FIELDS = {
     "mode": Field(choice(*SASL_MODES), "none"),
     "mechanisms": Field(mechanisms, list(SASL_MECHANISMS)),
     "users": Field(users, None),
     "users_file": Field(optional(readable_file), None),
-    # passthrough: the JWT claim OAUTHBEARER's principal comes from (Kafka's sasl.oauthbearer.sub.claim.name)
+    # the JWT claim OAUTHBEARER's principal comes from (Kafka's sasl.oauthbearer.sub.claim.name)
     "principal_claim": Field(name, "sub"),
+    "oauthbearer": Field(oauthbearer, None),
+    # Kafka's connections.max.reauth.ms: a terminated login's session lasts this long at most (KIP-368)
+    "max_reauth_ms": Field(optional(integer(minimum=1)), None),
 }
 
 
@@ -136,7 +192,7 @@ def sasl_config(value: object, path: str) -> SaslConfig:
     given = value if isinstance(value, Mapping) else {}
     mode = values["mode"]
     if mode != "terminate":
-        for key in ("mechanisms", "users", "users_file"):
+        for key in ("mechanisms", "users", "users_file", "oauthbearer", "max_reauth_ms"):
             if key in given:
                 raise ConfigError(child(path, key), f"only applies to mode terminate (mode is {mode})")
     file_users: Mapping[str, UserSecret] = MappingProxyType({})
@@ -146,8 +202,21 @@ def sasl_config(value: object, path: str) -> SaslConfig:
             if user in values["users"]:
                 raise ConfigError(child(child(path, "users"), user), f"also in users_file {values['users_file']}")
     if mode == "terminate":
-        if not values["users"] and not file_users:
-            raise ConfigError(path, "mode terminate needs users or users_file")
+        has_users = bool(values["users"] or file_users)
+        if "mechanisms" not in given:   # what the section gives the means for, PLAIN and SCRAM first
+            values["mechanisms"] = (*(SASL_MECHANISMS if has_users else ()),
+                                    *((OAUTHBEARER,) if values["oauthbearer"] is not None else ()))
+        if not values["mechanisms"]:
+            raise ConfigError(path, "mode terminate needs users or users_file (PLAIN, SCRAM), or sasl.oauthbearer")
+        oauth = OAUTHBEARER in values["mechanisms"]
+        if oauth and values["oauthbearer"] is None:
+            raise ConfigError(child(path, "oauthbearer"), "required with OAUTHBEARER among the mechanisms: "
+                                                          "jwks_url or jwks_file, the keys that sign tokens")
+        if not oauth and values["oauthbearer"] is not None:
+            raise ConfigError(child(path, "mechanisms"), "must list OAUTHBEARER when sasl.oauthbearer is set")
+        if not has_users and any(m != OAUTHBEARER for m in values["mechanisms"]):
+            raise ConfigError(path, "mode terminate needs users or users_file for PLAIN and SCRAM "
+                                    "(or mechanisms: [OAUTHBEARER] with sasl.oauthbearer)")
         _check_mechanisms_served({**file_users, **values["users"]}, values["mechanisms"], child(path, "users"))
     return SaslConfig(**values, file_users=file_users)
 

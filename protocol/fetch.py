@@ -34,6 +34,7 @@ __all__ = [
     "fetch_max_bytes",
     "fetch_response_counts",
     "fetch_response_counts_parts",
+    "fetch_session_id",
     "share_fetch_response_counts_parts",
 ]
 
@@ -153,6 +154,16 @@ def _read_parts(frame: SplitFrame, version: int, field: str, body_offset: int, u
         raise BodyError(f"{message} body truncated before {field}")
     buf, start = frame.window(pos, unpack.size)
     return unpack.unpack_from(buf, pos - start)[0]
+
+
+def fetch_session_id(api_version: int, parts: Parts, body_offset: int) -> int:
+    """The session id a Fetch response names (v7+, KIP-227: the one a full fetch opened), else 0;
+    read across parts, nothing else of the body."""
+    if api_version not in _RESPONSE_WALKERS:
+        raise BodyError(f"{_RESPONSE} has no version {api_version}")
+    if "SessionId" not in _RESPONSE_WALKERS[api_version].names:
+        return 0
+    return _read_parts(SplitFrame(parts), api_version, "SessionId", body_offset, _I32)
 
 
 def empty_fetch_response(api_version: int, parts: Parts, body_offset: int, throttle_ms: int) -> bytes:

@@ -20,9 +20,11 @@ import struct
 
 from .parts import Parts, SplitFrame
 from .records import BodyError, RecordCounts, count_body_records, count_body_records_parts
+from .varints import read_uvarint
 from .walker import Buffer, MessageWalker, Walk, schema_versions, walker_for
 
-__all__ = ["PRODUCE_VERSIONS", "produce_acks", "produce_request_counts", "produce_request_counts_parts"]
+__all__ = ["PRODUCE_VERSIONS", "produce_acks", "produce_request_counts", "produce_request_counts_parts",
+           "produce_transactional_id"]
 
 _MESSAGE = "ProduceRequest"
 _I16 = struct.Struct(">h").unpack_from
@@ -44,6 +46,25 @@ def produce_acks(api_version: int, body: Buffer) -> int:
     if pos + 2 > len(body):
         raise BodyError("Produce body truncated before acks")
     return _I16(body, pos)[0]
+
+
+def produce_transactional_id(api_version: int, body: Buffer) -> str | None:
+    """The request's transactional id (v3+, a nullable string first in the body; compact from v9)."""
+    if api_version < 3:
+        return None
+    try:
+        if api_version >= 9:
+            length, pos = read_uvarint(body, 0)
+            length -= 1
+        else:
+            length, pos = _I16(body, 0)[0], 2
+    except (IndexError, struct.error):
+        raise BodyError("Produce body truncated in its transactional id") from None
+    if length < 0:
+        return None
+    if pos + length > len(body):
+        raise BodyError("Produce body truncated in its transactional id")
+    return bytes(body[pos:pos + length]).decode("utf-8", "replace")
 
 
 def produce_request_counts(api_version: int, body: Buffer) -> RecordCounts:

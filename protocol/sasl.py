@@ -37,6 +37,7 @@ __all__ = [
     "decode_handshake_request",
     "encode_authenticate_response",
     "encode_handshake_response",
+    "oauthbearer_first",
     "parse_plain",
     "scram_username",
 ]
@@ -74,11 +75,12 @@ def encode_handshake_response(version: int, correlation_id: int, error_code: int
 
 
 def encode_authenticate_response(version: int, correlation_id: int, error_code: int = 0,
-                                 error_message: str | None = None, auth_bytes: bytes = b"") -> bytes:
-    """A whole SaslAuthenticate response frame; session_lifetime_ms (v1+) is 0: kqp asks for no
-    re-authentication."""
+                                 error_message: str | None = None, auth_bytes: bytes = b"",
+                                 session_lifetime_ms: int = 0) -> bytes:
+    """A whole SaslAuthenticate response frame; session_lifetime_ms (v1+): when the client must log in
+    again on the connection (KIP-368), 0 for never."""
     body = SaslAuthenticateResponse(error_code=error_code, error_message=error_message, auth_bytes=auth_bytes,
-                                    session_lifetime_ms=0).encode(version=version)
+                                    session_lifetime_ms=session_lifetime_ms).encode(version=version)
     return response_frame(ApiKey.SaslAuthenticate, version, correlation_id, bytes(body))
 
 
@@ -124,14 +126,23 @@ def scram_username(client_first: bytes) -> str:
     return name
 
 
-def _bearer_token(client_first: bytes) -> str:
-    # RFC 7628: gs2-header %x01 key=value %x01 ... %x01 %x01, with auth=Bearer <token> among them.
-    for pair in client_first.split(b"\x01"):
+def oauthbearer_first(client_first: bytes) -> tuple[str, str]:
+    """RFC 7628's client-first message, ``gs2-header %x01 key=value %x01 ... %x01 %x01`` with
+    ``auth=Bearer <token>`` among the pairs (KIP-255): the authorization id the gs2 header names
+    (``n,a=alice,``; empty when none) and the token."""
+    header, _, pairs = client_first.partition(b"\x01")
+    fields = header.decode("utf-8", "replace").split(",")
+    authzid = next((f[2:] for f in fields[1:2] if f.startswith("a=")), "")
+    for pair in pairs.split(b"\x01"):
         if pair[:5].lower() == b"auth=":
             scheme, _, token = pair[5:].decode("ascii", "replace").partition(" ")
-            if scheme.lower() == "bearer" and token:
-                return token.strip()
+            if scheme.lower() == "bearer" and token.strip():
+                return authzid.replace("=2C", ",").replace("=3D", "="), token.strip()
     raise ProtocolError("SASL/OAUTHBEARER: the client's message has no auth=Bearer token")
+
+
+def _bearer_token(client_first: bytes) -> str:
+    return oauthbearer_first(client_first)[1]
 
 
 def claimed_name(mechanism: str, client_first: bytes, claim: str = "sub") -> str | None:

@@ -1,20 +1,22 @@
 """Who a connection's user is: the one place the core asks, whatever `sasl.mode` says.
 
 `Authentication` holds the connection's user (a TLS client's mapped certificate subject, or the name
-SASL establishes, else ANONYMOUS) and the principals its client ids make. The core hands it the SASL
-frames a plan names (`route`, which says what becomes of each: a `Route`) and the upstream's
-SaslAuthenticate answers (`on_response`), and asks `refusal` of every other request before the client
-has authenticated. Modes: none (authenticated from the start, SASL frames go upstream unread),
-terminate (`sasl.py`: kqp answers; before authentication only ApiVersions and SASL are served, as
-Kafka does) and passthrough (`sasl_passthrough.py`: the frames go upstream, the claimed name is
-adopted when the upstream's answer says the exchange succeeded).
+SASL establishes, else ANONYMOUS), its host, and the principals its client ids make. The core hands
+it the SASL frames a plan names (`route`, which says what becomes of each: a `Route`) and the
+upstream's SaslAuthenticate answers (`on_response`), and asks `refusal` of every other request while
+it is `guarded`: before the client has authenticated, and once a terminated login's session
+(KIP-368) has expired and the client has not logged in again. Modes: none (authenticated from the
+start, SASL frames go upstream unread), terminate (`sasl.py`: kqp answers; before authentication
+only ApiVersions and SASL are served, as Kafka does) and passthrough (`sasl_passthrough.py`: the
+frames go upstream, the claimed name is adopted when the upstream's answer says it succeeded).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from kqp.protocol.apis import API_NAMES
+from kqp.protocol.apis import API_NAMES, ApiKey
 from kqp.protocol.parts import Parts, joined
 from kqp.quotas.model import ANONYMOUS, Principal
 
@@ -26,6 +28,7 @@ __all__ = ["MAX_CLIENT_IDS", "Authentication", "Principals", "Route"]
 
 MAX_CLIENT_IDS = 256   # principals cached per connection (a client may name a new client id each time)
 MAX_SHARED_PRINCIPALS = 65536   # principals a `Principals` table holds before it starts afresh
+_SASL = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})   # a re-authentication's: served expired
 
 
 class Principals:
@@ -66,6 +69,9 @@ class Authentication:
         self.shared = Principals() if shared is None else shared   # the process's, handed by the core
         self.authenticated = policy.mode == "none"
         self.user = ANONYMOUS
+        self.host = ""   # the client's IP, as ACLs name hosts
+        self.session_end = math.inf   # loop time a terminated login's session expires (KIP-368)
+        self.guarded = not self.authenticated   # requests are asked `refusal` first
         self.software: tuple[str, str] | None = None   # KIP-511's name and version, from ApiVersions v3+
         self.principals: dict[str | None, Principal] = {}   # by client id, for `user`
         self._server = Authenticator(policy) if policy.mode == "terminate" else None
@@ -90,12 +96,20 @@ class Authentication:
         """Passthrough: why the upstream refused the connection's last login, until a new one starts."""
         return None if self._claims is None else self._claims.refused
 
-    def refusal(self, api_key: int, before_authentication: bool) -> str | None:
-        """Before authentication: why a request closes the connection (kqp terminates SASL and the
-        request's API is not one served before it: `Handler.before_authentication`), or None."""
-        if self._server is None or before_authentication:
+    def refusal(self, api_key: int, before_authentication: bool, now: float) -> tuple[str, str] | None:
+        """Why a request closes the connection (the close reason and the logged message), or None:
+        kqp terminates SASL and the request's API is not one served before authentication
+        (`Handler.before_authentication`), or the session expired and it does not begin a new login."""
+        if self._server is None:
             return None
-        return f"{API_NAMES.get(api_key, api_key)} request before SASL authentication"
+        if not self.authenticated:
+            if before_authentication:
+                return None
+            return "authentication_required", f"{API_NAMES.get(api_key, api_key)} request before SASL authentication"
+        if now < self.session_end or api_key in _SASL:
+            return None
+        return "session_expired", (f"{API_NAMES.get(api_key, api_key)} request after the SASL session of "
+                                   f"{self.user!r} expired: the client did not re-authenticate (KIP-368)")
 
     def route(self, frame: SaslFrame) -> Route:
         """A SASL frame from the client."""
@@ -112,6 +126,8 @@ class Authentication:
         if verdict.user is not None:
             self.authenticated = True
             self.adopt(verdict.user)
+            self.session_end = frame.now + verdict.session_ms / 1000 if verdict.session_ms else math.inf
+            self.guarded = self.session_end < math.inf
         return Route(verdict=verdict)
 
     def on_response(self, version: int, frame: Parts) -> None:
@@ -121,5 +137,5 @@ class Authentication:
             return
         user = self._claims.on_response(version, joined(frame))
         if user is not None:
-            self.authenticated = True
+            self.authenticated, self.guarded = True, False
             self.adopt(user)

@@ -3,18 +3,19 @@
 A part of the connection core, which does no I/O: whatever needs some is an action the edge carries
 out and answers with an event, and what it is for waits meanwhile, in order (mitmproxy's commands).
 A topic lookup (`LookUpTopics` -> `TopicsLookedUp`): a request whose topics the cache does not know
-is held unplanned, no request read (`LOOKUP`). A quota commit (`CommitQuotas` -> `QuotasCommitted`):
-an AlterClientQuotas answer waits in its FIFO turn while the state file is written, no request read
-(`COMMIT`). Listeners (`EnsureListeners` -> `ListenersReady`): a response naming a broker kqp has no
-listener for (`CoreParts.listener_for` says None) is held unrewritten and the upstream is read no
-more (`LISTENERS`); a broker kqp cannot listen for closes the connection (`listener_unavailable`),
-since handing out the upstream's own address would bypass kqp. The core resumes what waited.
+is held unplanned, no request read (`LOOKUP`). A commit (`CommitQuotas`, `CommitAcls` -> `Committed`):
+an AlterClientQuotas, CreateAcls or DeleteAcls answer waits in its FIFO turn while its state file
+is written, no request read (`COMMIT`). Listeners (`EnsureListeners` -> `ListenersReady`): a
+response naming a broker kqp has no listener for (`CoreParts.listener_for` says None) is held
+unrewritten and the upstream is read no more (`LISTENERS`); a broker kqp cannot listen for closes
+the connection (`listener_unavailable`), since handing out the upstream's own address would bypass
+kqp. The core resumes what waited.
 """
 
 from __future__ import annotations
 
 from kqp.protocol.addresses import BrokerAddress, rewrite_addresses_parts
-from kqp.proxy.policies.quota_admin import PendingCommit
+from kqp.proxy.policies.pending import Pending, PendingAclCommit
 
 from . import events as ev
 from .events import MuteReason, Parts
@@ -39,7 +40,7 @@ class Awaiting:
         self._host, self._parts = host, parts
         self.held_request: Parts | None = None                  # a request waiting for a topic lookup
         self.held_response: tuple[Flight, memoryview, Parts] | None = None   # a response waiting for listeners
-        self._committing: tuple[Flight, PendingCommit] | None = None   # an answer waiting for its commit
+        self._committing: tuple[Flight, Pending] | None = None   # an answer waiting for its commit
         self._missing: list[BrokerAddress] = []                 # brokers the address walk found no listener for
 
     # -- a topic lookup --------------------------------------------------------------------------
@@ -53,14 +54,15 @@ class Awaiting:
         request, self.held_request = self.held_request, None
         return request
 
-    # -- a quota commit --------------------------------------------------------------------------
-    def commit(self, flight: Flight, pending: PendingCommit) -> None:
+    # -- a commit to a state file --------------------------------------------------------------------------
+    def commit(self, flight: Flight, pending: Pending) -> None:
         flight.answer = None   # no answer yet: the FIFO stops at it
         self._committing = (flight, pending)
         self._host.mute(MuteReason.COMMIT)
-        self._host.emit(ev.CommitQuotas(pending.changes, pending.who))
+        commit = ev.CommitAcls if isinstance(pending, PendingAclCommit) else ev.CommitQuotas
+        self._host.emit(commit(pending.changes, pending.who))
 
-    def committed(self, e: ev.QuotasCommitted) -> bool:
+    def committed(self, e: ev.Committed) -> bool:
         """The commit's outcome is the waiting answer; False when nothing waited."""
         if self._committing is None:
             return False

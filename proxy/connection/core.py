@@ -28,7 +28,7 @@ from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError, RecordCounts
-from kqp.proxy.policies.quota_admin import PendingCommit
+from kqp.proxy.policies.pending import Pending
 
 from . import events as ev
 from .authentication import Authentication
@@ -92,7 +92,7 @@ class Connection:
             ev.TimerFired: self._timer_fired,
             ev.TopicsLookedUp: self._topics_looked_up,
             ev.ListenersReady: self._listeners_ready,
-            ev.QuotasCommitted: self._quotas_committed,
+            ev.Committed: self._committed,
             ev.ShutdownBegun: self._shutdown_begun,
             ev.IdleCheck: self._idle_check,
             ev.CloseRequested: lambda e: self.close(e.reason, e.message),
@@ -173,6 +173,7 @@ class Connection:
     def _client_connected(self, e: ev.ClientConnected) -> None:
         if e.user is not None:
             self.auth.adopt(e.user)
+        self.auth.host = e.host
         self.last_activity = e.now
         self.parts.charging.observer.connection_opened(self.listener)
         self.mute(MuteReason.CONNECTING)
@@ -325,19 +326,22 @@ class Connection:
         hdr = parse_request_header(head)
         handler = p.handlers[hdr.api_key]
         auth = self.auth
-        if not auth.authenticated and (refusal := auth.refusal(hdr.api_key, handler.before_authentication)):
-            self.close("authentication_required", refusal)   # as Kafka: no answer, the connection closes
+        if auth.guarded and (refusal := auth.refusal(hdr.api_key, handler.before_authentication, now)):
+            self.close(*refusal)   # as Kafka: no answer, the connection closes
             return
         principal = auth.principal(hdr.client_id)
         size = sum(map(len, frame))
         if not looked_up:   # handed over again after a topic lookup: counted the first time
             p.charging.observer.request(principal, hdr.api_key, size)
         plan = handler.plan(Request(hdr, head, frame, size, principal, now, auth.authenticated, looked_up,
-                                    self.node_id))
+                                    self.node_id, auth.host))
         if plan is LOOK_UP:
             self.awaiting.look_up(frame)
             return
         assert isinstance(plan, Plan)
+        if plan.close is not None:   # refused where the broker closes (an acks=0 Produce kqp does not authorize)
+            self.close("authorization_failed", plan.close)
+            return
         flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, plan, self.node_id,
                         counts=RecordCounts() if plan.count_records else None, answer=plan.answer)
         forward = frame if plan.forward is AS_IS else plan.forward
@@ -400,7 +404,7 @@ class Connection:
     def _await(self, flight: Flight, now: float) -> None:
         self.in_flight.append(flight)
         if (answer := flight.answer) is not None:
-            if isinstance(answer, PendingCommit):   # the answer waits for the state file
+            if isinstance(answer, Pending):   # the answer waits for a state file
                 self.awaiting.commit(flight, answer)
             elif flight.close_after is not None:   # read nothing more: the answer goes, then the connection closes
                 self.mute(MuteReason.CLOSING)
@@ -519,7 +523,7 @@ class Connection:
         self.unmute(MuteReason.LOOKUP)
         self._pump(e.now)
 
-    def _quotas_committed(self, e: ev.QuotasCommitted) -> None:
+    def _committed(self, e: ev.Committed) -> None:
         if not self.awaiting.committed(e):
             return
         self._flush_local(e.now)

@@ -16,6 +16,7 @@ import enum
 from dataclasses import dataclass
 
 from kqp.protocol.addresses import BrokerAddress
+from kqp.quotas.acl_layer import AclChange
 from kqp.quotas.admin_layer import Change
 from kqp.quotas.connection_limits import LIMIT_REASONS
 
@@ -44,7 +45,7 @@ class MuteReason(enum.Enum):
     BACKPRESSURE = "backpressure"        # the upstream's write buffer is over its high-water mark
     CONNECTING = "connecting"            # the upstream connection is not established (or logged in) yet
     LOOKUP = "lookup"                    # a mutation request waits for topic metadata (KIP-599 costs)
-    COMMIT = "commit"                    # an AlterClientQuotas answer waits for the state file's commit
+    COMMIT = "commit"                    # an admin API answer waits for its state file's commit
     CLOSING = "closing"                  # shutdown: read no new requests, let owed responses drain
     CLIENT_SLOW = "client_slow"          # the client's write buffer is full: stop reading the upstream
     LISTENERS = "listeners"              # a response names a broker kqp has no listener for yet
@@ -66,10 +67,11 @@ _UPSTREAM_SIDE = frozenset({MuteReason.CLIENT_SLOW, MuteReason.LISTENERS})   # s
 @dataclass(frozen=True, slots=True)
 class ClientConnected:
     """The client's connection is up; ``user`` is its principal when the edge knows one (a TLS
-    client certificate, mapped), None for ANONYMOUS."""
+    client certificate, mapped), None for ANONYMOUS; ``host`` its IP, as ACLs name hosts."""
 
     now: float
     user: str | None = None
+    host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +158,9 @@ class ListenersReady:
 
 
 @dataclass(frozen=True, slots=True)
-class QuotasCommitted:
-    """The answer to ``CommitQuotas``: the change is written and in force, or ``error`` says why nothing
-    changed."""
+class Committed:
+    """The answer to ``CommitQuotas`` or ``CommitAcls``: the change is written and in force, or ``error``
+    says why nothing changed."""
 
     now: float
     error: str | None = None
@@ -189,7 +191,7 @@ class CloseRequested:
 
 
 Event = (ClientConnected | UpstreamConnected | UpstreamConnectFailed | ClientData | UpstreamData | ClientEof
-         | ClientLost | UpstreamLost | WriteBuffer | TimerFired | TopicsLookedUp | ListenersReady | QuotasCommitted
+         | ClientLost | UpstreamLost | WriteBuffer | TimerFired | TopicsLookedUp | ListenersReady | Committed
          | ShutdownBegun | IdleCheck | CloseRequested)
 
 
@@ -261,10 +263,19 @@ class EnsureListeners:
 
 @dataclass(frozen=True, slots=True)
 class CommitQuotas:
-    """Write these quota changes to the state file and put them in force, then send ``QuotasCommitted``.
+    """Write these quota changes to the state file and put them in force, then send ``Committed``.
     ``who`` is the principal that asked (Kafka's form, ``User:ops``), for the log and an audit trail."""
 
     changes: tuple[Change, ...]
+    who: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitAcls:
+    """Write these ACL changes (`kqp.quotas.acl_layer.AclChange`) to the ACL state file and put them in
+    force, then send ``Committed``; ``who`` as for ``CommitQuotas``."""
+
+    changes: tuple[AclChange, ...]
     who: str
 
 
@@ -277,7 +288,7 @@ class Close:
 
 
 Action = (ConnectUpstream | Send | Mute | Unmute | SetTimer | NoteUnread | LookUpTopics | EnsureListeners | CommitQuotas
-          | Close)
+          | CommitAcls | Close)
 
 #: Why a listener refused a client before its connection began (a load balancer's PROXY header, a TLS
 #: listener's handshake and identity checks, and `limits:`; the core never sees these connections).
@@ -289,4 +300,5 @@ REFUSAL_REASONS = ("tls_plaintext", "tls_certificate_expired", "tls_certificate_
 #: Every reason a connection closes with, as counted in ``kqp_connections_closed_total``.
 CLOSE_REASONS = ("client_closed", "idle", "shutdown", "protocol_error", "internal_error", "upstream_closed",
                  "upstream_unreachable", "upstream_unknown", "upstream_protocol_error", "upstream_auth_failed",
-                 "listener_unavailable", "authentication_failed", "authentication_required", *REFUSAL_REASONS)
+                 "listener_unavailable", "authentication_failed", "authentication_required", "authorization_failed",
+                 "session_expired", *REFUSAL_REASONS)

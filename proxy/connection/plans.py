@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import RequestHeader
 from kqp.protocol.records import RecordCounts
-from kqp.proxy.policies.quota_admin import PendingCommit
+from kqp.proxy.policies.pending import Pending
 from kqp.quotas.charges import MutationCharge
 from kqp.quotas.model import Principal
 from kqp.quotas.throttle import Throttle
@@ -80,6 +80,7 @@ class SaslFrame(NamedTuple):
     version: int
     correlation_id: int
     body: memoryview
+    now: float = 0.0        # when it was read (a session's lifetime starts at its login)
 
 
 class Reply(NamedTuple):
@@ -96,7 +97,7 @@ class Plan(NamedTuple):
     """One request's handling, as its handler decided it."""
 
     forward: Forward = AS_IS                    # what goes upstream; None: nothing
-    answer: bytes | PendingCommit | None = None  # kqp's own answer (a PendingCommit: once the commit is done)
+    answer: bytes | Pending | None = None       # kqp's own answer (a Pending: once its commit is done)
     produced: Usage | None = None               # what the request carries, charged when it is read
     mutations: tuple[MutationCharge, ...] = ()  # charged when it is read
     reply: Replier | None = None                # its response side; None: the response goes as it came
@@ -107,6 +108,7 @@ class Plan(NamedTuple):
     count_records: bool = False                 # the address walk counts the response's records (Fetch v16+)
     sasl: SaslFrame | None = None               # routed by the connection's authentication first
     software: tuple[str, str] | None = None     # KIP-511's client software, named by ApiVersions v3+
+    close: str | None = None                    # refused: close the connection unanswered (the logged reason)
 
 
 #: The plan of every request kqp only passes through.
@@ -116,15 +118,17 @@ PASS = Plan()
 class Request:
     """One request as a handler reads it: `frame` is the slices it arrived in (`size` bytes with the
     size prefix), `head` a contiguous start holding at least the header (and Produce's acks);
-    `node` the broker it goes to (None: the bootstrap's); `authenticated` whether SASL is done."""
+    `node` the broker it goes to (None: the bootstrap's); `authenticated` whether SASL is done;
+    `host` the client's IP (ACLs name hosts)."""
 
-    __slots__ = ("authenticated", "frame", "hdr", "head", "looked_up", "node", "now", "principal", "size")
+    __slots__ = ("authenticated", "frame", "hdr", "head", "host", "looked_up", "node", "now", "principal", "size")
 
     def __init__(self, hdr: RequestHeader, head: memoryview, frame: Parts, size: int, principal: Principal,
-                 now: float, authenticated: bool, looked_up: bool = False, node: int | None = None) -> None:
+                 now: float, authenticated: bool, looked_up: bool = False, node: int | None = None,
+                 host: str = "") -> None:
         self.hdr, self.head, self.frame, self.size = hdr, head, frame, size
         self.principal, self.now, self.authenticated = principal, now, authenticated
-        self.looked_up, self.node = looked_up, node
+        self.looked_up, self.node, self.host = looked_up, node, host
 
 
 @dataclass(slots=True, eq=False)
@@ -142,7 +146,7 @@ class Flight:
     handler_seconds: float = 0.0
     throttle: Throttle | None = None      # decided once: when it was read, or when its response came
     counts: RecordCounts | None = None    # the response's records, counted on the address walk
-    answer: bytes | PendingCommit | None = None   # kqp's own answer, sent when its turn comes
+    answer: bytes | Pending | None = None   # kqp's own answer, sent when its turn comes
     close_after: str | None = None        # close the connection once this answer is out (a failed login)
 
     @property

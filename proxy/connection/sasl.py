@@ -1,12 +1,14 @@
 """SASL terminated by kqp (`sasl.mode: terminate`): who may log in, and the server side of the exchange.
 
-`SaslPolicy` is built once from the config (`sasl.mechanisms`, `sasl.users` or `users_file`): PLAIN
-passwords and SCRAM credentials (salted, as Kafka keeps them). `Authenticator` is one connection's
-server: SaslHandshake then SaslAuthenticate, PLAIN in one round, SCRAM-SHA-256/512 in two on
-scramp's server; each frame gives a `Verdict`: kqp's answer, and the user the connection now
-belongs to or why it closes once the answer is out. Errors and messages are Kafka's own, so clients
-show what a broker would have said; a failed login never names the secret. KIP-368's
-re-authentication keeps the principal.
+`SaslPolicy` is built once from the config (`sasl.mechanisms`, `sasl.users` or `users_file`, the
+OAUTHBEARER token validator): PLAIN passwords and SCRAM credentials (salted, as Kafka keeps them).
+`Authenticator` is one connection's server: SaslHandshake then SaslAuthenticate, PLAIN in one
+round, SCRAM-SHA-256/512 in two on scramp's server, OAUTHBEARER in one (a refused token in two, as
+Kafka's OAuthBearerSaslServer: the `{"status":"invalid_token"}` challenge, the client's %x01, then
+the error); each frame gives a `Verdict`: kqp's answer, the user the connection now belongs to and
+how long its session lasts (KIP-368: `connections.max.reauth.ms`, a token's expiry), or why it
+closes once the answer is out. Errors and messages are Kafka's own; a failed login never names the
+secret. Re-authentication keeps the principal.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 from scramp import ScramException, ScramMechanism
 
-from kqp.config.model import SCRAM_MECHANISMS, SaslConfig, ScramCredential, UserSecret
+from kqp.config.model import OAUTHBEARER, SCRAM_MECHANISMS, SaslConfig, ScramCredential, UserSecret
 from kqp.protocol.apis import ApiKey, kqp_ranges
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.sasl import (
@@ -31,14 +33,18 @@ from kqp.protocol.sasl import (
     decode_handshake_request,
     encode_authenticate_response,
     encode_handshake_response,
+    oauthbearer_first,
     parse_plain,
 )
+
+from .oauthbearer import InvalidToken, TokenValidator
 
 __all__ = ["Authenticator", "SaslPolicy", "Verdict"]
 
 HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DERIVED_ITERATIONS = 4096
 PLAIN_FAILED = "Authentication failed: Invalid username or password"
+INVALID_TOKEN = '{"status":"invalid_token"}'   # RFC 7628's error, as Kafka's server writes it
 KQP_RANGES = kqp_ranges()
 
 
@@ -55,11 +61,21 @@ class SaslPolicy:
     users: Mapping[str, UserSecret] = field(default_factory=dict, repr=False)
     principal_claim: str = "sub"                         # passthrough: OAUTHBEARER's principal claim
     nonce: Callable[[], str] = _nonce                    # SCRAM server nonce
+    tokens: TokenValidator | None = None                 # terminate: OAUTHBEARER's checks
+    max_reauth_ms: int | None = None                     # Kafka's connections.max.reauth.ms
     _derived: dict[tuple[str, str], ScramCredential] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_config(cls, sasl: SaslConfig, nonce: Callable[[], str] = _nonce) -> SaslPolicy:
-        return cls(sasl.mode, sasl.mechanisms, sasl.credentials, sasl.principal_claim, nonce)
+    def from_config(cls, sasl: SaslConfig, nonce: Callable[[], str] = _nonce,
+                    tokens: TokenValidator | None = None) -> SaslPolicy:
+        return cls(sasl.mode, sasl.mechanisms, sasl.credentials, sasl.principal_claim, nonce, tokens,
+                   sasl.max_reauth_ms)
+
+    def session_ms(self, expires_in_ms: float | None = None) -> int:
+        """A session's lifetime as KIP-368 tells it (0: none): `max_reauth_ms`, shortened to a
+        credential's own expiry (a token's), as Kafka's SaslServerAuthenticator computes it."""
+        limits = [x for x in (self.max_reauth_ms, expires_in_ms) if x is not None]
+        return max(1, int(min(limits))) if limits else 0
 
     def advertised(self, ranges: Mapping[int, tuple[int, int]]) -> Mapping[int, tuple[int, int]]:
         """What kqp's ApiVersions answer lists: when kqp terminates SASL, its own SASL versions,
@@ -107,6 +123,7 @@ class Verdict:
     answer: bytes
     user: str | None = None
     failure: str | None = None    # the logged reason; never a secret
+    session_ms: int = 0           # with `user`: the session's lifetime (0: it does not expire)
 
 
 class State(enum.Enum):
@@ -126,6 +143,7 @@ class Authenticator:
         self.user: str | None = None          # the authenticated principal, once DONE
         self._claimant: str | None = None     # the user a SCRAM exchange is about (not yet proven)
         self._scram = None
+        self._refused_token: str | None = None   # OAUTHBEARER: why the token was refused, until the client's %x01
 
     def on_frame(self, authenticate: bool, version: int, correlation_id: int, body: memoryview) -> Verdict:
         """A SaslAuthenticate frame (`authenticate`) or a SaslHandshake."""
@@ -152,14 +170,19 @@ class Authenticator:
             self.state = State.HANDSHAKE
             return Verdict(encode_authenticate_response(version, correlation_id, code, message), failure=reason)
 
-        def succeed(user: str, auth_bytes: bytes = b"") -> Verdict:
+        def succeed(user: str, auth_bytes: bytes = b"", expires_in_ms: float | None = None) -> Verdict:
             if self.user is not None and user != self.user:   # KIP-368: re-authentication keeps the principal
                 return fail(f"Cannot change principals during re-authentication from {self.user} to {user}",
                             f"re-authentication as {user!r} on a connection of {self.user!r}")
             self.state, self.user = State.DONE, user
-            return Verdict(encode_authenticate_response(version, correlation_id, auth_bytes=auth_bytes), user=user)
+            session_ms = self.policy.session_ms(expires_in_ms)
+            return Verdict(encode_authenticate_response(version, correlation_id, auth_bytes=auth_bytes,
+                                                        session_lifetime_ms=session_ms), user=user,
+                           session_ms=session_ms)
 
         mechanism = self.mechanism
+        if self.state is State.AUTHENTICATE and mechanism == OAUTHBEARER:
+            return self._oauthbearer(version, correlation_id, token, fail, succeed)
         if self.state is State.AUTHENTICATE and mechanism == "PLAIN":
             try:
                 plain = parse_plain(token)
@@ -186,6 +209,28 @@ class Authenticator:
             return succeed(self._claimant, final.encode("utf-8"))
         return fail("Unexpected SaslAuthenticate request: no SaslHandshake before it",
                     "SaslAuthenticate before a SaslHandshake", ILLEGAL_SASL_STATE)
+
+    def _oauthbearer(self, version: int, correlation_id: int, token: bytes, fail: Callable[..., Verdict],
+                     succeed: Callable[..., Verdict]) -> Verdict:
+        """RFC 7628 as Kafka's OAuthBearerSaslServer: a good token logs in; a refused one gets the
+        `invalid_token` challenge, and the client's %x01 after it the error, which closes the connection."""
+        refused, self._refused_token = self._refused_token, None
+        if token == b"\x01" and refused is not None:
+            return fail(INVALID_TOKEN, f"SASL/OAUTHBEARER: {refused}")
+        tokens = self.policy.tokens
+        try:
+            authzid, bearer = oauthbearer_first(token)
+            if tokens is None:
+                raise InvalidToken("kqp has no token validator")
+            checked = tokens.validate(bearer)
+        except (ProtocolError, InvalidToken) as exc:
+            self._refused_token = str(exc)
+            return Verdict(encode_authenticate_response(version, correlation_id, auth_bytes=INVALID_TOKEN.encode()))
+        if authzid and authzid != checked.principal:
+            return fail(f"Authentication failed: Client requested an authorization id ({authzid}) that is different "
+                        f"from the token's principal name ({checked.principal})",
+                        f"SASL/OAUTHBEARER: {checked.principal!r} asked to act as {authzid!r}")
+        return succeed(checked.principal, expires_in_ms=(checked.expires_at - tokens.wall()) * 1000)
 
     def _scram_first(self, version: int, correlation_id: int, token: bytes,
                      fail: Callable[[str, str], Verdict]) -> Verdict:

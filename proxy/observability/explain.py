@@ -1,17 +1,17 @@
 """`kqp explain`'s answer: why one client id (and user) is throttled, as JSON ("why is my job slow?").
 
-Served at `GET /explain?client_id=X[&user=U]` (http_endpoint.py) and printed as text by `kqp
-explain` (`kqp.proxy.tools.explain_cli`). One document, assembled on the loop's thread from what kqp
-already keeps, nothing measured anew: the precedence `ladder` (`kqp.quotas.entities.ladder`, the
-walk resolution makes); each quota in force with its limit, entity, sensor, rate (and the fleet's,
-in shared scope), its mode, and the other principals seen that share its sensor (a prefix group's
-members, a user's clients); the `throttles` of the last 5 minutes by cause, and the `observed` ones
-that quotas in mode observe would have given (`client_metrics.RecentThrottles`); open `connections`
+Served at `GET /explain?client_id=X[&user=U]` (http_endpoint.py), printed by `kqp explain`. One
+document, assembled on the loop's thread from what kqp already keeps: the precedence `ladder`
+(`kqp.quotas.entities.ladder`, the walk resolution makes); each quota in force with its limit,
+entity, sensor, rate (and the fleet's, in shared scope), its mode, and the other principals seen
+that share its sensor (a prefix group's members, a user's clients); the `throttles` of the last 5
+minutes by cause, and the `observed` ones that quotas in mode observe would have given; open `connections`
 (software, whether it honours throttles, how long still muted: `kqp.proxy.connection.views`); its
 `requests` by API and the `group_protocols` they belong to (a share group's member, KIP-932);
-`pools` (with the member's class and each class's division), and `budget_changes` from a provider
-plugged in at assembly (null while none is). With no user given, the user is the one the client id's
-open connections authenticated as (the first, if several), else ANONYMOUS; `user_from` says which.
+`pools` (with the member's class and each class's division), `budget_changes` from a provider
+plugged in at assembly (null while none is); `authorization`, when kqp authorizes: the user's ACLs
+and last refusals, each with its rule. With no user given, the user is the one the client id's open
+connections authenticated as (the first, if several), else ANONYMOUS; `user_from` says which.
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ class Explainer:
                  clock: Callable[[], float], recent: RecentThrottles | None = None,
                  budget_changes: BudgetChanges | None = None, recent_observed: RecentThrottles | None = None,
                  principals: Callable[[], Iterable[Principal]] | None = None,
-                 requests: Requests | None = None) -> None:
+                 requests: Requests | None = None,
+                 authorization: Callable[[str], dict[str, Any]] | None = None) -> None:
         self.quotas, self.connections, self.clock = quotas, connections, clock
         self.recent, self.recent_observed = recent, recent_observed
         self.budget_changes = budget_changes
+        self.authorization = authorization   # user -> what kqp's authorization says of it (None: off)
         self.principals = principals   # those seen lately (the metrics' entities), for who shares a sensor
         self.requests = requests
 
@@ -87,6 +89,7 @@ class Explainer:
             "requests": requests,
             "group_protocols": sorted({_PROTOCOL_OF[api] for api in requests if api in _PROTOCOL_OF}),
             "pools": self._pools(principal, now),
+            "authorization": None if self.authorization is None else self.authorization(user),
         }
 
     def _quotas(self, principal: Principal, matched: dict[str, Any], now: float) -> list[dict[str, Any]]:

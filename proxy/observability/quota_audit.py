@@ -9,7 +9,8 @@ in force at start, or changed on disk by another process; `who` null).
 
 An event is a plain dict, the same one the state file's history keeps (`quota_history.py`), with a
 wall-clock `ts` (UTC, milliseconds): the history outlives the process, so a monotonic time would
-mean nothing in it. The clock is injected; the counts are read by the endpoint's registry.
+mean nothing in it. The clock is injected; the counts are read by the endpoint's registry. `Audit`
+is the trail's mechanics, shared with the ACLs' (`acl_audit.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from kqp.quotas.changes import entity_changes
 from kqp.quotas.model import QuotaSettings
 
-__all__ = ["ADMIN_API", "RELOAD", "SOURCES", "STATE_FILE", "AuditEvent", "QuotaAudit", "utc_stamp"]
+__all__ = ["ADMIN_API", "RELOAD", "SOURCES", "STATE_FILE", "Audit", "AuditEvent", "QuotaAudit", "utc_stamp"]
 
 log = logging.getLogger("kqp.audit")
 
@@ -39,41 +40,55 @@ def utc_stamp(wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall * 1000) % 1000:03d}Z"
 
 
-def _values(values: dict[str, float]) -> str:
+def _values(values: dict[str, Any]) -> str:
     return json.dumps(values, separators=(",", ":")) if values else "none"
 
 
-class QuotaAudit:
+class Audit:
+    """An audit trail of `kind` changes: events made by `events` (of the subclass), logged and counted."""
+
+    kind = "quota"
+    metric = ("kqp_quota_changes", "Quota changes put in force, one per entity changed, by where they came from "
+              "(admin_api, reload, state_file)")
+
     def __init__(self, wall: Callable[[], float] = time.time) -> None:
         self._wall = wall
         self.counts = dict.fromkeys(SOURCES, 0)
 
-    def events(self, old: QuotaSettings, new: QuotaSettings, who: str | None, source: str) -> list[AuditEvent]:
-        """One event per entity whose quotas in force differ between `old` and `new` (none: no change)."""
+    def _event(self, ts: str, who: str | None, source: str, entity: str, before: dict[str, Any],
+               after: dict[str, Any]) -> AuditEvent:
         assert source in SOURCES, source
-        ts = utc_stamp(self._wall())
-        return [{"ts": ts, "who": who, "source": source, "entity": change.entity.path,
-                 "before": dict(change.before), "after": dict(change.after)}
-                for change in entity_changes(old, new)]
+        return {"ts": ts, "who": who, "source": source, "entity": entity, "before": before, "after": after}
+
+    def events(self, old: Any, new: Any, who: str | None, source: str) -> list[AuditEvent]:
+        raise NotImplementedError
+
+    def record(self, old: Any, new: Any, who: str | None, source: str) -> list[AuditEvent]:
+        """The events of a change from `old` to `new`, logged and counted."""
+        events = self.events(old, new, who, source)
+        self.report(events)
+        return events
 
     def report(self, events: list[AuditEvent]) -> None:
         """Log and count events (on the event loop's thread: the counts are plain numbers)."""
         for event in events:
             self.counts[event["source"]] += 1
             fields = {key: value for key, value in event.items() if key != "ts"}   # the log line has its own
-            log.info("quota audit: %s by %s: %s %s -> %s", event["source"], event["who"] or "-", event["entity"],
-                     _values(event["before"]), _values(event["after"]), extra=fields)
-
-    def record(self, old: QuotaSettings, new: QuotaSettings, who: str | None, source: str) -> list[AuditEvent]:
-        events = self.events(old, new, who, source)
-        self.report(events)
-        return events
+            log.info("%s audit: %s by %s: %s %s -> %s", self.kind, event["source"], event["who"] or "-",
+                     event["entity"], _values(event["before"]), _values(event["after"]), extra=fields)
 
     def collect(self) -> Iterator[Metric]:
-        """prometheus_client's collector protocol: `kqp_quota_changes_total{source}`, every source
-        present from the start (a rate over a series that appears late misses its first change)."""
-        family = CounterMetricFamily("kqp_quota_changes", "Quota changes put in force, one per entity changed, "
-                                     "by where they came from (admin_api, reload, state_file)", labels=("source",))
+        """prometheus_client's collector protocol: `{metric}_total{source}`, every source present from
+        the start (a rate over a series that appears late misses its first change)."""
+        family = CounterMetricFamily(*self.metric, labels=("source",))
         for source, n in self.counts.items():
             family.add_metric((source,), n)
         yield family
+
+
+class QuotaAudit(Audit):
+    def events(self, old: QuotaSettings, new: QuotaSettings, who: str | None, source: str) -> list[AuditEvent]:
+        """One event per entity whose quotas in force differ between `old` and `new` (none: no change)."""
+        ts = utc_stamp(self._wall())
+        return [self._event(ts, who, source, change.entity.path, dict(change.before), dict(change.after))
+                for change in entity_changes(old, new)]

@@ -89,6 +89,7 @@ class MutationGate:
         # topic -> (who asked, until when): named by a Metadata request that allowed
         # auto-creation, not existing then; charged to the requester once it shows up.
         self._auto_created: dict[str, tuple[Principal, float]] = {}
+        self.learn_topics = False   # the cache learns from every Metadata answer (authorization reads ids too)
 
     @property
     def _default_partitions(self) -> int:
@@ -207,8 +208,8 @@ class MutationGate:
         if not self.active:
             # A topic pool charges Produce v13 and Fetch v13+ by topic id: the cache learns the
             # names of the ids from the Metadata answers clients get (the ids they then use).
-            return MutationPlan(frame, rewrite=self._learner(version)) if self.quotas.topic_pools else \
-                MutationPlan(frame)
+            return MutationPlan(frame, rewrite=self._learner(version)) \
+                if self.quotas.topic_pools or self.learn_topics else MutationPlan(frame)
         if MUTATION in self.quotas.limits(principal):
             try:
                 named = metadata_auto_create(version, frame[hdr.body_offset:])

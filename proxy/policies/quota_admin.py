@@ -33,7 +33,9 @@ from kqp.protocol.client_quotas import (
 from kqp.quotas.admin_layer import Change
 from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, Principal, QuotaSettings, QuotaType
 
-__all__ = ["ADMIN_APIS", "PendingCommit", "QuotaAdmin"]
+from .pending import PendingCommit
+
+__all__ = ["ADMIN_APIS", "QuotaAdmin"]
 
 ADMIN_APIS = frozenset({ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas})
 UNKNOWN_SERVER_ERROR, CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, INVALID_REQUEST = -1, 31, 35, 42
@@ -49,16 +51,6 @@ _RANGES = kqp_ranges()
 
 
 Results = list[tuple[int, "str | None", tuple]]   # per Alter entry: error code, message, entity
-
-
-@dataclass(frozen=True)
-class PendingCommit:
-    """An AlterClientQuotas answer that needs the state file first: `changes` by `who` (Kafka's form,
-    `User:ops`) are committed, then `answer(error)` is the response (`error` None: committed)."""
-
-    changes: tuple[Change, ...]
-    who: str
-    answer: Callable[[str | None], bytes]
 
 
 class Refused(Exception):

@@ -6,11 +6,10 @@ whole frames only, each callback as one event stamped with the loop's time. The 
 are carried out in order, an event's writes to one side in one call; `Mute` and `Unmute` go to the
 side's `FlowControl` (flow_control.py), which pauses or resumes the transport once the event's
 actions are done. Events raised while actions run (a write crossing the high-water mark, an effect
-answered at once) are queued, so the core never sees re-entry.
-
-Effects: `ConnectUpstream` opens the upstream socket, `LookUpTopics` and `CommitQuotas` run as tasks
-of this connection, `EnsureListeners` binds at once; a task that fails closes this connection only.
-TLS identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
+answered at once) are queued, so the core never sees re-entry. Effects: `ConnectUpstream` opens
+the upstream socket, `LookUpTopics`, `CommitQuotas` and `CommitAcls` run as tasks of this
+connection, `EnsureListeners` binds at once; a task that fails closes this connection only. TLS
+identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
 `EdgeWiring`, whose loop a test replaces with a fake one (`tests/proxy/test_edge.py`).
 """
 
@@ -21,6 +20,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kqp.config.model import HostPort
 from kqp.protocol.addresses import BrokerAddress
@@ -31,9 +31,10 @@ from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
 from kqp.proxy.connection.parts import CoreParts
 from kqp.proxy.tls.peers import Refusal, Refused
+from kqp.quotas.acl_layer import AclChange
 from kqp.quotas.admin_layer import Change
 
-from .admission import Admission, Slot, peer_name
+from .admission import Admission, Slot, peer_ip, peer_name
 from .cert_reload import no_tls
 from .delay import DelayDriver
 from .flow_control import FlowControl
@@ -67,6 +68,8 @@ class EdgeWiring:
     admission: Admission | None = None          # limits: connection counts and creation rates
     # admin.manage_quotas: (changes, who) -> written (off the loop) and in force, or CommitFailed
     commit_quotas: Callable[[tuple[Change, ...], str], Awaitable[None]] | None = None
+    # authorization.state_file: the same for ACL changes
+    commit_acls: Callable[[tuple[AclChange, ...], str], Awaitable[None]] | None = None
     arena: ReadArena = field(default_factory=ReadArena)   # the loop's read buffer, shared by its connections
 
 
@@ -117,7 +120,8 @@ class ClientEdge(FrameReads):
             ev.NoteUnread: lambda action: setattr(self, "_unread_mark", unread_bytes(self.client)),
             ev.LookUpTopics: lambda action: self._spawn(self._look_up_topics()),
             ev.EnsureListeners: self._ensure_listeners,
-            ev.CommitQuotas: lambda action: self._spawn(self._commit_quotas(action)),
+            ev.CommitQuotas: lambda action: self._spawn(self._commit(self.w.commit_quotas, action)),
+            ev.CommitAcls: lambda action: self._spawn(self._commit(self.w.commit_acls, action)),
             ev.Close: self._close,
         }
 
@@ -184,7 +188,7 @@ class ClientEdge(FrameReads):
                 return
         self.client.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.w.open_connections.add(self)
-        self.run(ev.ClientConnected(self.now(), user))
+        self.run(ev.ClientConnected(self.now(), user, peer_ip(peer)))
 
     def _refuse(self, refusal: Refusal) -> None:
         """Close a client the core never hears of: nothing is owed to it, and it never counted as open."""
@@ -310,14 +314,15 @@ class ClientEdge(FrameReads):
         # Answered at once: the event is queued and handled right after this one's actions.
         self.run(ev.ListenersReady(self.now(), self.w.ensure_listeners(action.brokers)))
 
-    async def _commit_quotas(self, action: ev.CommitQuotas) -> None:
-        assert self.w.commit_quotas is not None, "CommitQuotas comes only from the quota admin's handler"
+    async def _commit(self, commit: Callable[[Any, str], Awaitable[None]] | None,
+                      action: ev.CommitQuotas | ev.CommitAcls) -> None:
+        assert commit is not None, f"{type(action).__name__} comes only from an admin policy with a state file"
         try:
-            await self.w.commit_quotas(action.changes, action.who)
+            await commit(action.changes, action.who)
         except CommitFailed as failed:
-            self.run(ev.QuotasCommitted(self.now(), str(failed)))
+            self.run(ev.Committed(self.now(), str(failed)))
             return
-        self.run(ev.QuotasCommitted(self.now()))
+        self.run(ev.Committed(self.now()))
 
     def _close(self, action: ev.Close) -> None:
         self._write()   # what the core sent before closing goes first

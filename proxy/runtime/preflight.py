@@ -10,6 +10,7 @@ from __future__ import annotations
 from kqp.config.model import ProxyConfig
 from kqp.proxy.tls.contexts import check_tls
 
+from .acl_store import open_acl_state
 from .fleet_sync import cluster_password
 from .quota_store import open_state
 from .workers import check_workers
@@ -24,3 +25,5 @@ def preflight(config: ProxyConfig, workers: int = 1) -> None:
     admin = config.admin
     if admin.manage_quotas and admin.state_file is not None:
         open_state(admin.state_file)   # a directory kqp cannot write in, or a file that does not load
+    if config.authorization.enabled and config.authorization.state_file is not None:
+        open_acl_state(config.authorization.state_file)   # the same for the ACL state file

@@ -4,26 +4,22 @@
 `rebase`) and the admin API's (`commit`), and hands their overlay to the quota manager's
 `update_settings`: an admin change takes a reload's path, so measurements carry over.
 
-A commit holds `flock` on `<state file>.lock` while it re-reads the file, applies the change and
-writes atomically (temporary file, fsync, rename, fsync of the directory), so processes sharing one
-file never overwrite each other; each also polls the file's stat to follow the others. The write
-runs in the store's one thread and the poll's stat and read in a worker thread, never on the loop,
-so commits land in the order asked, and the AlterClientQuotas answer goes once the change is
-durable. Every change of the quotas in force passes `_changed` with who made it, its source and the
-settings before and after: the one hook of the audit trail (`kqp.proxy.observability.quota_audit`)
-and of the history (quota_history.py).
+The file is shared as `state_file.SharedFile` shares one: a commit re-reads it under `flock`,
+applies the change and writes it atomically in the store's one thread, and every process follows
+it; the AlterClientQuotas answer goes once the change is durable. Every change of the quotas in
+force passes `_changed` with who made it, its source and the settings before and after: the one
+hook of the audit trail (`kqp.proxy.observability.quota_audit`) and of the history
+(quota_history.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import logging
 import os
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from functools import partial
 from types import MappingProxyType
 
 import yaml
@@ -37,7 +33,7 @@ from kqp.quotas.admin_layer import CONFIG_FILE, STATE_FILE, AdminLayer, Change, 
 from kqp.quotas.model import QuotaSettings
 
 from .quota_history import append_history
-from .reload import POLL_SECONDS, file_stamp
+from .state_file import SharedFile, write_atomically
 
 __all__ = ["ADMIN_API", "CommitFailed", "QuotaStore", "open_state", "read_state", "write_atomically"]
 
@@ -45,7 +41,6 @@ log = logging.getLogger("kqp.admin")
 
 ADMIN_API = "admin API"   # where a change came from, besides the state file (on disk) and the config file
 _AUDIT_SOURCE = {ADMIN_API: quota_audit.ADMIN_API, CONFIG_FILE: quota_audit.RELOAD, STATE_FILE: quota_audit.STATE_FILE}
-Stamp = tuple[int, int, int, float] | None
 
 
 class CommitFailed(Exception):
@@ -69,26 +64,6 @@ def open_state(path: str) -> AdminLayer:
     return read_state(path)
 
 
-def write_atomically(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)   # the rename itself survives a crash
-    finally:
-        os.close(dir_fd)
-
-
 class QuotaStore:
     def __init__(self, path: str, base: QuotaSettings, apply: Callable[[QuotaSettings], list[str]],
                  audit: QuotaAudit | None = None) -> None:
@@ -96,10 +71,7 @@ class QuotaStore:
         self.layer = open_state(path)   # a file that does not load stops kqp here
         self._apply = apply
         self.audit = audit or QuotaAudit()
-        self._stamp = file_stamp(path)
-        self._writer: ThreadPoolExecutor | None = None   # one thread: commits in the order asked
-        self._writing = 0   # commits under way: the watch leaves the file to them meanwhile
-        self._commits = 0   # commits begun: a read of the file older than the last one is stale
+        self.file = SharedFile(path)
 
     @property
     def effective(self) -> QuotaSettings:
@@ -110,43 +82,22 @@ class QuotaStore:
         before, self.base = self.effective, base
         return self._changed(before, None, CONFIG_FILE)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(f"{self.path}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
     async def commit(self, changes: Iterable[Change], who: str, loop: asyncio.AbstractEventLoop) -> None:
         """Write `changes` to the state file in the store's thread, then put them in force on the loop
         (CommitFailed: nothing changed)."""
-        writer = self._writer_pool()
-        self._writing += 1
-        self._commits += 1
-        try:
-            layer, stamp, events = await loop.run_in_executor(writer, self._write, list(changes), who,
-                                                              self.base)
-        finally:
-            self._writing -= 1
-        self._stamp = stamp
+        layer, events = await self.file.write(partial(self._write, list(changes), who, self.base), loop)
         self._put(layer, who, ADMIN_API, events)
 
-    def _write(self, changes: list[Change], who: str,
-               base: QuotaSettings) -> tuple[AdminLayer, Stamp, list[AuditEvent]]:
+    def _write(self, changes: list[Change], who: str, base: QuotaSettings) -> tuple[AdminLayer, list[AuditEvent]]:
         """The state file re-read under the lock, changed, written and synced, then the change's events
         appended to the history (the store's thread)."""
         try:
-            with self._locked():
-                before = read_state(self.path)
-                layer = apply_changes(before, base, changes)
-                text = STATE_HEADER + yaml.safe_dump(state_document(layer), sort_keys=False)
-                write_atomically(self.path, text)
-                stamp = file_stamp(self.path)
-                events = self.audit.events(overlay(base, before), overlay(base, layer), who, quota_audit.ADMIN_API)
-                self._append_history(events)
-                return layer, stamp, events
+            before = read_state(self.path)
+            layer = apply_changes(before, base, changes)
+            write_atomically(self.path, STATE_HEADER + yaml.safe_dump(state_document(layer), sort_keys=False))
+            events = self.audit.events(overlay(base, before), overlay(base, layer), who, quota_audit.ADMIN_API)
+            self._append_history(events)
+            return layer, events
         except ConfigError as exc:
             log.error("quota change by %s refused: %s", who, exc)
             raise CommitFailed(str(exc)) from None
@@ -154,17 +105,9 @@ class QuotaStore:
             log.error("quota change by %s refused: cannot write %s: %s", who, self.path, exc)
             raise CommitFailed(f"cannot write the state file {self.path}: {exc.strerror or exc}") from None
 
-    def _writer_pool(self) -> ThreadPoolExecutor:
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kqp-state-file")
-        return self._writer
-
     def close(self, wait: bool = False) -> None:
-        """No more commits; one under way (or a reload's history append) still finishes: the
-        interpreter waits for its thread, or this call does with `wait`."""
-        if self._writer is not None:
-            self._writer.shutdown(wait=wait)
-            self._writer = None
+        """No more commits; one under way (or a reload's history append) still finishes."""
+        self.file.close(wait)
 
     def _append_history(self, events: list[AuditEvent]) -> None:
         """The events into the history (the store's thread, the lock held). The change is already
@@ -176,10 +119,6 @@ class QuotaStore:
         except OSError as exc:
             log.error("quota history beside %s not written (%d event(s) only in the log): %s",
                       self.path, len(events), exc.strerror or exc)
-
-    def _record_reload(self, events: list[AuditEvent]) -> None:
-        with self._locked():
-            self._append_history(events)
 
     def _put(self, layer: AdminLayer, who: str | None, source: str, events: list[AuditEvent] | None = None) -> None:
         before, self.layer = self.effective, layer
@@ -196,7 +135,7 @@ class QuotaStore:
         self.audit.report(events)
         if source == CONFIG_FILE:
             if events:
-                self._writer_pool().submit(self._record_reload, events).add_done_callback(_log_failure)
+                self.file.submit(partial(self._append_history, events)).add_done_callback(_log_failure)
             return lines   # the reloader logs a reload's lines itself
         how = f"by {who}" if who else "on disk"
         for line in lines:
@@ -207,39 +146,15 @@ class QuotaStore:
 
     async def refresh(self) -> None:
         """The file changed under kqp (another worker or instance wrote it): take it, or keep the
-        running layer if it does not load. Read off the loop; a read that a commit of this process
-        overlaps is dropped, as older than what that commit puts in force."""
-        if self._writing:
-            return   # the commit under way re-reads the file under the lock and puts it in force
-        commits = self._commits
-        stamp, layer = await asyncio.to_thread(self._read)
-        if commits != self._commits:
-            return
-        self._stamp = stamp
+        running layer if it does not load."""
+        layer = await self.file.read(read_state)
         if isinstance(layer, ConfigError):
             log.error("admin state file changed but does not load; keeping the quotas in force: %s", layer)
-        elif layer != self.layer:
+        elif layer is not None and layer != self.layer:
             self._put(layer, None, STATE_FILE)
 
-    def _read(self) -> tuple[Stamp, AdminLayer | ConfigError]:
-        """The file's stamp, then its layer or why it does not load (in a worker thread); a change
-        made after the stamp was taken is seen by the next poll."""
-        stamp = file_stamp(self.path)
-        try:
-            return stamp, read_state(self.path)
-        except ConfigError as exc:
-            return stamp, exc
-
     async def watch(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), POLL_SECONDS)
-            if await asyncio.to_thread(file_stamp, self.path) == self._stamp:
-                continue
-            try:
-                await self.refresh()
-            except Exception:   # as ConfigReloader._reload_guarded: a dead task would stop every later change
-                log.exception("admin state file %s: applying its change failed unexpectedly", self.path)
+        await self.file.watch(stop, self.refresh)
 
 
 def _log_failure(done: Future[None]) -> None:

@@ -3,9 +3,10 @@
 Polling (a stat every 250 ms) rather than inotify: it needs no dependency, works on every file system
 a ConfigMap can be mounted from, and follows Kubernetes' symlink swap (`..data` -> new directory),
 which changes the inode the path resolves to. The `quotas` section, `fetch_throttle`,
-`connections_max_idle_ms` and `limits` apply live (the measured rates are kept: the quota manager
-swaps settings, not sensors; new limits apply to the next connection or request, open connections
-stay); a change of any key in `_RESTART_KEYS` is logged as needing a restart. A file that does not
+`connections_max_idle_ms`, `limits` and the authorization's ACLs apply live (the measured rates are
+kept: the quota manager swaps settings, not sensors; new limits apply to the next connection or
+request, open connections stay); a change of any key in `_RESTART_KEYS` (or `_RESTART_SUBKEYS`) is
+logged as needing a restart. A file that does not
 load keeps the running config, logs one line naming the key, and counts as a failed reload. The stat,
 the read and the parse run in a worker thread; only applying the new config runs on the event loop.
 """
@@ -31,6 +32,8 @@ POLL_SECONDS = 0.25
 _RESTART_KEYS = ("listen", "advertised_host", "broker_port_base", "broker_ports", "upstream",
                  "max_frame_bytes", "metrics", "tls", "sasl", "fleet", "admin", "proxy_protocol")
 _SHOWN = {"fleet": "quotas.scope/quotas.cluster"}  # ProxyConfig attributes not named as in the file
+# Keys of a section that otherwise applies live (authorization's ACLs, super users, default).
+_RESTART_SUBKEYS = (("authorization", "enabled"), ("authorization", "state_file"))
 
 
 def file_stamp(path: str) -> tuple[int, int, int, float] | None:
@@ -72,6 +75,9 @@ class ConfigReloader:
         for key in _RESTART_KEYS:
             if getattr(new, key) != getattr(self.current, key):
                 log.warning("config reload: a change of %r needs a restart; it is not applied", _SHOWN.get(key, key))
+        for section, key in _RESTART_SUBKEYS:
+            if getattr(getattr(new, section), key) != getattr(getattr(self.current, section), key):
+                log.warning("config reload: a change of %r needs a restart; it is not applied", f"{section}.{key}")
         changes = self._apply_quotas(new.quotas)
         if self._apply_runtime is not None:
             self._apply_runtime(new)

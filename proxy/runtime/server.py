@@ -30,33 +30,42 @@ from kqp.config.model import ProxyConfig, UpstreamSasl
 from kqp.protocol.addresses import BrokerAddress
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.charging import Charging
-from kqp.proxy.connection.handlers.registry import standard_handlers
+from kqp.proxy.connection.handlers.registry import served_apis, standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.connection.oauthbearer import TokenValidator
 from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.views import ConnectionView, connection_view
 from kqp.proxy.observability import quota_audit
+from kqp.proxy.observability.acl_audit import AclAudit
+from kqp.proxy.observability.authorization_log import AuthorizationLog
 from kqp.proxy.observability.explain import Explainer
 from kqp.proxy.observability.fleet_metrics import FleetCollector
 from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
 from kqp.proxy.observability.pool_metrics import budget_changes
 from kqp.proxy.observability.quota_audit import QuotaAudit
+from kqp.proxy.policies.acl_admin import AclAdmin
+from kqp.proxy.policies.authorization import AclState, RequestAuthorization
+from kqp.proxy.policies.authorization_rules import RULES
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.proxy.tls.contexts import client_context, server_context, watched_files
 from kqp.proxy.tls.peers import PeerIdentity
+from kqp.quotas.authorizer import Authorizer
 from kqp.quotas.connection_limits import ConnectionLimits
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QuotaSettings
 
+from .acl_store import AclStore
 from .admission import Admission, limit_settings
 from .cert_reload import ReloadingContext, UpstreamTls, no_tls
 from .cluster import UpstreamCluster
 from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
 from .fleet_sync import FleetSync, open_fleet
+from .jwks import Jwks
 from .listeners import BindError, ListenerSet, ListenerTls
 from .proxy_protocol import HeaderReader
 from .quota_store import QuotaStore
@@ -103,6 +112,11 @@ class ProxyServer:
         self.tls_contexts: list[ReloadingContext] = []   # polled for rotated certificates
         self.audit = QuotaAudit()   # every change of the quotas in force: logged per entity, counted
         self.store = self._quota_store()   # first: a state file that does not load stops kqp before anything runs
+        self.acl_audit = AclAudit()   # and of the ACLs in force
+        self.acls = AclState(Authorizer())   # the authorizer in force, swapped by the ACL store
+        self.acl_store = self._acl_store()
+        self.authorization_log: AuthorizationLog | None = None
+        self.jwks: Jwks | None = None   # sasl.oauthbearer: the keys tokens are checked with
 
     # -- assembly --------------------------------------------------------------------------------
     def _assemble(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -129,15 +143,19 @@ class ProxyServer:
         self.cluster = cluster = UpstreamCluster(cfg.upstream, cfg.max_frame_bytes, loop.time,
                                                  on_broker=lambda b: self.listeners.listen_for((b.node_id,)),
                                                  tls=upstream_tls)
-        charging, sasl = Charging(self.quotas, self.observer), SaslPolicy.from_config(cfg.sasl)
+        charging = Charging(self.quotas, self.observer)
+        sasl = SaslPolicy.from_config(cfg.sasl, tokens=self._tokens(loop))
         readers = cfg.admin.describe_principals
         admin = (None if self.store is None
                  else QuotaAdmin(frozenset(cfg.admin.principals), lambda: self.quotas.settings,
                                  None if readers is None else frozenset(readers)))
+        gate = MutationGate(self.quotas, topics)
+        authorization, acl_admin = self._authorization(loop, topics, admin)
+        gate.learn_topics = authorization is not None   # topic ids to names, for Produce and Fetch by id
         self.core = CoreParts(
             charging=charging,
-            handlers=standard_handlers(charging, MutationGate(self.quotas, topics), sasl, lambda: cluster.api_ranges,
-                                       admin, lambda: cluster.cluster_id),
+            handlers=standard_handlers(charging, gate, sasl, lambda: cluster.api_ranges, admin, authorization,
+                                       acl_admin, lambda: cluster.cluster_id),
             listener_for=self.listeners.lookup(cluster.brokers), perf=time.perf_counter, cpu=time.thread_time,
             settings=core_settings(cfg), sasl=sasl, upstream_sasl=forwarding_login(cfg),
         )
@@ -148,7 +166,27 @@ class ProxyServer:
                             look_up_topics=lookup, ensure_listeners=self._ensure_listeners,
                             open_connections=self.connections, on_closed=self._on_closed,
                             identify=identify, refused=refused, upstream_tls=upstream_tls, admission=self.admission,
-                            commit_quotas=None if self.store is None else partial(self.store.commit, loop=loop))
+                            commit_quotas=None if self.store is None else partial(self.store.commit, loop=loop),
+                            commit_acls=None if self.acl_store is None else partial(self.acl_store.commit, loop=loop))
+
+    def _authorization(self, loop: asyncio.AbstractEventLoop, topics: TopicMetadata,
+                       admin: QuotaAdmin | None) -> tuple[RequestAuthorization | None, AclAdmin | None]:
+        """`authorization.enabled`: every request authorized with the ACLs in force, the ACL API kqp's."""
+        cfg = self.config
+        if not cfg.authorization.enabled:
+            if cfg.sasl.mode == "terminate":
+                log.warning("authorization is off with sasl mode terminate: every client acts upstream as kqp's "
+                            "own user (upstream.sasl), whatever its name")
+            return None, None
+        self.authorization_log = denials = AuthorizationLog(loop.time, cfg.metrics.max_entities)
+        acl_admin = AclAdmin(self.acls, frozenset(cfg.admin.principals), frozenset(cfg.admin.describe_principals or ()),
+                             writable=cfg.authorization.state_file is not None)
+        authorization = RequestAuthorization(self.acls, RULES, topics, denials.denied, served_apis(admin, acl_admin))
+        kept = cfg.authorization.state_file
+        log.info("kqp authorizes every request: %d ACL(s) in force, super users %s%s",
+                 len(self.acls.authorizer.bindings), ", ".join(cfg.authorization.super_users) or "none",
+                 "" if kept is None else f", ACL changes kept in {kept}")
+        return authorization, acl_admin
 
     def _ensure_listeners(self, brokers: tuple[BrokerAddress, ...]) -> str | None:
         """The core's `EnsureListeners`: the brokers' upstream addresses recorded (new ones bound
@@ -166,6 +204,22 @@ class ProxyServer:
                  ", ".join(admin.principals), admin.state_file, len(store.layer))
         self.audit.record(self.config.quotas, store.effective, None, quota_audit.STATE_FILE)   # its changes, at start
         return store
+
+    def _tokens(self, loop: asyncio.AbstractEventLoop) -> TokenValidator | None:
+        """`sasl.oauthbearer`: tokens checked against the JWKS kqp keeps fresh (`jwks.py`)."""
+        oauth = self.config.sasl.oauthbearer
+        if oauth is None or self.config.sasl.mode != "terminate":
+            return None
+        self.jwks = Jwks(oauth, loop)
+        return TokenValidator(self.jwks.current, self.jwks.expedite, time.time, oauth.issuer, oauth.audience,
+                              oauth.clock_skew_seconds, self.config.sasl.principal_claim)
+
+    def _acl_store(self) -> AclStore | None:
+        """`authorization.enabled`: the config file's ACLs with the state file's changes over them."""
+        authorization = self.config.authorization
+        if not authorization.enabled:
+            return None
+        return AclStore(authorization, self.acls.put, self.acl_audit)
 
     def _header_reader(self, loop: asyncio.AbstractEventLoop) -> HeaderReader | None:
         """`proxy_protocol:`: the listeners' PROXY-header step, its refusals logged as `kqp.proxy_protocol`."""
@@ -207,6 +261,9 @@ class ProxyServer:
             if self.fleet is not None:
                 registry.register(FleetCollector(self.fleet.status))
             registry.register(self.audit)
+            registry.register(self.acl_audit)
+            if self.authorization_log is not None:
+                registry.register(self.authorization_log)
             self._tasks.append(self.loop.create_task(observer.maintain(self.stopping)))
         else:
             registry = CollectorRegistry()   # an observer of its own: health endpoints only
@@ -216,7 +273,9 @@ class ProxyServer:
                             budget_changes(self.quotas, self.loop.time),
                             None if prometheus is None else prometheus.recent_observed,
                             None if prometheus is None else prometheus.principals,
-                            None if prometheus is None else prometheus.requests_of)
+                            None if prometheus is None else prometheus.requests_of,
+                            None if self.authorization_log is None else
+                            partial(self._explain_authorization, self.authorization_log))
         self.endpoint = MetricsEndpoint(listen.host, listen.port, registry, self.readiness,
                                         lambda: prepare_scrape(observer), explain)
         try:
@@ -226,6 +285,9 @@ class ProxyServer:
         log.info("metrics endpoint %s/metrics (health: /healthz, /readyz)", self.endpoint.url)
 
     # -- state the endpoint reads ----------------------------------------------------------------
+    def _explain_authorization(self, denials: AuthorizationLog, user: str) -> dict[str, object]:
+        return denials.explain(user, self.acls.authorizer)
+
     def connection_views(self) -> list[ConnectionView]:
         """The open connections as metrics and `kqp explain` see them: views of the cores, never the edges."""
         assert self.loop is not None
@@ -266,6 +328,9 @@ class ProxyServer:
         if self.fleet is not None:   # quotas are shared from the start, even before the upstream answers
             self._tasks.append(loop.create_task(self.fleet.run(self.stopping)))
         await self._start_metrics()   # first, so /healthz answers while kqp waits for the upstream
+        if self.jwks is not None:   # tokens can be checked from the first login (a JWKS that fails: retried)
+            await self.jwks.refresh()
+            self._tasks.append(loop.create_task(self.jwks.run(self.stopping)))
         delay = 0.2
         while True:
             try:
@@ -285,6 +350,8 @@ class ProxyServer:
         self._tasks.extend(loop.create_task(context.watch(self.stopping)) for context in self.tls_contexts)
         if self.store is not None:
             self._tasks.append(loop.create_task(self.store.watch(self.stopping)))
+        if self.acl_store is not None:
+            self._tasks.append(loop.create_task(self.acl_store.watch(self.stopping)))
         if self.config.source:
             reloader = ConfigReloader(self.config.source, self.config, self.update_quotas,
                                       on_result=self.observer.config_reload, apply_runtime=self._apply_runtime,
@@ -317,6 +384,9 @@ class ProxyServer:
             quotas=config.quotas, limits=config.limits)
         self.core.settings = core_settings(self.config)
         self.admission.limits.update(limit_settings(self.config))
+        if self.acl_store is not None:   # ACLs, super users and default: the reloaded file's
+            self.acl_store.rebase(dataclasses.replace(config.authorization, enabled=True,
+                                                      state_file=self.acl_store.path))
 
     def update_quotas(self, settings: QuotaSettings) -> list[str]:
         """A config reload's quotas: the base layer, under the admin API's changes when kqp manages quotas."""
@@ -360,6 +430,8 @@ class ProxyServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.store is not None:
             self.store.close()
+        if self.acl_store is not None:
+            self.acl_store.close()
         if self.endpoint is not None:
             await self.endpoint.close()
 

@@ -1,4 +1,4 @@
-"""`kqp explain --client-id X [--user U]`: why a client is throttled, asked of a running kqp.
+"""`kqp explain --client-id X [--user U]`: why a client is throttled or refused, asked of a running kqp.
 
 It reads `GET /explain?client_id=X&user=U` from kqp's metrics endpoint (the JSON document of
 `kqp.proxy.observability.explain`) and prints it as text: the entity that matched at which level and
@@ -6,8 +6,9 @@ why the others did not, each quota's limit, rate (the fleet's beside it in share
 who else shares it, the throttles of the last minutes and their causes (and those observed quotas
 would have given), the client's connections (its software, and whether it honours throttles), its
 requests by API and the group protocols they show (a share or streams group's member), and its
-pools. `--json` prints the document as served. Rendering is a pure function of the document, tested
-without a kqp. Exit 0, 1 when kqp cannot be read, 2 on wrong input.
+pools; and where kqp authorizes, what the user may and why its last requests were refused (`--user U`
+alone asks about the user). `--json` prints the document as served. Rendering is a pure function of
+the document, tested without a kqp. Exit 0, 1 when kqp cannot be read, 2 on wrong input.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ EXIT_UNREADABLE, EXIT_USAGE = 1, 2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:   # type: ignore[type-arg]
-    p = sub.add_parser("explain", help="why a client is throttled: its quotas, throttles, connections, pools")
-    p.add_argument("--client-id", required=True, help="the client id to explain ('' for an empty one)")
+    p = sub.add_parser("explain", help="why a client is throttled or refused: quotas, throttles, ACLs, refusals")
+    p.add_argument("--client-id", help="the client id to explain ('' for an empty one; default '' with --user)")
     p.add_argument("--user", help="its user (default: the user its open connections have, else ANONYMOUS)")
     p.add_argument("--url", default=DEFAULT_URL, help=f"kqp's /explain on its metrics endpoint (default {DEFAULT_URL})")
     p.add_argument("--json", action="store_true", help="print the JSON document as kqp serves it")
@@ -124,11 +125,30 @@ def render(doc: dict[str, Any]) -> list[str]:
         changes = p["budget_changes"]
         lines.append("    budget changes: " + ("not reported" if changes is None else
                                                  "; ".join(c["text"] for c in changes) or "none"))
+    return lines + _authorization(doc.get("authorization"))
+
+
+def _authorization(auth: dict[str, Any] | None) -> list[str]:
+    """What kqp's authorization says of the user: its ACLs, and why its last requests were refused."""
+    if auth is None:
+        return []
+    lines = ["", f"AUTHORIZATION ({auth['principal']})"]
+    if auth["super_user"]:
+        lines.append("  a super user: may do anything")
+    default = "allowed" if auth["allow_everyone_if_no_acl_found"] else "denied"
+    lines.append(f"  ACLs naming it or User:* ({len(auth['acls'])}); a resource no ACL names: {default}")
+    lines += [f"    {acl}" for acl in auth["acls"]]
+    lines.append(f"  refused lately ({len(auth['denials'])}, newest first)")
+    lines += [f"    {d['ago_seconds']:.0f} s ago  {d['api']}: {d['operation']} on {d['resource_type']} "
+              f"{d['resource_name']!r} from {d['host']}: {d['why']}" for d in auth["denials"]]
     return lines
 
 
 def run(args: argparse.Namespace) -> int:
-    query = {"client_id": args.client_id, **({"user": args.user} if args.user is not None else {})}
+    if args.client_id is None and args.user is None:
+        print("kqp explain: give --client-id, --user, or both", file=sys.stderr)
+        return EXIT_USAGE
+    query = {"client_id": args.client_id or "", **({"user": args.user} if args.user is not None else {})}
     url = f"{args.url}?{urllib.parse.urlencode(query)}"
     try:
         with urllib.request.urlopen(url, timeout=10) as response:

@@ -37,7 +37,7 @@ CASES = [
         "zzz: 1\n",
         "zzz: unknown key; expected one of listen, advertised_host, broker_port_base, broker_ports, upstream, "
         "max_frame_bytes, connections_max_idle_ms, shutdown_grace_ms, fetch_throttle, quotas, metrics, limits, "
-        "tls, sasl, admin, proxy_protocol",
+        "tls, sasl, admin, authorization, proxy_protocol",
     ),
     (
         "quotas:\n  entities:\n    - client-id: x\n      request_rate: 1\n",

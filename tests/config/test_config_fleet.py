@@ -138,8 +138,8 @@ def test_the_example_file_documents_every_key() -> None:
     text = EXAMPLE_FILE.read_text()
     documented = _document_keys(yaml.safe_load(text))
     # Sections the example keeps commented out (the file runs as is), each checked key by key by its
-    # own test (test_config_tls, test_config_sasl); here: present, as commented blocks.
-    commented = {"tls", "sasl", "upstream.tls", "upstream.sasl", "upstream.max_api_versions"}
+    # own test (test_config_tls, test_config_sasl, test_config_authorization); here: present, as commented blocks.
+    commented = {"tls", "sasl", "authorization", "upstream.tls", "upstream.sasl", "upstream.max_api_versions"}
     for key in commented:
         assert f"# {key.rsplit('.', 1)[-1]}:" in text, f"deploy/kqp.example.yaml lost its commented {key}"
     missing = {k for k in _keys(TOP_FIELDS) - documented if not any(k == c or k.startswith(c + ".") for c in commented)}

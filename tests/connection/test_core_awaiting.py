@@ -3,7 +3,7 @@
 Playbooks as elsewhere (helpers.playbook). Listeners: a response naming a broker kqp has no listener
 for is held, with the upstream muted, until `ListenersReady`; what came after it waits behind it;
 a broker kqp cannot listen for closes the connection. Commits: an AlterClientQuotas that changes
-something is answered in its FIFO turn once `QuotasCommitted` says how the commit went, and no
+something is answered in its FIFO turn once `Committed` says how the commit went, and no
 request after it is read meanwhile. The listener lookup here is a dict the test fills as the edge's
 binding would (`listening`).
 """
@@ -183,7 +183,7 @@ def test_a_commit_s_answer_keeps_its_turn_and_nothing_after_it_is_read_meanwhile
          [to_upstream(before), ev.Mute(MuteReason.COMMIT), commit]),       # `after` is read, not forwarded
         (ev.UpstreamData(NOW, produce_response(9, 1)), [to_client(produce_response(9, 1))]),
     ])
-    actions = core.handle(ev.QuotasCommitted(NOW))
+    actions = core.handle(ev.Committed(NOW))
     assert alter_codes(actions[0]) == [(0, None)]                           # its answer, in its turn
     assert actions[1:] == [ev.Unmute(MuteReason.COMMIT), to_upstream(after)]
 
@@ -191,7 +191,7 @@ def test_a_commit_s_answer_keeps_its_turn_and_nothing_after_it_is_read_meanwhile
 def test_a_failed_commit_answers_not_changed_for_the_entries_that_were_to_apply() -> None:
     core = admin_core()
     core.handle(ev.ClientData(NOW, alter_request(1, 5.0)))
-    [answer, *_] = core.handle(ev.QuotasCommitted(NOW, "cannot write the state file /s: No space left on device"))
+    [answer, *_] = core.handle(ev.Committed(NOW, "cannot write the state file /s: No space left on device"))
     assert alter_codes(answer) == [(-1, "not changed: cannot write the state file /s: No space left on device")]
 
 
@@ -201,11 +201,11 @@ def test_a_commit_under_the_in_flight_cap_lifts_it_once_answered() -> None:
     play(core, [(ev.ClientData(NOW, alter_request(1, 5.0) + after),
                  [ev.Mute(MuteReason.COMMIT), ev.CommitQuotas(((EntitySpec("alice", None), {"request_rate": 5.0}),),
                                                               "User:ANONYMOUS"), ev.Mute(MuteReason.IN_FLIGHT)])])
-    actions = core.handle(ev.QuotasCommitted(NOW))
+    actions = core.handle(ev.Committed(NOW))
     assert actions[1:] == [ev.Unmute(MuteReason.COMMIT), ev.Unmute(MuteReason.IN_FLIGHT), to_upstream(after),
                            ev.Mute(MuteReason.IN_FLIGHT)]
 
 
 def test_the_runtime_s_answers_that_nobody_awaits_change_nothing() -> None:
     core = connected_core()
-    play(core, [(ev.ListenersReady(NOW), []), (ev.QuotasCommitted(NOW), []), (ev.TopicsLookedUp(NOW), [])])
+    play(core, [(ev.ListenersReady(NOW), []), (ev.Committed(NOW), []), (ev.TopicsLookedUp(NOW), [])])

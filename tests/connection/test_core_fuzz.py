@@ -164,7 +164,7 @@ def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tup
                 listening.nodes.add(2)
             event = ev.ListenersReady(now, None if bound else "cannot bind")
         elif kind == "committed":
-            event = ev.QuotasCommitted(now, None if rng.random() < 0.7 else "disk full")
+            event = ev.Committed(now, None if rng.random() < 0.7 else "disk full")
         elif kind == "timer":
             event = ev.TimerFired(max(now, core.throttling.muted_until) if rng.random() < 0.7 else now)
         elif kind == "wbuf":

@@ -3,7 +3,7 @@
 No sockets: a connected core on real parts (helpers.playbook) with a real `QuotaAdmin`. An Alter that
 changes something is answered once its commit is done: the core emits `CommitQuotas`, which the test
 carries out as the runtime's store would without the file (the admin layer laid over the config
-file's quotas, swapped in with `QuotaManager.update_settings`), and answers with `QuotasCommitted`;
+file's quotas, swapped in with `QuotaManager.update_settings`), and answers with `Committed`;
 the state file itself is tests/proxy/test_quota_store.py's, the edge's part tests/proxy/test_edge.py's.
 Kafka's semantics (ClientQuotasImage.describe, ClientQuotaControlManager.alterClientQuotas) are
 stated per case: filters, strict matching, validation errors, removal, validate_only, authorisation.
@@ -48,7 +48,7 @@ class Store:
         self.commits: list[tuple[tuple[Change, ...], str]] = []
 
     def commit(self, action: ev.CommitQuotas) -> str | None:
-        """Carry the action out; the error `QuotasCommitted` carries (None: committed)."""
+        """Carry the action out; the error `Committed` carries (None: committed)."""
         if self.fail:
             return "disk full"
         self.commits.append((action.changes, action.who))
@@ -86,7 +86,7 @@ def call(core: Connection, api: int, version: int, **fields: Any) -> Any:
         store = STORES[id(core)]
         assert len(commits) == 1, actions
         assert ev.Mute(ev.MuteReason.COMMIT) in actions and not [a for a in actions if isinstance(a, ev.Send)]
-        actions = core.handle(ev.QuotasCommitted(NOW, store.commit(commits[0])))
+        actions = core.handle(ev.Committed(NOW, store.commit(commits[0])))
     sends = [a for a in actions if isinstance(a, ev.Send)]
     assert [s.side for s in sends] == [ev.Side.CLIENT], actions
     return decode_response(api, version, memoryview(b"".join(sends[0].parts)))

@@ -62,7 +62,9 @@ class Principals(Recorder):
 
 
 def core_for(observer: Recorder | None = None, **sasl: object) -> Connection:
-    return connected_core(observer=observer, sasl={**SASL, **sasl})
+    # Authorization is on with terminate by default: these are SASL's playbooks (its own are
+    # test_core_authorization.py's), as kqp runs with `authorization: {enabled: false}`.
+    return connected_core(observer=observer, sasl={**SASL, **sasl}, authorization={"enabled": False})
 
 
 def handshake(correlation_id: int, mechanism: str, client_id: str = "c") -> bytes:

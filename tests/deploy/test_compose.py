@@ -36,7 +36,7 @@ def test_compose_schema_check_rejects_a_broken_file(tmp_path) -> None:
 
 def test_stack_has_every_service() -> None:
     services = compose()["services"]
-    assert set(services) == {"kafka", "redis", "kqp", "prometheus", "grafana", "spark-job"}
+    assert set(services) == {"kafka", "redis", "kqp", "kqp-secure", "prometheus", "grafana", "spark-job"}
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft
 
@@ -92,3 +92,31 @@ def test_spark_job_writes_through_kqp_as_a_throttled_entity() -> None:
     quota = quotas[flags["client-id"]]["producer_byte_rate"]
     offered = int(flags["rows-per-second"]) * int(flags["value-bytes"])
     assert offered > 2 * quota  # the job offers well above its quota, so Grafana shows throttling
+
+
+def test_kqp_secure_terminates_sasl_authorizes_and_keeps_acl_changes_on_its_volume(tmp_path) -> None:
+    """compose/kqp-secure: its files are where the service mounts them; with them there, the config
+    loads, an example user logs in, OAUTHBEARER keys load, and the ACLs say what the README says."""
+    from kqp.proxy.connection.sasl import SaslPolicy
+    from kqp.proxy.runtime.jwks import _by_kid
+    from kqp.quotas.acls import Operation, ResourceType
+    from kqp.quotas.authorizer import Authorizer
+
+    service = compose()["services"]["kqp-secure"]
+    assert service["profiles"] == ["secure"] and "./compose/kqp-secure:/etc/kqp:ro" in service["volumes"]
+    folder = DEPLOY / "compose" / "kqp-secure"
+    text = (folder / "kqp.yaml").read_text(encoding="utf-8")
+    config_file = tmp_path / "kqp.yaml"
+    config_file.write_text(text.replace("/etc/kqp/", f"{folder}/"))
+    config = load_config(config_file)
+    state_dir = config.authorization.state_file.rsplit("/", 1)[0]
+    assert f"kqp-secure-state:{state_dir}" in service["volumes"] and "kqp-secure-state" in compose()["volumes"]
+    assert config.authorization.enabled and config.sasl.oauthbearer is not None
+    assert SaslPolicy.from_config(config.sasl).plain_ok("ops", "example-password")
+    import json
+    assert list(_by_kid(json.loads((folder / "jwks.json").read_text()))) == ["example-1"]
+    acls = Authorizer(config.authorization.acls)
+    assert acls.authorize("User:spark-etl", "172.18.0.5", Operation.WRITE, ResourceType.TOPIC, "spark-events")
+    assert not acls.authorize("User:svc-reader", "172.18.0.5", Operation.WRITE, ResourceType.TOPIC, "spark-events")
+    published = {p.split(":")[1] for p in service["ports"]}
+    assert {str(config.listen.port), str(config.broker_port(1))} <= published

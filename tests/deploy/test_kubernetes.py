@@ -187,6 +187,22 @@ def test_sasl_service_keeps_the_admin_state_file_on_its_claim_and_its_admins_can
         assert kind == "User" and policy.plain_ok(name, "example-password"), principal
 
 
+def test_sasl_service_authorizes_with_acls_and_tokens_and_keeps_acl_changes_on_its_claim(tmp_path: Path) -> None:
+    from kqp.quotas.acls import Operation, ResourceType
+    from kqp.quotas.authorizer import Authorizer
+
+    config = sasl_config(tmp_path)
+    auth, oauth = config.authorization, config.sasl.oauthbearer
+    assert auth.enabled and auth.state_file is not None and config.admin.state_file is not None
+    assert Path(auth.state_file).parent == Path(config.admin.state_file).parent   # the same claim
+    assert oauth is not None and oauth.jwks_url and oauth.issuer and oauth.audience
+    assert "OAUTHBEARER" in config.sasl.mechanisms and config.sasl.max_reauth_ms
+    acls = Authorizer(auth.acls, auth.super_users, auth.allow_everyone_if_no_acl_found)
+    assert acls.authorize("User:spark-orders-etl", "10.0.0.1", Operation.WRITE, ResourceType.TOPIC, "orders-eu")
+    assert not acls.authorize("User:spark-orders-etl", "10.0.0.1", Operation.READ, ResourceType.TOPIC, "orders-eu")
+    assert not acls.authorize("User:svc-billing", "10.0.0.1", Operation.WRITE, ResourceType.TOPIC, "orders-eu")
+
+
 def test_tls_variant_mounts_every_file_its_config_names(tmp_path: Path) -> None:
     """deploy/k8s/tls: every certificate path in the config is a key of the mounted Secret, and the
     config loads once those files exist (here: placeholders in a temporary directory)."""

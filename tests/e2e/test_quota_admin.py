@@ -115,7 +115,8 @@ def test_kafka_python_negotiates_and_speaks_the_api(kqp: Any, mock_cluster: str,
 def test_kqp_quotas_over_sasl_and_an_unauthorised_user(kqp: Any, mock_cluster: str, tmp_path: Path) -> None:
     users = {"ops": "ops-secret", "mallory": "mallory-secret"}
     process = kqp(mock_cluster, BASE, admin=admin(tmp_path, "User:ops"),
-                  sasl={"mode": "terminate", "users": users})
+                  sasl={"mode": "terminate", "users": users},
+                  authorization={"allow_everyone_if_no_acl_found": True})
     props = tmp_path / "ops.properties"
     props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config="
                      'org.apache.kafka.common.security.scram.ScramLoginModule required username="ops" '
@@ -155,7 +156,8 @@ def test_describe_principals_refuse_other_readers_over_sasl(kqp: Any, mock_clust
 
     users = {"ops": "ops-secret", "mon": "mon-secret", "mallory": "mallory-secret"}
     process = kqp(mock_cluster, BASE, admin={**admin(tmp_path, "User:ops"), "describe_principals": ["User:mon"]},
-                  sasl={"mode": "terminate", "users": users})
+                  sasl={"mode": "terminate", "users": users},
+                  authorization={"allow_everyone_if_no_acl_found": True})
 
     def describe_as(user: str) -> tuple[int, str | None, list[str]]:
         client = KafkaAdminClient(bootstrap_servers=process.bootstrap, request_timeout_ms=10000,

@@ -84,7 +84,8 @@ def test_a_sidecar_terminates_client_sasl_and_logs_in_upstream_as_itself(kqp: An
                                                                         sasl_upstream: SaslDouble) -> None:
     process, metrics = start_with_metrics(
         kqp, sasl_upstream.bootstrap, quotas={}, upstream={"sasl": KQP_LOGIN},
-        sasl={"mode": "terminate", "users": {"bob": "bob-secret"}})
+        sasl={"mode": "terminate", "users": {"bob": "bob-secret"}},
+        authorization={"allow_everyone_if_no_acl_found": True})
     produce("confluent-kafka", process.bootstrap, unique_topic("sidecar"), 10,
             sasl_settings("confluent-kafka", "SCRAM-SHA-512", "bob", "bob-secret"), client_id="sidecar")
     assert (sample(scrape(metrics), "kqp_requests_total", api="Produce", user="bob", client_id="sidecar") or 0) > 0

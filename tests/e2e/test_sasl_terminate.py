@@ -26,6 +26,9 @@ pytestmark = pytest.mark.e2e
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 SASL = {"mode": "terminate", "users": USERS}
+# Terminated SASL turns kqp's authorization on; these tests are about who the user is, so everyone may
+# (the authorization path still runs: test_kafka_authorization.py holds it to a broker's answers).
+EVERYONE = {"allow_everyone_if_no_acl_found": True}
 CASES = [(client, mechanism) for client, mechanisms in CLIENTS_MECHANISMS.items() for mechanism in mechanisms]
 
 
@@ -39,7 +42,7 @@ def skip_broken_client(client: str, mechanism: str) -> None:
 @pytest.mark.parametrize(("client", "mechanism"), CASES, ids=[f"{c}-{m}" for c, m in CASES])
 def test_login_and_produce_as_the_user(client: str, mechanism: str, kqp: Any, mock_cluster: str) -> None:
     skip_broken_client(client, mechanism)
-    process, metrics = start_with_metrics(kqp, mock_cluster, quotas={}, sasl=SASL)
+    process, metrics = start_with_metrics(kqp, mock_cluster, quotas={}, sasl=SASL, authorization=EVERYONE)
     client_id = f"{client}-{mechanism}".lower()
     produce(client, process.bootstrap, unique_topic("sasl"), 20, sasl_settings(client, mechanism, "bob", "bob-secret"),
             client_id=client_id)
@@ -53,7 +56,7 @@ def test_login_and_produce_as_the_user(client: str, mechanism: str, kqp: Any, mo
 @pytest.mark.parametrize(("client", "mechanism"), CASES, ids=[f"{c}-{m}" for c, m in CASES])
 def test_a_wrong_password_is_refused_as_the_client_expects(client: str, mechanism: str, kqp: Any,
                                                           mock_cluster: str) -> None:
-    process, metrics = start_with_metrics(kqp, mock_cluster, quotas={}, sasl=SASL)
+    process, metrics = start_with_metrics(kqp, mock_cluster, quotas={}, sasl=SASL, authorization=EVERYONE)
     with pytest.raises(LoginRefused) as refused:
         produce(client, process.bootstrap, unique_topic("sasl"), 1, sasl_settings(client, mechanism, "bob", "guess"))
     assert "Authentication failed" in str(refused.value) or "SaslAuthenticationFailed" in repr(refused.value), \
@@ -76,7 +79,8 @@ def test_a_users_quota_holds_across_its_clients_and_mechanisms(kqp: Any, tmp_pat
     quotas = {**FAST_WINDOWS, "entities": [{"user": "alice", "producer_byte_rate": QUOTA}]}
     login = sasl_settings("confluent-kafka", "PLAIN", "alice", "alice-secret")
     with quota_upstream(tmp_path) as upstream, contextlib.ExitStack() as stack:
-        path = open_quota_path(stack, kqp, upstream, quotas, probe_conf=login, sasl=SASL)
+        path = open_quota_path(stack, kqp, upstream, quotas, probe_conf=login, sasl=SASL,
+                                authorization=EVERYONE)
         topic = unique_topic("sasl-quota")
         floods = {
             "alice-plain": lambda: confluent_flood(path.bootstrap, topic, "alice-plain", OFFER_SECONDS, **login),
@@ -111,7 +115,8 @@ def test_kqps_own_login_against_a_kqp_that_terminates_sasl(mechanism: str, kqp: 
     # kqp in front of kqp: the inner one terminates SASL, the outer one (clients without SASL) logs in
     # to it with upstream.sasl on every connection it opens, so its clients count as user "edge".
     inner, metrics = start_with_metrics(kqp, mock_cluster, quotas={},
-                                        sasl={"mode": "terminate", "users": {"edge": "edge-secret"}})
+                                        sasl={"mode": "terminate", "users": {"edge": "edge-secret"}},
+                                        authorization=EVERYONE)
     outer = kqp(inner.bootstrap, {}, upstream={"sasl": {"mechanism": mechanism, "username": "edge",
                                                         "password": "edge-secret"}})
     produce("confluent-kafka", outer.bootstrap, unique_topic("kqp-kqp"), 10, {}, client_id="behind-two")

@@ -82,9 +82,10 @@ def classes() -> Path:
     return folder
 
 
-def java_command(main: str, *args: str) -> list[str]:
-    """argv running class `main` with Kafka's jars and the compiled clients on the class path."""
-    return [jvm.java(), *JVM_OPTIONS, "-cp", jvm.classpath("kafka", classes()), main, *args]
+def java_command(main: str, *args: str, jvm_options: Sequence[str] = ()) -> list[str]:
+    """argv running class `main` with Kafka's jars and the compiled clients on the class path
+    (`jvm_options`: system properties a client reads, `-Dname=value`)."""
+    return [jvm.java(), *JVM_OPTIONS, *jvm_options, "-cp", jvm.classpath("kafka", classes()), main, *args]
 
 
 def share_program() -> ClientProgram:
@@ -97,9 +98,11 @@ def streams_program() -> ClientProgram:
     return ClientProgram("java-streams", tuple(java_command(STREAMS_MAIN)))
 
 
-def run_tool(main: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def run_tool(main: str, *args: str, timeout: float = 120.0,
+             jvm_options: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """One of Kafka's command-line tools (`org.apache.kafka.tools.ConfigCommand`, ...) to completion."""
-    return subprocess.run(java_command(main, *args), capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(java_command(main, *args, jvm_options=jvm_options), capture_output=True, text=True,
+                          timeout=timeout,
                           stdin=subprocess.DEVNULL, check=False)
 
 
@@ -107,8 +110,8 @@ def _conf_args(conf: Mapping[str, object] | None) -> list[str]:
     return [arg for key, value in (conf or {}).items() for arg in ("--conf", f"{key}={value}")]
 
 
-def _run(args: Sequence[str], timeout: float) -> Json:
-    done = run_tool(MAIN, *args, timeout=timeout)
+def _run(args: Sequence[str], timeout: float, jvm_options: Sequence[str] = ()) -> Json:
+    done = run_tool(MAIN, *args, timeout=timeout, jvm_options=jvm_options)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{MAIN} {' '.join(args[:1])} exited with {done.returncode}:\n"
@@ -120,7 +123,7 @@ def _run(args: Sequence[str], timeout: float) -> Json:
 def produce(bootstrap: str, topic: str, client_id: str, seconds: float, *, record_bytes: int = 1000,
             batch_bytes: int = 16384, linger_ms: int = 5, acks: str = "all", compression: str = "none",
             max_records: int | None = None, idempotent: bool = False,
-            conf: Mapping[str, object] | None = None) -> Json:
+            conf: Mapping[str, object] | None = None, jvm_options: Sequence[str] = ()) -> Json:
     """Produce for `seconds` (or `max_records`), then wait for every acknowledgement: the run's JSON."""
     args = ["produce", bootstrap, topic, client_id, str(seconds), "--record-bytes", str(record_bytes),
             "--batch-bytes", str(batch_bytes), "--linger-ms", str(linger_ms), "--acks", acks,
@@ -129,7 +132,7 @@ def produce(bootstrap: str, topic: str, client_id: str, seconds: float, *, recor
         args += ["--max-records", str(max_records)]
     if idempotent:
         args.append("--idempotent")
-    return _run(args, seconds + EXIT_MARGIN)
+    return _run(args, seconds + EXIT_MARGIN, jvm_options)
 
 
 def consume(bootstrap: str, topic: str, client_id: str, group: str, count: int, timeout: float, *,

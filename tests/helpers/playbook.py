@@ -28,13 +28,18 @@ from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Action, Event, Side
-from kqp.proxy.connection.handlers.registry import standard_handlers
+from kqp.proxy.connection.handlers.registry import served_apis, standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
+from kqp.proxy.connection.oauthbearer import TokenValidator
 from kqp.proxy.connection.parts import CoreParts, CoreSettings, ListenerLookup
 from kqp.proxy.connection.sasl import SaslPolicy
+from kqp.proxy.policies.acl_admin import AclAdmin
+from kqp.proxy.policies.authorization import AclState, Denial, RequestAuthorization
+from kqp.proxy.policies.authorization_rules import RULES
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.policies.topic_metadata import TopicMetadata
+from kqp.quotas.authorizer import Authorizer
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 
@@ -101,25 +106,38 @@ def kqp_listener(node_id: int, host: str, port: int) -> tuple[str, int]:
 def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | None = None, *,
               admin: Callable[[QuotaManager], QuotaAdmin] | None = None,
               api_ranges: Callable[[], Mapping[int, tuple[int, int]]] = kqp_ranges,
-              listener_for: ListenerLookup = kqp_listener, pacing: bool = False, **config: Any) -> Connection:
+              listener_for: ListenerLookup = kqp_listener, pacing: bool = False,
+              denials: list[Denial] | None = None, tokens: TokenValidator | None = None,
+              **config: Any) -> Connection:
     """A `Connection` on real parts, not yet connected, with kqp's handlers (`standard_handlers`) on
     them. `admin` builds the quota admin policy from the quota manager (kqp then manages quotas);
     `api_ranges` is what the upstream speaks; `listener_for` which brokers kqp listens for. A `sasl`
     section gets a fixed SCRAM server nonce (`SERVER_NONCE`), so a SCRAM exchange can be stated byte
     for byte; `upstream.sasl` in `config` makes the core log in upstream (not in passthrough).
     `pacing` is off unless asked, and quotas measure with Kafka's sampled rate unless `quotas` names
-    an algorithm: a playbook states the broker's behaviour unless it is about kqp's own."""
+    an algorithm: a playbook states the broker's behaviour unless it is about kqp's own. With
+    `authorization` enabled (by `config` or by sasl mode terminate) every request is authorized with
+    the section's ACLs, kqp answers the ACL API, and `denials` collects what was refused; `tokens`
+    checks OAUTHBEARER logins."""
     quotas = dict(quotas or {})
     if not any(pool.get("adaptive") for pool in quotas.get("pools", ())):   # those refuse `sampled`
         quotas.setdefault("algorithm", "sampled")
     cfg = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": quotas, **config})
     manager = QuotaManager(cfg.quotas, 0.0)
     charging = Charging(manager, observer or Recorder())
-    sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE)
+    sasl = SaslPolicy.from_config(cfg.sasl, nonce=lambda: SERVER_NONCE, tokens=tokens)
+    topics, quota_admin = TopicMetadata(), admin(manager) if admin is not None else None
+    authorization = acl_admin = None
+    if cfg.authorization.enabled:
+        a = cfg.authorization
+        acls = AclState(Authorizer(a.acls, a.super_users, a.allow_everyone_if_no_acl_found))
+        acl_admin = AclAdmin(acls, frozenset(cfg.admin.principals), writable=a.state_file is not None)
+        authorization = RequestAuthorization(acls, RULES, topics, (denials if denials is not None else []).append,
+                                             served_apis(quota_admin, acl_admin))
     parts = CoreParts(
         charging=charging,
-        handlers=standard_handlers(charging, MutationGate(manager, TopicMetadata()), sasl, api_ranges,
-                                   admin(manager) if admin is not None else None),
+        handlers=standard_handlers(charging, MutationGate(manager, topics), sasl, api_ranges, quota_admin,
+                                   authorization, acl_admin),
         listener_for=listener_for, perf=lambda: 0.0, cpu=lambda: 0.0,
         settings=CoreSettings(cfg.max_frame_bytes, cfg.fetch_throttle, cfg.limits.max_in_flight_per_connection,
                               cfg.connections_max_idle_ms, cfg.upstream.connect_timeout_ms, pacing),
@@ -130,12 +148,14 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
 
 def topic_cache(core: Connection) -> TopicMetadata:
     """The topic cache behind a core's mutation gate (what a lookup would fill)."""
-    return core.parts.handlers[ApiKey.CreateTopics].gate.topics
+    handler = core.parts.handlers[ApiKey.CreateTopics]
+    return getattr(handler, "inner", handler).gate.topics   # behind `Authorized` when authorization is on
 
 
-def connecting(now: float, user: str | None = None, timeout_ms: int = CONNECT_TIMEOUT_MS) -> tuple[Event, list[Action]]:
+def connecting(now: float, user: str | None = None, timeout_ms: int = CONNECT_TIMEOUT_MS,
+               host: str = "") -> tuple[Event, list[Action]]:
     """The playbook step of a client's arrival: the upstream is asked for, within the connect timeout."""
-    return (ev.ClientConnected(now, user), [ev.Mute(ev.MuteReason.CONNECTING), ev.ConnectUpstream(None),
+    return (ev.ClientConnected(now, user, host), [ev.Mute(ev.MuteReason.CONNECTING), ev.ConnectUpstream(None),
                                             ev.SetTimer(now + timeout_ms / 1000)])
 
 

@@ -32,5 +32,6 @@ class SaslHandler(Handler):
 
     def plan(self, req: Request) -> Plan:
         hdr = req.hdr
-        frame = SaslFrame(self.authenticate, hdr.api_version, hdr.correlation_id, joined(req.frame)[hdr.body_offset:])
+        frame = SaslFrame(self.authenticate, hdr.api_version, hdr.correlation_id, joined(req.frame)[hdr.body_offset:],
+                          req.now)
         return Plan(exempt=True, sasl=frame, reply=self._reply)
