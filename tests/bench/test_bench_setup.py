@@ -104,23 +104,31 @@ def test_proc_stats_resolves_less_than_a_clock_tick() -> None:
 
 
 def test_a_cpu_trace_tells_the_cpu_of_a_span_from_the_cpu_around_it() -> None:
-    # What the benchmark's CPU per GB is read over: the span the clients moved data in. Here the
-    # span burns CPU and the time after it sleeps, so the span holds most of the trace's CPU.
-    import os
+    # What the benchmark's CPU per GB is read over: the span the clients moved data in. Here a child
+    # process burns CPU for the span and then sleeps, so the span holds most of the trace's CPU. A
+    # process of its own: the test's own tree may hold a Kafka node another test of the worker started.
+    import subprocess
+    import sys
     import time
 
-    with proc_stats.CpuTrace(os.getpid(), interval=0.01) as trace:
-        busy_from = time.monotonic()
-        total = 0
-        while time.monotonic() - busy_from < 0.2:
-            total += 1
-        busy_until = time.monotonic()
-        time.sleep(0.2)
-        idle_until = time.monotonic()
+    script = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 0.4: pass\ntime.sleep(2)\n"
+    child = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        with proc_stats.CpuTrace(child.pid, interval=0.01) as trace:
+            busy_from = time.monotonic()
+            time.sleep(0.3)                 # inside the child's busy 0.4 s (it started a little before)
+            busy_until = time.monotonic()
+            time.sleep(0.4)                 # past it: the child sleeps
+            idle_from = time.monotonic()
+            time.sleep(0.3)
+            idle_until = time.monotonic()
+    finally:
+        child.kill()
+        child.wait()
     busy = trace.between(busy_from, busy_until)
-    idle = trace.between(busy_until, idle_until)
-    assert total > 0 and busy is not None and idle is not None
-    assert busy > 0.02 and idle < busy / 2, (busy, idle)
+    idle = trace.between(idle_from, idle_until)
+    assert busy is not None and idle is not None
+    assert busy > 0.05 and idle < busy / 2, (busy, idle)
     assert trace.between(busy_from - 10, busy_until) is None   # before the trace began: unknown, not 0
 
 

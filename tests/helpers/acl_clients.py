@@ -116,8 +116,13 @@ def consume(client: str, bootstrap: str, topic: str, group: str, user: str, pass
                 return str(getattr(exc, "message", type(exc).__name__))
         return "timeout"
     finally:
-        logging.getLogger("kafka").setLevel(logging.CRITICAL)   # its close on a refused group is noisy
-        consumer.close(autocommit=False)
+        log = logging.getLogger("kafka")
+        level = log.level
+        log.setLevel(logging.CRITICAL)   # its close on a refused group is noisy; later tests read its warnings
+        try:
+            consumer.close(autocommit=False)
+        finally:
+            log.setLevel(level)
 
 
 def topics(client: str, bootstrap: str, user: str, password: str) -> set[str]:
