@@ -20,8 +20,8 @@ from typing import Any
 from kqp.config.errors import ConfigError, shown
 from kqp.config.model import AuthorizationConfig
 from kqp.config.schema import Field, boolean, child, did_you_mean, name, optional, read_section
-from kqp.quotas.acl_layer import AclLayer
-from kqp.quotas.acls import (
+from kqp.quotas.acls.admin_layer import AclLayer
+from kqp.quotas.acls.bindings import (
     ALL_HOSTS,
     CLUSTER_NAME,
     AclBinding,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kqp.config.errors import ConfigError
-from kqp.quotas.acls import AclBinding
+from kqp.quotas.acls.bindings import AclBinding
 from kqp.quotas.model import QuotaSettings
 from kqp.quotas.principal_mapping import PrincipalMapper
 

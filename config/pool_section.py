@@ -10,7 +10,7 @@ own: an entry with only these, or with nothing but its names, names a pool membe
 fractions rather than rates because a pool's budget changes and a member's guarantee should follow it.
 
 Every refusal names its key, as the rest of config/ does; the rules that involve two pools (one
-principal in two pools for one type) are pool_spec.py's, reported here with both pools' paths.
+principal in two pools for one type) are pools/spec.py's, reported here with both pools' paths.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from kqp.config.errors import ConfigError, shown
 from kqp.config.schema import child, choice, did_you_mean, name, number
 from kqp.quotas.model import MODES, EntitySpec, QuotaType
-from kqp.quotas.pool_spec import (
+from kqp.quotas.pools.spec import (
     POOL_TYPES,
     REFUSED,
     TOPIC_POOL_TYPES,

@@ -40,7 +40,7 @@ from kqp.quotas.model import (
     QuotaSettings,
     QuotaType,
 )
-from kqp.quotas.pool_spec import MemberShare, PoolSpec
+from kqp.quotas.pools.spec import MemberShare, PoolSpec
 
 _ENTITY_KEYS = ("user", "client_id", "client_id_prefix")
 _algorithm = choice(*ALGORITHMS)
@@ -213,7 +213,7 @@ def quota_section(data: object, *, path: str = "quotas",
 
 def _check_adaptive_algorithm(data: object, pools: tuple[PoolSpec, ...], path: str) -> None:
     """An adaptive pool's members measure with a token bucket whatever quotas.algorithm says
-    (quotas/pool_ledger.py): a `sampled` written out would be silently overridden for them."""
+    (quotas/pools/ledger.py): a `sampled` written out would be silently overridden for them."""
     adaptive = next((pool.name for pool in pools if pool.adaptive is not None), None)
     if adaptive is not None and isinstance(data, Mapping) and data.get("algorithm") == SAMPLED:
         raise ConfigError(child(path, "algorithm"), f"sampled, but the members of adaptive pool {adaptive} "

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kqp.quotas.model import QUOTA_TYPES, EntitySpec, QuotaSettings
-from kqp.quotas.pool_spec import MemberShare, PoolSpec
+from kqp.quotas.pools.spec import MemberShare, PoolSpec
 
 
 def _number(value: float) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sampled_rate import SampledRate
-from .throttle import capped, throttle_ms, throttle_seconds
+from kqp.quotas.rates.sampled_rate import SampledRate
+from kqp.quotas.rates.throttle import capped, throttle_ms, throttle_seconds
 
 # The refusal reasons, as kqp_connections_closed_total{reason} names them.
 MAX_CONNECTIONS = "max_connections"

@@ -83,7 +83,7 @@ def _levels(settings: QuotaSettings, principal: Principal, exact: bool = True) -
 
 def member_level(settings: QuotaSettings, principal: Principal,
                  counts: Callable[[EntitySpec], bool]) -> Level | None:
-    """The most specific level whose entity `counts` (pool_membership.py: the entity a pool member
+    """The most specific level whose entity `counts` (pools/membership.py: the entity a pool member
     resolves to), or None; the same levels, in the same order, as quota resolution walks."""
     for spec, key in _levels(settings, principal):
         if counts(spec):

@@ -4,13 +4,13 @@ One `QuotaManager` holds every sensor, keyed by quota type and `QuotaKey` (Kafka
 ClientQuotaManager per quota type; one object here resolves a request's several quotas with one
 cache lookup). Each `record_*` call records first and then checks, as Kafka's `Sensor.record` does,
 and returns one `Violation` per quota exceeded, with its pace for clients that do not back off
-(sensor.py); `throttle.combine` turns them into the request's throttle. A `record_*` whose quota
+(rates/sensor.py); `throttle.combine` turns them into the request's throttle. A `record_*` whose quota
 types no entity configures returns at once, without resolving the principal.
 
-Capacity pools live in `self.pools` (pools.py): the same `record_*` call charges a principal's pool
+Capacity pools live in `self.pools` (pools/pool_set.py): the same `record_*` call charges a principal's pool
 too, and the pool's throttles come back beside the entity quotas', so the smaller limit wins. Given
 a `FleetLedger`, every sensor is created with its `SharedUsage` and throttles on the fleet's rate
-(fleet.py); the manager keeps the ledger's sensors in step with its own. Time is an argument
+(fleet/ledger.py); the manager keeps the ledger's sensors in step with its own. Time is an argument
 everywhere (`now`, monotonic seconds): this module never reads a clock.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kqp.quotas.changes import describe_changes
 from kqp.quotas.entities import MAX_CACHED_PRINCIPALS, Resolution, resolutions, resolve_key
-from kqp.quotas.fleet import FleetLedger, sensor_name
+from kqp.quotas.fleet.ledger import FleetLedger, sensor_name
 from kqp.quotas.model import (
     OBSERVE,
     QUOTA_TYPES,
@@ -33,9 +33,9 @@ from kqp.quotas.model import (
     QuotaSettings,
     QuotaType,
 )
-from kqp.quotas.pools import Pools
-from kqp.quotas.sensor import QuotaSensor
-from kqp.quotas.throttle import CAPPED_TYPES, Violation, combine
+from kqp.quotas.pools.pool_set import Pools
+from kqp.quotas.rates.sensor import QuotaSensor
+from kqp.quotas.rates.throttle import CAPPED_TYPES, Violation, combine
 
 __all__ = ["QuotaManager", "SensorState", "Violation", "combine"]
 
@@ -119,7 +119,7 @@ class QuotaManager:
         restart. A sensor whose algorithm changes (sampled, steady, token_bucket) restarts too: samples
         say nothing about tokens, and a bucket keeps no samples worth enforcing on; the next request
         creates it afresh (a full bucket, or empty samples), as for a new entity.
-        Pools keep their members' measurements likewise (pools.py); `now` dates what they divide anew.
+        Pools keep their members' measurements likewise (pools/pool_set.py); `now` dates what they divide anew.
         """
         old = self._settings
         lines = describe_changes(old, settings)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from kqp.quotas.pool_spec import MemberShare, PoolSpec, pool_conflict
+from kqp.quotas.pools.spec import MemberShare, PoolSpec, pool_conflict
 
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal name for an unauthenticated connection
 DEFAULT = "<default>"  # Kafka's placeholder entity name (ZooKeeperInternals.DEFAULT_STRING)
@@ -155,7 +155,7 @@ def _freeze(entities: Mapping[EntitySpec, Mapping[str, float]]) -> Mapping[Entit
                 raise ValueError(f"{spec.path}: unknown quota type {quota_type!r}")
             value = float(value)
             # Kafka refuses negative or non-finite quotas; 0 is accepted here and means "block"
-            # (see sensor.py for what a zero quota does).
+            # (see rates/sensor.py for what a zero quota does).
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{spec.path}: {quota_type} must be a finite number >= 0, got {value}")
             checked[QuotaType(quota_type)] = value
@@ -188,7 +188,7 @@ class QuotaSettings:
     is measured and charged as if enforced, and its throttles are only counted.
     A reload builds a new instance; the per-type index, the prefix index and the resolution cache
     live on the instance, so replacing the settings is what invalidates the cache. `pools` and
-    `shares` are the capacity pools (pool_spec.py); the quota manager hands them to pools.py.
+    `shares` are the capacity pools (pools/spec.py); the quota manager hands them to pools/pool_set.py.
     """
 
     window_size_seconds: float = 1.0
@@ -196,7 +196,7 @@ class QuotaSettings:
     entities: Mapping[EntitySpec, Mapping[str, float]] = field(default_factory=dict)
     algorithm: str = SAMPLED
     algorithms: Mapping[EntitySpec, str] = field(default_factory=dict)
-    # Capacity pools (pool_spec.py), and how entities take part in them: an entity in `shares` names
+    # Capacity pools (pools/spec.py), and how entities take part in them: an entity in `shares` names
     # a pool member for every pooled type, whether or not it sets a quota itself.
     pools: tuple[PoolSpec, ...] = ()
     shares: Mapping[EntitySpec, MemberShare] = field(default_factory=dict)

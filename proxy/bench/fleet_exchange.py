@@ -26,9 +26,9 @@ from pathlib import Path
 import redis
 
 from kqp.config.fleet_section import redis_target
-from kqp.proxy.runtime.fleet_redis import RedisExchange
-from kqp.proxy.runtime.fleet_redis_cluster import GROUPS, RedisClusterExchange
-from kqp.quotas.fleet import FleetLedger
+from kqp.proxy.runtime.fleet.redis_cluster import GROUPS, RedisClusterExchange
+from kqp.proxy.runtime.fleet.redis_store import RedisExchange
+from kqp.quotas.fleet.ledger import FleetLedger
 
 from .processes import Server
 from .redis_nodes import (

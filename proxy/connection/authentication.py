@@ -33,7 +33,7 @@ _SASL = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})   # a re-auth
 
 class Principals:
     """One Principal object per (user, client id) across the connections that share this table (a
-    process's, through `CoreParts`): the quota and metrics tables look a principal up several times a
+    process's, through `CoreWiring`): the quota and metrics tables look a principal up several times a
     request, and the very key object they hold is found without the field-by-field comparison that
     another connection's equal Principal would cost each time."""
 

@@ -6,7 +6,7 @@ A topic lookup (`LookUpTopics` -> `TopicsLookedUp`): a request whose topics the 
 is held unplanned, no request read (`LOOKUP`). A commit (`CommitQuotas`, `CommitAcls` -> `Committed`):
 an AlterClientQuotas, CreateAcls or DeleteAcls answer waits in its FIFO turn while its state file
 is written, no request read (`COMMIT`). Listeners (`EnsureListeners` -> `ListenersReady`): a
-response naming a broker kqp has no listener for (`CoreParts.listener_for` says None) is held
+response naming a broker kqp has no listener for (`CoreWiring.listener_for` says None) is held
 unrewritten and the upstream is read no more (`LISTENERS`); a broker kqp cannot listen for closes
 the connection (`listener_unavailable`), since handing out the upstream's own address would bypass
 kqp. The core resumes what waited.
@@ -15,12 +15,12 @@ kqp. The core resumes what waited.
 from __future__ import annotations
 
 from kqp.protocol.addresses import BrokerAddress, rewrite_addresses_parts
+from kqp.proxy.connection.wiring import CoreWiring
 from kqp.proxy.policies.pending import Pending, PendingAclCommit
 
 from . import events as ev
 from .events import MuteReason, Parts
 from .host import Host
-from .parts import CoreParts
 from .plans import Flight
 
 __all__ = ["Awaiting", "ResponseHeld"]
@@ -36,7 +36,7 @@ class Awaiting:
 
     __slots__ = ("_committing", "_host", "_missing", "_parts", "held_request", "held_response")
 
-    def __init__(self, host: Host, parts: CoreParts) -> None:
+    def __init__(self, host: Host, parts: CoreWiring) -> None:
         self._host, self._parts = host, parts
         self.held_request: Parts | None = None                  # a request waiting for a topic lookup
         self.held_response: tuple[Flight, memoryview, Parts] | None = None   # a response waiting for listeners

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.charges import MutationCharge, MutationRule
 from kqp.quotas.manager import QuotaManager, Violation
 from kqp.quotas.model import Principal, QuotaType
+from kqp.quotas.pools.adaptive import AdaptivePool
 
 from .hooks import ProxyObserver
 from .plans import Flight, Reply, Signals, Usage

@@ -2,8 +2,8 @@
 
 `Connection.handle(event)` takes one event (`events.py`) and returns the actions to carry out, in
 order. No asyncio, no sockets, no clock: every event carries the loop time, the handler-time clock is
-injected (`CoreParts.perf`), and the asyncio edge (`kqp.proxy.runtime.edge`) only converts. Each
-request goes to the handler its API key has (`CoreParts.handlers`), which returns a `Plan`; the core
+injected (`CoreWiring.perf`), and the asyncio edge (`kqp.proxy.runtime.edge`) only converts. Each
+request goes to the handler its API key has (`CoreWiring.handlers`), which returns a `Plan`; the core
 carries it out: forwards it as it is read (never held), has `Charging` charge it, has the throttling
 room decide its throttle once, where its charges are complete (as it is read, or as its charged
 response comes back), muting from then, and keeps its `Flight` in a FIFO (Kafka answers in order).
@@ -28,6 +28,7 @@ from kqp.protocol.frames import FrameDecoder
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError, RecordCounts
+from kqp.proxy.connection.wiring import CoreWiring
 from kqp.proxy.policies.pending import Pending
 
 from . import events as ev
@@ -37,7 +38,6 @@ from .establishing import Establishing
 from .events import Action, Close, MuteReason, Parts, Send, Side
 from .giving_up import drop_unforwarded, truncated
 from .mute import MuteState
-from .parts import CoreParts
 from .phases import Move, Phase, next_phase
 from .plans import AS_IS, LOOK_UP, Flight, Plan, Reply, Request, unawaited
 from .throttling import Throttling
@@ -61,7 +61,7 @@ NO_MARK = -1.0   # `_clock_mark`: no handler-clock reading to start from (clocks
 class Connection:
     """The client side and the upstream side of one proxied connection."""
 
-    def __init__(self, parts: CoreParts, listener: str, node_id: int | None, peer: str = "?") -> None:
+    def __init__(self, parts: CoreWiring, listener: str, node_id: int | None, peer: str = "?") -> None:
         self.parts, self.listener, self.node_id, self.peer = parts, listener, node_id, peer
         self.requests = FrameDecoder(parts.settings.max_frame_bytes)
         self.responses = FrameDecoder(parts.settings.max_frame_bytes)
@@ -451,7 +451,7 @@ class Connection:
                 p.charging.observer.upstream_anomaly("unawaited")
                 return
             flight = self.in_flight.popleft()
-            p.charging.observer.response(flight.principal, flight.api_key, sum(map(len, frame)), now - flight.sent_at)
+            p.charging.observer.response(flight.principal, flight.api_key, sum(map(len, frame)), now - flight.read_at)
         api, version = flight.api_key, flight.api_version
         body_offset = response_body_offset(api, version, head)
         if may_carry_addresses(api, version):

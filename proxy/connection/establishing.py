@@ -13,11 +13,11 @@ into `upstream_auth_failed`, logged with the upstream, the mechanism and the use
 from __future__ import annotations
 
 from kqp.protocol.frames import FrameDecoder
+from kqp.proxy.connection.wiring import CoreWiring
 
 from . import events as ev
 from .events import Send, SetTimer, Side
 from .host import Host
-from .parts import CoreParts
 from .phases import Move
 from .upstream_login import UpstreamLogin
 
@@ -29,7 +29,7 @@ class Establishing:
 
     __slots__ = ("_deadline", "_host", "_login", "_parts", "_responses", "node_id")
 
-    def __init__(self, host: Host, parts: CoreParts, node_id: int | None, responses: FrameDecoder) -> None:
+    def __init__(self, host: Host, parts: CoreWiring, node_id: int | None, responses: FrameDecoder) -> None:
         self._host, self._parts, self.node_id, self._responses = host, parts, node_id, responses
         self._login: UpstreamLogin | None = None
         self._deadline = 0.0   # loop time the connection (then the login) must be done by

@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass
 
 from kqp.protocol.addresses import BrokerAddress
-from kqp.quotas.acl_layer import AclChange
+from kqp.quotas.acls.admin_layer import AclChange
 from kqp.quotas.admin_layer import Change
 from kqp.quotas.connection_limits import LIMIT_REASONS
 
@@ -272,7 +272,7 @@ class CommitQuotas:
 
 @dataclass(frozen=True, slots=True)
 class CommitAcls:
-    """Write these ACL changes (`kqp.quotas.acl_layer.AclChange`) to the ACL state file and put them in
+    """Write these ACL changes (`kqp.quotas.acls.admin_layer.AclChange`) to the ACL state file and put them in
     force, then send ``Committed``; ``who`` as for ``CommitQuotas``."""
 
     changes: tuple[AclChange, ...]

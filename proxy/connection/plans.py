@@ -22,13 +22,13 @@ from kqp.protocol.records import RecordCounts
 from kqp.proxy.policies.pending import Pending
 from kqp.quotas.charges import MutationCharge
 from kqp.quotas.model import Principal
-from kqp.quotas.throttle import Throttle
+from kqp.quotas.rates.throttle import Throttle
 
 from .events import Parts
 from .settings import CoreSettings
 
 if TYPE_CHECKING:
-    from kqp.quotas.adaptive_pools import AdaptivePool
+    from kqp.quotas.pools.adaptive import AdaptivePool
 
 __all__ = ["AS_IS", "LOOK_UP", "PASS", "Flight", "Forward", "Handler", "Plan", "Replier", "Reply",
            "Request", "SaslFrame", "Signals", "Throttle", "Usage", "unawaited"]
@@ -46,12 +46,12 @@ AS_IS = _AsIs.AS_IS
 Forward = Parts | _AsIs | None
 
 
-class Hold(enum.Enum):
+class Deferred(enum.Enum):
     LOOK_UP = "look the topics up first, then plan the request again"
 
 
 #: What a handler returns instead of a plan when the topic cache must be refreshed first.
-LOOK_UP = Hold.LOOK_UP
+LOOK_UP = Deferred.LOOK_UP
 
 
 class Usage(NamedTuple):
@@ -140,7 +140,7 @@ class Flight:
     api_key: int
     api_version: int
     principal: Principal
-    sent_at: float
+    read_at: float   # when kqp read the request (it forwards it then)
     plan: Plan
     node: int | None = None
     handler_seconds: float = 0.0
@@ -173,7 +173,7 @@ class Handler:
     #: Whether the request may come before a SASL login that kqp terminates (ApiVersions, SASL).
     before_authentication = False
 
-    def plan(self, req: Request) -> Plan | Hold:
+    def plan(self, req: Request) -> Plan | Deferred:
         return PASS
 
 

@@ -1,9 +1,9 @@
 """The settings a connection reads, as one immutable value: a live reload replaces it whole.
 
 The server builds it from the config (`kqp.proxy.runtime.server.core_settings`) and assigns the new
-one to `CoreParts.settings` on a reload, so every connection sees the change at its next event and
+one to `CoreWiring.settings` on a reload, so every connection sees the change at its next event and
 no connection ever sees half of one. It has a module of its own because both the core and the API
-handlers read it, and the handlers sit below `CoreParts` in the import order.
+handlers read it, and the handlers sit below `CoreWiring` in the import order.
 """
 
 from __future__ import annotations

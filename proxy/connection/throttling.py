@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.records import BodyError
-from kqp.protocol.throttle import throttle_patch_parts
+from kqp.protocol.throttle_field import throttle_patch_parts
 from kqp.quotas.model import Principal, QuotaType
-from kqp.quotas.throttle import Throttle, Violation, decide
+from kqp.quotas.rates.throttle import Throttle, Violation, decide
 
 from .authentication import Authentication
 from .backoff import BackOff, backs_off

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 
-from kqp.quotas.acls import AclBinding
+from kqp.quotas.acls.bindings import AclBinding
 
 from .quota_audit import Audit, AuditEvent, utc_stamp
 

@@ -21,8 +21,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from kqp.protocol.apis import API_NAMES
-from kqp.proxy.policies.authorization import Denial
-from kqp.quotas.authorizer import Authorizer
+from kqp.proxy.policies.authorization.checks import Denial
+from kqp.quotas.acls.authorizer import Authorizer
 
 __all__ = ["AuthorizationLog"]
 

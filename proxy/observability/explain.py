@@ -27,8 +27,8 @@ from kqp.proxy.observability.client_metrics import BUCKET_SECONDS, RECENT_BUCKET
 from kqp.quotas.entities import ladder
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import ANONYMOUS, Principal, QuotaKey, QuotaType
-from kqp.quotas.pool_ledger import key_pattern
-from kqp.quotas.pool_membership import membership
+from kqp.quotas.pools.ledger import key_pattern
+from kqp.quotas.pools.membership import membership
 
 __all__ = ["BudgetChanges", "Explainer"]
 

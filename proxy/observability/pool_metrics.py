@@ -22,7 +22,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kqp.quotas.manager import QuotaManager
-from kqp.quotas.pools import PoolState
+from kqp.quotas.pools.pool_set import PoolState
 
 POOL = ("pool", "quota")
 MEMBER = (*POOL, "user", "client_id", "client_id_prefix")

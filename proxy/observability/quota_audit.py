@@ -7,7 +7,7 @@ all its values before and after), logged on the `kqp.audit` logger with its fiel
 something; `who` its principal), ``reload`` (the config file; `who` null) and ``state_file`` (put
 in force at start, or changed on disk by another process; `who` null).
 
-An event is a plain dict, the same one the state file's history keeps (`quota_history.py`), with a
+An event is a plain dict, the same one the state file's history keeps (`state/history.py`), with a
 wall-clock `ts` (UTC, milliseconds): the history outlives the process, so a monotonic time would
 mean nothing in it. The clock is injected; the counts are read by the endpoint's registry. `Audit`
 is the trail's mechanics, shared with the ACLs' (`acl_audit.py`).

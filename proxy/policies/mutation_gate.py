@@ -36,7 +36,7 @@ from kqp.protocol.records import BodyError
 from kqp.quotas.charges import MutationCharge, MutationRule
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal, QuotaType
-from kqp.quotas.throttle import throttle_ms
+from kqp.quotas.rates.throttle import throttle_ms
 
 from . import broker_checks
 from .broker_checks import Verdict

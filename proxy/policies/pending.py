@@ -30,4 +30,4 @@ class PendingCommit(Pending):
 
 @dataclass(frozen=True)
 class PendingAclCommit(Pending):
-    """ACL changes (`kqp.quotas.acl_layer.AclChange`) for the ACL state file."""
+    """ACL changes (`kqp.quotas.acls.admin_layer.AclChange`) for the ACL state file."""

@@ -29,16 +29,16 @@ from kqp.protocol.receive import ReadArena, ReceiveBuffer
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
-from kqp.proxy.connection.parts import CoreParts
+from kqp.proxy.connection.wiring import CoreWiring
+from kqp.proxy.runtime.state.quota_store import CommitFailed
 from kqp.proxy.tls.peers import Refusal, Refused
-from kqp.quotas.acl_layer import AclChange
+from kqp.quotas.acls.admin_layer import AclChange
 from kqp.quotas.admin_layer import Change
 
 from .admission import Admission, Slot, peer_ip, peer_name
 from .cert_reload import no_tls
 from .delay import DelayDriver
 from .flow_control import FlowControl
-from .quota_store import CommitFailed
 from .socket_probe import peer_gone, unread_bytes
 
 log = logging.getLogger("kqp.connection")
@@ -55,7 +55,7 @@ class EdgeWiring:
     """What every client connection's edge uses, built once where the server is assembled."""
 
     loop: asyncio.AbstractEventLoop
-    core: CoreParts
+    core: CoreWiring
     delay: DelayDriver
     upstream_for: Callable[[int | None], Sequence[HostPort]]   # where a listener's connections go, in order
     look_up_topics: Callable[[], Awaitable[None]]

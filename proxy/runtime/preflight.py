@@ -8,11 +8,11 @@ by running). Each refusal is a `ConfigError`: one line naming the key or flag.
 from __future__ import annotations
 
 from kqp.config.model import ProxyConfig
+from kqp.proxy.runtime.fleet.sync import cluster_password
+from kqp.proxy.runtime.state.acl_store import open_acl_state
+from kqp.proxy.runtime.state.quota_store import open_state
 from kqp.proxy.tls.contexts import check_tls
 
-from .acl_store import open_acl_state
-from .fleet_sync import cluster_password
-from .quota_store import open_state
 from .workers import check_workers
 
 

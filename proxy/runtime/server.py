@@ -3,7 +3,7 @@
 `ProxyServer._assemble` is the one place that builds the quota manager (and the fleet exchange),
 the process-wide policies (`kqp.proxy.policies`), the handler registry (`standard_handlers`) and its
 charging, the observer's bindings, the delay driver, the listeners and the upstream cluster, and
-hands each part only what it uses: the core gets `CoreParts`, each edge `EdgeWiring`, the HTTP
+hands each part only what it uses: the core gets `CoreWiring`, each edge `EdgeWiring`, the HTTP
 endpoint a registry and `readiness`. Running code reads the loop's clock, handed to it here.
 
 A connection decides its own end: the idle reaper only sends each an `IdleCheck`, and on shutdown
@@ -33,9 +33,9 @@ from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.handlers.registry import served_apis, standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.oauthbearer import TokenValidator
-from kqp.proxy.connection.parts import CoreParts, CoreSettings
 from kqp.proxy.connection.sasl import SaslPolicy
 from kqp.proxy.connection.views import ConnectionView, connection_view
+from kqp.proxy.connection.wiring import CoreSettings, CoreWiring
 from kqp.proxy.observability import quota_audit
 from kqp.proxy.observability.acl_audit import AclAudit
 from kqp.proxy.observability.authorization_log import AuthorizationLog
@@ -45,30 +45,30 @@ from kqp.proxy.observability.http_endpoint import MetricsEndpoint
 from kqp.proxy.observability.metrics import PrometheusObserver, UpstreamHealth, prepare_scrape
 from kqp.proxy.observability.pool_metrics import budget_changes
 from kqp.proxy.observability.quota_audit import QuotaAudit
-from kqp.proxy.policies.acl_admin import AclAdmin
-from kqp.proxy.policies.authorization import AclState, RequestAuthorization
-from kqp.proxy.policies.authorization_rules import RULES
+from kqp.proxy.policies.authorization.acl_admin import AclAdmin
+from kqp.proxy.policies.authorization.checks import AclState, RequestAuthorization
+from kqp.proxy.policies.authorization.rules import RULES
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.policies.topic_metadata import TopicMetadata
+from kqp.proxy.runtime.fleet.sync import FleetSync, open_fleet
+from kqp.proxy.runtime.state.acl_store import AclStore
+from kqp.proxy.runtime.state.quota_store import QuotaStore
 from kqp.proxy.tls.contexts import client_context, server_context, watched_files
 from kqp.proxy.tls.peers import PeerIdentity
-from kqp.quotas.authorizer import Authorizer
+from kqp.quotas.acls.authorizer import Authorizer
 from kqp.quotas.connection_limits import ConnectionLimits
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QuotaSettings
 
-from .acl_store import AclStore
 from .admission import Admission, limit_settings
 from .cert_reload import ReloadingContext, UpstreamTls, no_tls
 from .cluster import UpstreamCluster
 from .delay import DelayDriver
 from .edge import ClientEdge, EdgeWiring
-from .fleet_sync import FleetSync, open_fleet
 from .jwks import Jwks
 from .listeners import BindError, ListenerSet, ListenerTls
 from .proxy_protocol import HeaderReader
-from .quota_store import QuotaStore
 from .refusals import RefusalLog
 from .reload import ConfigReloader
 from .topic_lookup import TopicLookup
@@ -152,7 +152,7 @@ class ProxyServer:
         gate = MutationGate(self.quotas, topics)
         authorization, acl_admin = self._authorization(loop, topics, admin)
         gate.learn_topics = authorization is not None   # topic ids to names, for Produce and Fetch by id
-        self.core = CoreParts(
+        self.core = CoreWiring(
             charging=charging,
             handlers=standard_handlers(charging, gate, sasl, lambda: cluster.api_ranges, admin, authorization,
                                        acl_admin, lambda: cluster.cluster_id),

@@ -7,7 +7,7 @@ on `metrics.listen` port + worker index, so every worker can be scraped.
 
 The workers hold one quota, not N: each measures locally and exchanges its usage per entity every
 sync interval. In cluster scope they exchange with Redis, each worker an instance of the fleet;
-otherwise the parent serves the exchange itself (fleet_local.py), so `--workers` needs nothing
+otherwise the parent serves the exchange itself (fleet/local.py), so `--workers` needs nothing
 installed to keep Kafka's per-instance semantics.
 
 The parent supervises: it forwards SIGTERM/SIGINT/SIGHUP, serves the workers' exchange, and exits with
@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 from kqp.config.errors import ConfigError
 from kqp.config.model import HostPort, ProxyConfig
-
-from .fleet_local import WorkersExchangeServer
+from kqp.proxy.runtime.fleet.local import WorkersExchangeServer
 
 log = logging.getLogger("kqp.workers")
 

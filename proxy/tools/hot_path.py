@@ -34,9 +34,9 @@ __all__ = ["HOT_PATH", "CompileError", "State", "add_parser", "compile_hot_path"
 # (`tests/connection/bench_core.py` times them). Left out: `plans` (its dataclasses' annotations
 # do not resolve when compiled) and `protocol.parts` (tests count its copies by patching the class).
 HOT_PATH = (
-    "kqp.quotas.token_bucket",
-    "kqp.quotas.sampled_rate",
-    "kqp.quotas.sensor",
+    "kqp.quotas.rates.token_bucket",
+    "kqp.quotas.rates.sampled_rate",
+    "kqp.quotas.rates.sensor",
     "kqp.quotas.manager",
     "kqp.proxy.connection.core",
     "kqp.proxy.connection.charging",

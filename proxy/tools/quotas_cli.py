@@ -34,8 +34,8 @@ from kqp.config.loader import load_config
 from kqp.config.model import SASL_MECHANISMS, HostPort, UpstreamSasl
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
-from kqp.proxy.runtime.quota_history import read_history
-from kqp.proxy.runtime.quota_store import read_state
+from kqp.proxy.runtime.state.history import read_history
+from kqp.proxy.runtime.state.quota_store import read_state
 from kqp.proxy.runtime.upstream_client import UpstreamClient
 from kqp.quotas.admin_layer import sources
 from kqp.quotas.model import DEFAULT
@@ -181,7 +181,7 @@ def _alter(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
 
 
 def _history(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
-    """The audit events kept beside the state file, oldest first (`kqp.proxy.runtime.quota_history`)."""
+    """The audit events kept beside the state file, oldest first (`kqp.proxy.runtime.state.history`)."""
     state_file = load_config(args.config).admin.state_file
     if not state_file:
         raise ValueError(f"{args.config} sets no admin.state_file: the kqp.audit log lines are the only record")

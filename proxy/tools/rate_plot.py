@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kqp.quotas.sampled_rate import SampledRate
+from kqp.quotas.rates.sampled_rate import SampledRate
 
 SERIES_KEY = "kqp-demo-series"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -15,8 +15,8 @@ from kqp.config.authorization_section import (
     parse_acl_state,
 )
 from kqp.config.sasl_section import OAUTHBEARER_FIELDS
-from kqp.quotas.acl_layer import AclLayer
-from kqp.quotas.acls import AclBinding, Operation, PatternType, Permission, ResourceType
+from kqp.quotas.acls.admin_layer import AclLayer
+from kqp.quotas.acls.bindings import AclBinding, Operation, PatternType, Permission, ResourceType
 
 UPSTREAM = {"upstream": {"bootstrap_servers": "a:1"}}
 TERMINATE = {"mode": "terminate", "users": {"alice": "alice-secret"}}

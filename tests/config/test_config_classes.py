@@ -11,7 +11,7 @@ import yaml
 
 from kqp.config import ConfigError, quota_settings_from
 from kqp.config.quota_section import quota_document
-from kqp.quotas.pool_spec import MemberSelector, ServiceClass
+from kqp.quotas.pools.spec import MemberSelector, ServiceClass
 
 ISSUE = yaml.safe_load("""
 window_size_seconds: 0.2

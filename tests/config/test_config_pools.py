@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kqp.config import ConfigError, quota_settings_from
 from kqp.config.quota_section import quota_document
 from kqp.quotas.model import EntitySpec, QuotaType
-from kqp.quotas.pool_spec import AdaptiveSpec, MemberSelector, MemberShare, PoolSpec
+from kqp.quotas.pools.spec import AdaptiveSpec, MemberSelector, MemberShare, PoolSpec
 
 
 def test_the_issue_config_loads_as_written() -> None:

@@ -24,9 +24,9 @@ from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.messages import decode_response, encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
-from kqp.proxy.policies.authorization import Denial
-from kqp.quotas.acls import AclBinding, Operation, PatternType, Permission, ResourceType
-from kqp.quotas.authorizer import Authorizer
+from kqp.proxy.policies.authorization.checks import Denial
+from kqp.quotas.acls.authorizer import Authorizer
+from kqp.quotas.acls.bindings import AclBinding, Operation, PatternType, Permission, ResourceType
 
 NOW = 100.0
 HOST = "10.0.0.7"

@@ -25,9 +25,9 @@ from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import MuteReason
-from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.model import QuotaType
-from kqp.quotas.upstream_signals import WindowSignals
+from kqp.quotas.pools.adaptive import AdaptivePool
+from kqp.quotas.pools.upstream_signals import WindowSignals
 
 NOW = 100.0
 WINDOWS = {"window_size_seconds": 1, "window_count": 11}
@@ -229,7 +229,7 @@ def test_metadata_answers_teach_the_topic_cache_ids_while_a_topic_pool_exists() 
 
 
 def test_a_members_produce_is_pending_until_answered_or_its_connection_closes() -> None:
-    """The pool's stall signal (adaptive_pools.py) reads the oldest unanswered Produce: an answer, a
+    """The pool's stall signal (pools/adaptive.py) reads the oldest unanswered Produce: an answer, a
     client gone or an upstream lost each end the wait; only the upstream lost is a disconnect."""
     pool = pool_of(core := watched_core(), QuotaType.PRODUCER_BYTE_RATE)
     core.handle(ev.ClientData(NOW, produce(1, "job-a-1", {"t": 1})[0]))

@@ -99,8 +99,8 @@ def test_kqp_secure_terminates_sasl_authorizes_and_keeps_acl_changes_on_its_volu
     loads, an example user logs in, OAUTHBEARER keys load, and the ACLs say what the README says."""
     from kqp.proxy.connection.sasl import SaslPolicy
     from kqp.proxy.runtime.jwks import _by_kid
-    from kqp.quotas.acls import Operation, ResourceType
-    from kqp.quotas.authorizer import Authorizer
+    from kqp.quotas.acls.authorizer import Authorizer
+    from kqp.quotas.acls.bindings import Operation, ResourceType
 
     service = compose()["services"]["kqp-secure"]
     assert service["profiles"] == ["secure"] and "./compose/kqp-secure:/etc/kqp:ro" in service["volumes"]

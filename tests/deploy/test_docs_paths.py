@@ -18,7 +18,7 @@ checks what they name. The rule for what counts as a path:
   (``://``), import names (``kqp.proxy.runtime``), config keys (``quotas.scope``), metric names,
   ``host:port``, ``RULE:...`` and rates such as ``1.2Mi/1.0Mi`` are not paths.
 * **Bare module names**: an inline code span that is a single file name ending in ``.py``
-  (``fleet.py``, ``shape.py``) must be the name of some file in the repository: the docs name
+  (``ledger.py``, ``shape.py``) must be the name of some file in the repository: the docs name
   modules by their file name inside a section about their folder, and a script that is not in the
   repository (a tool kept elsewhere) is a dead end for a reader. Other bare names (``kqp.yaml``,
   ``users.yaml``, ``ca.pem``) are files the reader makes, and are not checked.
@@ -215,7 +215,7 @@ def test_the_rule_reads_paths_and_leaves_the_rest(tmp_path: Path) -> None:
         "Not paths: `kqp.proxy.runtime`, `quotas.scope`, `/etc/kqp/kqp.yaml`, `/users/alice`,",
         "`redis://redis:6379/0`, `1.2Mi/1.0Mi`, `RULE:^CN=(.*)$/$1/`, `host:port`, `a b/c.py`.",
         "A [link](deploy/README.md#deploying-kqp) and `tests/deploy/test_docs_paths.py::slug`.",
-        "Modules: `fleet.py`, `shape.py`; the reader's own files: `kqp.yaml`, `ca.pem`.",
+        "Modules: `ledger.py`, `shape.py`; the reader's own files: `kqp.yaml`, `ca.pem`.",
         "```bash",
         "kubectl apply -f deploy/k8s/shared/ && sed 's/namespace: kqp/namespace: spark/' users.yaml",
         "```",
@@ -227,7 +227,7 @@ def test_the_rule_reads_paths_and_leaves_the_rest(tmp_path: Path) -> None:
     assert paths == ["proxy/runtime/edge.py", "sidecar/", "kqp/kqp.yaml", "tests/e2e/test_quota_*.py",
                      "tests/deploy/test_docs_paths.py::slug", "deploy/k8s/shared/"]
     assert links == ["deploy/README.md#deploying-kqp"]
-    assert modules == ["fleet.py", "shape.py"]
+    assert modules == ["ledger.py", "shape.py"]
 
 
 def test_a_dead_path_a_missing_test_and_a_broken_anchor_are_caught(tmp_path: Path) -> None:
@@ -242,7 +242,7 @@ def test_a_dead_path_a_missing_test_and_a_broken_anchor_are_caught(tmp_path: Pat
     assert link_problem(ROOT / "README.md", "deploy/README.md#no-such-heading") is not None
     assert link_problem(ROOT / "README.md", "deploy/READ.md") is not None
     assert slug("Quota algorithms: `sampled` or `token_bucket`") == "quota-algorithms-sampled-or-token_bucket"
-    text = "A test checks that `shape.py` finds no import cycle; `fleet.py` shares usage.\n"
+    text = "A test checks that `shape.py` finds no import cycle; `ledger.py` shares usage.\n"
     md = tmp_path / "x.md"
     md.write_text(text)
     assert dead_references(md, file_names()) == ["`shape.py`: no file of that name in the repository"]

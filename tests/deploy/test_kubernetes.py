@@ -188,8 +188,8 @@ def test_sasl_service_keeps_the_admin_state_file_on_its_claim_and_its_admins_can
 
 
 def test_sasl_service_authorizes_with_acls_and_tokens_and_keeps_acl_changes_on_its_claim(tmp_path: Path) -> None:
-    from kqp.quotas.acls import Operation, ResourceType
-    from kqp.quotas.authorizer import Authorizer
+    from kqp.quotas.acls.authorizer import Authorizer
+    from kqp.quotas.acls.bindings import Operation, ResourceType
 
     config = sasl_config(tmp_path)
     auth, oauth = config.authorization, config.sasl.oauthbearer

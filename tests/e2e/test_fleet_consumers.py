@@ -10,7 +10,7 @@ cluster scope, about 3Q in instance scope. Every consumer reads its records in o
 one's: on a busy machine a consumer can start seconds after the others, and each kqp's first client
 of the quota passes a first burst of its own (README, "How far above its quota a fleet can go"),
 which the judged span must not cut in two. It measured 1.43 Q once in CI; a consumer started 8 s
-late judged 1.23-1.31 Q before kqp held a late joiner to its share (quotas/fleet.py).
+late judged 1.23-1.31 Q before kqp held a late joiner to its share (quotas/fleet/ledger.py).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from helpers.quota_analysis import (
 from helpers.wire_tap import WireConnection, WireRequest, WireResponse
 
 from kqp.quotas.model import SAMPLED, STEADY
-from kqp.quotas.sensor import QuotaSensor
+from kqp.quotas.rates.sensor import QuotaSensor
 
 
 def test_slope_of_a_steady_stream_is_its_rate() -> None:

@@ -25,8 +25,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kqp.quotas.fleet import FleetLedger
-from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.fleet.ledger import FleetLedger
+from kqp.quotas.fleet.store import FleetStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import SAMPLED, EntitySpec, Principal, QuotaSettings
 

@@ -31,15 +31,15 @@ from kqp.proxy.connection.events import Action, Event, Side
 from kqp.proxy.connection.handlers.registry import served_apis, standard_handlers
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.connection.oauthbearer import TokenValidator
-from kqp.proxy.connection.parts import CoreParts, CoreSettings, ListenerLookup
 from kqp.proxy.connection.sasl import SaslPolicy
-from kqp.proxy.policies.acl_admin import AclAdmin
-from kqp.proxy.policies.authorization import AclState, Denial, RequestAuthorization
-from kqp.proxy.policies.authorization_rules import RULES
+from kqp.proxy.connection.wiring import CoreSettings, CoreWiring, ListenerLookup
+from kqp.proxy.policies.authorization.acl_admin import AclAdmin
+from kqp.proxy.policies.authorization.checks import AclState, Denial, RequestAuthorization
+from kqp.proxy.policies.authorization.rules import RULES
 from kqp.proxy.policies.mutation_gate import MutationGate
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.policies.topic_metadata import TopicMetadata
-from kqp.quotas.authorizer import Authorizer
+from kqp.quotas.acls.authorizer import Authorizer
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 
@@ -134,7 +134,7 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
         acl_admin = AclAdmin(acls, frozenset(cfg.admin.principals), writable=a.state_file is not None)
         authorization = RequestAuthorization(acls, RULES, topics, (denials if denials is not None else []).append,
                                              served_apis(quota_admin, acl_admin))
-    parts = CoreParts(
+    parts = CoreWiring(
         charging=charging,
         handlers=standard_handlers(charging, MutationGate(manager, topics), sasl, api_ranges, quota_admin,
                                    authorization, acl_admin),

@@ -18,8 +18,8 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from kqp.quotas.fleet import FleetLedger
-from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.fleet.ledger import FleetLedger
+from kqp.quotas.fleet.store import FleetStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal, QuotaSettings
 

@@ -19,7 +19,7 @@ backpressure makes kqp and the client stop.
   muted during the window wants at least its allocation), and the allocations follow the budget.
   `adaptive=False` keeps the configured budget: the static pool.
 * `fleet=True` puts each member behind a kqp process of its own: each process reports its member's
-  windows to a shared `AdaptiveStore` every `sync_interval` (adaptive_fleet.py), and each holds its
+  windows to a shared `AdaptiveStore` every `sync_interval` (pools/adaptive_fleet.py), and each holds its
   member to half of the budget its replica holds, so the two must agree for the split to be fair.
 
 Everything is a pure function of the scenario: no clock, no randomness.
@@ -32,10 +32,10 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from kqp.quotas.adaptive import AdaptiveBudget, adaptive_floor
-from kqp.quotas.adaptive_fleet import AdaptiveRequest, AdaptiveStore, FleetBudget, Report
-from kqp.quotas.sensor import QuotaSensor
-from kqp.quotas.upstream_signals import SignalCollector, WindowSignals
+from kqp.quotas.pools.adaptive_fleet import AdaptiveRequest, AdaptiveStore, FleetBudget, Report
+from kqp.quotas.pools.adaptive_law import AdaptiveBudget, adaptive_floor
+from kqp.quotas.pools.upstream_signals import SignalCollector, WindowSignals
+from kqp.quotas.rates.sensor import QuotaSensor
 
 BROKER = 1
 RTT = 0.0005   # response transfer back to the client

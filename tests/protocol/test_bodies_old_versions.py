@@ -29,7 +29,7 @@ from kqp.protocol.fetch import cap_fetch_max_bytes, empty_fetch_response, fetch_
 from kqp.protocol.produce import produce_acks, produce_request_counts
 from kqp.protocol.records import RecordCounts
 from kqp.protocol.schemas import schema, untagged
-from kqp.protocol.throttle import throttle_field_kind, throttle_patch_parts
+from kqp.protocol.throttle_field import throttle_field_kind, throttle_patch_parts
 from kqp.protocol.walker import walker_for
 
 OLD = {

@@ -38,7 +38,7 @@ from kqp.protocol.headers import response_body_offset
 from kqp.protocol.parts import SplitFrame
 from kqp.protocol.produce import PRODUCE_VERSIONS, produce_request_counts, produce_request_counts_parts
 from kqp.protocol.records import BodyError, RecordCounts
-from kqp.protocol.throttle import throttle_field_kind, throttle_patch_parts
+from kqp.protocol.throttle_field import throttle_field_kind, throttle_patch_parts
 from kqp.protocol.walker import walker_for
 
 HYPOTHESIS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,7 +12,7 @@ from kqp.protocol.api_versions import ApiVersionsProbe, encode_api_versions_resp
 from kqp.protocol.apis import ApiKey, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import response_body_offset
-from kqp.protocol.throttle import throttle_patch_parts
+from kqp.protocol.throttle_field import throttle_patch_parts
 
 CASES = [(ApiKey.Metadata, 1), (ApiKey.Metadata, 12), (ApiKey.FindCoordinator, 2), (ApiKey.FindCoordinator, 6),
          (ApiKey.DescribeCluster, 1), (ApiKey.DescribeQuorum, 2), (ApiKey.Produce, 11), (ApiKey.Fetch, 17)]

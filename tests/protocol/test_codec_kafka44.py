@@ -28,7 +28,7 @@ from kqp.protocol.headers import encode_response_header, parse_request_header
 from kqp.protocol.kafka44 import DEFINITIONS, STREAMS_GROUP_TOPOLOGY_UPDATE, UNREGISTER_CONTROLLER
 from kqp.protocol.messages import encode_request
 from kqp.protocol.schemas import schema
-from kqp.protocol.throttle import throttle_field_kind
+from kqp.protocol.throttle_field import throttle_field_kind
 from kqp.protocol.topic_bytes import share_fetch_response_topics
 
 # What Apache Kafka 4.4.0's broker listener advertised to kafka-broker-api-versions (one KRaft node,

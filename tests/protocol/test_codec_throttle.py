@@ -8,7 +8,7 @@ from codec_support import decode_body, recorded_frames, response_frame, sample_m
 from kqp.protocol.apis import ApiKey, kqp_ranges, message_classes
 from kqp.protocol.errors import ProtocolError
 from kqp.protocol.headers import response_body_offset
-from kqp.protocol.throttle import throttle_field_kind, throttle_patch_parts
+from kqp.protocol.throttle_field import throttle_field_kind, throttle_patch_parts
 
 ALL = [(k, v) for k, (lo, hi) in kqp_ranges().items() for v in range(lo, hi + 1)]
 WITH_FIELD = [(k, v) for k, v in ALL if throttle_field_kind(k, v) != "none"]

@@ -16,11 +16,18 @@ from pathlib import Path
 from helpers.redis_server import needs_redis, redis_server
 
 from kqp.config.fleet_section import redis_target
-from kqp.proxy.runtime.adaptive_redis import AdaptiveRedis
-from kqp.proxy.runtime.fleet_redis import redis_client
-from kqp.quotas.adaptive import AdaptiveBudget
-from kqp.quotas.adaptive_fleet import AdaptiveRequest, AdaptiveStore, BudgetExchange, FleetBudget, Proposal, Report
-from kqp.quotas.upstream_signals import LatencyHistogram, WindowSignals
+from kqp.proxy.runtime.fleet.adaptive_redis import AdaptiveRedis
+from kqp.proxy.runtime.fleet.redis_store import redis_client
+from kqp.quotas.pools.adaptive_fleet import (
+    AdaptiveRequest,
+    AdaptiveStore,
+    BudgetExchange,
+    FleetBudget,
+    Proposal,
+    Report,
+)
+from kqp.quotas.pools.adaptive_law import AdaptiveBudget
+from kqp.quotas.pools.upstream_signals import LatencyHistogram, WindowSignals
 
 pytestmark = needs_redis
 W, GRACE, KEEP = 0.2, 2, 20

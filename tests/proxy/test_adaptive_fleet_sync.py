@@ -26,14 +26,14 @@ from redis.crc import key_slot
 
 from kqp.config import quota_settings_from
 from kqp.config.fleet_section import redis_target
-from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
-from kqp.proxy.runtime.fleet_redis import RedisExchange
-from kqp.proxy.runtime.fleet_redis_cluster import RedisClusterExchange
-from kqp.proxy.runtime.fleet_sync import FleetBackend, FleetSync
-from kqp.quotas.adaptive_pools import AdaptivePool
-from kqp.quotas.fleet import FleetLedger
+from kqp.proxy.runtime.fleet.local import WorkersExchange, WorkersExchangeServer
+from kqp.proxy.runtime.fleet.redis_cluster import RedisClusterExchange
+from kqp.proxy.runtime.fleet.redis_store import RedisExchange
+from kqp.proxy.runtime.fleet.sync import FleetBackend, FleetSync
+from kqp.quotas.fleet.ledger import FleetLedger
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal, QuotaType
+from kqp.quotas.pools.adaptive import AdaptivePool
 
 pytestmark = needs_redis
 W = 0.2

@@ -32,12 +32,12 @@ from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.messages import decode_response, encode_request
 from kqp.protocol.sasl import encode_authenticate_response, encode_handshake_response
-from kqp.proxy.connection.parts import CoreParts
+from kqp.proxy.connection.wiring import CoreWiring
 from kqp.proxy.policies.quota_admin import QuotaAdmin
 from kqp.proxy.runtime.admission import Admission
 from kqp.proxy.runtime.delay import DelayDriver
 from kqp.proxy.runtime.edge import WRITE_HIGH_WATER, ClientEdge, EdgeWiring
-from kqp.proxy.runtime.quota_store import QuotaStore
+from kqp.proxy.runtime.state.quota_store import QuotaStore
 from kqp.quotas.admin_layer import overlay
 from kqp.quotas.connection_limits import ConnectionLimits, LimitSettings
 
@@ -49,7 +49,7 @@ SLOW = {"entities": [{"client_id": "slow", "producer_byte_rate": 1000}]}   # 100
 class Harness:
     """One process's wiring on an `EdgeLoop`, and helpers to open connections through it."""
 
-    def __init__(self, parts: CoreParts, **wiring: Any) -> None:
+    def __init__(self, parts: CoreWiring, **wiring: Any) -> None:
         self.loop = EdgeLoop(start=NOW)
         self.delay = DelayDriver(self.loop)  # type: ignore[arg-type]
         self.open: set[ClientEdge] = set()

@@ -17,8 +17,8 @@ from kqp.proxy.connection.views import ConnectionView
 from kqp.proxy.observability.client_metrics import RecentThrottles
 from kqp.proxy.observability.explain import Explainer
 from kqp.proxy.tools.explain_cli import render
-from kqp.quotas.fleet import FleetLedger
-from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.fleet.ledger import FleetLedger
+from kqp.quotas.fleet.store import FleetStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import Principal
 

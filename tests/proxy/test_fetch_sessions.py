@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from helpers.playbook import fetch_response
 
 from kqp.protocol.fetch import fetch_session_id
-from kqp.proxy.policies.fetch_sessions import FetchSessions
+from kqp.proxy.policies.authorization.fetch_sessions import FetchSessions
 
 BODY = 4 + 4 + 1   # a v12 response's body: after its size, correlation id and the header's tagged fields
 

@@ -28,13 +28,13 @@ from helpers.redis_cluster import RedisClusterNodes, needs_redis_cluster
 from helpers.redis_server import RedisServer, needs_redis, redis_server, self_signed
 
 from kqp.config.fleet_section import redis_target
-from kqp.proxy.runtime.fleet_local import WorkersExchange, WorkersExchangeServer
-from kqp.proxy.runtime.fleet_redis import CHUNK, RedisExchange
-from kqp.proxy.runtime.fleet_redis_cluster import GROUPS, RedisClusterExchange, group_of
-from kqp.proxy.runtime.fleet_sync import FleetSync
-from kqp.quotas.adaptive_fleet import AdaptiveRequest
-from kqp.quotas.fleet import FleetLedger, SyncReply, SyncRequest
-from kqp.quotas.fleet_store import FleetStore
+from kqp.proxy.runtime.fleet.local import WorkersExchange, WorkersExchangeServer
+from kqp.proxy.runtime.fleet.redis_cluster import GROUPS, RedisClusterExchange, group_of
+from kqp.proxy.runtime.fleet.redis_store import CHUNK, RedisExchange
+from kqp.proxy.runtime.fleet.sync import FleetSync
+from kqp.quotas.fleet.ledger import FleetLedger, SyncReply, SyncRequest
+from kqp.quotas.fleet.store import FleetStore
+from kqp.quotas.pools.adaptive_fleet import AdaptiveRequest
 
 pytestmark = needs_redis
 TIMEOUT = 0.25
@@ -197,7 +197,7 @@ async def test_unreachable_redis_goes_alone_at_once_logs_once_and_rejoins(tmp_pa
 async def test_a_process_that_stopped_exchanging_says_how_old_its_view_is(tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     # A starved event loop: no exchange fails, none runs. Quota checks find the view stale
-    # (quotas/fleet.py) and hold each quota at the process's share until the next exchange.
+    # (quotas/fleet/ledger.py) and hold each quota at the process's share until the next exchange.
     shift = [0.0]
 
     def clock() -> float:

@@ -25,9 +25,9 @@ from helpers.redis_server import self_signed
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from kqp.config.fleet_section import redis_target
-from kqp.proxy.runtime.fleet_redis_cluster import GROUPS, RedisClusterExchange, group_of, group_tags
-from kqp.proxy.runtime.fleet_sync import FleetSync
-from kqp.quotas.fleet import FleetLedger
+from kqp.proxy.runtime.fleet.redis_cluster import GROUPS, RedisClusterExchange, group_of, group_tags
+from kqp.proxy.runtime.fleet.sync import FleetSync
+from kqp.quotas.fleet.ledger import FleetLedger
 
 PREFIX = "t"
 # One sensor per slot group, so that every master holds some.

@@ -68,18 +68,18 @@ def test_a_source_changed_since_compiling_stops_kqp_and_remove_brings_python_bac
                               text=True, timeout=60, stdin=subprocess.DEVNULL)
 
     assert check_config().returncode == 0
-    source = compiled / "kqp" / "quotas" / "sensor.py"
+    source = compiled / "kqp" / "quotas" / "rates" / "sensor.py"
     source.write_text(source.read_text() + "\n# changed after compiling\n")
-    assert hot_path.state(compiled).stale == ("kqp.quotas.sensor",)
+    assert hot_path.state(compiled).stale == ("kqp.quotas.rates.sensor",)
     refused = check_config()
     assert refused.returncode == 2
     [line] = refused.stderr.strip().splitlines()
-    assert "kqp.quotas.sensor" in line and "kqp compile" in line
+    assert "kqp.quotas.rates.sensor" in line and "kqp compile" in line
 
     gone = hot_path.remove(compiled)
     assert len(gone) == len(hot_path.HOT_PATH) + 2   # the modules, the group's library, the manifest
     assert hot_path.state(compiled).compiled == () and hot_path.refusal(compiled) is None
-    assert _file_of(compiled, "kqp.quotas.sensor").endswith("sensor.py")
+    assert _file_of(compiled, "kqp.quotas.rates.sensor").endswith("rates/sensor.py")
     assert check_config().returncode == 0
 
 

@@ -371,7 +371,7 @@ def test_upstream_anomalies_are_counted_by_kind() -> None:
 
 
 def test_observed_throttles_count_apart_and_observed_quotas_and_pools_are_marked() -> None:
-    from kqp.quotas.pool_spec import MemberSelector, PoolSpec
+    from kqp.quotas.pools.spec import MemberSelector, PoolSpec
 
     obs, clock = make()
     spec = EntitySpec(None, "metered")

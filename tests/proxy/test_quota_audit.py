@@ -18,9 +18,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kqp.proxy.observability.quota_audit import QuotaAudit, utc_stamp
-from kqp.proxy.runtime import quota_history
-from kqp.proxy.runtime.quota_history import history_path, read_history
-from kqp.proxy.runtime.quota_store import QuotaStore
+from kqp.proxy.runtime.state import history as quota_history
+from kqp.proxy.runtime.state.history import history_path, read_history
+from kqp.proxy.runtime.state.quota_store import QuotaStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, QuotaSettings
 

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from kqp.config.errors import ConfigError
-from kqp.proxy.runtime import quota_store
-from kqp.proxy.runtime.quota_store import CommitFailed, QuotaStore, read_state
+from kqp.proxy.runtime.state import quota_store
+from kqp.proxy.runtime.state.quota_store import CommitFailed, QuotaStore, read_state
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 

@@ -19,8 +19,8 @@ from helpers.tls import TlsFiles
 from kqp.config import parse_config
 from kqp.config.loader import load_config
 from kqp.proxy.runtime.cert_reload import ReloadingContext
-from kqp.proxy.runtime.quota_store import QuotaStore
 from kqp.proxy.runtime.reload import ConfigReloader
+from kqp.proxy.runtime.state.quota_store import QuotaStore
 from kqp.proxy.tls.contexts import server_context, watched_files
 from kqp.quotas.model import EntitySpec, QuotaSettings
 

@@ -22,10 +22,10 @@ import statistics
 import timeit
 from collections.abc import Callable
 
-from kqp.quotas.fleet import FleetLedger
+from kqp.quotas.fleet.ledger import FleetLedger
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import DEFAULT, QUOTA_TYPES, EntitySpec, Principal, QuotaSettings
-from kqp.quotas.pool_spec import MemberSelector, PoolSpec
+from kqp.quotas.pools.spec import MemberSelector, PoolSpec
 
 ROUNDS = 15
 CALLS = 20_000

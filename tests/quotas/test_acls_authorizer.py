@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from kqp.quotas.acl_layer import EMPTY, AclLayer, create, delete, in_force
-from kqp.quotas.acls import (
+from kqp.quotas.acls.admin_layer import EMPTY, AclLayer, create, delete, in_force
+from kqp.quotas.acls.authorizer import Authorizer, narrows
+from kqp.quotas.acls.bindings import (
     AclBinding,
     AclFilter,
     Operation,
@@ -17,7 +18,6 @@ from kqp.quotas.acls import (
     binding_problem,
     parse_enum,
 )
-from kqp.quotas.authorizer import Authorizer, narrows
 
 TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED

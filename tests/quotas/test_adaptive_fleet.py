@@ -13,8 +13,7 @@ import math
 
 import pytest
 
-from kqp.quotas.adaptive import AdaptiveBudget, Reason
-from kqp.quotas.adaptive_fleet import (
+from kqp.quotas.pools.adaptive_fleet import (
     AdaptiveRequest,
     AdaptiveStore,
     BudgetExchange,
@@ -25,7 +24,8 @@ from kqp.quotas.adaptive_fleet import (
     decode_report,
     encode_report,
 )
-from kqp.quotas.upstream_signals import LatencyHistogram, WindowSignals
+from kqp.quotas.pools.adaptive_law import AdaptiveBudget, Reason
+from kqp.quotas.pools.upstream_signals import LatencyHistogram, WindowSignals
 
 W, GRACE, KEEP = 0.2, 2, 20
 CEILING, FLOOR, TARGET = 10_000_000.0, 100_000.0, 0.1

@@ -1,7 +1,7 @@
 """The adaptive budget's control law, window by window, with its arithmetic in the comments.
 
 Every law here has ceiling 10 MB/s, floor 100 kB/s and target 100 ms, and is updated every 0.2 s.
-Latencies are reported as their histogram bucket's middle (upstream_signals.py): `shown(ms)`.
+Latencies are reported as their histogram bucket's middle (pools/upstream_signals.py): `shown(ms)`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from kqp.quotas.adaptive import AdaptiveBudget, BudgetChange, Reason, adaptive_floor
-from kqp.quotas.upstream_signals import LatencyHistogram, WindowSignals, bucket_of, bucket_value
+from kqp.quotas.pools.adaptive_law import AdaptiveBudget, BudgetChange, Reason, adaptive_floor
+from kqp.quotas.pools.upstream_signals import LatencyHistogram, WindowSignals, bucket_of, bucket_value
 
 CEILING, FLOOR, TARGET, W = 10_000_000.0, 100_000.0, 0.1, 0.2
 FLAT_OUT = CEILING   # demand of members that want everything

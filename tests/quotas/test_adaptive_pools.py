@@ -1,4 +1,4 @@
-"""Adaptive pools in the quota manager (adaptive_pools.py): the law wired to a pool's ledger.
+"""Adaptive pools in the quota manager (pools/adaptive.py): the law wired to a pool's ledger.
 
 Unless a test says otherwise: issue 22's pool (ingest, producer_byte_rate ceiling C = 10 MB/s,
 `adaptive: {target_latency_ms: 100}`; members job-a- (weight 3), job-b-, job-c-), windows of
@@ -15,11 +15,11 @@ import pytest
 from helpers.pool_config import issue_pool
 
 from kqp.config import quota_settings_from
-from kqp.quotas.adaptive import Reason
-from kqp.quotas.adaptive_pools import AdaptivePool
 from kqp.quotas.manager import QuotaManager, combine
 from kqp.quotas.model import ChargeKind, Principal, QuotaKey, QuotaType
-from kqp.quotas.pool_ledger import PoolLedger
+from kqp.quotas.pools.adaptive import AdaptivePool
+from kqp.quotas.pools.adaptive_law import Reason
+from kqp.quotas.pools.ledger import PoolLedger
 
 C = 10_000_000.0
 FLOOR = C / 100

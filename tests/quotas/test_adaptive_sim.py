@@ -110,7 +110,7 @@ def test_kafkas_sampled_rate_keeps_bursts_no_budget_removes() -> None:
 
 def test_two_kqp_processes_hold_one_budget_with_the_same_figures() -> None:
     # Each job behind its own kqp process; the law runs once for the fleet through the store
-    # (adaptive_fleet.py), every process holding its job to half of its replica's budget.
+    # (pools/adaptive_fleet.py), every process holding its job to half of its replica's budget.
     run = simulate(replace(BASE, fleet=True))
     disagreements = [(max(b) - min(b)) / max(b) for b in run.replicas]
     # A window's new state reaches each process at its own next exchange (100 ms apart at most)

@@ -1,4 +1,4 @@
-"""The pool allocator (quotas/allocation.py): weighted max-min over demand, with min/max shares.
+"""The pool allocator (quotas/pools/allocation.py): weighted max-min over demand, with min/max shares.
 
 Worked examples first, with the arithmetic in comments, on the issue's pool (B = 300 kB/s, job-a-
 weight 3, job-b- and job-c- weight 1); then the invariants of weighted max-min, checked with
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kqp.quotas.allocation import INFINITE, Claim, allocate, fair_shares
+from kqp.quotas.pools.allocation import INFINITE, Claim, allocate, fair_shares
 
 B = 300_000.0
 INF = INFINITE

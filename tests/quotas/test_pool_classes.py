@@ -1,4 +1,4 @@
-"""Service classes in a pool (pool_ledger.py, pools.py): strict priority between classes, pre-emption
+"""Service classes in a pool (pools/ledger.py, pools/pool_set.py): strict priority between classes, pre-emption
 within the window, the way back when a class stops, cuts from the bottom, `max_share`, burst credit,
 reloads, and the fleet.
 
@@ -19,7 +19,7 @@ from helpers.pool_sim import Offer, simulate
 from kqp.config import quota_settings_from
 from kqp.quotas.manager import QuotaManager, combine
 from kqp.quotas.model import Principal, QuotaKey, QuotaType
-from kqp.quotas.pool_ledger import PoolLedger
+from kqp.quotas.pools.ledger import PoolLedger
 
 B = 400_000.0
 W = 0.2

@@ -1,4 +1,4 @@
-"""Capacity pools in the quota manager (pool_ledger.py, pools.py): membership, division, lending, the
+"""Capacity pools in the quota manager (pools/ledger.py, pools/pool_set.py): membership, division, lending, the
 reclaim, and the bound on the quotas during one; then the other quota types, topic pools, reload,
 expiry and the adaptive hook.
 
@@ -17,7 +17,7 @@ from helpers.pool_config import issue_pool
 from kqp.config import quota_settings_from
 from kqp.quotas.manager import QuotaManager, combine
 from kqp.quotas.model import Principal, QuotaKey, QuotaSettings, QuotaType
-from kqp.quotas.pool_ledger import PoolLedger
+from kqp.quotas.pools.ledger import PoolLedger
 
 B = 300_000.0
 PRODUCE = QuotaType.PRODUCER_BYTE_RATE

@@ -9,7 +9,7 @@ import pytest
 
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import SAMPLED, TOKEN_BUCKET, EntitySpec, Principal, QuotaKey, QuotaSettings
-from kqp.quotas.throttle import throttle_ms
+from kqp.quotas.rates.throttle import throttle_ms
 
 ALICE = Principal("alice", "app")
 ALICE_ENTITY = EntitySpec("alice", None)

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from kqp.quotas.fleet import FleetLedger, SensorTotals, SyncReply, sensor_name
-from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.fleet.ledger import FleetLedger, SensorTotals, SyncReply, sensor_name
+from kqp.quotas.fleet.store import FleetStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings
 

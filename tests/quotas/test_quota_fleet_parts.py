@@ -2,7 +2,7 @@
 
 Each part is a `FleetStore` (the spec) holding some of the sensors, with its own epoch; an
 exchange goes to every part and the answers are joined, each sensor's totals carrying its part's
-epoch, exactly as proxy/runtime/fleet_redis_cluster.py joins its slot groups' answers. A part can
+epoch, exactly as proxy/runtime/fleet/redis_cluster.py joins its slot groups' answers. A part can
 lose its data on its own, and can fail while the others answer. Windows are 1 s x 11, the store's
 clock is the processes' (offset 0), and the usage numbers are bytes.
 """
@@ -13,8 +13,8 @@ import dataclasses
 
 import pytest
 
-from kqp.quotas.fleet import FleetLedger, SensorTotals, SyncReply, SyncRequest
-from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.fleet.ledger import FleetLedger, SensorTotals, SyncReply, SyncRequest
+from kqp.quotas.fleet.store import FleetStore
 
 S1, S2 = "producer_byte_rate::one", "producer_byte_rate::two"   # S1 in part 0 (home), S2 in part 1
 PART = {S1: 0, S2: 1}

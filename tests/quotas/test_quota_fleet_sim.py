@@ -51,7 +51,7 @@ def test_during_an_outage_each_process_takes_its_share() -> None:
 @pytest.mark.parametrize(("processes", "window_size"), [(1, 0.2), (3, 0.2), (10, 1.0)])
 def test_cluster_scope_token_bucket_holds_the_fleet_without_echo_bursts(processes: int, window_size: float) -> None:
     # Each process keeps a replica of the bucket, debited with the others' usage per exchange
-    # (fleet.py): the fleet is held to Q, and no second carries more than ~1.3 Q (measured 1.09-1.31)
+    # (fleet/ledger.py): the fleet is held to Q, and no second carries more than ~1.3 Q (measured 1.09-1.31)
     # where the sampled rate's seconds reach 2-9 Q in the same runs.
     seconds = 150 * window_size
     run = simulate(processes, Q, seconds, sync_interval=0.1, window_size=window_size, algorithm="token_bucket")
@@ -61,7 +61,7 @@ def test_cluster_scope_token_bucket_holds_the_fleet_without_echo_bursts(processe
 
 def test_a_late_joiner_does_not_bring_its_own_first_burst() -> None:
     # Two processes hold the quota; at 20 s a client starts on the third. Before its process has
-    # exchanged the sensor it counts the two others as using it as much as itself (fleet.py), and
+    # exchanged the sensor it counts the two others as using it as much as itself (fleet/ledger.py), and
     # is muted at most until that exchange: the span around the join carries 1.39 Q. Counting
     # nobody, the newcomer passed a whole first burst on top of the fleet's quota: 2.14 Q.
     run = simulate(3, Q, 40, sync_interval=0.1, starts=[0, 0, 20])

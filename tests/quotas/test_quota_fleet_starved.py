@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from kqp.quotas.fleet import FleetLedger, SensorTotals, SyncReply
-from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.fleet.ledger import FleetLedger, SensorTotals, SyncReply
+from kqp.quotas.fleet.store import FleetStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
 

@@ -399,7 +399,7 @@ def test_switching_mode_keeps_the_measurement_and_says_so() -> None:
 
 
 def test_an_observed_pool_still_divides_and_charges_its_throttles_are_observed() -> None:
-    from kqp.quotas.pool_spec import MemberSelector, PoolSpec
+    from kqp.quotas.pools.spec import MemberSelector, PoolSpec
 
     pool = PoolSpec("ingest", {"consumer_byte_rate": 1000.0}, (MemberSelector(user="alice"),), mode="observe")
     m = QuotaManager(QuotaSettings(pools=(pool,)), now=0.0)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 
 from kqp.config import quota_settings_from
-from kqp.quotas.fleet import FleetLedger
-from kqp.quotas.fleet_store import FleetStore
+from kqp.quotas.fleet.ledger import FleetLedger
+from kqp.quotas.fleet.store import FleetStore
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaKey, QuotaSettings, QuotaType
-from kqp.quotas.throttle import Violation, largest
+from kqp.quotas.rates.throttle import Violation, largest
 
 P, Q = Principal("ANONYMOUS", "job"), Principal("ANONYMOUS", "other")
 T = 1000.0

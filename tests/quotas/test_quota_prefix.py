@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from kqp.quotas.entities import resolutions, resolve, resolve_key, sharing
-from kqp.quotas.fleet import sensor_name
+from kqp.quotas.fleet.ledger import sensor_name
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import DEFAULT, EntitySpec, Principal, QuotaKey, QuotaSettings
 

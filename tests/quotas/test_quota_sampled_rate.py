@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kqp.quotas.sampled_rate import SampledRate
+from kqp.quotas.rates.sampled_rate import SampledRate
 
 
 def rate() -> SampledRate:

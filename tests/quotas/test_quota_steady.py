@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from kqp.config import quota_settings_from
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import SAMPLED, STEADY, TOKEN_BUCKET, EntitySpec, Principal, QuotaSettings
-from kqp.quotas.sensor import QuotaSensor
-from kqp.quotas.throttle import combine
+from kqp.quotas.rates.sensor import QuotaSensor
+from kqp.quotas.rates.throttle import combine
 
 T = 1000.0
 P = Principal("ANONYMOUS", "job")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kqp.quotas.model import Principal, QuotaKey, QuotaType
-from kqp.quotas.throttle import (
+from kqp.quotas.rates.throttle import (
     CAPPED_TYPES,
     INT32_MAX,
     Throttle,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kqp.quotas.token_bucket import TokenBucket
+from kqp.quotas.rates.token_bucket import TokenBucket
 
 
 def kip599_bucket() -> TokenBucket:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kqp.quotas.upstream_signals import (
+from kqp.quotas.pools.upstream_signals import (
     MAX_BUCKET,
     LatencyHistogram,
     SignalCollector,

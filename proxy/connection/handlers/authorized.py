@@ -1,7 +1,7 @@
 """Authorization as the first step of planning a request, and the ACL admin API kqp answers.
 
 With `authorization` on, the registry puts every API's handler behind `Authorized`: the request is
-authorized first (`kqp.proxy.policies.authorization`), then planned by its own handler as if it
+authorized first (`kqp.proxy.policies.authorization.checks`), then planned by its own handler as if it
 had come as forwarded: allowed, as it came; refused in part, the rest (charged as the whole
 request, as a broker charges it); and the response side puts the refused back into the answer
 after the handler's own reading of it (`Rewriting`). Refused whole, kqp answers and nothing goes; a
@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kqp.protocol.parts import joined, with_body
-from kqp.proxy.policies.acl_admin import AclAdmin
-from kqp.proxy.policies.authorization import ALLOWED, RequestAuthorization
+from kqp.proxy.policies.authorization.acl_admin import AclAdmin
+from kqp.proxy.policies.authorization.checks import ALLOWED, RequestAuthorization
 
 from ..events import Parts
-from ..plans import AS_IS, LOOK_UP, Flight, Handler, Hold, Plan, Replier, Reply, Request
+from ..plans import AS_IS, LOOK_UP, Deferred, Flight, Handler, Plan, Replier, Reply, Request
 from ..settings import CoreSettings
 
 __all__ = ["Authorized", "CreateAclsHandler", "DeleteAclsHandler", "DescribeAclsHandler", "Rewriting"]
@@ -55,7 +55,7 @@ class Authorized(Handler):
         self.inner, self.authorization = inner, authorization
         self.before_authentication = inner.before_authentication
 
-    def plan(self, req: Request) -> Plan | Hold:
+    def plan(self, req: Request) -> Plan | Deferred:
         hdr = req.hdr
         verdict = self.authorization.check(hdr, req.head, req.frame, f"User:{req.principal.user}", req.host,
                                            req.looked_up, req.node)

@@ -35,7 +35,7 @@ from kqp.protocol.topic_bytes import TopicBytes, fetch_response_topics, share_fe
 from kqp.protocol.walker import Buffer
 from kqp.proxy.policies.topic_metadata import TopicMetadata
 from kqp.quotas.model import ChargeKind, QuotaType
-from kqp.quotas.upstream_signals import counts_as_latency
+from kqp.quotas.pools.upstream_signals import counts_as_latency
 
 from ..charging import Charging
 from ..events import Parts
@@ -95,7 +95,7 @@ class FetchReply(Replier):
             return Reply(frame, fetched=usage)
         if reading is None:
             reading = self.api.topics(flight.api_version, frame, body_offset)
-        latency = now - flight.sent_at if counts_as_latency(True, reading.records_bytes, reading.more) else None
+        latency = now - flight.read_at if counts_as_latency(True, reading.records_bytes, reading.more) else None
         return Reply(frame, fetched=usage, signals=Signals(latency, reading.throttle_ms))
 
     def withheld(self, flight: Flight, frame: Parts, body_offset: int, throttle_ms: int,

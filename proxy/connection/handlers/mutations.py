@@ -14,7 +14,7 @@ from kqp.protocol.parts import joined
 from kqp.proxy.policies.mutation_gate import MutationGate, MutationKind, MutationPlan, Rewrite
 
 from ..events import Parts
-from ..plans import AS_IS, LOOK_UP, PASS, Flight, Handler, Hold, Plan, Replier, Reply, Request
+from ..plans import AS_IS, LOOK_UP, PASS, Deferred, Flight, Handler, Plan, Replier, Reply, Request
 
 __all__ = ["MetadataHandler", "MutationHandler"]
 
@@ -32,7 +32,7 @@ class Rewritten(Replier):
         return Reply((whole,), mutations=settled)
 
 
-def _plan(gated: MutationPlan, request: memoryview) -> Plan | Hold:
+def _plan(gated: MutationPlan, request: memoryview) -> Plan | Deferred:
     if gated.needs_lookup:
         return LOOK_UP
     if gated.answer is not None:
@@ -47,7 +47,7 @@ class MutationHandler(Handler):
     def __init__(self, gate: MutationGate, kind: MutationKind) -> None:
         self.gate, self.kind = gate, kind
 
-    def plan(self, req: Request) -> Plan | Hold:
+    def plan(self, req: Request) -> Plan | Deferred:
         request = joined(req.frame)
         return _plan(self.gate.plan(self.kind, req.principal, req.hdr, request, req.now, req.looked_up), request)
 
@@ -56,6 +56,6 @@ class MetadataHandler(Handler):
     def __init__(self, gate: MutationGate) -> None:
         self.gate = gate
 
-    def plan(self, req: Request) -> Plan | Hold:
+    def plan(self, req: Request) -> Plan | Deferred:
         request = joined(req.frame)
         return _plan(self.gate.metadata(req.principal, req.hdr, request, req.now, req.looked_up), request)

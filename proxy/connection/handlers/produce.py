@@ -19,7 +19,7 @@ from kqp.quotas.model import ChargeKind, QuotaType
 
 from ..charging import Charging
 from ..events import Parts
-from ..plans import LOOK_UP, Flight, Handler, Hold, Plan, Replier, Reply, Request, Signals, Usage
+from ..plans import LOOK_UP, Deferred, Flight, Handler, Plan, Replier, Reply, Request, Signals, Usage
 from .pooled import topic_sizes
 
 __all__ = ["ProduceHandler"]
@@ -34,7 +34,7 @@ class WatchedProduce(Replier):
 
     def reply(self, flight: Flight, frame: Parts, body_offset: int, now: float) -> Reply:
         signals = produce_response_signals(flight.api_version, frame, body_offset)
-        return Reply(frame, signals=Signals(now - flight.sent_at, signals.throttle_ms, signals.timeouts))
+        return Reply(frame, signals=Signals(now - flight.read_at, signals.throttle_ms, signals.timeouts))
 
 
 WATCHED = WatchedProduce()
@@ -46,7 +46,7 @@ class ProduceHandler(Handler):
         self.pools = charging.pools
         self.topics = TopicMetadata() if topics is None else topics   # ids -> names (Produce v13)
 
-    def plan(self, req: Request) -> Plan | Hold:
+    def plan(self, req: Request) -> Plan | Deferred:
         hdr, frame, size, principal = req.hdr, req.frame, req.size, req.principal
         if self.charging.produce_needs_counts(principal):
             counts = produce_request_counts_parts(hdr.api_version, frame, hdr.body_offset)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from kqp.protocol.apis import API_NAMES, ApiKey
-from kqp.proxy.policies.acl_admin import ACL_APIS, AclAdmin
-from kqp.proxy.policies.authorization import RequestAuthorization
+from kqp.proxy.policies.authorization.acl_admin import ACL_APIS, AclAdmin
+from kqp.proxy.policies.authorization.checks import RequestAuthorization
 from kqp.proxy.policies.mutation_gate import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, MutationGate
 from kqp.proxy.policies.quota_admin import ADMIN_APIS, QuotaAdmin
 
