@@ -27,7 +27,6 @@ from .plans import Flight, Reply, Signals, Usage
 
 __all__ = ["Charging"]
 
-MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 PRODUCED, FETCHED = QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE   # what topic pools budget
 PERMISSIVE, REJECTED, SETTLE = MutationRule.PERMISSIVE, MutationRule.REJECTED, MutationRule.SETTLE
 
@@ -54,10 +53,6 @@ class Charging:
 
     def fetch_needs_counts(self, principal: Principal) -> bool:
         return self.observer.wants_records or self.quotas.counts_fetch_records(principal)
-
-    def mutation_tokens(self, principal: Principal, now: float) -> float | None:
-        """The mutation bucket's tokens, spending none (the gate foresees a strict admission)."""
-        return self.quotas.mutation_tokens(principal, now)
 
     # -- the request and its reply -------------------------------------------------------------
     def charge_request(self, flight: Flight, now: float) -> list[Violation]:
