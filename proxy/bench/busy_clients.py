@@ -54,7 +54,7 @@ class _Tally:
     errors: list[str] = field(default_factory=list)
 
 
-def _produce_frame(topic: str, partition: int, client_id: str, records: int, record_bytes: int) -> bytearray:
+def produce_frame(topic: str, partition: int, client_id: str, records: int, record_bytes: int) -> bytearray:
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
     for i in range(records):
         builder.append(timestamp=None, key=None, value=bytes([65 + i % 26]) * record_bytes, headers=[])
@@ -78,7 +78,7 @@ def _fetch_frame(topic: str, partition: int, client_id: str, max_bytes: int) -> 
     return frame, bytes(frame).index(_I64.pack(marker))
 
 
-async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytearray,
+async def call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytearray,
                 correlation_id: int, reply_timeout: float) -> bytes:
     _I32.pack_into(frame, _CORRELATION_AT, correlation_id)
     writer.write(frame)
@@ -89,7 +89,7 @@ async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fram
     return body[4:]
 
 
-def _produced_offset(body: bytes) -> int:
+def produced_offset(body: bytes) -> int:
     (partition,) = ProduceResponse.decode(body, version=_PRODUCE_V).responses[0].partition_responses
     if partition.error_code:
         raise RuntimeError(f"Produce answered error code {partition.error_code}")
@@ -125,7 +125,7 @@ async def _client(index: int, load: _Load, tally: _Tally, gate: asyncio.Semaphor
         finally:
             gate.release()
         tally.connected += 1
-        produce = _produce_frame(load.topic, partition, client_id, load.records, load.record_bytes)
+        produce = produce_frame(load.topic, partition, client_id, load.records, load.record_bytes)
         fetch, offset_at = _fetch_frame(load.topic, partition, client_id, 4 * len(produce))
         loop = asyncio.get_running_loop()
         next_at = loop.time() + load.interval * (index % 97) / 97
@@ -133,17 +133,17 @@ async def _client(index: int, load: _Load, tally: _Tally, gate: asyncio.Semaphor
         while next_at < load.until:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             correlation_id += 1
-            offset = _produced_offset(await _call(reader, writer, produce, correlation_id, reply_timeout))
+            offset = produced_offset(await call(reader, writer, produce, correlation_id, reply_timeout))
             tally.produced += 1
             _I64.pack_into(fetch, offset_at, offset)
             correlation_id += 1
-            body = await _call(reader, writer, fetch, correlation_id, reply_timeout)
+            body = await call(reader, writer, fetch, correlation_id, reply_timeout)
             tally.fetched += 1
             if not _fetched(body, offset, last_try=False):   # once more, a moment later, before it is an error
                 tally.not_yet_visible += 1
                 await asyncio.sleep(0.2)
                 correlation_id += 1
-                _fetched(await _call(reader, writer, fetch, correlation_id, reply_timeout), offset)
+                _fetched(await call(reader, writer, fetch, correlation_id, reply_timeout), offset)
             tally.bytes_moved += len(produce) + len(body)
             # A client that fell behind (a loaded machine) goes on at once, never in a catch-up burst,
             # and stops at `until` like the others: the rate achieved is what is reported.

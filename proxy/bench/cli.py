@@ -40,7 +40,7 @@ LONG = Plan(rounds=5, produce_seconds=8.0, consume_megabytes=250, latency_second
             connections=1000, hold_seconds=4.0, throttle_bytes_s=10e6, entities=10_000)
 BASE_WORKLOADS = ["produce", "consume", "latency", "connections"]
 # The Spark-like load and the light load, where the goals set kqp beside the relay: run by these.
-SPARK_WORKLOADS = ["spark-produce", "spark-consume", "light"]
+SPARK_WORKLOADS = ["spark-produce", "spark-consume", "spark-assign", "light", "churn", "churn-repeat"]
 SPARK_REFERENCES = ("direct", "relay", "kqp", "kqp-metrics-quotas")
 PROFILED_REFERENCES = ("kqp", "kqp-metrics-quotas")   # `--profile`: each of these that was run
 # Memory per quota entity matters where entities are tracked: kqp with and without quotas.

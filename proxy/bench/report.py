@@ -27,9 +27,12 @@ METRICS: dict[str, tuple[str, ...]] = {
     "produce-inflight5": ("mb_s", "records_s", "cpu_s_per_gb", "errors", "avg_request_kb", "rtt_avg_ms"),
     "entities": ("requests", "errors", "rss_growth_mb", "rss_bytes_per_entity"),
     "busy": ("connected", "errors", "requests_s", "mb_s", "rss_mb", "proxy_cpu_percent"),
-    "spark-produce": ("mb_s", "records_s", "cpu_s_per_gb", "setup_cpu_s", "errors"),
-    "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "setup_cpu_s", "errors", "lost", "duplicates", "rebalances",
-                      "redelivered"),
+    "spark-produce": ("mb_s", "records_s", "cpu_s_per_gb", "cpu_s_per_gb_whole", "setup_cpu_s", "errors"),
+    "spark-consume": ("mb_s", "records_s", "cpu_s_per_gb", "cpu_s_per_gb_whole", "setup_cpu_s", "errors", "lost",
+                      "duplicates", "rebalances", "redelivered"),
+    "spark-assign": ("mb_s", "cpu_s_per_gb", "cpu_s_per_gb_whole", "errors", "lost", "duplicates", "tasks"),
+    "churn": ("connections_s", "cpu_us_per_connection", "life_p50_ms", "life_p99_ms", "errors"),
+    "churn-repeat": ("connections_s", "cpu_us_per_connection", "life_p50_ms", "life_p99_ms", "errors"),
     "light": ("p50_ms", "p99_ms", "requests_s", "errors"),
     "idle": ("connected", "errors", "rss_mb", "rss_per_connection_kb"),
     "classes": ("stream_delivered_ratio", "stream_p50_ms", "stream_p99_ms", "batch_share_of_c", "batch_split_min",
@@ -65,8 +68,12 @@ BASELINE_METRICS = (("produce", "cpu_s_per_gb"), ("consume", "cpu_s_per_gb"), ("
                     ("consume", "mb_s"), ("latency", "p50_ms"), ("latency", "p99_ms"))
 # CPU per GB is compared with the relay for every proxy measured (each kqp setup, tansu proxy):
 # the relay is what moving the bytes through one more Python process costs at the least.
-CPU_WORKLOADS = ("produce", "consume", "spark-produce", "spark-consume")
+CPU_WORKLOADS = ("produce", "consume", "spark-produce", "spark-consume", "spark-assign")
 CPU_BASELINE = "relay"
+# ... and over a whole run, set-up included (what a Spark job pays), and per connection opened and closed.
+WHOLE_RUN = (("spark-produce", "cpu_s_per_gb_whole"), ("spark-consume", "cpu_s_per_gb_whole"),
+             ("spark-assign", "cpu_s_per_gb_whole"), ("churn", "cpu_us_per_connection"),
+             ("churn-repeat", "cpu_us_per_connection"))
 
 
 Series = dict[tuple[str, str, str], dict[int, float]]  # (reference, workload, metric) -> round -> value
@@ -137,8 +144,9 @@ def ratios(measurements: list[dict[str, Any]], summary: dict[str, dict[str, dict
                   ("produce-parallel kqp/direct", ("kqp", *parallel), ("direct", *parallel)),
                   (f"produce-parallel {workers_ref}/direct", (workers_ref, *parallel), ("direct", *parallel))]
     for ref in _cpu_compared(values):
-        pairs += [(f"{workload} cpu_s_per_gb {ref}/{CPU_BASELINE}", (ref, workload, "cpu_s_per_gb"),
-                   (CPU_BASELINE, workload, "cpu_s_per_gb")) for workload in CPU_WORKLOADS]
+        pairs += [(f"{workload} {metric} {ref}/{CPU_BASELINE}", (ref, workload, metric),
+                   (CPU_BASELINE, workload, metric))
+                  for workload, metric in (*((w, "cpu_s_per_gb") for w in CPU_WORKLOADS), *WHOLE_RUN)]
     found: dict[str, float] = {}
     for label, num, den in pairs:
         ratio = _paired(values, num, den, "/")
@@ -155,24 +163,26 @@ def ratios(measurements: list[dict[str, Any]], summary: dict[str, dict[str, dict
 def _cpu_compared(values: Series) -> list[str]:
     """References with a CPU figure to set beside the baseline's, in the order they were measured."""
     refs = dict.fromkeys(ref for ref, workload, metric in values
-                         if metric == "cpu_s_per_gb" and workload in CPU_WORKLOADS)
+                         if (metric == "cpu_s_per_gb" and workload in CPU_WORKLOADS) or (workload, metric) in WHOLE_RUN)
     return [ref for ref in refs if ref != CPU_BASELINE]
 
 
-def cpu_table(results: dict[str, Any]) -> list[str]:
-    """CPU s/GB of every reference side by side, each with its paired ratio to the relay's."""
+def cpu_table(results: dict[str, Any], title: str = "CPU s/GB",
+              columns: Sequence[tuple[str, str]] = tuple((w, "cpu_s_per_gb") for w in CPU_WORKLOADS)) -> list[str]:
+    """CPU s/GB (or what `columns` name: (workload, metric) pairs) of every reference side by side, each
+    with its paired ratio to the relay's."""
     summary, found = results["summary"], results["ratios"]
     names = [name for name in results["references"]
-             if any("cpu_s_per_gb" in summary.get(name, {}).get(w, {}) for w in CPU_WORKLOADS)]
+             if any(m in summary.get(name, {}).get(w, {}) for w, m in columns)]
     if not names:
         return []
-    measured = [w for w in CPU_WORKLOADS if any("cpu_s_per_gb" in summary[name].get(w, {}) for name in names)]
-    rows = [["CPU s/GB", *measured]]
+    measured = [(w, m) for w, m in columns if any(m in summary[name].get(w, {}) for name in names)]
+    rows = [[title, *(w for w, _ in measured)]]
     for name in names:
         row = [name]
-        for workload in measured:
-            text = _cell(summary[name].get(workload, {}).get("cpu_s_per_gb"))
-            ratio = found.get(f"{workload} cpu_s_per_gb {name}/{CPU_BASELINE}")
+        for workload, metric in measured:
+            text = _cell(summary[name].get(workload, {}).get(metric))
+            ratio = found.get(f"{workload} {metric} {name}/{CPU_BASELINE}")
             row.append(text if ratio is None else f"{text} ({ratio:.2f}x {CPU_BASELINE})")
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -208,6 +218,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("read MB/s", "spark-consume", "mb_s"),
     ("lost", "spark-consume", "lost"),
     ("dups", "spark-consume", "duplicates"),
+    ("assign MB/s", "spark-assign", "mb_s"),
+    ("assign lost", "spark-assign", "lost"),
+    ("assign dups", "spark-assign", "duplicates"),
+    ("churn conn/s", "churn", "connections_s"),
+    ("churn errs", "churn", "errors"),
     ("light p50", "light", "p50_ms"),
     ("light p99", "light", "p99_ms"),
     ("p99-relay", "light", "over_relay_p99_ms"),
@@ -248,6 +263,11 @@ def table(results: dict[str, Any]) -> str:
         lines.extend(cpu)
         lines.append(f"(the proxy's CPU per GB moved, median; in brackets its ratio to the {CPU_BASELINE}'s, "
                      "paired by round)")
+    whole = cpu_table(results, "whole run", WHOLE_RUN)
+    if whole:
+        lines.append("")
+        lines.extend(whole)
+        lines.append("(set-up included: CPU s/GB over the whole run, us of CPU per connection for churn)")
     if results["ratios"]:
         lines.append("ratios:")
         width = max(map(len, results["ratios"]))

@@ -27,15 +27,18 @@ from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
 
-from . import busy_clients, idle_clients, proc_stats, spark_like, workloads
+from . import busy_clients, churn_clients, idle_clients, proc_stats, spark_like, workloads
 from .processes import StartError
 from .references import BROKER, Cell, CellSettings, Reference, open_cell
 
 TOPICS = {"bench-produce": 3, "bench-consume": 3, "bench-latency": 1, "bench-busy": 3, "bench-spark": 8,
-          "bench-light": 1, "bench-classes": 1}
+          "bench-light": 1, "bench-classes": 1, "bench-churn": 1}
 # The Spark-like load: 16 executors' producers (two client processes of 8), then 4 readers in one
 # group (two client processes of 2 threads).
 SPARK_PRODUCERS, SPARK_READERS, CLIENT_PROCESSES = 16, 4, 2
+# Spark's Kafka source: each of the 8 partitions read as 2 offset ranges, a task each, 4 at a time per process.
+SPARK_SPLITS, SPARK_TASKS = 2, 4
+CHURN_PARALLEL = 4   # churn: connections open at once
 LIGHT_RATE = 200.0   # records a second, the light-load workload
 # The Java producer's defaults (librdkafka's in-flight limit is 1000000, its batches 1 MB here):
 # small requests, 5 in flight per connection, where pipelining matters and kqp's one request at a
@@ -55,6 +58,11 @@ WORKLOADS = {
                      "acks=all, 8 partitions",
     "spark-consume": "4 consumers in one group read back everything spark-produce wrote; every acknowledged "
                      "record must be read exactly once",
+    "spark-assign": "Spark's Kafka source over what spark-produce wrote: 16 offset ranges, a task each, 4 at a "
+                    "time per client process, each a consumer with a new client id assign()ed its range",
+    "churn": "connections one after another, 4 at a time: ApiVersions, one Produce (acks=1), close; a new client "
+             "id each: the proxy's CPU per connection",
+    "churn-repeat": "churn with one client id for every connection",
     "light": "about 200 records/s of 1 KB (linger 0, acks=all), sent without waiting; per-record latency",
     "idle": "10,000 connections held open after one ApiVersions and Metadata each: memory per idle connection",
     "classes": "a stream at 100 kB/s and four batch producers flat out in one adaptive pool on a broker saturated "
@@ -151,6 +159,7 @@ class Runner:
                         self._record(round_no, ref, name, metrics=metrics)
                     except Exception as exc:
                         self._record(round_no, ref, name, error=f"{type(exc).__name__}: {exc}")
+                self._acked.pop(id(cell), None)
         except StartError as exc:
             if exc.server != BROKER:
                 # Tried again next round (kqp under development may be broken for a moment);
@@ -238,6 +247,7 @@ class Runner:
                     metrics = getattr(self, "_" + workload)(cell, -1)
             finally:
                 self._profile_to = None
+                self._acked.pop(id(cell), None)
         self.log(f"  {ref.name:14} {workload + ' (py-spy)':16} {_brief(metrics)}")
         return metrics
 
@@ -289,17 +299,20 @@ class Runner:
         metrics.update(_cpu_per_gb(cpu, metrics["bytes_moved"], results))
         return metrics
 
-    def _spark_consume(self, cell: Cell, _round: int) -> dict[str, Any]:
-        produced = self._acked.pop(id(cell), None)
+    def _produced(self, cell: Cell, workload: str) -> tuple[array[int], array[int], dict[int, int]]:
+        """What spark-produce had acknowledged in this cell (ids, their positions) and where reading ends."""
+        produced = self._acked.get(id(cell))
         if produced is None:
-            raise RuntimeError("spark-consume reads what spark-produce wrote in the same cell: run both")
+            raise RuntimeError(f"{workload} reads what spark-produce wrote in the same cell: run both")
         acked_ids, acked_at, acked_ends = produced
-        acked = array("Q", acked_ids)
         (ends,) = self._call(spark_like.end_offsets, cell.upstream, "bench-spark", TOPICS["bench-spark"],
                              cell.upstream_conf, timeout=60)
         # Up to what was acknowledged, not only to what ListOffsets answers: twice under the full
         # suite's load, the 15 acknowledged records of one batch went unread, the group done short of them.
-        ends = spark_like.reading_ends(ends, acked_ends)
+        return array("Q", acked_ids), array("Q", acked_at), spark_like.reading_ends(ends, acked_ends)
+
+    def _spark_consume(self, cell: Cell, _round: int) -> dict[str, Any]:
+        acked, acked_at, ends = self._produced(cell, "spark-consume")
         self._call(spark_like.start_group, cell.upstream, "bench-spark", "spark-readers", TOPICS["bench-spark"],
                    cell.upstream_conf, timeout=60)
         each = SPARK_READERS // CLIENT_PROCESSES
@@ -319,7 +332,33 @@ class Runner:
                    "errors": sum(r["errors"] for r in results), "rebalances": sum(r["rebalances"] for r in results),
                    "redelivered": redelivered, **exactly_once(acked, taken)}
         if metrics["lost"]:
-            metrics.update(self._lost(cell, acked, array("Q", acked_at), positions, ids, taken))
+            metrics.update(self._lost(cell, acked, acked_at, positions, ids, taken))
+        metrics.update(_cpu_per_gb(cpu, moved, results))
+        return metrics
+
+    def _spark_assign(self, cell: Cell, round_no: int) -> dict[str, Any]:
+        """Spark's Kafka source over what spark-produce wrote: a task per offset range, each a consumer of
+        its own with a new client id, `assign()`ed; over the whole run, its set-up included."""
+        acked, acked_at, ends = self._produced(cell, "spark-assign")
+        ranges = spark_like.offset_ranges(ends, SPARK_SPLITS)
+        query = f"q{round_no}-{random.getrandbits(32):08x}"
+        timeout = 120 + self.plan.produce_seconds * 4
+        jobs = [(spark_like.spark_assign, cell.bootstrap, "bench-spark", ranges[n::CLIENT_PROCESSES], f"{query}-{n}",
+                 SPARK_TASKS, timeout, cell.client_conf) for n in range(CLIENT_PROCESSES)]
+        results, cpu = self._sampled(cell, jobs, timeout=timeout + 30)
+        positions, ids = array("Q"), array("Q")
+        for result in results:
+            positions.frombytes(result.pop("positions"))
+            ids.frombytes(result.pop("ids"))
+        taken, reread = spark_like.distinct_reads(positions, ids)
+        seconds = max(r["last"] for r in results) - min(r["first"] for r in results)
+        moved = sum(r["bytes_moved"] for r in results)
+        metrics = {"seconds": seconds, "records": len(taken), "mb_s": moved / max(seconds, 1e-9) / 1e6,
+                   "bytes_moved": moved, "tasks": len(ranges), "errors": sum(r["errors"] for r in results),
+                   **exactly_once(acked, taken)}
+        metrics["duplicates"] += reread   # no group: a position read twice is a range read twice
+        if metrics["lost"]:
+            metrics.update(self._lost(cell, acked, acked_at, positions, ids, taken))
         metrics.update(_cpu_per_gb(cpu, moved, results))
         return metrics
 
@@ -337,6 +376,19 @@ class Runner:
                  f"read holding others {read_over}; ids the upstream holds there {probed['ids'][:5]}")
         return {"lost_read_over": read_over,
                 "lost_in_log": sum(1 for p, i in zip(at, probed["ids"], strict=False) if i == wanted[p])}
+
+    def _churn(self, cell: Cell, _round: int, distinct: bool = True) -> dict[str, Any]:
+        """Connections opened, used once and closed, `CHURN_PARALLEL` at a time: the proxy's CPU per connection."""
+        seconds = self.plan.produce_seconds
+        job = (churn_clients.churn, cell.host, cell.port, "bench-churn", seconds, CHURN_PARALLEL, distinct)
+        (metrics,), cpu = self._sampled(cell, [job], timeout=seconds + 60)
+        if cpu is not None and metrics["connections"]:
+            metrics["proxy_cpu_seconds"] = cpu.whole
+            metrics["cpu_us_per_connection"] = cpu.whole / metrics["connections"] * 1e6
+        return metrics
+
+    def _churn_repeat(self, cell: Cell, round_no: int) -> dict[str, Any]:
+        return self._churn(cell, round_no, distinct=False)
 
     def _light(self, cell: Cell, _round: int) -> dict[str, Any]:
         plan = self.plan
@@ -458,7 +510,8 @@ def _combine(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _brief(metrics: dict[str, Any]) -> str:
-    keys = ("mb_s", "records_s", "requests_s", "p50_ms", "p99_ms", "cpu_s_per_gb", "setup_cpu_s", "proxy_cpu_percent",
+    keys = ("mb_s", "records_s", "requests_s", "connections_s", "p50_ms", "p99_ms", "cpu_s_per_gb",
+            "cpu_s_per_gb_whole", "cpu_us_per_connection", "setup_cpu_s", "proxy_cpu_percent",
             "connected", "stream_delivered_ratio", "stream_p99_ms", "batch_share_of_c", "batch_split_min",
             "batch_split_max", "recovery_s", "errors", "rss_mb", "rss_bytes_per_entity")
     parts = []

@@ -4,6 +4,7 @@ A Spark job's Kafka sink is many executors, each a producer with its own client 
 records in small batches over many partitions; its readers are a group reading them back. So:
 `spark_produce` runs several librdkafka producers in one client process (1 KB keyed records, 16 KiB
 batches, linger 5 ms, acks=all), `spark_consume` several members of one consumer group in threads,
+`spark_assign` what Spark's Kafka source does (a consumer per task, `assign()`ed one offset range),
 and `light_produce` a trickle (about 200 records/s, linger 0) whose per-record latency is the figure.
 
 Every record carries its id (producer index, sequence) as its key. The producers return the ids the
@@ -15,6 +16,7 @@ id was read, at exactly one position: an id missing was lost, an id at two posit
 
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 import time
@@ -234,6 +236,83 @@ def spark_consume(bootstrap: str, topic: str, group: str, ends: dict[int, int], 
     return {"first": opened, "last": closed, "window": (opened, closed), "bytes_moved": sum(m.bytes for m in readers),
             "errors": sum(m.errors for m in readers), "rebalances": sum(m.rebalances for m in readers),
             "positions": positions.tobytes(), "ids": ids.tobytes()}
+
+
+def offset_ranges(ends: dict[int, int], splits: int) -> list[tuple[int, int, int]]:
+    """Each partition's [0, end) cut into `splits` ranges of offsets, as Spark plans a batch read's
+    tasks (`minPartitions` above the partition count): (partition, from, until), empty ones left out."""
+    ranges = []
+    for partition, end in sorted(ends.items()):
+        cuts = [end * k // splits for k in range(splits + 1)]
+        ranges += [(partition, a, b) for a, b in itertools.pairwise(cuts) if b > a]
+    return ranges
+
+
+def spark_assign(bootstrap: str, topic: str, ranges: list[tuple[int, int, int]], query: str, tasks: int,
+                 timeout: float, conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """Spark's Kafka source reading `ranges` ((partition, from, until) each): one task per range, `tasks`
+    at a time (an executor's cores), each a consumer of its own that is `assign()`ed its partition at
+    `from` and reads to `until`, then closes. No group is joined, nothing committed; every consumer's
+    client id is new (`<query>-task-N`), as a new query's are. Reads come back as in `spark_consume`."""
+    base = {**QUIET, "bootstrap.servers": bootstrap, "group.id": f"spark-kafka-source-{query}-executor",
+            "enable.auto.commit": False, "socket.nagle.disable": True, **(conf or {})}
+    todo = list(enumerate(ranges))
+    lock = threading.Lock()
+    positions, ids = array("Q"), array("Q")
+    tally = {"bytes": 0, "errors": 0, "first": 0.0, "last": 0.0}
+    failures: list[BaseException] = []
+    deadline = time.monotonic() + timeout
+
+    def task(index: int, partition: int, start: int, until: int) -> None:
+        consumer = Consumer({**base, "client.id": f"{query}-task-{index}"})
+        mine_at, mine_ids, size, errors = array("Q"), array("Q"), 0, 0
+        try:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            at = start
+            while at < until:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"task {index} read {partition}@{start}-{until} only to {at}")
+                for msg in consumer.consume(2000, 0.1):
+                    if msg.error() is not None:
+                        errors += 1
+                        continue
+                    if msg.offset() >= until:   # the next task's
+                        at = until
+                        break
+                    mine_at.append(partition << OFFSET_BITS | msg.offset())
+                    mine_ids.append(ID.unpack(msg.key())[0])
+                    size += len(msg.value()) + ID.size
+                    at = msg.offset() + 1
+        finally:
+            consumer.close()
+        with lock:
+            positions.extend(mine_at)
+            ids.extend(mine_ids)
+            tally["bytes"] += size
+            tally["errors"] += errors
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not todo or failures:
+                    return
+                index, (partition, start, until) = todo.pop(0)
+            try:
+                task(index, partition, start, until)
+            except BaseException as exc:
+                with lock:
+                    failures.append(exc)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(tasks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {len(ranges)} tasks failed: {failures[0]!r}")
+    return {"first": started, "last": time.monotonic(), "bytes_moved": tally["bytes"], "errors": tally["errors"],
+            "tasks": len(ranges), "positions": positions.tobytes(), "ids": ids.tobytes()}
 
 
 def reading_ends(listed: dict[int, int], acked: dict[int, int]) -> dict[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,36 @@ def test_where_lost_says_where_the_unread_records_were_acknowledged_and_what_was
     positions, ids = array("Q", [at(0, 0), at(0, 1), at(1, 0)]), array("Q", [10, 99, 12])
     assert where_lost({11, 13}, acked, acked_at, positions, ids) == ([at(0, 1), at(1, 1)], 1)
     assert where_lost(set(), acked, acked_at, positions, ids) == ([], 0)
+
+
+def test_whole_runs_and_connections_are_set_beside_the_relays_with_set_up_included() -> None:
+    measurements = [_m(0, "relay", "churn", cpu_us_per_connection=200.0, connections_s=900.0),
+                    _m(1, "relay", "churn", cpu_us_per_connection=100.0, connections_s=1000.0),
+                    _m(0, "kqp", "churn", cpu_us_per_connection=300.0, connections_s=800.0),
+                    _m(1, "kqp", "churn", cpu_us_per_connection=180.0, connections_s=900.0),
+                    _m(0, "relay", "spark-assign", cpu_s_per_gb=0.4, cpu_s_per_gb_whole=0.5),
+                    _m(0, "kqp", "spark-assign", cpu_s_per_gb=0.5, cpu_s_per_gb_whole=0.6)]
+    summary = report.summarize(measurements)
+    found = report.ratios(measurements, summary, 10e6, None)
+    # Paired by round: 300/200 = 1.5 and 180/100 = 1.8, median 1.65 (not 240/150 = 1.6).
+    assert found["churn cpu_us_per_connection kqp/relay"] == pytest.approx(1.65)
+    assert found["spark-assign cpu_s_per_gb_whole kqp/relay"] == pytest.approx(1.2)
+    assert found["spark-assign cpu_s_per_gb kqp/relay"] == pytest.approx(1.25)
+    results = {"summary": summary, "ratios": found, "settings": {"rounds": 2},
+               "references": {name: {"status": "ok"} for name in ("relay", "kqp")}}
+    lines = report.cpu_table(results, "whole run", report.WHOLE_RUN)
+    assert lines[0].split() == ["whole", "run", "spark-assign", "churn"]
+    assert lines[2].split() == ["kqp", "0.6", "(1.20x", "relay)", "240", "(1.65x", "relay)"]
+    assert "\n".join(lines) in report.table(results)
+
+
+def test_spark_plans_a_task_per_offset_range_and_leaves_no_offset_out() -> None:
+    from kqp.proxy.bench.spark_like import offset_ranges
+
+    # Partition 0's 10 records in two ranges, partition 1's 1 record in one (the other is empty), none of 2.
+    assert offset_ranges({0: 10, 1: 1, 2: 0}, 2) == [(0, 0, 5), (0, 5, 10), (1, 0, 1)]
+    ranges = offset_ranges({0: 1001, 1: 7}, 3)
+    for partition, end in ((0, 1001), (1, 7)):
+        mine = [(a, b) for p, a, b in ranges if p == partition]
+        assert mine[0][0] == 0 and mine[-1][1] == end
+        assert all(b == a2 for (_, b), (a2, _) in itertools.pairwise(mine))

@@ -24,7 +24,8 @@ from kqp.proxy.bench.references import REFERENCES
 # The metric every workload must report as a positive number when measured.
 HEADLINE = {"produce": ("mb_s", "records_s"), "consume": ("mb_s", "records_s"),
             "latency": ("p50_ms", "p99_ms"), "connections": ("connected",), "entities": ("requests",),
-            "light": ("p50_ms", "p99_ms")}
+            "light": ("p50_ms", "p99_ms"), "churn": ("connections_s", "cpu_us_per_connection"),
+            "churn-repeat": ("connections_s", "cpu_us_per_connection")}
 
 
 @pytest.mark.e2e
@@ -61,8 +62,12 @@ def test_short_bench_records_every_reference_and_workload(tmp_path: Path,
             assert results["summary"][name]["connections"]["rss_mb"] > 0
 
     for name in ("relay", "kqp"):   # the Spark-like load: every acknowledged record read exactly once
-        read = results["summary"][name]["spark-consume"]
-        assert read["lost"] == 0 and read["duplicates"] == 0, f"{name}: {read}"
+        for reader in ("spark-consume", "spark-assign"):
+            read = results["summary"][name][reader]
+            assert read["lost"] == 0 and read["duplicates"] == 0, f"{name} {reader}: {read}"
+            assert read["cpu_s_per_gb_whole"] > 0
+        assert results["summary"][name]["churn"]["errors"] == 0
+    assert results["ratios"]["churn cpu_us_per_connection kqp/relay"] > 0
     assert results["summary"]["direct"]["connections"]["errors"] == 0
     assert results["ratios"]["produce relay/direct"] > 0
     assert results["machine"]["cpus"] >= 1
