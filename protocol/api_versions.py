@@ -37,6 +37,7 @@ __all__ = [
     "encode_api_versions_response",
     "intended_broker",
     "intersect_ranges",
+    "readdressed",
 ]
 
 UNSUPPORTED_VERSION = 35
@@ -94,18 +95,20 @@ def _response_body(version: int, error_code: int, throttle_ms: int, ranges: tupl
     ).encode(version=version)
 
 
+def readdressed(frame: bytes, correlation_id: int) -> bytes:
+    """An ApiVersions response frame answering the request `correlation_id` instead (its header is
+    v0 whatever the version: the size prefix, then the correlation id)."""
+    return frame[:4] + _I32.pack(correlation_id) + frame[8:]
+
+
 def client_software(request_version: int, body: memoryview | bytes) -> tuple[str, str] | None:
     """KIP-511's (client_software_name, client_software_version) from an ApiVersions request body
     ("invalid" for a name KIP-511 forbids), or None: before v3 there are none, and a version kqp
     does not know or a body it cannot read names nobody (kqp answers it all the same)."""
     if not 3 <= request_version <= _MAX:
         return None
-    try:
-        decoded = ApiVersionsRequest.decode(bytes(body), version=request_version)
-    except (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError):   # messages.DECODE_ERRORS
-        return None
-    return (_software_name(decoded.client_software_name),   # type: ignore[attr-defined]
-            _software_name(decoded.client_software_version))   # type: ignore[attr-defined]
+    decoded = _decoded(request_version, bytes(body))
+    return None if decoded is None else decoded[0]
 
 
 def intended_broker(request_version: int, body: memoryview | bytes) -> tuple[str | None, int] | None:
@@ -113,11 +116,21 @@ def intended_broker(request_version: int, body: memoryview | bytes) -> tuple[str
     reach (``(None, -1)``: it names none). None before v5, or for a body kqp cannot read."""
     if not 5 <= request_version <= _MAX:
         return None
+    decoded = _decoded(request_version, bytes(body))
+    return None if decoded is None else decoded[1]
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded(version: int, body: bytes) -> tuple[tuple[str, str], tuple[str | None, int]] | None:
+    """The software and the intended broker of a v3+ request body, or None for one kqp cannot read.
+    Every connection sends one, and a client's body is the same each time: decoded once."""
     try:
-        decoded = ApiVersionsRequest.decode(bytes(body), version=request_version)
+        decoded = ApiVersionsRequest.decode(body, version=version)
     except (struct.error, ValueError, AssertionError, IndexError, TypeError, EOFError):   # messages.DECODE_ERRORS
         return None
-    return decoded.cluster_id, decoded.node_id   # type: ignore[attr-defined]
+    software = (_software_name(decoded.client_software_name),   # type: ignore[attr-defined]
+                _software_name(decoded.client_software_version))   # type: ignore[attr-defined]
+    return software, (getattr(decoded, "cluster_id", None), getattr(decoded, "node_id", -1))
 
 
 def _software_name(value: str | None) -> str:

@@ -22,9 +22,9 @@ import pytest
 from helpers.playbook import Recorder, connected_core, to_upstream
 from helpers.quota_frames import record_batch
 
-from kqp.protocol.api_versions import INVALID_REQUEST, REBOOTSTRAP_REQUIRED
+from kqp.protocol.api_versions import INVALID_REQUEST, REBOOTSTRAP_REQUIRED, decode_api_versions_response
 from kqp.protocol.apis import ApiKey, message_classes
-from kqp.protocol.headers import encode_response_header, parse_request_header
+from kqp.protocol.headers import encode_response_header, parse_request_header, response_correlation_id
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.events import MuteReason
@@ -167,3 +167,24 @@ def test_a_pool_divides_its_budget_among_share_consumers_as_among_any() -> None:
     core.handle(ev.UpstreamData(NOW, share_fetch_answer(1, records=5)))
     [member] = core.parts.charging.quotas.pools.ledgers[("queues", QuotaType.CONSUMER_BYTE_RATE)].members.values()
     assert sum(member.used) > 0, "the share consumer's bytes are its pool member's"
+
+
+def test_the_api_versions_answer_follows_the_upstreams_ranges_and_each_request() -> None:
+    # The answer is kept between connections, per (version, error), until the upstream's ranges are replaced.
+    upstream = {ApiKey.ApiVersions: (0, 4), ApiKey.Produce: (3, 9)}
+    handler = ApiVersionsHandler(lambda: upstream, [lambda ranges: {**ranges, ApiKey.SaslHandshake: (0, 1)}])
+
+    def answer(correlation_id: int, version: int = 3) -> tuple[int, dict[int, tuple[int, int]]]:
+        frame = memoryview(encode_request(ApiKey.ApiVersions, version, correlation_id, "c",
+                                          client_software_name="t", client_software_version="1"))
+        plan = handler.plan(Request(parse_request_header(frame), frame, (frame,), len(frame),
+                                    Principal("ANONYMOUS", "c"), NOW, True))
+        assert isinstance(plan.answer, bytes) and plan.software == (("t", "1") if version >= 3 else None)
+        return response_correlation_id(memoryview(plan.answer)), decode_api_versions_response(
+            memoryview(plan.answer), version)[1]
+
+    assert answer(7) == (7, {**upstream, ApiKey.SaslHandshake: (0, 1)})
+    assert answer(8) == (8, {**upstream, ApiKey.SaslHandshake: (0, 1)})
+    assert answer(9, version=0)[1] == {**upstream, ApiKey.SaslHandshake: (0, 1)}
+    upstream = {ApiKey.ApiVersions: (0, 3)}   # a refresh: the cluster replaces its ranges
+    assert answer(10) == (10, {ApiKey.ApiVersions: (0, 3), ApiKey.SaslHandshake: (0, 1)})

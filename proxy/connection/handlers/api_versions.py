@@ -21,6 +21,7 @@ from kqp.protocol.api_versions import (
     client_software,
     encode_api_versions_response,
     intended_broker,
+    readdressed,
 )
 from kqp.protocol.parts import joined
 
@@ -29,6 +30,7 @@ from ..plans import Handler, Plan, Request
 __all__ = ["ApiVersionsHandler"]
 
 Ranges = Mapping[int, tuple[int, int]]
+MAX_ANSWERS = 64   # answers kept per upstream ranges, by (version asked, error)
 
 
 class ApiVersionsHandler(Handler):
@@ -39,6 +41,10 @@ class ApiVersionsHandler(Handler):
         self.api_ranges = api_ranges
         self.advertisers = tuple(advertisers)
         self.cluster_id = cluster_id
+        # Every connection asks first, and the answer changes only with the upstream's ranges (replaced
+        # at a refresh, never changed in place): one frame per (version, error) for the ranges of `_from`.
+        self._from: Ranges | None = None
+        self._answers: dict[tuple[int, int], bytes] = {}
 
     def plan(self, req: Request) -> Plan:
         hdr = req.hdr
@@ -48,13 +54,24 @@ class ApiVersionsHandler(Handler):
             body = joined(req.frame)[hdr.body_offset:]
             software = client_software(hdr.api_version, body)
             error = self._kip_1242(intended_broker(hdr.api_version, body), req.node)
-        ranges: Ranges = {}
-        if not error:
-            ranges = self.api_ranges()
-            for advertise in self.advertisers:
-                ranges = advertise(ranges)
-        return Plan(None, answer=encode_api_versions_response(hdr.api_version, hdr.correlation_id, ranges, error),
+        return Plan(None, answer=readdressed(self._answer(hdr.api_version, error), hdr.correlation_id),
                     exempt=not req.authenticated, software=software)
+
+    def _answer(self, version: int, error: int) -> bytes:
+        upstream = self.api_ranges()
+        if upstream is not self._from:
+            self._from, self._answers = upstream, {}
+        answer = self._answers.get((version, error))
+        if answer is None:
+            if len(self._answers) >= MAX_ANSWERS:   # a client trying every version: bounded all the same
+                self._answers.clear()
+            ranges: Ranges = {}
+            if not error:
+                ranges = upstream
+                for advertise in self.advertisers:
+                    ranges = advertise(ranges)
+            answer = self._answers[version, error] = encode_api_versions_response(version, 0, ranges, error)
+        return answer
 
     def _kip_1242(self, intended: tuple[str | None, int] | None, node: int | None) -> int:
         """The error a broker answers a client that means to reach `intended` with (0: none)."""
