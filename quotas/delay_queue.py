@@ -68,6 +68,7 @@ class DelayQueue(Generic[T]):
         if not handle.live:
             return
         handle.live = False
+        handle.item = None  # type: ignore[assignment]  # let go of: the heap may keep a dead entry a while
         self._live -= 1
         self._dead += 1
         if self._dead >= _COMPACT_MIN_DEAD and self._dead > self._live:

@@ -34,14 +34,25 @@ class ResponseHeld(Exception):
 class Awaiting:
     """The connection's waits on the runtime; at most one of each at a time, since each stops reading."""
 
-    __slots__ = ("_committing", "_host", "_missing", "_parts", "held_request", "held_response")
+    __slots__ = ("_committing", "_missing", "_owner", "_parts", "held_request", "held_response")
 
     def __init__(self, host: Host, parts: CoreWiring) -> None:
-        self._host, self._parts = host, parts
+        self._owner: Host | None = host   # None once the connection closed (`let_go`)
+        self._parts = parts
         self.held_request: Parts | None = None                  # a request waiting for a topic lookup
         self.held_response: tuple[Flight, memoryview, Parts] | None = None   # a response waiting for listeners
         self._committing: tuple[Flight, Pending] | None = None   # an answer waiting for its commit
         self._missing: list[BrokerAddress] = []                 # brokers the address walk found no listener for
+
+    def let_go(self) -> None:
+        """The connection closed: nothing waits any more, and the link back to it goes, so that reference
+        counts free a closed connection at once (a cycle waited for the cyclic collector)."""
+        self._owner = None
+
+    @property
+    def _host(self) -> Host:
+        assert self._owner is not None, "a closed connection's waits are asked nothing"
+        return self._owner
 
     # -- a topic lookup --------------------------------------------------------------------------
     def look_up(self, request: Parts) -> None:

@@ -79,24 +79,7 @@ class Connection:
         # of the same event starts there, so back-to-back frames cost one clock read each, not two
         # (the CPU clock is a system call, on a loaded host a slow one: `_segment_start`).
         self._clock_mark = NO_MARK
-        self._on_event: dict[type, Callable[[Any], None]] = {   # each handler takes its own event type
-            ev.ClientConnected: self._client_connected,
-            ev.UpstreamConnected: self._upstream_connected,
-            ev.UpstreamConnectFailed: self._upstream_connect_failed,
-            ev.ClientData: self._client_data,
-            ev.UpstreamData: self._upstream_data,
-            ev.ClientEof: self._client_eof,
-            ev.ClientLost: self._client_lost,
-            ev.UpstreamLost: self._upstream_lost,
-            ev.WriteBuffer: self._write_buffer,
-            ev.TimerFired: self._timer_fired,
-            ev.TopicsLookedUp: self._topics_looked_up,
-            ev.ListenersReady: self._listeners_ready,
-            ev.Committed: self._committed,
-            ev.ShutdownBegun: self._shutdown_begun,
-            ev.IdleCheck: self._idle_check,
-            ev.CloseRequested: lambda e: self.close(e.reason, e.message),
-        }
+        self._on_event: EventTable = OPEN_EVENTS   # each handler takes its own event type: tables by stage, below
 
     # -- the one entry point -------------------------------------------------------------------
     def handle(self, event: ev.Event) -> list[Action]:
@@ -106,7 +89,7 @@ class Connection:
         out = self._out = []
         self._clock_mark = NO_MARK   # what ran between events (other connections, the loop) is no one's
         try:
-            self._on_event[type(event)](event)
+            self._on_event[type(event)](self, event)
         except (ProtocolError, BodyError) as exc:
             self.close("protocol_error", f"bad request from client: {exc}")
         except UpstreamAuthError as exc:   # kqp's own login (`establishing.py`)
@@ -163,6 +146,9 @@ class Connection:
         if self.phase is CLOSED:
             return
         self._move(Move.CLOSE)
+        # The parts that point back here let go: a closed connection is freed by reference counts.
+        self.establishing = None
+        self.awaiting.let_go()
         self.throttling.closed()
         if self.in_flight:   # adaptive pools stop waiting for these
             self.parts.charging.unanswered(self.in_flight, reason == "upstream_closed")
@@ -179,7 +165,7 @@ class Connection:
         self.mute(MuteReason.CONNECTING)
         assert self.establishing is not None
         self.establishing.start(e.now)
-        self._on_event[ev.TimerFired] = self.establishing.timer_fired
+        self._on_event = CONNECTING_EVENTS
 
     def _upstream_connected(self, e: ev.UpstreamConnected) -> None:
         assert self.establishing is not None
@@ -188,11 +174,18 @@ class Connection:
         if move is Move.UPSTREAM_UP:
             self._established(e.now)
             return
-        self._on_event[ev.UpstreamData] = self._login_data
-        self._on_event[ev.UpstreamLost] = self.establishing.login_lost
+        self._on_event = LOGGING_IN_EVENTS
 
     def _upstream_connect_failed(self, e: ev.UpstreamConnectFailed) -> None:
         self.close("upstream_unknown" if e.unknown_broker else "upstream_unreachable", e.message)
+
+    def _establishing_timer(self, e: ev.TimerFired) -> None:
+        assert self.establishing is not None
+        self.establishing.timer_fired(e)
+
+    def _login_lost(self, e: ev.UpstreamLost) -> None:
+        assert self.establishing is not None
+        self.establishing.login_lost(e)
 
     def _login_data(self, e: ev.UpstreamData) -> None:
         assert self.establishing is not None
@@ -208,10 +201,7 @@ class Connection:
     def _established(self, now: float) -> None:
         """The upstream is ready: the core's own handlers again, and what the client sent goes."""
         self.establishing = None
-        handlers = self._on_event
-        handlers[ev.TimerFired] = self._timer_fired
-        handlers[ev.UpstreamData] = self._upstream_data
-        handlers[ev.UpstreamLost] = self._upstream_lost
+        self._on_event = OPEN_EVENTS
         self._out.append(ev.SetTimer(None))
         self.unmute(MuteReason.CONNECTING)
         self._pump(now)
@@ -424,7 +414,7 @@ class Connection:
         except ResponseHeld:   # what follows waits behind it until its listeners are ready
             if (held := self.awaiting.held_response) is not None:
                 self.in_flight.appendleft(held[0])
-                self._on_event[ev.UpstreamData] = self._buffer_responses
+                self._on_event = {**self._on_event, ev.UpstreamData: Connection._buffer_responses}
         except (ProtocolError, BodyError) as exc:
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
@@ -540,7 +530,7 @@ class Connection:
             return
         flight, head, frame = held
         self.in_flight.popleft()   # put back at the head when it was held: it is answered now
-        self._on_event[ev.UpstreamData] = self._upstream_data
+        self._on_event = OPEN_EVENTS
         self.unmute(MuteReason.LISTENERS)
         try:
             self._on_response(head, frame, e.now, flight)
@@ -550,3 +540,29 @@ class Connection:
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
         self._upstream_data(ev.UpstreamData(e.now, b""))   # no new bytes: read on what waited behind it
+
+
+# Each event type's handler, per stage: shared by every connection (a table of its own bound methods
+# made each connection a reference cycle, freed only by the cyclic collector).
+EventTable = dict[type, Callable[[Connection, Any], None]]
+OPEN_EVENTS: EventTable = {
+    ev.ClientConnected: Connection._client_connected,
+    ev.UpstreamConnected: Connection._upstream_connected,
+    ev.UpstreamConnectFailed: Connection._upstream_connect_failed,
+    ev.ClientData: Connection._client_data,
+    ev.UpstreamData: Connection._upstream_data,
+    ev.ClientEof: Connection._client_eof,
+    ev.ClientLost: Connection._client_lost,
+    ev.UpstreamLost: Connection._upstream_lost,
+    ev.WriteBuffer: Connection._write_buffer,
+    ev.TimerFired: Connection._timer_fired,
+    ev.TopicsLookedUp: Connection._topics_looked_up,
+    ev.ListenersReady: Connection._listeners_ready,
+    ev.Committed: Connection._committed,
+    ev.ShutdownBegun: Connection._shutdown_begun,
+    ev.IdleCheck: Connection._idle_check,
+    ev.CloseRequested: lambda connection, e: connection.close(e.reason, e.message),
+}
+CONNECTING_EVENTS: EventTable = {**OPEN_EVENTS, ev.TimerFired: Connection._establishing_timer}   # `establishing.py`
+LOGGING_IN_EVENTS: EventTable = {**CONNECTING_EVENTS, ev.UpstreamData: Connection._login_data,
+                                 ev.UpstreamLost: Connection._login_lost}

@@ -111,19 +111,6 @@ class ClientEdge(FrameReads):
         self.reads = ReceiveBuffer(wiring.arena, max_frame)
         self.upstream_reads = ReceiveBuffer(wiring.arena, max_frame)
         self._writes: dict[Side, list[object]] = {Side.CLIENT: [], Side.UPSTREAM: []}   # this event's, per side
-        self._do = {
-            ev.ConnectUpstream: self._connect_upstream,
-            ev.Send: self._send,
-            ev.Mute: _said,     # the core keeps the reasons: `_sync_reading` reads them once per event
-            ev.Unmute: _said,
-            ev.SetTimer: self._set_timer,
-            ev.NoteUnread: lambda action: setattr(self, "_unread_mark", unread_bytes(self.client)),
-            ev.LookUpTopics: lambda action: self._spawn(self._look_up_topics()),
-            ev.EnsureListeners: self._ensure_listeners,
-            ev.CommitQuotas: lambda action: self._spawn(self._commit(self.w.commit_quotas, action)),
-            ev.CommitAcls: lambda action: self._spawn(self._commit(self.w.commit_acls, action)),
-            ev.Close: self._close,
-        }
 
     def now(self) -> float:
         return self.w.loop.time()
@@ -136,10 +123,11 @@ class ClientEdge(FrameReads):
             self._pending.append(event)
             return
         self._running = True
+        do = _DO
         try:
             while True:
                 for action in self.core.handle(event):
-                    self._do[type(action)](action)
+                    do[type(action)](self, action)
                 self._write()
                 if not self._pending:
                     break
@@ -252,6 +240,18 @@ class ClientEdge(FrameReads):
 
     def _connect_upstream(self, action: ev.ConnectUpstream) -> None:
         self._spawn(self._connect(action.node_id))
+
+    def _note_unread(self, _action: ev.NoteUnread) -> None:
+        self._unread_mark = unread_bytes(self.client)
+
+    def _look_up(self, _action: ev.LookUpTopics) -> None:
+        self._spawn(self._look_up_topics())
+
+    def _commit_quotas(self, action: ev.CommitQuotas) -> None:
+        self._spawn(self._commit(self.w.commit_quotas, action))
+
+    def _commit_acls(self, action: ev.CommitAcls) -> None:
+        self._spawn(self._commit(self.w.commit_acls, action))
 
     async def _connect(self, node_id: int | None) -> None:
         """The upstream socket, its callbacks on `UpstreamEdge`; no deadline here: the core's timer
@@ -369,5 +369,22 @@ class UpstreamEdge(FrameReads):
         self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, False))
 
 
-def _said(_action: object) -> None:
+def _said(_edge: ClientEdge, _action: object) -> None:
     """A `Mute` or `Unmute`: the core has the reason already (`FlowControl` reads it from there)."""
+
+
+# How the edge carries out each action: one table for every connection (a table of bound methods per
+# connection was a reference cycle, left to the cyclic collector at every close).
+_DO: dict[type, Callable[[ClientEdge, Any], None]] = {
+    ev.ConnectUpstream: ClientEdge._connect_upstream,
+    ev.Send: ClientEdge._send,
+    ev.Mute: _said,     # the core keeps the reasons: `_sync_reading` reads them once per event
+    ev.Unmute: _said,
+    ev.SetTimer: ClientEdge._set_timer,
+    ev.NoteUnread: ClientEdge._note_unread,
+    ev.LookUpTopics: ClientEdge._look_up,
+    ev.EnsureListeners: ClientEdge._ensure_listeners,
+    ev.CommitQuotas: ClientEdge._commit_quotas,
+    ev.CommitAcls: ClientEdge._commit_acls,
+    ev.Close: ClientEdge._close,
+}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import weakref
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,3 +117,19 @@ def test_matches_a_sorted_model(entries: list[tuple[int, bool]], now: int) -> No
     assert q.next_deadline() == (float(model[0][0]) if model else None)
     assert q.pop_expired(float(now)) == [i for d, i in model if d <= now]
     assert len(q) == sum(1 for d, _ in model if d > now)
+
+
+def test_a_cancelled_entry_lets_go_of_its_item_while_the_heap_still_holds_it() -> None:
+    # A closed connection's timer is cancelled, not popped: its entry may sit in the heap until it
+    # surfaces (or a compaction), and must not keep the connection alive meanwhile.
+    class Item:
+        pass
+
+    q: DelayQueue[Item] = DelayQueue()
+    item = Item()
+    gone = weakref.ref(item)
+    q.add(Item(), 20.0)
+    q.cancel(q.add(item, 10.0))
+    del item
+    assert gone() is None
+    assert q.pop_expired(11.0) == [] and len(q) == 1
