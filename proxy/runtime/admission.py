@@ -15,6 +15,7 @@ The limits are per process: under `kqp run --workers N` each worker counts its o
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 from collections.abc import Callable
 
@@ -40,7 +41,13 @@ def peer_name(peer: object) -> str:
 
 def peer_ip(peer: object) -> str:
     """The IP a limit is kept per: an IPv4-mapped IPv6 address counts as its IPv4 address."""
-    host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+    return _canonical_ip(str(peer[0]) if isinstance(peer, tuple) and peer else str(peer))
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_ip(host: str) -> str:
+    """Parsed once per address: clients come back from the same few, and parsing cost a short-lived
+    connection more than the rest of its admission."""
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
