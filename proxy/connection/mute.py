@@ -5,7 +5,7 @@ several independent reasons to stop reading (see `MuteReason`), and one must nev
 another paused: a side is read again only when no reason is left on it. The core owns this state,
 the one record of it (it decides whether requests already read may go on: `blocks_requests`), and
 says every change of a reason as a `Mute` or `Unmute` action; the asyncio edge asks it whether each
-side is muted once per event (`kqp.proxy.runtime.flow_control`). `THROTTLED` is set and lifted by
+side is muted after an event that said one (`kqp.proxy.runtime.flow_control`). `THROTTLED` is set and lifted by
 the throttling room only (`throttling.py`).
 """
 

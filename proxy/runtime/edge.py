@@ -105,6 +105,7 @@ class ClientEdge(FrameReads):
         self._unread_mark: int | None = None   # the client's unread bytes at the last NoteUnread
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
+        self._mutes_said = False   # a Mute or Unmute among the actions since reading was last synced
         self._refused = False
         self._pending: deque[ev.Event] = deque()
         max_frame = wiring.core.settings.max_frame_bytes
@@ -132,7 +133,8 @@ class ClientEdge(FrameReads):
                 if not self._pending:
                     break
                 event = self._pending.popleft()
-            self._sync_reading()
+            if self._mutes_said:   # no reason came or went: each side reads as it did
+                self._sync_reading()
         except Exception:
             # A bug in carrying out an action: this connection only, and loudly.
             log.exception("client %s: unexpected error in the connection's edge; closing it", self.core.peer)
@@ -143,6 +145,7 @@ class ClientEdge(FrameReads):
 
     def _sync_reading(self) -> None:
         """Pause or resume each side as the core's mute reasons now say (a closing one is left alone)."""
+        self._mutes_said = False
         core = self.core
         if core.closed:
             return
@@ -369,8 +372,10 @@ class UpstreamEdge(FrameReads):
         self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, False))
 
 
-def _said(_edge: ClientEdge, _action: object) -> None:
-    """A `Mute` or `Unmute`: the core has the reason already (`FlowControl` reads it from there)."""
+def _said(edge: ClientEdge, _action: object) -> None:
+    """A `Mute` or `Unmute`: the core has the reason already, and reading is synced to it once the
+    event's actions are done (`FlowControl` reads it from there)."""
+    edge._mutes_said = True
 
 
 # How the edge carries out each action: one table for every connection (a table of bound methods per
@@ -378,7 +383,7 @@ def _said(_edge: ClientEdge, _action: object) -> None:
 _DO: dict[type, Callable[[ClientEdge, Any], None]] = {
     ev.ConnectUpstream: ClientEdge._connect_upstream,
     ev.Send: ClientEdge._send,
-    ev.Mute: _said,     # the core keeps the reasons: `_sync_reading` reads them once per event
+    ev.Mute: _said,     # the core keeps the reasons: `_sync_reading` reads them after an event that changed one
     ev.Unmute: _said,
     ev.SetTimer: ClientEdge._set_timer,
     ev.NoteUnread: ClientEdge._note_unread,

@@ -3,10 +3,11 @@
 The core keeps the one record of why a side must not be read (`kqp.proxy.connection.mute.MuteState`:
 a set of named reasons per side, so one reason never resumes what another paused) and says every
 change as a `Mute` or `Unmute` action, for playbooks, logs and traces. The edge does not keep a
-copy: once after all the actions of one event it asks the core whether each side is muted and hands
-the answer to that side's `FlowControl` (`sync`), so an event that lifts one reason and sets another
-costs the transport nothing. Pausing and resuming are idempotent; a side without a transport yet
-(the upstream while it connects) takes the state when one is attached.
+copy: after all the actions of an event that said one it asks the core whether each side is muted and
+hands the answer to that side's `FlowControl` (`sync`), so an event that lifts one reason and sets
+another costs the transport nothing, and one that changes none costs nothing at all. Pausing and
+resuming are idempotent; a side without a transport yet (the upstream while it connects) takes the
+state when one is attached.
 """
 
 from __future__ import annotations
