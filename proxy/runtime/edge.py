@@ -112,6 +112,7 @@ class ClientEdge(FrameReads):
         self.reads = ReceiveBuffer(wiring.arena, max_frame)
         self.upstream_reads = ReceiveBuffer(wiring.arena, max_frame)
         self._writes: dict[Side, list[object]] = {Side.CLIENT: [], Side.UPSTREAM: []}   # this event's, per side
+        self._unsent = False   # whether `_writes` holds any
 
     def now(self) -> float:
         return self.w.loop.time()
@@ -129,7 +130,8 @@ class ClientEdge(FrameReads):
             while True:
                 for action in self.core.handle(event):
                     do[type(action)](self, action)
-                self._write()
+                if self._unsent:   # most events of a connection's life send nothing
+                    self._write()
                 if not self._pending:
                     break
                 event = self._pending.popleft()
@@ -287,9 +289,11 @@ class ClientEdge(FrameReads):
 
     def _send(self, action: ev.Send) -> None:
         self._writes[action.side].extend(action.parts)
+        self._unsent = True
 
     def _write(self) -> None:
         """The event's writes, each side's in one call (one system call for several frames)."""
+        self._unsent = False
         for side, parts in self._writes.items():
             if not parts:
                 continue
