@@ -360,9 +360,9 @@ class Connection:
         # The request's handler time so far is what its request quotas are charged; the rest of this
         # segment (charging, forwarding) counts towards the next one.
         mark = clock()
-        flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, plan, self.node_id,
-                        close_after, Progress(mark - t0, None, RecordCounts() if plan.count_records else None,
-                                              answer))
+        flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, plan,
+                        Progress(mark - t0, None, RecordCounts() if plan.count_records else None, answer),
+                        self.node_id, close_after)
         self._clock_mark = mark
         charging = p.charging
         violations = charging.charge_request(flight, now)
@@ -481,10 +481,10 @@ class Connection:
         self._clock_mark = end
         self._deliver(flight, frame, reply, body_offset, now, seconds)
         self._flush_local(now)
-        cap = p.settings.max_in_flight or NO_CAP
-        open_ = self.phase is not CLOSED
-        lifted = open_ and len(self.in_flight) < cap and self.unmute(IN_FLIGHT)
-        if open_ and ((not self.in_flight and self.unmute(RESPONSE_PENDING)) or lifted):
+        if self.phase is CLOSED or not self.mutes.muted(CLIENT):   # nothing to lift: the usual case
+            return
+        lifted = len(self.in_flight) < (p.settings.max_in_flight or NO_CAP) and self.unmute(IN_FLIGHT)
+        if (not self.in_flight and self.unmute(RESPONSE_PENDING)) or lifted:
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
     def _deliver(self, flight: Flight, frame: Parts, reply: Reply | None, body_offset: int, now: float,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from kqp.protocol.errors import ProtocolError
@@ -143,11 +143,11 @@ class Progress:
     answer: bytes | Pending | None = None    # kqp's own answer, sent when its turn comes (None: none yet)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Flight:
-    """A request kqp has read, until its response is delivered: its facts, fixed once it is planned,
-    and its `progress`. Compared and hashed by identity: adaptive pools key their unanswered requests
-    by it."""
+class Flight(NamedTuple):
+    """A request kqp has read, until its response is delivered: its facts, frozen once it is planned,
+    and its `progress`. Compared and hashed by identity, as two requests with the same facts are
+    still two: adaptive pools key their unanswered requests by it. (A tuple: a frozen dataclass costs
+    half a microsecond more to make, on every request.)"""
 
     correlation_id: int
     api_key: int
@@ -155,9 +155,13 @@ class Flight:
     principal: Principal   # as it counts: a login kqp answers counts as the user it logs in
     read_at: float         # when kqp read the request (it forwards it then)
     plan: Plan
+    progress: Progress
     node: int | None = None
     close_after: str | None = None   # close the connection once its answer is out (a failed login)
-    progress: Progress = field(default_factory=Progress)
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
 
     @property
     def expects_response(self) -> bool:

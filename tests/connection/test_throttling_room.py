@@ -13,7 +13,7 @@ from helpers.host import PartHost
 from helpers.playbook import Recorder
 
 from kqp.proxy.connection.events import Mute, MuteReason, SetTimer, Unmute
-from kqp.proxy.connection.plans import PASS, Flight, Plan
+from kqp.proxy.connection.plans import PASS, Flight, Plan, Progress
 from kqp.proxy.connection.throttling import Throttle, Throttling
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal, QuotaKey, QuotaType
@@ -25,7 +25,8 @@ BYTES, RATE, MUTATION = QuotaType.PRODUCER_BYTE_RATE, QuotaType.REQUEST_RATE, Qu
 
 
 def entry(api_key: int = 0, version: int | None = None, plan: Plan = PASS) -> Flight:
-    return Flight(1, api_key, (9 if api_key == 0 else 4) if version is None else version, P, NOW, plan)
+    return Flight(1, api_key, (9 if api_key == 0 else 4) if version is None else version, P, NOW, plan,
+                  Progress())
 
 
 def room(pacing: bool = False) -> tuple[Throttling, Recorder, PartHost]:

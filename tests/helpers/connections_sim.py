@@ -29,7 +29,7 @@ from helpers.host import PartHost
 from kqp.protocol.apis import ApiKey
 from kqp.proxy.connection.events import Action, SetTimer
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.plans import PASS, Flight
+from kqp.proxy.connection.plans import PASS, Flight, Progress
 from kqp.proxy.connection.throttling import Throttling
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
@@ -83,7 +83,7 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
     def read(index: int, now: float) -> None:
         conn = conns[index]
         size = request_bytes if not jitter else round(request_bytes * rnd.uniform(1 - jitter, 1 + jitter))
-        entry = Flight(index, PRODUCE, 9, PRINCIPAL, now, PASS)
+        entry = Flight(index, PRODUCE, 9, PRINCIPAL, now, PASS, Progress())
         violations = manager.record_produce(PRINCIPAL, size, 1, 1, now)
         run.per_connection[index] += 1
         assert conn.sent_at is not None
