@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from struct import Struct
 
+from .frames import SIZE_PREFIX
+
 __all__ = ["ARENA_BYTES", "ReadArena", "ReceiveBuffer"]
 
-SIZE_PREFIX = 4
 ARENA_BYTES = 256 * 1024   # one arena's size: what uvloop reads at most at a time anyway
 ARENA_LOW = 16 * 1024      # a tail shorter than this is left unused: a read gets a fresh arena
 # After a frame this large, the next read takes its size prefix alone, so that the frame after it

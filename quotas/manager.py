@@ -23,6 +23,7 @@ from kqp.quotas.changes import describe_changes
 from kqp.quotas.entities import MAX_CACHED_PRINCIPALS, Resolution, resolutions, resolve_key
 from kqp.quotas.fleet.ledger import FleetLedger, sensor_name
 from kqp.quotas.model import (
+    MUTATION,
     OBSERVE,
     QUOTA_TYPES,
     TOKEN_BUCKET,
@@ -39,7 +40,6 @@ from kqp.quotas.rates.throttle import CAPPED_TYPES, Violation, combine
 
 __all__ = ["QuotaManager", "SensorState", "Violation", "combine"]
 
-MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 _PRODUCE_COUNTS = frozenset({QuotaType.PRODUCER_RECORD_RATE, QuotaType.PRODUCER_BATCH_RATE})
 _FETCH_COUNTS = frozenset({QuotaType.CONSUMER_RECORD_RATE, QuotaType.CONSUMER_BATCH_RATE})
 _REQUEST = (QuotaType.REQUEST_RATE, QuotaType.REQUEST_PERCENTAGE)

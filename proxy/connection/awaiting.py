@@ -56,7 +56,7 @@ class Awaiting:
 
     # -- a commit to a state file --------------------------------------------------------------------------
     def commit(self, flight: Flight, pending: Pending) -> None:
-        flight.answer = None   # no answer yet: the FIFO stops at it
+        flight.progress.answer = None   # no answer yet: the FIFO stops at it
         self._committing = (flight, pending)
         self._host.mute(MuteReason.COMMIT)
         commit = ev.CommitAcls if isinstance(pending, PendingAclCommit) else ev.CommitQuotas
@@ -67,7 +67,7 @@ class Awaiting:
         if self._committing is None:
             return False
         (flight, pending), self._committing = self._committing, None
-        flight.answer = pending.answer(e.error)
+        flight.progress.answer = pending.answer(e.error)
         return True
 
     # -- listeners for the brokers a response names --------------------------------------------
@@ -85,7 +85,7 @@ class Awaiting:
         for one yet (asked for with `EnsureListeners`). `counted`: it waited already, its records were
         counted on the first walk (Fetch v16+, when its plan asked), so this walk counts none."""
         rewritten, _ = rewrite_addresses_parts(flight.api_key, flight.api_version, frame, body_offset,
-                                               self._listener_or_note, None if counted else flight.counts)
+                                               self._listener_or_note, None if counted else flight.progress.counts)
         if not self._missing:
             return frame if rewritten is None else rewritten
         brokers, self._missing = tuple(dict.fromkeys(self._missing)), []

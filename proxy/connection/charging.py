@@ -27,7 +27,6 @@ from .plans import Flight, Reply, Signals, Usage
 
 __all__ = ["Charging"]
 
-MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 PRODUCED, FETCHED = QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE   # what topic pools budget
 PERMISSIVE, REJECTED, SETTLE = MutationRule.PERMISSIVE, MutationRule.REJECTED, MutationRule.SETTLE
 
@@ -55,14 +54,10 @@ class Charging:
     def fetch_needs_counts(self, principal: Principal) -> bool:
         return self.observer.wants_records or self.quotas.counts_fetch_records(principal)
 
-    def mutation_tokens(self, principal: Principal, now: float) -> float | None:
-        """The mutation bucket's tokens, spending none (the gate foresees a strict admission)."""
-        return self.quotas.mutation_tokens(principal, now)
-
     # -- the request and its reply -------------------------------------------------------------
     def charge_request(self, flight: Flight, now: float) -> list[Violation]:
         """Charge what the request itself carries and, unless its throttle waits for its response,
-        its request quotas (`flight.handler_seconds`: the time spent on it so far); the violations found."""
+        its request quotas (`flight.progress.handler_seconds`: the time spent on it so far); the violations found."""
         plan = flight.plan
         violations: list[Violation] = []
         if (produced := plan.produced) is not None:
@@ -79,7 +74,7 @@ class Charging:
         for pool in plan.watching:
             pool.sent(flight, now)
         if not plan.exempt and not plan.decided_on_response:
-            violations += self.quotas.record_request(flight.principal, flight.handler_seconds, now)
+            violations += self.quotas.record_request(flight.principal, flight.progress.handler_seconds, now)
         return violations
 
     def charge_reply(self, flight: Flight, reply: Reply | None, now: float, seconds: float = 0.0) -> list[Violation]:
@@ -105,10 +100,10 @@ class Charging:
         plan = flight.plan
         if not plan.exempt:
             if plan.decided_on_response:
-                violations += self.quotas.record_request(principal, flight.handler_seconds, now)
+                violations += self.quotas.record_request(principal, flight.progress.handler_seconds, now)
             elif seconds:
                 self.quotas.add_handler_time(principal, seconds, now)
-        self.observer.handler_time(principal, flight.handler_seconds)
+        self.observer.handler_time(principal, flight.progress.handler_seconds)
         return violations
 
     def refund(self, flight: Flight, reply: Reply, now: float) -> None:

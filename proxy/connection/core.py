@@ -32,14 +32,14 @@ from kqp.proxy.connection.wiring import CoreWiring
 from kqp.proxy.policies.pending import Pending
 
 from . import events as ev
-from .authentication import Authentication
+from .authentication import FORWARD, Authentication, Route
 from .awaiting import Awaiting, ResponseHeld
 from .establishing import Establishing
 from .events import Action, Close, MuteReason, Parts, Send, Side
 from .giving_up import drop_unforwarded, truncated
 from .mute import MuteState
 from .phases import Move, Phase, next_phase
-from .plans import AS_IS, LOOK_UP, Flight, Plan, Reply, Request, unawaited
+from .plans import AS_IS, LOOK_UP, Flight, Plan, Progress, Reply, Request, unawaited
 from .throttling import Throttling
 from .upstream_login import UpstreamAuthError
 
@@ -70,7 +70,7 @@ class Connection:
         self.last_activity = 0.0
         self.phase = CONNECTING
         self.auth = Authentication(parts.sasl, parts.principals)
-        self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
+        self.throttling = Throttling(self, parts.charging.observer, self.auth, lambda: parts.settings.pacing)
         self.establishing: Establishing | None = Establishing(self, parts, node_id, self.responses)
         self.awaiting = Awaiting(self, parts)
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
@@ -79,7 +79,9 @@ class Connection:
         # of the same event starts there, so back-to-back frames cost one clock read each, not two
         # (the CPU clock is a system call, on a loaded host a slow one: `_segment_start`).
         self._clock_mark = NO_MARK
-        self._on_event: dict[type, Callable[[Any], None]] = {   # each handler takes its own event type
+        # Each handler takes its own event type; the table never changes: a handler asks the state
+        # (kqp's own login under way, a response held for its listeners) what its event means now.
+        self._on_event: dict[type, Callable[[Any], None]] = {
             ev.ClientConnected: self._client_connected,
             ev.UpstreamConnected: self._upstream_connected,
             ev.UpstreamConnectFailed: self._upstream_connect_failed,
@@ -95,7 +97,7 @@ class Connection:
             ev.Committed: self._committed,
             ev.ShutdownBegun: self._shutdown_begun,
             ev.IdleCheck: self._idle_check,
-            ev.CloseRequested: lambda e: self.close(e.reason, e.message),
+            ev.CloseRequested: self._close_requested,
         }
 
     # -- the one entry point -------------------------------------------------------------------
@@ -179,7 +181,6 @@ class Connection:
         self.mute(MuteReason.CONNECTING)
         assert self.establishing is not None
         self.establishing.start(e.now)
-        self._on_event[ev.TimerFired] = self.establishing.timer_fired
 
     def _upstream_connected(self, e: ev.UpstreamConnected) -> None:
         assert self.establishing is not None
@@ -187,17 +188,13 @@ class Connection:
         self._move(move)
         if move is Move.UPSTREAM_UP:
             self._established(e.now)
-            return
-        self._on_event[ev.UpstreamData] = self._login_data
-        self._on_event[ev.UpstreamLost] = self.establishing.login_lost
 
     def _upstream_connect_failed(self, e: ev.UpstreamConnectFailed) -> None:
         self.close("upstream_unknown" if e.unknown_broker else "upstream_unreachable", e.message)
 
-    def _login_data(self, e: ev.UpstreamData) -> None:
-        assert self.establishing is not None
+    def _login_data(self, establishing: Establishing, e: ev.UpstreamData) -> None:
         try:
-            done = self.establishing.login_data(e)
+            done = establishing.login_data(e)
         except (ProtocolError, BodyError) as exc:
             self.close("upstream_protocol_error", f"bad frame from upstream during kqp's login: {exc}")
             return
@@ -206,12 +203,9 @@ class Connection:
             self._established(e.now)
 
     def _established(self, now: float) -> None:
-        """The upstream is ready: the core's own handlers again, and what the client sent goes."""
+        """The upstream is ready: the timer, the upstream's bytes and its loss are the core's own
+        again, and what the client sent goes."""
         self.establishing = None
-        handlers = self._on_event
-        handlers[ev.TimerFired] = self._timer_fired
-        handlers[ev.UpstreamData] = self._upstream_data
-        handlers[ev.UpstreamLost] = self._upstream_lost
         self._out.append(ev.SetTimer(None))
         self.unmute(MuteReason.CONNECTING)
         self._pump(now)
@@ -221,6 +215,9 @@ class Connection:
         self.phase = next_phase(self.phase, move)
 
     def _upstream_lost(self, e: ev.UpstreamLost) -> None:
+        if (establishing := self.establishing) is not None:   # during kqp's own login
+            establishing.login_lost(e)
+            return
         if (refused := self.auth.refused_login) is not None and not self.in_flight:
             # Passthrough: a broker closes the connection of a login it refused, after the answer.
             self.close("authentication_failed", f"{refused}; the upstream closed the connection")
@@ -267,6 +264,9 @@ class Connection:
         self.mute(MuteReason.CLOSING)
         self._close_if_done()
 
+    def _close_requested(self, e: ev.CloseRequested) -> None:
+        self.close(e.reason, e.message)
+
     def _idle_check(self, e: ev.IdleCheck) -> None:
         """Kafka's connections.max.idle.ms, whether or not the connection is muted."""
         idle_ms = self.parts.settings.connections_max_idle_ms
@@ -294,9 +294,12 @@ class Connection:
         return self.phase is CONNECTING or self.mutes.blocks_requests
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
+        if (establishing := self.establishing) is not None:   # the way to OPEN's deadline
+            establishing.timer_fired(e)
+            return
         if e.client_gone:   # closed while muted: what it left is dropped before anything more is read
             self._client_eof(e)
-        if self.throttling.timer_fired(e.now, self._out, e.unread):
+        if self.throttling.timer_fired(e.now, e.unread):
             self._pump(e.now)
 
     # -- requests: client -> upstream ----------------------------------------------------------
@@ -342,17 +345,24 @@ class Connection:
         if plan.close is not None:   # refused where the broker closes (an acks=0 Produce kqp does not authorize)
             self.close("authorization_failed", plan.close)
             return
-        flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, plan, self.node_id,
-                        counts=RecordCounts() if plan.count_records else None, answer=plan.answer)
         forward = frame if plan.forward is AS_IS else plan.forward
+        answer, close_after = plan.answer, None
         if plan.sasl is not None or plan.software is not None:
-            if not self._authenticate(flight, hdr.client_id):
+            route = self._authenticate(plan)
+            if route is None:
                 return
-            if flight.answer is not None:   # kqp's authentication answers it: nothing goes upstream
+            if (verdict := route.verdict) is not None:
+                if verdict.user is not None:   # the answer already counts as the user it authenticates
+                    principal = auth.principal(hdr.client_id)
+                answer, close_after = verdict.answer, verdict.failure
+            if answer is not None:   # kqp's authentication answers it: nothing goes upstream
                 forward = None
         # The request's handler time so far is what its request quotas are charged; the rest of this
         # segment (charging, forwarding) counts towards the next one.
-        flight.handler_seconds = (mark := clock()) - t0
+        mark = clock()
+        flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, plan, self.node_id,
+                        close_after, Progress(mark - t0, None, RecordCounts() if plan.count_records else None,
+                                              answer))
         self._clock_mark = mark
         charging = p.charging
         violations = charging.charge_request(flight, now)
@@ -368,8 +378,8 @@ class Connection:
             # now nothing more is read, as a broker reads one request at a time.
             throttling = self.throttling
             if (throttle := throttling.decide(flight, violations, now)) is not None:
-                flight.throttle = throttle
-                throttling.mute(flight, throttle, now, self._out)
+                flight.progress.throttle = throttle
+                throttling.mute(flight, throttle, now)
         if not plan.expects_response:
             return
         if plan.decided_on_response and forward is not None and charging.charges_fetches(principal, True):
@@ -384,26 +394,23 @@ class Connection:
         mark, self._clock_mark = self._clock_mark, NO_MARK
         return clock() if mark == NO_MARK else mark
 
-    def _authenticate(self, flight: Flight, client_id: str | None) -> bool:
-        """What the plan hands the connection's authentication; False when the connection closes."""
-        plan, auth = flight.plan, self.auth
+    def _authenticate(self, plan: Plan) -> Route | None:
+        """What the plan hands the connection's authentication: how its SASL frame is routed, or
+        None when the connection closes."""
+        auth = self.auth
         if plan.software is not None:
             auth.software = plan.software
         if plan.sasl is None:
-            return True
+            return FORWARD
         route = auth.route(plan.sasl)
         if route.refusal is not None:   # as Kafka: no answer, the connection closes
             self.close("authentication_required", route.refusal)
-            return False
-        if (verdict := route.verdict) is not None:
-            if verdict.user is not None:   # the answer already counts as the user it authenticates
-                flight.principal = auth.principal(client_id)
-            flight.answer, flight.close_after = verdict.answer, verdict.failure
-        return True
+            return None
+        return route
 
     def _await(self, flight: Flight, now: float) -> None:
         self.in_flight.append(flight)
-        if (answer := flight.answer) is not None:
+        if (answer := flight.progress.answer) is not None:
             if isinstance(answer, Pending):   # the answer waits for a state file
                 self.awaiting.commit(flight, answer)
             elif flight.close_after is not None:   # read nothing more: the answer goes, then the connection closes
@@ -414,6 +421,12 @@ class Connection:
 
     # -- responses: upstream -> client ---------------------------------------------------------
     def _upstream_data(self, e: ev.UpstreamData) -> None:
+        if (establishing := self.establishing) is not None:   # the answers to kqp's own login
+            self._login_data(establishing, e)
+            return
+        if self.awaiting.held_response is not None:   # what follows a response held for its listeners waits
+            self._buffer_responses(e)
+            return
         try:
             self.responses.feed(e.data)
             while self.phase is not CLOSED:
@@ -424,7 +437,6 @@ class Connection:
         except ResponseHeld:   # what follows waits behind it until its listeners are ready
             if (held := self.awaiting.held_response) is not None:
                 self.in_flight.appendleft(held[0])
-                self._on_event[ev.UpstreamData] = self._buffer_responses
         except (ProtocolError, BodyError) as exc:
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
@@ -465,7 +477,7 @@ class Connection:
             if reply.sasl_answer:
                 self.auth.on_response(version, frame)
         seconds = (end := clock()) - t0
-        flight.handler_seconds += seconds
+        flight.progress.handler_seconds += seconds
         self._clock_mark = end
         self._deliver(flight, frame, reply, body_offset, now, seconds)
         self._flush_local(now)
@@ -482,9 +494,10 @@ class Connection:
         field; the connection is muted for it since it was decided (now, for a charged response)."""
         charging, throttling = self.parts.charging, self.throttling
         violations = charging.charge_reply(flight, reply, now, seconds)
-        throttle, decided = flight.throttle, False
+        progress = flight.progress
+        throttle, decided = progress.throttle, False
         if flight.plan.decided_on_response and violations:
-            throttle = flight.throttle = throttling.decide(flight, violations, now)
+            throttle = progress.throttle = throttling.decide(flight, violations, now)
             decided = throttle is not None
         if throttle is None:
             self._send_client(frame, now)
@@ -495,15 +508,15 @@ class Connection:
             if withheld is not None:   # as the broker: what is not delivered is not charged either
                 charging.refund(flight, reply, now)
                 frame = withheld
-        frame, told = throttling.patched(flight, frame, body_offset, throttle, now, self._out)
+        frame, told = throttling.patched(flight, frame, body_offset, throttle, now)
         self._send_client(frame, now)
         if decided:   # the response goes first, then the mute (a broker mutes once it has sent it)
-            throttling.mute(flight, throttle, now, self._out)
-        throttling.told(flight, throttle, told, now, self._out)
+            throttling.mute(flight, throttle, now)
+        throttling.told(flight, throttle, told, now)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
-        while self.in_flight and isinstance(answer := self.in_flight[0].answer, bytes):
+        while self.in_flight and isinstance(answer := self.in_flight[0].progress.answer, bytes):
             flight = self.in_flight.popleft()
             frame = memoryview(answer)
             self._deliver(flight, (frame,), None, response_body_offset(flight.api_key, flight.api_version, frame),
@@ -540,7 +553,6 @@ class Connection:
             return
         flight, head, frame = held
         self.in_flight.popleft()   # put back at the head when it was held: it is answered now
-        self._on_event[ev.UpstreamData] = self._upstream_data
         self.unmute(MuteReason.LISTENERS)
         try:
             self._on_response(head, frame, e.now, flight)

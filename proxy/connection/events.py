@@ -55,10 +55,11 @@ class MuteReason(enum.Enum):
 
     @property
     def side(self) -> Side:
-        return Side.UPSTREAM if self in _UPSTREAM_SIDE else Side.CLIENT
+        return Side.UPSTREAM if self in UPSTREAM_REASONS else Side.CLIENT
 
 
-_UPSTREAM_SIDE = frozenset({MuteReason.CLIENT_SLOW, MuteReason.LISTENERS})   # stop reading responses
+#: The reasons that stop reading the upstream (responses); every other one stops reading the client.
+UPSTREAM_REASONS = frozenset({MuteReason.CLIENT_SLOW, MuteReason.LISTENERS})
 
 
 # -- events -------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from kqp.protocol.parts import frame_of, with_body
 from kqp.protocol.records import BodyError
 from kqp.quotas.charges import MutationCharge, MutationRule
 from kqp.quotas.manager import QuotaManager
-from kqp.quotas.model import Principal, QuotaType
+from kqp.quotas.model import MUTATION, Principal
 from kqp.quotas.rates.throttle import throttle_ms
 
 from . import broker_checks
@@ -49,7 +49,6 @@ log = logging.getLogger("kqp.mutations")
 
 #: The APIs the gate plans (their handlers are bound in the registry).
 GATED_APIS = frozenset({ApiKey.Metadata, ApiKey.CreateTopics, ApiKey.DeleteTopics, ApiKey.CreatePartitions})
-MUTATION = QuotaType.CONTROLLER_MUTATION_RATE
 PERMISSIVE, STRICT, REJECTED, SETTLE = MutationRule.PERMISSIVE, MutationRule.STRICT, MutationRule.REJECTED, \
     MutationRule.SETTLE
 # Kafka's `num.partitions` default: what a CreateTopics topic asking for the controller's default

@@ -3,15 +3,14 @@
 `ClientEdge` is the `asyncio.BufferedProtocol` of a client socket and owns the upstream socket
 (`UpstreamEdge`): reads land in buffers kqp owns (`kqp.protocol.receive`), and the core hears of
 whole frames only, each callback as one event stamped with the loop's time. The actions it returns
-are carried out in order, an event's writes to one side in one call; `Mute` and `Unmute` go to the
-side's `FlowControl` (flow_control.py), which pauses or resumes the transport once the event's
-actions are done. Events raised while actions run (a write crossing the high-water mark, an effect
-answered at once) are queued, so the core never sees re-entry. Effects: `ConnectUpstream` opens
-the upstream socket, `LookUpTopics`, `CommitQuotas` and `CommitAcls` run as tasks of this
-connection, `EnsureListeners` binds at once; a task that fails closes this connection only. TLS
-identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
-`EdgeWiring`, whose loop a test replaces with a fake one (`tests/proxy/test_edge.py`).
-"""
+are carried out in order, an event's writes to one side in one call; once they are done each side's
+`FlowControl` (flow_control.py) pauses or resumes its transport as the core's mute reasons say (the
+`Mute` and `Unmute` actions only say why). Events raised while actions run (a write crossing the
+high-water mark, an effect answered at once) are queued, so the core never sees re-entry. Effects:
+`ConnectUpstream` opens the upstream socket, `LookUpTopics`, `CommitQuotas` and `CommitAcls` run as
+tasks of this connection, `EnsureListeners` binds at once; a task that fails closes this connection
+only. TLS identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
+`EdgeWiring`, whose loop a test replaces with a fake one (`tests/proxy/test_edge.py`)."""
 
 from __future__ import annotations
 
@@ -47,7 +46,8 @@ WRITE_HIGH_WATER = 1024 * 1024
 # Under backpressure a write is queued, holding what it names: a part smaller than this is queued as
 # a copy, so that a slow peer never keeps a whole shared read arena alive for a small frame.
 COPY_QUEUED_BELOW = 64 * 1024
-CLIENT = Side.CLIENT   # on every event: a member looked up on its Enum class is a Python call in 3.11
+# On every event: a member looked up on its Enum class is a Python call in 3.11.
+CLIENT, UPSTREAM = Side.CLIENT, Side.UPSTREAM
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ class ClientEdge(FrameReads):
         self._do = {
             ev.ConnectUpstream: self._connect_upstream,
             ev.Send: self._send,
-            ev.Mute: lambda action: self._flow[action.reason.side].mute(action.reason),
-            ev.Unmute: lambda action: self._flow[action.reason.side].unmute(action.reason),
+            ev.Mute: _said,     # the core keeps the reasons: `_sync_reading` reads them once per event
+            ev.Unmute: _said,
             ev.SetTimer: self._set_timer,
             ev.NoteUnread: lambda action: setattr(self, "_unread_mark", unread_bytes(self.client)),
             ev.LookUpTopics: lambda action: self._spawn(self._look_up_topics()),
@@ -154,11 +154,13 @@ class ClientEdge(FrameReads):
             self._running = False
 
     def _sync_reading(self) -> None:
-        """Apply the event's Mute and Unmute actions to the transports (a closing one is left alone)."""
-        if self.core.closed:
+        """Pause or resume each side as the core's mute reasons now say (a closing one is left alone)."""
+        core = self.core
+        if core.closed:
             return
-        for flow in self._flow.values():
-            flow.sync()
+        flow = self._flow
+        flow[CLIENT].sync(not core.muted(CLIENT))
+        flow[UPSTREAM].sync(not core.muted(UPSTREAM))
 
     # -- client transport callbacks --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -366,3 +368,6 @@ class UpstreamEdge(FrameReads):
     def resume_writing(self) -> None:
         self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, False))
 
+
+def _said(_action: object) -> None:
+    """A `Mute` or `Unmute`: the core has the reason already (`FlowControl` reads it from there)."""

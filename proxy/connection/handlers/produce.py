@@ -12,6 +12,7 @@ else costs one flag test (`Pools.reads`).
 
 from __future__ import annotations
 
+from kqp.protocol.frames import SIZE_PREFIX
 from kqp.protocol.produce import produce_acks, produce_request_counts_parts
 from kqp.protocol.topic_bytes import produce_request_topics, produce_response_signals
 from kqp.proxy.policies.topic_metadata import TopicMetadata
@@ -24,7 +25,6 @@ from .pooled import topic_sizes
 
 __all__ = ["ProduceHandler"]
 
-SIZE_PREFIX = 4
 BYTES = QuotaType.PRODUCER_BYTE_RATE
 PRODUCE = ChargeKind.PRODUCE   # a module name: read on every Produce of a pooled principal
 
