@@ -56,7 +56,8 @@ class BackOff:
 
     @property
     def seen_ignoring(self) -> bool:
-        """Seen sending while throttled: every request of the connection is paced from then on."""
+        """Seen sending while throttled: counted as not backing off from then on (pacing goes by the
+        request version alone: `backs_off`)."""
         return self.reason == OBSERVED
 
     @property
