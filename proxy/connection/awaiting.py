@@ -34,10 +34,10 @@ class ResponseHeld(Exception):
 class Awaiting:
     """The connection's waits on the runtime; at most one of each at a time, since each stops reading."""
 
-    __slots__ = ("_committing", "_host", "_missing", "_parts", "held_request", "held_response")
+    __slots__ = ("_committing", "_host", "_missing", "_wiring", "held_request", "held_response")
 
-    def __init__(self, host: Host, parts: CoreWiring) -> None:
-        self._host, self._parts = host, parts
+    def __init__(self, host: Host, wiring: CoreWiring) -> None:
+        self._host, self._wiring = host, wiring
         self.held_request: Parts | None = None                  # a request waiting for a topic lookup
         self.held_response: tuple[Flight, memoryview, Parts] | None = None   # a response waiting for listeners
         self._committing: tuple[Flight, Pending] | None = None   # an answer waiting for its commit
@@ -73,7 +73,7 @@ class Awaiting:
     # -- listeners for the brokers a response names --------------------------------------------
     def _listener_or_note(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """The address walk's mapper: kqp's listener for the broker, or the broker noted as missing."""
-        mapped = self._parts.listener_for(node_id, host, port)
+        mapped = self._wiring.listener_for(node_id, host, port)
         if mapped is None:
             self._missing.append(BrokerAddress(node_id, host, port))
             return host, port

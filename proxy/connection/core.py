@@ -61,18 +61,18 @@ NO_MARK = -1.0   # `_clock_mark`: no handler-clock reading to start from (clocks
 class Connection:
     """The client side and the upstream side of one proxied connection."""
 
-    def __init__(self, parts: CoreWiring, listener: str, node_id: int | None, peer: str = "?") -> None:
-        self.parts, self.listener, self.node_id, self.peer = parts, listener, node_id, peer
-        self.requests = FrameDecoder(parts.settings.max_frame_bytes)
-        self.responses = FrameDecoder(parts.settings.max_frame_bytes)
+    def __init__(self, wiring: CoreWiring, listener: str, node_id: int | None, peer: str = "?") -> None:
+        self.wiring, self.listener, self.node_id, self.peer = wiring, listener, node_id, peer
+        self.requests = FrameDecoder(wiring.settings.max_frame_bytes)
+        self.responses = FrameDecoder(wiring.settings.max_frame_bytes)
         self.in_flight: deque[Flight] = deque()
         self.mutes = MuteState()
         self.last_activity = 0.0
         self.phase = CONNECTING
-        self.auth = Authentication(parts.sasl, parts.principals)
-        self.throttling = Throttling(self, parts.charging.observer, self.auth, lambda: parts.settings.pacing)
-        self.establishing: Establishing | None = Establishing(self, parts, node_id, self.responses)
-        self.awaiting = Awaiting(self, parts)
+        self.auth = Authentication(wiring.sasl, wiring.principals)
+        self.throttling = Throttling(self, wiring.charging.observer, self.auth, lambda: wiring.settings.pacing)
+        self.establishing: Establishing | None = Establishing(self, wiring, node_id, self.responses)
+        self.awaiting = Awaiting(self, wiring)
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
         # The handler clock's reading at the end of this event's last timed segment: the next segment
@@ -167,9 +167,9 @@ class Connection:
         self._move(Move.CLOSE)
         self.throttling.closed()
         if self.in_flight:   # adaptive pools stop waiting for these
-            self.parts.charging.unanswered(self.in_flight, reason == "upstream_closed")
+            self.wiring.charging.unanswered(self.in_flight, reason == "upstream_closed")
         self._out.append(Close(reason, message))
-        self.parts.charging.observer.connection_closed(self.listener, reason)
+        self.wiring.charging.observer.connection_closed(self.listener, reason)
 
     # -- the way to OPEN (`establishing.py`) ---------------------------------------------------
     def _client_connected(self, e: ev.ClientConnected) -> None:
@@ -177,7 +177,7 @@ class Connection:
             self.auth.adopt(e.user)
         self.auth.host = e.host
         self.last_activity = e.now
-        self.parts.charging.observer.connection_opened(self.listener)
+        self.wiring.charging.observer.connection_opened(self.listener)
         self.mute(MuteReason.CONNECTING)
         assert self.establishing is not None
         self.establishing.start(e.now)
@@ -252,7 +252,7 @@ class Connection:
 
     def _give_up(self, how: str) -> int:
         """Drop what the client left unforwarded; the bytes of a frame it never finished, if that was all."""
-        partial = drop_unforwarded(self.requests, self.awaiting.held_request, self.peer, self.parts.charging.observer,
+        partial = drop_unforwarded(self.requests, self.awaiting.held_request, self.peer, self.wiring.charging.observer,
                                    how)
         self.awaiting.held_request = None
         return partial
@@ -269,7 +269,7 @@ class Connection:
 
     def _idle_check(self, e: ev.IdleCheck) -> None:
         """Kafka's connections.max.idle.ms, whether or not the connection is muted."""
-        idle_ms = self.parts.settings.connections_max_idle_ms
+        idle_ms = self.wiring.settings.connections_max_idle_ms
         if (e.now - self.last_activity) * 1000 > idle_ms:
             self.close("idle", f"idle for more than {idle_ms} ms")
 
@@ -322,12 +322,12 @@ class Connection:
     def _on_request(self, head: memoryview, frame: Parts, now: float, looked_up: bool = False) -> None:
         """The dispatcher's request side: the API's handler plans the request, the core carries the
         plan out. `frame` is the slices it arrived in, `head` a contiguous start of it."""
-        p = self.parts
-        clock = p.cpu if p.charging.quotas.handler_cpu else p.perf
+        w = self.wiring
+        clock = w.cpu if w.charging.quotas.handler_cpu else w.perf
         t0 = self._segment_start(clock)
         self.last_activity = now   # a whole request is activity, a trickled byte is not (slowloris)
         hdr = parse_request_header(head)
-        handler = p.handlers[hdr.api_key]
+        handler = w.handlers[hdr.api_key]
         auth = self.auth
         if auth.guarded and (refusal := auth.refusal(hdr.api_key, handler.before_authentication, now)):
             self.close(*refusal)   # as Kafka: no answer, the connection closes
@@ -335,7 +335,7 @@ class Connection:
         principal = auth.principal(hdr.client_id)
         size = sum(map(len, frame))
         if not looked_up:   # handed over again after a topic lookup: counted the first time
-            p.charging.observer.request(principal, hdr.api_key, size)
+            w.charging.observer.request(principal, hdr.api_key, size)
         plan = handler.plan(Request(hdr, head, frame, size, principal, now, auth.authenticated, looked_up,
                                     self.node_id, auth.host))
         if plan is LOOK_UP:
@@ -364,7 +364,7 @@ class Connection:
                         Progress(mark - t0, None, RecordCounts() if plan.count_records else None, answer),
                         self.node_id, close_after)
         self._clock_mark = mark
-        charging = p.charging
+        charging = w.charging
         violations = charging.charge_request(flight, now)
         if not plan.expects_response:
             # acks=0: no response will come, so the request is done; Kafka exempts it from request
@@ -416,7 +416,7 @@ class Connection:
             elif flight.close_after is not None:   # read nothing more: the answer goes, then the connection closes
                 self.mute(MuteReason.CLOSING)
             self._flush_local(now)
-        if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:
+        if len(self.in_flight) >= (self.wiring.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:
             self.mute(IN_FLIGHT)
 
     # -- responses: upstream -> client ---------------------------------------------------------
@@ -427,6 +427,9 @@ class Connection:
         if self.awaiting.held_response is not None:   # what follows a response held for its listeners waits
             self._buffer_responses(e)
             return
+        self._read_responses(e)
+
+    def _read_responses(self, e: ev.UpstreamData) -> None:
         try:
             self.responses.feed(e.data)
             while self.phase is not CLOSED:
@@ -452,18 +455,18 @@ class Connection:
     def _on_response(self, head: memoryview, frame: Parts, now: float, flight: Flight | None = None) -> None:
         """The dispatcher's response side: broker addresses first (any API's), then the request's
         plan. `flight`: the response waited for listeners, and its request was counted already."""
-        p = self.parts
-        clock = p.cpu if p.charging.quotas.handler_cpu else p.perf
+        w = self.wiring
+        clock = w.cpu if w.charging.quotas.handler_cpu else w.perf
         t0 = self._segment_start(clock)
         counted = flight is not None
         if flight is None:
             correlation_id = response_correlation_id(head)
             if not self.in_flight or self.in_flight[0].correlation_id != correlation_id:
                 unawaited(self.in_flight, correlation_id, self.peer)
-                p.charging.observer.upstream_anomaly("unawaited")
+                w.charging.observer.upstream_anomaly("unawaited")
                 return
             flight = self.in_flight.popleft()
-            p.charging.observer.response(flight.principal, flight.api_key, sum(map(len, frame)), now - flight.read_at)
+            w.charging.observer.response(flight.principal, flight.api_key, sum(map(len, frame)), now - flight.read_at)
         api, version = flight.api_key, flight.api_version
         body_offset = response_body_offset(api, version, head)
         if may_carry_addresses(api, version):
@@ -483,7 +486,7 @@ class Connection:
         self._flush_local(now)
         if self.phase is CLOSED or not self.mutes.muted(CLIENT):   # nothing to lift: the usual case
             return
-        lifted = len(self.in_flight) < (p.settings.max_in_flight or NO_CAP) and self.unmute(IN_FLIGHT)
+        lifted = len(self.in_flight) < (w.settings.max_in_flight or NO_CAP) and self.unmute(IN_FLIGHT)
         if (not self.in_flight and self.unmute(RESPONSE_PENDING)) or lifted:
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
@@ -492,7 +495,7 @@ class Connection:
         """Charge the response (`seconds`: the handler time spent on it), then KIP-219 for every
         version: the response goes now, carrying the request's throttle where the version has the
         field; the connection is muted for it since it was decided (now, for a charged response)."""
-        charging, throttling = self.parts.charging, self.throttling
+        charging, throttling = self.wiring.charging, self.throttling
         violations = charging.charge_reply(flight, reply, now, seconds)
         progress = flight.progress
         throttle, decided = progress.throttle, False
@@ -504,7 +507,7 @@ class Connection:
             throttling.answered(now)
             return
         if reply is not None and (replier := flight.plan.reply) is not None:
-            withheld = replier.withheld(flight, frame, body_offset, throttle.ms, self.parts.settings)
+            withheld = replier.withheld(flight, frame, body_offset, throttle.ms, self.wiring.settings)
             if withheld is not None:   # as the broker: what is not delivered is not charged either
                 charging.refund(flight, reply, now)
                 frame = withheld
@@ -543,7 +546,7 @@ class Connection:
         if self.phase is CLOSED:
             return
         self.unmute(MuteReason.COMMIT)
-        if len(self.in_flight) < (self.parts.settings.max_in_flight or NO_CAP):
+        if len(self.in_flight) < (self.wiring.settings.max_in_flight or NO_CAP):
             self.unmute(MuteReason.IN_FLIGHT)
         self._pump(e.now)
 
@@ -561,4 +564,4 @@ class Connection:
         except (ProtocolError, BodyError) as exc:   # as `_upstream_data` (read once already: not expected)
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
-        self._upstream_data(ev.UpstreamData(e.now, b""))   # no new bytes: read on what waited behind it
+        self._read_responses(ev.UpstreamData(e.now, b""))   # no new bytes: read on what waited behind it
