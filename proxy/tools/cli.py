@@ -138,9 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
     tune_malloc()  # before any worker is forked: they inherit it
-    compiled = hot_path.state().compiled   # _load refused a stale one
-    logging.getLogger("kqp").info("request path: %s", f"{len(compiled)} modules compiled by mypyc (`kqp compile`)"
-                                  if compiled else "Python")
+    logging.getLogger("kqp").info("request path: %s", hot_path.describe().line)   # _load refused a stale one
     overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
     def run_one(cfg: ProxyConfig, seat: WorkerSeat | None = None) -> int:
