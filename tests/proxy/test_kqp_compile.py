@@ -1,6 +1,8 @@
 """`kqp compile` (proxy/tools/hot_path.py): the request path compiled by mypyc runs the pure tiers'
 tests as the Python modules do, a source changed since compiling stops kqp from starting, and
-`--remove` brings the Python modules back.
+`--remove` brings the Python modules back. An install that does not compile leaves the Python
+modules and a record of why; the suite's own editable install runs the Python modules
+(`test_install_build.py` installs compiled).
 
 The compiled copy is made once (about 15 s) under a temporary folder and used through PYTHONPATH,
 so the checkout every other test imports is never touched.
