@@ -105,7 +105,7 @@ class State:
 
 
 class BuildInfo(NamedTuple):
-    """What runs, for kqp's start line and kqp_build_info: `request_path` compiled or python."""
+    """What runs, for kqp's start line and kqp_build_info: `request_path` compiled, python or unknown."""
 
     request_path: str
     reason: str
@@ -189,7 +189,7 @@ def describe(root: Path | None = None) -> BuildInfo:
     try:
         found = state(root)
     except CompileError as exc:
-        return BuildInfo("python", "unreadable record", f"Python, or not: {exc}")
+        return BuildInfo("unknown", "unreadable record", str(exc))   # kqp refuses to start on it
     if found.compiled:
         how = "at install" if found.built_by == BY_INSTALL else "by `kqp compile`"
         return BuildInfo("compiled", found.built_by, f"compiled by mypyc {how} ({len(found.compiled)} modules)")
