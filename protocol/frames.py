@@ -1,16 +1,17 @@
-"""Split a Kafka byte stream into size-prefixed frames, without copying where it can be avoided.
+"""Split a Kafka byte stream into size-prefixed frames, reading in place where the transport can.
 
-Every Kafka request and response travels as a 4-byte big-endian signed size followed by that many
-bytes. :class:`FrameDecoder` is the sans-io half of a connection's reader (h11's
-``receive_data``/``next_event`` shape): the transport feeds it the immutable ``bytes`` it received,
-and it hands back whole frames as memoryviews over those very objects, or a frame that spans reads
-as the parts it arrived in (``next_frame_parts``), never joined.
-
-The size prefix is checked as soon as its 4 bytes are in (as Kafka's ``NetworkReceive`` checks
-``socket.request.max.bytes``): a negative size raises :class:`ProtocolError`, one above the limit
-:class:`FrameTooLarge`, before a byte of the body is kept. Small reads of an incomplete frame
-(under ``COALESCE_BYTES``) go into one ``bytearray``, so a trickled frame costs its size, not an
-object per read. Errors are sticky: once the stream is broken every call raises the same error.
+Every Kafka request and response is a 4-byte big-endian signed size and that many bytes.
+:class:`FrameReader` is one direction of one connection (h11's ``receive_data``/``next_event`` shape):
+bytes go in where it says (``get_buffer``, then ``filled``: asyncio's ``BufferedProtocol``) or come
+from elsewhere (``feed``); whole frames come out as memoryviews over what was read, or a frame that
+spans reads as the parts it arrived in (``next_frame_parts``), never joined. In-place reads land in a
+:class:`ReadArena`, one loop's buffer shared by its connections, whose filled bytes are never written
+again; a frame a read leaves incomplete goes on in buffers of its own (64 KiB beyond what was read of
+it, then doubling to 1 MiB), and after a large frame the next size prefix is read alone, so a large
+frame arrives in place. Each size prefix is parsed once and checked as soon as its 4 bytes are in (as
+Kafka's ``NetworkReceive``): a negative size raises :class:`ProtocolError`, one above the limit
+:class:`FrameTooLarge`, before a byte of the body is kept; once raised, every call raises it. Small
+fed reads of an incomplete frame share one ``bytearray``: a trickled frame costs its size.
 """
 
 from __future__ import annotations
@@ -21,35 +22,86 @@ from struct import Struct
 from .errors import FrameTooLarge, ProtocolError
 from .parts import SplitFrame
 
-__all__ = ["COALESCE_BYTES", "SIZE_PREFIX", "FrameDecoder"]
+__all__ = ["ARENA_BYTES", "COALESCE_BYTES", "FIRST_SEGMENT", "LARGE_FRAME", "LAST_SEGMENT", "SIZE_PREFIX",
+           "FrameReader", "ReadArena"]
 
 SIZE_PREFIX = 4
-COALESCE_BYTES = 1024
+COALESCE_BYTES = 1024       # fed reads shorter than this, of an incomplete frame, are coalesced
+ARENA_BYTES = 256 * 1024    # one arena's size: what uvloop reads at most at a time anyway
+ARENA_LOW = 16 * 1024       # a tail shorter than this is left unused: a read gets a fresh arena
+# After a frame this large, the next read takes its size prefix alone, so that the frame after it
+# is read into its own buffer from its first byte (one more read of 4 bytes, against a copy of up
+# to an arena's worth of it).
+LARGE_FRAME = 256 * 1024
+FIRST_SEGMENT = 64 * 1024   # an incomplete frame's first buffer: at most this beyond what was read of it
+LAST_SEGMENT = 1024 * 1024  # segments double up to this
+PREFIX_ALONE = -1           # `FrameReader._left` while its open buffer is a size prefix read alone
 _SIZE = Struct(">i")
 _SIZE_AT = _SIZE.unpack_from
 
 
-class FrameDecoder:
-    """Incremental splitter of one direction of one connection into whole frames."""
 
-    __slots__ = ("_chunks", "_error", "_first", "_max", "_need", "_pos", "_size", "_trickle")
+class ReadArena:
+    """One loop's shared read buffer: each read lands in the free tail; filled bytes are never rewritten."""
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    __slots__ = ("_buf", "_pos", "_view", "low", "size")
+
+    def __init__(self, size: int = ARENA_BYTES, low: int = ARENA_LOW) -> None:
+        if not 0 < low <= size:
+            raise ValueError("need 0 < low <= size")
+        self.size, self.low = size, low
+        self._buf = bytearray(0)
+        self._view = memoryview(self._buf)
+        self._pos = 0
+
+    def tail(self) -> memoryview:
+        """Where the next read goes (a fresh arena when little is left; the old one lives on in the
+        views made of it)."""
+        if len(self._buf) - self._pos < self.low:
+            self._buf = bytearray(self.size)
+            self._view = memoryview(self._buf)
+            self._pos = 0
+        return self._view[self._pos:]
+
+    def take(self, nbytes: int) -> memoryview:
+        """The `nbytes` the last read put at the start of `tail()`, from now on never written again."""
+        start = self._pos
+        self._pos = start + nbytes
+        return self._view[start : self._pos]
+
+
+class FrameReader:
+    """One direction of one connection: reads in (in place or fed), whole frames out.
+
+    What is held is a queue of chunks (views of the arena, a frame's own buffers, fed bytes), then at
+    most one open buffer where in-place reads of an incomplete frame go (`_open`): a segment of it, or
+    its size prefix read alone. Nothing in the queue is written again, so frames are handed out as
+    views of it.
+    """
+
+    __slots__ = ("_arena", "_chunks", "_error", "_fill", "_first", "_left", "_max", "_need", "_open", "_pos",
+                 "_size", "_trickle")
+
+    def __init__(self, max_frame_bytes: int, arena: ReadArena | None = None) -> None:
         if max_frame_bytes < 0:
             raise ValueError("max_frame_bytes must be >= 0")
         self._max = max_frame_bytes
+        self._arena = ReadArena() if arena is None else arena   # shared by a loop's connections
         self._chunks: deque[bytes | bytearray | memoryview] = deque()
         self._first: memoryview | None = None  # view over _chunks[0], made once per chunk
         self._pos = 0  # read offset into _chunks[0]
-        self._size = 0  # bytes buffered and not yet returned
-        self._need = -1  # length of the next frame including its prefix, -1 while unknown
+        self._size = 0  # bytes queued and not yet returned (the open buffer's not included)
+        self._need = -1  # length of the queue's first frame including its prefix, -1 while unknown
         self._error: ProtocolError | None = None
-        self._trickle = bytearray()  # small reads of an incomplete frame, after every chunk
+        self._trickle = bytearray()  # small fed reads of an incomplete frame, after every chunk
+        self._open: bytearray | None = None  # where in-place reads of an incomplete frame go
+        self._fill = 0  # ... how much of it is in (0 while there is none)
+        self._left = 0  # ... the frame's bytes after it (PREFIX_ALONE: it is a size prefix)
 
     @property
     def buffered(self) -> int:
         """Bytes held that no returned frame has covered yet."""
-        return self._size
+        return self._size + self._fill
 
     def has_partial(self) -> bool:
         """True if the bytes held do not start with a whole frame (an incomplete frame is pending).
@@ -57,22 +109,118 @@ class FrameDecoder:
         Meant for the moment a connection ends: call it after ``next_frame()`` returned ``None``
         to learn whether the peer stopped in the middle of a frame.
         """
-        return self._size > 0 and (self._need < 0 or self._size < self._need)
+        if not self._size:
+            return self._fill > 0
+        return self._need < 0 or self._size < self._need
 
     def discard(self) -> int:
         """Drop every byte held (their connection gives up on them); how many there were. A sticky
         error stays: the stream is still broken."""
-        dropped = self._size
+        dropped = self._size + self._fill
         self._chunks.clear()
         self._trickle.clear()
         self._first, self._pos, self._size, self._need = None, 0, 0, -1
+        self._open, self._fill, self._left = None, 0, 0
         return dropped
 
+    # -- in: reads in place ----------------------------------------------------------------------
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next read goes (`BufferedProtocol.get_buffer`): an incomplete frame's own buffer,
+        else the arena's free tail."""
+        buf = self._open
+        if buf is None and (not self._size or (buf := self._place()) is None):
+            return self._arena.tail()
+        return memoryview(buf)[self._fill:]
+
+    def filled(self, nbytes: int) -> None:
+        """The last read put `nbytes` where `get_buffer` said."""
+        buf = self._open
+        if buf is None:
+            self.feed(self._arena.take(nbytes))
+            return
+        fill = self._fill = self._fill + nbytes
+        if fill < len(buf):
+            return
+        left = self._left
+        self._open, self._fill, self._left = None, 0, 0
+        if left == PREFIX_ALONE:
+            self.feed(buf)   # checked now (or queued behind a frame not yet taken)
+            return
+        self._chunks.append(buf)
+        self._size += fill
+        if left:   # the frame goes on: the next segment, twice as large
+            segment = self._open = bytearray(min(left, LAST_SEGMENT, max(2 * fill, FIRST_SEGMENT)))
+            self._left = left - len(segment)
+        elif self._need >= LARGE_FRAME:   # so that the next frame is read in place from its first byte
+            self._open, self._left = bytearray(SIZE_PREFIX), PREFIX_ALONE
+
+    def received(self, data: bytes | bytearray | memoryview | int) -> None:
+        """Either way in: how many bytes the last read put where `get_buffer` said, or the bytes."""
+        if isinstance(data, int):
+            self.filled(data)
+        else:
+            self.feed(data)
+
+    def own(self) -> None:
+        """Keep nothing that is a view of a buffer shared with other connections (a read arena), which
+        it would keep alive: the start of an incomplete frame moves into its own buffer, where the next
+        reads go; whole frames held (their connection is muted) are copied into bytes."""
+        if self._open is not None or not self._size:
+            return
+        for chunk in self._chunks:
+            if isinstance(chunk, memoryview):
+                break
+        else:   # bytes fed stay as they are: nobody writes them (and feeding goes on without a copy)
+            return
+        if self._place() is not None:
+            return
+        owned: deque[bytes | bytearray | memoryview] = deque()
+        for chunk in self._chunks:
+            if isinstance(chunk, memoryview):
+                if not owned:   # the first chunk: from the read offset on
+                    chunk = (self._first if self._first is not None else chunk)[self._pos:]
+                    self._first, self._pos = None, 0
+                chunk = bytes(chunk)
+            owned.append(chunk)
+        self._chunks = owned
+
+    def _place(self) -> bytearray | None:
+        """If what is queued is the start of one incomplete frame, it moves into a buffer of its own,
+        which is returned: the frame's first segment (at most `FIRST_SEGMENT` beyond what was read),
+        or its size prefix when that was cut short. None when the queue holds a whole frame, or a
+        frame whose size is not parsed yet."""
+        size, need = self._size, self._need
+        if size < SIZE_PREFIX:
+            buf, self._left = bytearray(SIZE_PREFIX), PREFIX_ALONE
+        elif size < need and self._error is None:
+            buf = bytearray(min(need, size + FIRST_SEGMENT))
+            self._left = need - len(buf)
+        else:
+            return None
+        pos, chunks = 0, self._chunks
+        if chunks:
+            first = self._first if self._first is not None else memoryview(chunks[0])
+            for i, chunk in enumerate(chunks):
+                part = first[self._pos:] if i == 0 else chunk
+                buf[pos : pos + len(part)] = part
+                pos += len(part)
+            chunks.clear()
+        if trickle := self._trickle:
+            buf[pos : pos + len(trickle)] = trickle
+            trickle.clear()
+        self._first, self._pos, self._size = None, 0, 0
+        self._open, self._fill = buf, size
+        return buf
+
+    # -- in: bytes from elsewhere ------------------------------------------------------------------
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Take ``data`` (bytes, or a buffer its giver never writes again); validates a new size prefix."""
+        """Take ``data`` (bytes, or a buffer its giver never writes again); checks a new size prefix."""
         if self._error is not None:
             raise self._error
         if not data:
+            return
+        if self._open is not None:
+            self._copy_in(data)
             return
         size = self._size = self._size + len(data)
         if len(data) < COALESCE_BYTES and 0 <= size < self._need:
@@ -85,19 +233,21 @@ class FrameDecoder:
         if self._need < 0:
             self._read_size()
 
-    def own(self) -> None:
-        """Copy what is held of views into bytes of its own: the views may be of a buffer shared with
-        other connections (a read arena), which the bytes held would otherwise keep alive."""
-        owned: deque[bytes | bytearray | memoryview] = deque()
-        for chunk in self._chunks:
-            if isinstance(chunk, memoryview):
-                if not owned:   # the first chunk: from the read offset on
-                    chunk = (self._first if self._first is not None else chunk)[self._pos:]
-                    self._first, self._pos = None, 0
-                chunk = bytes(chunk)
-            owned.append(chunk)
-        self._chunks = owned
+    def _copy_in(self, data: bytes | bytearray | memoryview) -> None:
+        """Fed while an incomplete frame has buffers of its own: into them, as reads in place, until
+        the frame is complete; the rest is fed as it is."""
+        view, pos = memoryview(data), 0
+        while (buf := self._open) is not None:
+            fill = self._fill
+            n = min(len(buf) - fill, len(view) - pos)
+            buf[fill : fill + n] = view[pos : pos + n]
+            pos += n
+            self.filled(n)
+            if pos == len(view):
+                return
+        self.feed(view[pos:])
 
+    # -- out -----------------------------------------------------------------------------------------
     def next_frame(self) -> memoryview | None:
         """One whole frame including its size prefix, or ``None`` if it has not fully arrived."""
         need = self._need
