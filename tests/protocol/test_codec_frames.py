@@ -396,6 +396,19 @@ def test_own_copies_whole_frames_out_of_the_arena_and_moves_an_incomplete_one_in
     assert drain(reader) == [sized(1, 7)]
 
 
+def test_own_leaves_fed_bytes_as_they_are() -> None:
+    # A transport that hands over bytes (no reads in place): nobody writes them, so an incomplete
+    # frame stays in them and the rest is fed on without a copy.
+    whole = sized(5000, 3)
+    start, rest = whole[:3000], whole[3000:]
+    reader = FrameReader(BIG)
+    reader.feed(start)
+    reader.own()
+    reader.feed(rest)
+    _, parts = reader.next_frame_parts(64)  # type: ignore[misc]
+    assert parts[0] is start and parts[1] is rest
+
+
 # -- any stream, any reads, either way in ---------------------------------------------------------
 @dataclass(frozen=True)
 class Step:
