@@ -1,17 +1,18 @@
 """Split a Kafka byte stream into size-prefixed frames, reading in place where the transport can.
 
 Every Kafka request and response is a 4-byte big-endian signed size and that many bytes.
-:class:`FrameReader` is one direction of one connection (h11's ``receive_data``/``next_event`` shape):
-bytes go in where it says (``get_buffer``, then ``filled``: asyncio's ``BufferedProtocol``) or come
-from elsewhere (``feed``); whole frames come out as memoryviews over what was read, or a frame that
-spans reads as the parts it arrived in (``next_frame_parts``), never joined. In-place reads land in a
-:class:`ReadArena`, one loop's buffer shared by its connections, whose filled bytes are never written
-again; a frame a read leaves incomplete goes on in buffers of its own (64 KiB beyond what was read of
-it, then doubling to 1 MiB), and after a large frame the next size prefix is read alone, so a large
-frame arrives in place. Each size prefix is parsed once and checked as soon as its 4 bytes are in (as
-Kafka's ``NetworkReceive``): a negative size raises :class:`ProtocolError`, one above the limit
-:class:`FrameTooLarge`, before a byte of the body is kept; once raised, every call raises it. Small
-fed reads of an incomplete frame share one ``bytearray``: a trickled frame costs its size.
+:class:`FrameReader` is one direction of one connection (h11's ``receive_data``/``next_event``
+shape): a read goes where it says (``get_buffer``, asyncio's ``BufferedProtocol``) and ``received``
+takes its byte count, or the bytes a transport handed over; whole frames come out as memoryviews
+over them, or a frame that spans reads as the parts it arrived in (``next_frame_parts``), never
+joined. In-place reads land in a :class:`ReadArena`, one loop's buffer shared by its connections,
+whose filled bytes are never written again; a frame a read leaves incomplete goes on in buffers of
+its own (64 KiB beyond what was read of it, then doubling to 1 MiB), and after a large frame the
+next size prefix is read alone, so a large frame arrives in place. Each size prefix is parsed once
+and checked as soon as its 4 bytes are in (as Kafka's ``NetworkReceive``): a negative size raises
+:class:`ProtocolError`, one above the limit :class:`FrameTooLarge`, before a byte of the body is
+kept; once raised, every call raises it. Small reads of bytes handed over, of an incomplete frame,
+share one ``bytearray``: a trickled frame costs its size.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ __all__ = ["ARENA_BYTES", "COALESCE_BYTES", "FIRST_SEGMENT", "LARGE_FRAME", "LAS
            "FrameReader", "ReadArena"]
 
 SIZE_PREFIX = 4
-COALESCE_BYTES = 1024       # fed reads shorter than this, of an incomplete frame, are coalesced
+COALESCE_BYTES = 1024       # reads of bytes handed over shorter than this, of an incomplete frame, are coalesced
 ARENA_BYTES = 256 * 1024    # one arena's size: what uvloop reads at most at a time anyway
 ARENA_LOW = 16 * 1024       # a tail shorter than this is left unused: a read gets a fresh arena
 # After a frame this large, the next read takes its size prefix alone, so that the frame after it
@@ -71,9 +72,9 @@ class ReadArena:
 
 
 class FrameReader:
-    """One direction of one connection: reads in (in place or fed), whole frames out.
+    """One direction of one connection: reads in (in place, or bytes handed over), whole frames out.
 
-    What is held is a queue of chunks (views of the arena, a frame's own buffers, fed bytes), then at
+    What is held is a queue of chunks (views of the arena, a frame's own buffers, bytes handed over), then at
     most one open buffer where in-place reads of an incomplete frame go (`_open`): a segment of it, or
     its size prefix read alone. Nothing in the queue is written again, so frames are handed out as
     views of it.
@@ -93,7 +94,7 @@ class FrameReader:
         self._size = 0  # bytes queued and not yet returned (the open buffer's not included)
         self._need = -1  # length of the queue's first frame including its prefix, -1 while unknown
         self._error: ProtocolError | None = None
-        self._trickle = bytearray()  # small fed reads of an incomplete frame, after every chunk
+        self._trickle = bytearray()  # small reads handed over of an incomplete frame, after every chunk
         self._open: bytearray | None = None  # where in-place reads of an incomplete frame go
         self._fill = 0  # ... how much of it is in (0 while there is none)
         self._left = 0  # ... the frame's bytes after it (PREFIX_ALONE: it is a size prefix)
@@ -123,7 +124,7 @@ class FrameReader:
         self._open, self._fill, self._left = None, 0, 0
         return dropped
 
-    # -- in: reads in place ----------------------------------------------------------------------
+    # -- in -----------------------------------------------------------------------------------------
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next read goes (`BufferedProtocol.get_buffer`): an incomplete frame's own buffer,
         else the arena's free tail."""
@@ -131,35 +132,6 @@ class FrameReader:
         if buf is None and (not self._size or (buf := self._place()) is None):
             return self._arena.tail()
         return memoryview(buf)[self._fill:]
-
-    def filled(self, nbytes: int) -> None:
-        """The last read put `nbytes` where `get_buffer` said."""
-        buf = self._open
-        if buf is None:
-            self.feed(self._arena.take(nbytes))
-            return
-        fill = self._fill = self._fill + nbytes
-        if fill < len(buf):
-            return
-        left = self._left
-        self._open, self._fill, self._left = None, 0, 0
-        if left == PREFIX_ALONE:
-            self.feed(buf)   # checked now (or queued behind a frame not yet taken)
-            return
-        self._chunks.append(buf)
-        self._size += fill
-        if left:   # the frame goes on: the next segment, twice as large
-            segment = self._open = bytearray(min(left, LAST_SEGMENT, max(2 * fill, FIRST_SEGMENT)))
-            self._left = left - len(segment)
-        elif self._need >= LARGE_FRAME:   # so that the next frame is read in place from its first byte
-            self._open, self._left = bytearray(SIZE_PREFIX), PREFIX_ALONE
-
-    def received(self, data: bytes | bytearray | memoryview | int) -> None:
-        """Either way in: how many bytes the last read put where `get_buffer` said, or the bytes."""
-        if isinstance(data, int):
-            self.filled(data)
-        else:
-            self.feed(data)
 
     def own(self) -> None:
         """Keep nothing that is a view of a buffer shared with other connections (a read arena), which
@@ -170,7 +142,7 @@ class FrameReader:
         for chunk in self._chunks:
             if isinstance(chunk, memoryview):
                 break
-        else:   # bytes fed stay as they are: nobody writes them (and feeding goes on without a copy)
+        else:   # bytes handed over stay as they are: nobody writes them (and the next come on without a copy)
             return
         if self._place() is not None:
             return
@@ -212,9 +184,15 @@ class FrameReader:
         self._open, self._fill = buf, size
         return buf
 
-    # -- in: bytes from elsewhere ------------------------------------------------------------------
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Take ``data`` (bytes, or a buffer its giver never writes again); checks a new size prefix."""
+    def received(self, data: bytes | bytearray | memoryview | int) -> None:
+        """What the last read brought: how many bytes it put where `get_buffer` said, or the bytes
+        themselves (from a transport that hands bytes over; their giver never writes them again).
+        Checks a new size prefix as soon as its 4 bytes are in."""
+        if isinstance(data, int):   # a read in place
+            if self._open is not None:
+                self._open_filled(data)
+                return
+            data = self._arena.take(data)
         if self._error is not None:
             raise self._error
         if not data:
@@ -233,19 +211,40 @@ class FrameReader:
         if self._need < 0:
             self._read_size()
 
+    def _open_filled(self, nbytes: int) -> None:
+        """A read put `nbytes` into the open buffer: when it is full, it goes into the queue (a size
+        prefix read alone is checked there) and the frame's next segment opens."""
+        buf = self._open
+        assert buf is not None
+        fill = self._fill = self._fill + nbytes
+        if fill < len(buf):
+            return
+        left = self._left
+        self._open, self._fill, self._left = None, 0, 0
+        if left == PREFIX_ALONE:
+            self.received(buf)   # checked now (or queued behind a frame not yet taken)
+            return
+        self._chunks.append(buf)
+        self._size += fill
+        if left:   # the frame goes on: the next segment, twice as large
+            segment = self._open = bytearray(min(left, LAST_SEGMENT, max(2 * fill, FIRST_SEGMENT)))
+            self._left = left - len(segment)
+        elif self._need >= LARGE_FRAME:   # so that the next frame is read in place from its first byte
+            self._open, self._left = bytearray(SIZE_PREFIX), PREFIX_ALONE
+
     def _copy_in(self, data: bytes | bytearray | memoryview) -> None:
-        """Fed while an incomplete frame has buffers of its own: into them, as reads in place, until
-        the frame is complete; the rest is fed as it is."""
+        """Bytes handed over while an incomplete frame has buffers of its own: into them, as reads in
+        place, until the frame is complete; the rest goes on as it is."""
         view, pos = memoryview(data), 0
         while (buf := self._open) is not None:
             fill = self._fill
             n = min(len(buf) - fill, len(view) - pos)
             buf[fill : fill + n] = view[pos : pos + n]
             pos += n
-            self.filled(n)
+            self._open_filled(n)
             if pos == len(view):
                 return
-        self.feed(view[pos:])
+        self.received(view[pos:])
 
     # -- out -----------------------------------------------------------------------------------------
     def next_frame(self) -> memoryview | None:

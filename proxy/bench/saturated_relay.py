@@ -103,7 +103,7 @@ class _Client(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._frames.feed(data)
+            self._frames.received(data)
             while (frame := self._frames.next_frame()) is not None:
                 self.relay.enqueue(self, bytes(frame))
         except ProtocolError:   # not Kafka framing: nothing sensible to relay

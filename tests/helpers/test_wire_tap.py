@@ -53,7 +53,7 @@ def fake_broker(answer: Answer) -> Iterator[tuple[str, int]]:
         def handle(self) -> None:
             reader = FrameReader(1 << 20)
             while data := self.request.recv(65536):
-                reader.feed(data)
+                reader.received(data)
                 while (frame := reader.next_frame()) is not None:
                     api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 4)
                     try:

@@ -149,7 +149,7 @@ class _FramedHalf(Half):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._frames.feed(data)
+            self._frames.received(data)
             while (frame := self._frames.next_frame()) is not None:
                 super().data_received(self.on_frame(frame))
         except ProtocolError:  # not Kafka framing: nothing sensible to relay

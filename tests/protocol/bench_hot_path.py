@@ -140,7 +140,7 @@ def cases(pkg: str) -> dict[str, Callable[[], Any]]:
     reader = frames.FrameReader(100 << 20)
 
     def decode_one() -> Any:
-        reader.feed(p9)
+        reader.received(p9)
         frame = reader.next_frame()
         reader.next_frame()
         return frame
@@ -150,7 +150,7 @@ def cases(pkg: str) -> dict[str, Callable[[], Any]]:
     f16_split = reads(bytes(f16))
     counts_type = importlib.import_module(f"{pkg}.records").RecordCounts
     return {
-        "FrameReader feed+next_frame x2 (16 KB)": decode_one,
+        "FrameReader received+next_frame x2 (16 KB)": decode_one,
         # 64 KiB of 1 KB frames per read (one cut by each read's end); a 1 MB frame read 64 KiB at a time.
         "FrameReader in place: 1 KB frames, 64 KiB reads (x1000)":
             read_in_place(frames, request_frame(PRODUCE, 9, 2, bytes(1000)) * 1000, 65536),

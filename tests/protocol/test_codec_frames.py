@@ -1,7 +1,7 @@
 """`FrameReader` and `ReadArena`: a byte stream in, read in place or fed, whole frames out.
 
 Every stream is fed whole, byte by byte, two frames at once and with trailing partials; read as a
-buffered transport reads it (`get_buffer`, fill, `filled`) with the reads cut everywhere; at the size
+buffered transport reads it (`get_buffer`, fill, `received(nbytes)`) with the reads cut everywhere; at the size
 boundaries (max-1, max, max+1, one short); and at random (hypothesis), in either input mode and both
 mixed, with frames taken or left waiting and `own()` called between reads: the frames out must be
 exactly the frames in, the views handed out must never change, and a bad size prefix anywhere must
@@ -52,9 +52,9 @@ def read_in_place(reader: FrameReader, data: bytes, reads: list[int], own: bool 
         buf = reader.get_buffer(65536)
         n = min(len(buf), reads[i % len(reads)], len(data) - pos)
         buf[:n] = data[pos:pos + n]
-        del buf   # released before `filled`, as a transport releases it
+        del buf   # released before `received`, as a transport releases it
         pos, i = pos + n, i + 1
-        reader.filled(n)
+        reader.received(n)
         while (got := reader.next_frame_parts(64)) is not None:
             out.append(got[1])
         if own:
@@ -74,7 +74,7 @@ B = frame(b"world!!")
 def test_whole_frame_is_a_zero_copy_view_of_the_fed_bytes() -> None:
     data = A
     d = FrameReader(100)
-    d.feed(data)
+    d.received(data)
     f = d.next_frame()
     assert f is not None and bytes(f) == A
     assert f.obj is data  # a view over the very object the transport gave us
@@ -86,7 +86,7 @@ def test_byte_by_byte() -> None:
     d = FrameReader(100)
     got = []
     for i, b in enumerate(A + B):
-        d.feed(bytes([b]))
+        d.received(bytes([b]))
         got += drain(d)
         if i < len(A) - 1:
             assert got == [] and d.has_partial()
@@ -105,58 +105,58 @@ def test_a_frame_trickled_a_byte_at_a_time_costs_about_its_size() -> None:
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(len(whole) - 1):
-            d.feed(whole[i:i + 1])
+            d.received(whole[i:i + 1])
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     assert held < 2 * len(whole), f"{held} bytes held for a {len(whole)}-byte partial frame"
     assert d.next_frame() is None and d.has_partial()
-    d.feed(whole[-1:] + A)
+    d.received(whole[-1:] + A)
     assert drain(d) == [whole, A]
 
 
 def test_two_frames_in_one_chunk() -> None:
     d = FrameReader(100)
-    d.feed(A + B)
+    d.received(A + B)
     assert drain(d) == [A, B]
 
 
 def test_trailing_partial_frame_is_held() -> None:
     d = FrameReader(100)
-    d.feed(A + B[:3])  # not even the whole size prefix of B
+    d.received(A + B[:3])  # not even the whole size prefix of B
     assert drain(d) == [A]
     assert d.has_partial() and d.buffered == 3
-    d.feed(B[3:6])
+    d.received(B[3:6])
     assert drain(d) == [] and d.buffered == 6
-    d.feed(B[6:])
+    d.received(B[6:])
     assert drain(d) == [B]
     assert d.buffered == 0
 
 
 def test_frame_spanning_chunks_is_joined_once() -> None:
     d = FrameReader(100)
-    d.feed(A[:2])
-    d.feed(A[2:7])
-    d.feed(A[7:] + B[:1])
+    d.received(A[:2])
+    d.received(A[2:7])
+    d.received(A[7:] + B[:1])
     assert drain(d) == [A]
-    d.feed(B[1:])
+    d.received(B[1:])
     assert drain(d) == [B]
 
 
 def test_returned_views_stay_valid_after_more_feeding() -> None:
     d = FrameReader(100)
-    d.feed(A + B[:5])
+    d.received(A + B[:5])
     first = d.next_frame()
-    d.feed(B[5:])
+    d.received(B[5:])
     second = d.next_frame()
     assert bytes(first) == A and bytes(second) == B  # type: ignore[arg-type]
 
 
 def test_empty_payload_frame_and_empty_feed() -> None:
     d = FrameReader(0)
-    d.feed(b"")
+    d.received(b"")
     assert d.next_frame() is None
-    d.feed(frame(b""))
+    d.received(frame(b""))
     assert drain(d) == [b"\x00\x00\x00\x00"]
 
 
@@ -167,16 +167,16 @@ MAX = 16
 @pytest.mark.parametrize("size", [MAX - 1, MAX])
 def test_sizes_up_to_the_limit_pass(size: int) -> None:
     d = FrameReader(MAX)
-    d.feed(frame(b"x" * size))
+    d.received(frame(b"x" * size))
     assert drain(d) == [frame(b"x" * size)]
 
 
 def test_one_above_the_limit_raises_as_soon_as_the_prefix_is_in() -> None:
     d = FrameReader(MAX)
-    d.feed(struct.pack(">i", MAX + 1)[:3])  # prefix incomplete: nothing to judge yet
+    d.received(struct.pack(">i", MAX + 1)[:3])  # prefix incomplete: nothing to judge yet
     assert d.next_frame() is None
     with pytest.raises(FrameTooLarge):
-        d.feed(struct.pack(">i", MAX + 1)[3:])  # the body never needs to arrive
+        d.received(struct.pack(">i", MAX + 1)[3:])  # the body never needs to arrive
     with pytest.raises(FrameTooLarge):  # sticky: the stream cannot be resynchronised
         d.next_frame()
 
@@ -189,12 +189,12 @@ def test_one_above_the_limit_read_in_place_raises_with_its_last_prefix_byte() ->
     with pytest.raises(FrameTooLarge):
         read_in_place(d, prefix[3:] + b"body", [100])
     with pytest.raises(FrameTooLarge):
-        d.filled(0)
+        d.received(0)
 
 
 def test_oversized_second_frame_still_delivers_the_first() -> None:
     d = FrameReader(MAX)
-    d.feed(frame(b"ok") + struct.pack(">i", 1 << 30))
+    d.received(frame(b"ok") + struct.pack(">i", 1 << 30))
     assert bytes(d.next_frame()) == frame(b"ok")  # type: ignore[arg-type]
     with pytest.raises(FrameTooLarge):
         d.next_frame()
@@ -203,15 +203,15 @@ def test_oversized_second_frame_still_delivers_the_first() -> None:
 def test_negative_size_is_a_protocol_error_not_too_large() -> None:
     d = FrameReader(MAX)
     with pytest.raises(ProtocolError) as info:
-        d.feed(struct.pack(">i", -1))
+        d.received(struct.pack(">i", -1))
     assert not isinstance(info.value, FrameTooLarge)
 
 
 def test_one_byte_short_is_not_delivered() -> None:
     d = FrameReader(MAX)
-    d.feed(frame(b"x" * MAX)[:-1])
+    d.received(frame(b"x" * MAX)[:-1])
     assert d.next_frame() is None and d.has_partial()
-    d.feed(b"x")
+    d.received(b"x")
     assert drain(d) == [frame(b"x" * MAX)]
 
 
@@ -226,7 +226,7 @@ def test_any_chunking_yields_the_same_frames(payloads: list[bytes], cuts: list[i
     d = FrameReader(64)
     got = []
     for a, b in itertools.pairwise(points):
-        d.feed(stream[a:b])
+        d.received(stream[a:b])
         got += drain(d)
     assert got == [frame(p) for p in payloads]
     assert d.buffered == 0
@@ -242,7 +242,7 @@ def test_garbage_raises_only_protocol_errors(chunks: list[bytes], limit: int, in
             if in_place:
                 read_in_place(d, c, [len(c) or 1])
             else:
-                d.feed(c)
+                d.received(c)
             for f in drain(d):
                 assert len(f) - 4 == struct.unpack(">i", f[:4])[0] <= limit
     except ProtocolError:
@@ -256,8 +256,8 @@ def test_next_frame_parts_forwards_a_split_frame_without_joining_it() -> None:
     two = whole + whole
     for cut in (1, 3, 4, 5, 100, len(whole) - 1, len(whole), len(whole) + 7):
         reader = FrameReader(1 << 20)
-        reader.feed(two[:cut])
-        reader.feed(two[cut:])
+        reader.received(two[:cut])
+        reader.received(two[cut:])
         got = [reader.next_frame_parts(64), reader.next_frame_parts(64)]
         assert reader.next_frame_parts(64) is None and reader.buffered == 0
         for head, parts in got:  # type: ignore[misc]
@@ -269,9 +269,9 @@ def test_next_frame_parts_copies_the_head_only_when_the_first_part_is_short() ->
     body = bytes(range(256)) * 400  # 100 KB
     whole = struct.pack(">i", len(body)) + body
     reader = FrameReader(1 << 20)
-    reader.feed(b"\x00\x00\x00\x02ab" + whole[:10])  # a small frame, then a read's last 10 bytes
-    reader.feed(whole[10:60_000])
-    reader.feed(whole[60_000:])
+    reader.received(b"\x00\x00\x00\x02ab" + whole[:10])  # a small frame, then a read's last 10 bytes
+    reader.received(whole[10:60_000])
+    reader.received(whole[60_000:])
     assert reader.next_frame_parts(64) is not None
     head, parts = reader.next_frame_parts(1024)  # type: ignore[misc]
     assert bytes(head) == whole[:1024] and len(head.obj) == 1024  # a copy of the head, not of the frame
@@ -281,9 +281,9 @@ def test_next_frame_parts_copies_the_head_only_when_the_first_part_is_short() ->
 def test_next_frame_parts_waits_for_the_whole_frame() -> None:
     whole = struct.pack(">i", 10) + b"0123456789"
     reader = FrameReader(100)
-    reader.feed(whole[:9])
+    reader.received(whole[:9])
     assert reader.next_frame_parts(8) is None
-    reader.feed(whole[9:])
+    reader.received(whole[9:])
     head, parts = reader.next_frame_parts(8)  # type: ignore[misc]
     assert len(head) >= 8 and bytes(head) == whole[: len(head)]
     assert [bytes(p) for p in parts] == [whole[:9], whole[9:]]
@@ -299,7 +299,7 @@ def test_next_frame_parts_hands_a_read_it_covers_whole_over_as_it_is() -> None:
     reads = [stream[a:b] for a, b in zip((0, *cuts[:-1]), cuts, strict=True)]
     reader = FrameReader(1 << 20)
     for data in reads:
-        reader.feed(data)
+        reader.received(data)
     (head1, parts1), (head2, parts2), (head3, parts3) = (reader.next_frame_parts(16) for _ in range(3))  # type: ignore[misc]
     assert parts1[0] is reads[0] and parts1[1] is reads[1] and len(parts1) == 3   # then read 2 up to 10,244
     assert parts2[1] is reads[3] and len(parts2) == 3   # read 2's end, read 3 itself, read 4 up to the cut
@@ -379,20 +379,20 @@ def test_a_frame_the_stream_cut_short_stays_held_until_discarded() -> None:
 def test_own_copies_whole_frames_out_of_the_arena_and_moves_an_incomplete_one_into_its_own_buffer() -> None:
     arena = bytearray(sized(5, 1) + sized(5, 2) + sized(5, 3))
     reader = FrameReader(BIG)
-    reader.feed(memoryview(arena)[:18])
-    reader.feed(bytearray(sized(2, 9)))   # a frame's own buffer: nobody else's, kept as it is
+    reader.received(memoryview(arena)[:18])
+    reader.received(bytearray(sized(2, 9)))   # a frame's own buffer: nobody else's, kept as it is
     assert bytes(reader.next_frame()) == sized(5, 1)  # type: ignore[arg-type]
     reader.own()   # whole frames wait (their connection is muted): copied
     arena[:] = bytes(len(arena))   # the arena reused: what the reader holds is unchanged
     assert drain(reader) == [sized(5, 2), sized(2, 9)]
     arena[:] = sized(5, 4) + sized(5, 5) + sized(5, 6)
-    reader.feed(memoryview(arena)[:13])   # a frame and the size of the next
+    reader.received(memoryview(arena)[:13])   # a frame and the size of the next
     assert drain(reader) == [sized(5, 4)]
     reader.own()
     arena[:] = bytes(len(arena))
     assert reader.buffered == 4 and len(reader.get_buffer()) == 5   # the rest of it goes in after its start
     assert joined(read_in_place(reader, sized(5, 5)[4:], [5])) == [sized(5, 5)]
-    reader.feed(sized(1, 7))
+    reader.received(sized(1, 7))
     assert drain(reader) == [sized(1, 7)]
 
 
@@ -402,9 +402,9 @@ def test_own_leaves_fed_bytes_as_they_are() -> None:
     whole = sized(5000, 3)
     start, rest = whole[:3000], whole[3000:]
     reader = FrameReader(BIG)
-    reader.feed(start)
+    reader.received(start)
     reader.own()
-    reader.feed(rest)
+    reader.received(rest)
     _, parts = reader.next_frame_parts(64)  # type: ignore[misc]
     assert parts[0] is start and parts[1] is rest
 
@@ -442,11 +442,11 @@ def run(reader: FrameReader, stream: bytes, plan: list[Step]) -> tuple[list[tupl
                     n = min(len(buf), size, len(stream) - pos)
                     buf[:n] = stream[pos:pos + n]
                     del buf
-                    reader.filled(n)
+                    reader.received(n)
                 else:
                     n = min(size, len(stream) - pos)
                     piece = stream[pos:pos + n]
-                    reader.feed((piece, bytearray(piece), memoryview(piece))[i % 3])
+                    reader.received((piece, bytearray(piece), memoryview(piece))[i % 3])
                 pos += n
             else:
                 step = Step(1, False, True, False)
@@ -460,7 +460,7 @@ def run(reader: FrameReader, stream: bytes, plan: list[Step]) -> tuple[list[tupl
             if pos == len(stream) and step.take:
                 return frames, None
     except ProtocolError as error:
-        for call in (reader.next_frame, lambda: reader.feed(b"x"), lambda: reader.next_frame_parts(8)):
+        for call in (reader.next_frame, lambda: reader.received(b"x"), lambda: reader.next_frame_parts(8)):
             with pytest.raises(ProtocolError) as again:
                 call()
             assert again.value is error   # sticky: the same error, whatever is asked

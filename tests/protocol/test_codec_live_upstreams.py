@@ -26,7 +26,7 @@ def rpc(addr: tuple[str, int], frame: bytes) -> memoryview:
             chunk = sock.recv(65536)
             if not chunk:
                 raise ConnectionError("upstream closed")
-            reader.feed(chunk)
+            reader.received(chunk)
             response = reader.next_frame()
             if response is not None:
                 return response

@@ -160,30 +160,30 @@ def test_produce_response_without_hints_is_not_copied() -> None:
 def test_a_chunk_that_is_one_frame_comes_back_whole() -> None:
     reader = FrameReader(1 << 20)
     frame = request(0, 9, body=b"x" * 100).tobytes()
-    reader.feed(frame)
+    reader.received(frame)
     got = reader.next_frame()
     assert got is not None and got.obj is frame and got == frame
     assert reader.next_frame() is None and reader.buffered == 0 and not reader.has_partial()
     # then two frames and a half in one chunk, the half completed by the next chunk
-    reader.feed(frame + frame + frame[:50])
+    reader.received(frame + frame + frame[:50])
     assert reader.next_frame() == frame and reader.next_frame() == frame
     assert reader.next_frame() is None and reader.has_partial()
-    reader.feed(frame[50:])
+    reader.received(frame[50:])
     assert reader.next_frame() == frame and reader.buffered == 0
     assert got == frame  # views handed out earlier stay valid
 
 
 def test_reader_errors_stay_sticky_on_the_fast_path() -> None:
     reader = FrameReader(10)
-    reader.feed(struct.pack(">i", 4) + b"abcd")
+    reader.received(struct.pack(">i", 4) + b"abcd")
     assert reader.next_frame() == struct.pack(">i", 4) + b"abcd"
     with pytest.raises(FrameTooLarge):  # checked as soon as the prefix is in
-        reader.feed(struct.pack(">i", 11))
+        reader.received(struct.pack(">i", 11))
     for _ in range(2):
         with pytest.raises(FrameTooLarge):
             reader.next_frame()
     with pytest.raises(FrameTooLarge):
-        reader.feed(b"more")
+        reader.received(b"more")
 
 
 def test_address_walk_counts_fetch_records_on_the_way() -> None:
