@@ -133,6 +133,16 @@ class FrameReader:
             return self._arena.tail()
         return memoryview(buf)[self._fill:]
 
+    def took(self, nbytes: int) -> bool:
+        """True when a read in place went into an incomplete frame's own buffer without filling it:
+        counted here, since nothing can come of it before the buffer is full, so the connection need
+        not hear of it (an event per segment, not per read). False: it must (`received`)."""
+        buf = self._open
+        if buf is None or self._fill + nbytes >= len(buf):
+            return False
+        self._fill += nbytes
+        return True
+
     def own(self) -> None:
         """Keep nothing that is a view of a buffer shared with other connections (a read arena), which
         it would keep alive: the start of an incomplete frame moves into its own buffer, where the next

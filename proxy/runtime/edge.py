@@ -194,7 +194,10 @@ class ClientEdge(FrameReads):
         self.client.close()
 
     def buffer_updated(self, nbytes: int) -> None:
-        """A read put `nbytes` where the core's reader said (`get_buffer`)."""
+        """A read put `nbytes` where the core's reader said (`get_buffer`); the core hears of it unless
+        it lies inside an incomplete frame, where nothing comes of it yet (`took`)."""
+        if self.reads.took(nbytes):
+            return
         self.run(ev.ClientData(self.now(), nbytes))
         self.core.keep_held()   # what waits in the core leaves the shared arena
 
@@ -344,7 +347,9 @@ class UpstreamEdge(FrameReads):
         self.edge = edge
         self.reads = edge.core.responses
 
-    def buffer_updated(self, nbytes: int) -> None:
+    def buffer_updated(self, nbytes: int) -> None:   # as the client's
+        if self.reads.took(nbytes):
+            return
         edge = self.edge
         edge.run(ev.UpstreamData(edge.now(), nbytes))
         edge.core.keep_held()
