@@ -134,13 +134,25 @@ class FrameReader:
         return memoryview(buf)[self._fill:]
 
     def took(self, nbytes: int) -> bool:
-        """True when a read in place went into an incomplete frame's own buffer without filling it:
-        counted here, since nothing can come of it before the buffer is full, so the connection need
-        not hear of it (an event per segment, not per read). False: it must (`received`)."""
+        """True when a read in place went into an incomplete frame's own buffer and nothing can come
+        of it yet: the buffer is not full, or it was a size prefix read alone, now checked, whose
+        frame's first segment opens. The connection need not hear of it (an event per segment, not
+        per read). False: it must (`received`)."""
         buf = self._open
-        if buf is None or self._fill + nbytes >= len(buf):
+        if buf is None:
             return False
-        self._fill += nbytes
+        fill = self._fill + nbytes
+        if fill < len(buf):
+            self._fill = fill
+            return True
+        if self._left != PREFIX_ALONE or self._size:   # a segment is full, or a frame waits before it
+            return False
+        (size,) = _SIZE_AT(buf, 0)
+        if not 0 < size <= self._max:   # an empty frame, or one the connection refuses: it hears of it
+            return False
+        first = self._open = bytearray(SIZE_PREFIX + min(size, FIRST_SEGMENT))   # as `_place` would
+        first[:SIZE_PREFIX] = buf
+        self._fill, self._left, self._need = SIZE_PREFIX, size + SIZE_PREFIX - len(first), size + SIZE_PREFIX
         return True
 
     def own(self) -> None:
