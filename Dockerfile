@@ -15,28 +15,30 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ONLY_BINARY=uvloop,PyYAML,hiredis
+# `pip install .` compiles the request path with mypyc (README "Sizing"), so the C compiler is
+# installed here, in the build stage only. `--build-arg KQP_COMPILE=0` installs the Python modules
+# alone, with no compiler (setup.py reads KQP_COMPILE from the environment, where ARG puts it).
+ARG KQP_COMPILE=1
+RUN if [ "$KQP_COMPILE" != 0 ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends gcc=4:12.2.* libc6-dev=2.36-* \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 WORKDIR /src
 RUN python -m venv /opt/kqp
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY proxy/ proxy/
 COPY protocol/ protocol/
 COPY quotas/ quotas/
 COPY config/ config/
-# A regular (non-editable) install: the virtualenv must not point back into /src.
+# A regular (non-editable) install: the virtualenv must not point back into /src. pip builds in an
+# isolated environment of its own (setuptools and mypy, the build requirements) that stays in this
+# stage. A compiler that was installed yet left the Python modules is a failed build, not a slow image.
 RUN /opt/kqp/bin/pip install . \
-    && /opt/kqp/bin/kqp --help > /dev/null
-# `--build-arg KQP_COMPILE=1`: the request path compiled by mypyc (`kqp compile`, README "Sizing"),
-# its extension modules beside kqp's own in the virtualenv. The compiler, and mypy in a virtualenv of
-# its own that only this step sees, stay in this stage.
-ARG KQP_COMPILE=0
-RUN if [ "$KQP_COMPILE" = 1 ]; then \
-        apt-get update \
-        && apt-get install -y --no-install-recommends gcc=4:12.2.* libc6-dev=2.36-* \
-        && python -m venv /opt/mypyc \
-        && /opt/mypyc/bin/pip install 'mypy==1.18.2' 'setuptools==80.9.0' \
-        && PYTHONPATH="$(/opt/mypyc/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-           /opt/kqp/bin/kqp compile \
-        && /opt/kqp/bin/kqp compile --check; \
+    && /opt/kqp/bin/kqp --help > /dev/null \
+    && /opt/kqp/bin/kqp compile --check \
+    && if [ "$KQP_COMPILE" != 0 ]; then \
+        /opt/kqp/bin/python -c "from kqp.proxy.tools.hot_path import describe; assert describe().request_path == 'compiled'"; \
     fi
 
 FROM ${PYTHON_IMAGE}

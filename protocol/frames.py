@@ -1,18 +1,17 @@
 """Split a Kafka byte stream into size-prefixed frames, reading in place where the transport can.
 
-Every Kafka request and response is a 4-byte big-endian signed size and that many bytes.
-:class:`FrameReader` is one direction of one connection (h11's ``receive_data``/``next_event``
-shape): a read goes where it says (``get_buffer``, asyncio's ``BufferedProtocol``) and ``received``
-takes its byte count, or the bytes a transport handed over; whole frames come out as memoryviews
-over them, or a frame that spans reads as the parts it arrived in (``next_frame_parts``), never
-joined. In-place reads land in a :class:`ReadArena`, one loop's buffer shared by its connections,
-whose filled bytes are never written again; a frame a read leaves incomplete goes on in buffers of
-its own (64 KiB beyond what was read of it, then doubling to 1 MiB), and after a large frame the
-next size prefix is read alone, so a large frame arrives in place. Each size prefix is parsed once
+Every Kafka request and response is a 4-byte big-endian size and that many bytes. A :class:`FrameReader`
+is one direction of one connection: a read goes where it says (``get_buffer``, asyncio's
+``BufferedProtocol``) and ``received`` takes its byte count, or the bytes a transport handed over; whole
+frames come out as memoryviews over them, or a frame that spans reads as the parts it arrived in
+(``next_frame_parts``), never joined. Reads land in a :class:`ReadArena`, one loop's buffer shared by
+its connections, whose filled bytes are never written again; a frame a read leaves incomplete goes on in
+buffers of its own (64 KiB beyond what was read of it, then doubling to 1 MiB), and after a large frame
+the next size prefix is read alone, so a large frame arrives in place. Each size prefix is parsed once
 and checked as soon as its 4 bytes are in (as Kafka's ``NetworkReceive``): a negative size raises
-:class:`ProtocolError`, one above the limit :class:`FrameTooLarge`, before a byte of the body is
-kept; once raised, every call raises it. Small reads of bytes handed over, of an incomplete frame,
-share one ``bytearray``: a trickled frame costs its size.
+:class:`ProtocolError`, one above the limit :class:`FrameTooLarge`, before a byte of the body is kept;
+once raised, every call raises it. Small reads handed over of an incomplete frame share one
+``bytearray``: a trickled frame costs its size.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ async def _run(host: str, port: int, count: int, hold_seconds: float, interval: 
 
 def idle_connections(host: str, port: int, count: int = 1000, hold_seconds: float = 3.0,
                      interval: float = 1.0, timeout: float = 10.0) -> dict[str, Any]:
-    """Deferred `count` connections open for `hold_seconds` once connected; count errors."""
+    """Hold `count` connections open for `hold_seconds` once connected; count errors."""
     return run_many_clients(_run(host, port, count, hold_seconds, interval, reply_timeout=timeout))
 
 

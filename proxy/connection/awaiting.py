@@ -34,10 +34,10 @@ class ResponseHeld(Exception):
 class Awaiting:
     """The connection's waits on the runtime; at most one of each at a time, since each stops reading."""
 
-    __slots__ = ("_committing", "_host", "_missing", "_parts", "held_request", "held_response")
+    __slots__ = ("_committing", "_host", "_missing", "_wiring", "held_request", "held_response")
 
-    def __init__(self, host: Host, parts: CoreWiring) -> None:
-        self._host, self._parts = host, parts
+    def __init__(self, host: Host, wiring: CoreWiring) -> None:
+        self._host, self._wiring = host, wiring
         self.held_request: Parts | None = None                  # a request waiting for a topic lookup
         self.held_response: tuple[Flight, memoryview, Parts] | None = None   # a response waiting for listeners
         self._committing: tuple[Flight, Pending] | None = None   # an answer waiting for its commit
@@ -56,7 +56,7 @@ class Awaiting:
 
     # -- a commit to a state file --------------------------------------------------------------------------
     def commit(self, flight: Flight, pending: Pending) -> None:
-        flight.answer = None   # no answer yet: the FIFO stops at it
+        flight.progress.answer = None   # no answer yet: the FIFO stops at it
         self._committing = (flight, pending)
         self._host.mute(MuteReason.COMMIT)
         commit = ev.CommitAcls if isinstance(pending, PendingAclCommit) else ev.CommitQuotas
@@ -67,13 +67,13 @@ class Awaiting:
         if self._committing is None:
             return False
         (flight, pending), self._committing = self._committing, None
-        flight.answer = pending.answer(e.error)
+        flight.progress.answer = pending.answer(e.error)
         return True
 
     # -- listeners for the brokers a response names --------------------------------------------
     def _listener_or_note(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """The address walk's mapper: kqp's listener for the broker, or the broker noted as missing."""
-        mapped = self._parts.listener_for(node_id, host, port)
+        mapped = self._wiring.listener_for(node_id, host, port)
         if mapped is None:
             self._missing.append(BrokerAddress(node_id, host, port))
             return host, port
@@ -85,7 +85,7 @@ class Awaiting:
         for one yet (asked for with `EnsureListeners`). `counted`: it waited already, its records were
         counted on the first walk (Fetch v16+, when its plan asked), so this walk counts none."""
         rewritten, _ = rewrite_addresses_parts(flight.api_key, flight.api_version, frame, body_offset,
-                                               self._listener_or_note, None if counted else flight.counts)
+                                               self._listener_or_note, None if counted else flight.progress.counts)
         if not self._missing:
             return frame if rewritten is None else rewritten
         brokers, self._missing = tuple(dict.fromkeys(self._missing)), []

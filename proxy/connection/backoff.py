@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from kqp.protocol.apis import API_NAMES, should_client_throttle
 
-from .events import Action, NoteUnread
 from .hooks import ProxyObserver
 
 if TYPE_CHECKING:
@@ -57,7 +56,8 @@ class BackOff:
 
     @property
     def seen_ignoring(self) -> bool:
-        """Seen sending while throttled: every request of the connection is paced from then on."""
+        """Seen sending while throttled: counted as not backing off from then on (pacing goes by the
+        request version alone: `backs_off`)."""
         return self.reason == OBSERVED
 
     @property
@@ -75,8 +75,7 @@ class BackOff:
         """An unthrottled response went to the client at `now`: it may refill that slot at once."""
         self.answered_at = now
 
-    def throttled(self, request: tuple[int, int], blind: bool, now: float, muted_until: float,
-                  out: list[Action]) -> bool:
+    def throttled(self, request: tuple[int, int], blind: bool, now: float, muted_until: float) -> bool:
         """A throttle was given to `request` (api key, version), its client `blind` to it (it cannot
         back off). True when a probe starts (the caller arms the timer for `probe_at`)."""
         self.used = request
@@ -92,7 +91,6 @@ class BackOff:
         if self.probe_at is not None or mute < MIN_PROBED_MUTE or now - self.answered_at < GRACE_SECONDS:
             return False
         self.probe_at = now + mute / 2
-        out.append(NoteUnread())
         return True
 
     def probe(self, now: float, unread: int | None, muted_until: float) -> None:

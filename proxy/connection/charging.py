@@ -57,7 +57,7 @@ class Charging:
     # -- the request and its reply -------------------------------------------------------------
     def charge_request(self, flight: Flight, now: float) -> list[Violation]:
         """Charge what the request itself carries and, unless its throttle waits for its response,
-        its request quotas (`flight.handler_seconds`: the time spent on it so far); the violations found."""
+        its request quotas (`flight.progress.handler_seconds`: the time spent on it so far); the violations found."""
         plan = flight.plan
         violations: list[Violation] = []
         if (produced := plan.produced) is not None:
@@ -74,7 +74,7 @@ class Charging:
         for pool in plan.watching:
             pool.sent(flight, now)
         if not plan.exempt and not plan.decided_on_response:
-            violations += self.quotas.record_request(flight.principal, flight.handler_seconds, now)
+            violations += self.quotas.record_request(flight.principal, flight.progress.handler_seconds, now)
         return violations
 
     def charge_reply(self, flight: Flight, reply: Reply | None, now: float, seconds: float = 0.0) -> list[Violation]:
@@ -100,10 +100,10 @@ class Charging:
         plan = flight.plan
         if not plan.exempt:
             if plan.decided_on_response:
-                violations += self.quotas.record_request(principal, flight.handler_seconds, now)
+                violations += self.quotas.record_request(principal, flight.progress.handler_seconds, now)
             elif seconds:
                 self.quotas.add_handler_time(principal, seconds, now)
-        self.observer.handler_time(principal, flight.handler_seconds)
+        self.observer.handler_time(principal, flight.progress.handler_seconds)
         return violations
 
     def refund(self, flight: Flight, reply: Reply, now: float) -> None:

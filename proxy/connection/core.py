@@ -32,14 +32,14 @@ from kqp.proxy.connection.wiring import CoreWiring
 from kqp.proxy.policies.pending import Pending
 
 from . import events as ev
-from .authentication import Authentication
+from .authentication import FORWARD, Authentication, Route
 from .awaiting import Awaiting, ResponseHeld
 from .establishing import Establishing
 from .events import Action, Close, MuteReason, Parts, Send, Side
 from .giving_up import drop_unforwarded, truncated
 from .mute import MuteState
 from .phases import Move, Phase, next_phase
-from .plans import AS_IS, LOOK_UP, Flight, Plan, Reply, Request, unawaited
+from .plans import AS_IS, LOOK_UP, Flight, Plan, Progress, Reply, Request, unawaited
 from .throttling import Throttling
 from .upstream_login import UpstreamAuthError
 
@@ -61,26 +61,28 @@ NO_MARK = -1.0   # `_clock_mark`: no handler-clock reading to start from (clocks
 class Connection:
     """The client side and the upstream side of one proxied connection."""
 
-    def __init__(self, parts: CoreWiring, listener: str, node_id: int | None, peer: str = "?") -> None:
-        self.parts, self.listener, self.node_id, self.peer = parts, listener, node_id, peer
+    def __init__(self, wiring: CoreWiring, listener: str, node_id: int | None, peer: str = "?") -> None:
+        self.wiring, self.listener, self.node_id, self.peer = wiring, listener, node_id, peer
         # One reader per direction: it says where the edge's next read lands and cuts the frames.
-        self.requests = FrameReader(parts.settings.max_frame_bytes, parts.arena)
-        self.responses = FrameReader(parts.settings.max_frame_bytes, parts.arena)
+        self.requests = FrameReader(wiring.settings.max_frame_bytes, wiring.arena)
+        self.responses = FrameReader(wiring.settings.max_frame_bytes, wiring.arena)
         self.in_flight: deque[Flight] = deque()
         self.mutes = MuteState()
         self.last_activity = 0.0
         self.phase = CONNECTING
-        self.auth = Authentication(parts.sasl, parts.principals)
-        self.throttling = Throttling(parts.charging.observer, self.mutes, self.auth, lambda: parts.settings.pacing)
-        self.establishing: Establishing | None = Establishing(self, parts, node_id, self.responses)
-        self.awaiting = Awaiting(self, parts)
+        self.auth = Authentication(wiring.sasl, wiring.principals)
+        self.throttling = Throttling(self, wiring.charging.observer, self.auth, lambda: wiring.settings.pacing)
+        self.establishing: Establishing | None = Establishing(self, wiring, node_id, self.responses)
+        self.awaiting = Awaiting(self, wiring)
         self._drain_reason = "client_closed"   # DRAINING: the close reason once nothing is owed
         self._out: list[Action] = []
         # The handler clock's reading at the end of this event's last timed segment: the next segment
         # of the same event starts there, so back-to-back frames cost one clock read each, not two
         # (the CPU clock is a system call, on a loaded host a slow one: `_segment_start`).
         self._clock_mark = NO_MARK
-        self._on_event: dict[type, Callable[[Any], None]] = {   # each handler takes its own event type
+        # Each handler takes its own event type; the table never changes: a handler asks the state
+        # (kqp's own login under way, a response held for its listeners) what its event means now.
+        self._on_event: dict[type, Callable[[Any], None]] = {
             ev.ClientConnected: self._client_connected,
             ev.UpstreamConnected: self._upstream_connected,
             ev.UpstreamConnectFailed: self._upstream_connect_failed,
@@ -96,7 +98,7 @@ class Connection:
             ev.Committed: self._committed,
             ev.ShutdownBegun: self._shutdown_begun,
             ev.IdleCheck: self._idle_check,
-            ev.CloseRequested: lambda e: self.close(e.reason, e.message),
+            ev.CloseRequested: self._close_requested,
         }
 
     # -- the one entry point -------------------------------------------------------------------
@@ -166,9 +168,9 @@ class Connection:
         self._move(Move.CLOSE)
         self.throttling.closed()
         if self.in_flight:   # adaptive pools stop waiting for these
-            self.parts.charging.unanswered(self.in_flight, reason == "upstream_closed")
+            self.wiring.charging.unanswered(self.in_flight, reason == "upstream_closed")
         self._out.append(Close(reason, message))
-        self.parts.charging.observer.connection_closed(self.listener, reason)
+        self.wiring.charging.observer.connection_closed(self.listener, reason)
 
     # -- the way to OPEN (`establishing.py`) ---------------------------------------------------
     def _client_connected(self, e: ev.ClientConnected) -> None:
@@ -176,11 +178,10 @@ class Connection:
             self.auth.adopt(e.user)
         self.auth.host = e.host
         self.last_activity = e.now
-        self.parts.charging.observer.connection_opened(self.listener)
+        self.wiring.charging.observer.connection_opened(self.listener)
         self.mute(MuteReason.CONNECTING)
         assert self.establishing is not None
         self.establishing.start(e.now)
-        self._on_event[ev.TimerFired] = self.establishing.timer_fired
 
     def _upstream_connected(self, e: ev.UpstreamConnected) -> None:
         assert self.establishing is not None
@@ -188,17 +189,13 @@ class Connection:
         self._move(move)
         if move is Move.UPSTREAM_UP:
             self._established(e.now)
-            return
-        self._on_event[ev.UpstreamData] = self._login_data
-        self._on_event[ev.UpstreamLost] = self.establishing.login_lost
 
     def _upstream_connect_failed(self, e: ev.UpstreamConnectFailed) -> None:
         self.close("upstream_unknown" if e.unknown_broker else "upstream_unreachable", e.message)
 
-    def _login_data(self, e: ev.UpstreamData) -> None:
-        assert self.establishing is not None
+    def _login_data(self, establishing: Establishing, e: ev.UpstreamData) -> None:
         try:
-            done = self.establishing.login_data(e)
+            done = establishing.login_data(e)
         except (ProtocolError, BodyError) as exc:
             self.close("upstream_protocol_error", f"bad frame from upstream during kqp's login: {exc}")
             return
@@ -207,12 +204,9 @@ class Connection:
             self._established(e.now)
 
     def _established(self, now: float) -> None:
-        """The upstream is ready: the core's own handlers again, and what the client sent goes."""
+        """The upstream is ready: the timer, the upstream's bytes and its loss are the core's own
+        again, and what the client sent goes."""
         self.establishing = None
-        handlers = self._on_event
-        handlers[ev.TimerFired] = self._timer_fired
-        handlers[ev.UpstreamData] = self._upstream_data
-        handlers[ev.UpstreamLost] = self._upstream_lost
         self._out.append(ev.SetTimer(None))
         self.unmute(MuteReason.CONNECTING)
         self._pump(now)
@@ -222,6 +216,9 @@ class Connection:
         self.phase = next_phase(self.phase, move)
 
     def _upstream_lost(self, e: ev.UpstreamLost) -> None:
+        if (establishing := self.establishing) is not None:   # during kqp's own login
+            establishing.login_lost(e)
+            return
         if (refused := self.auth.refused_login) is not None and not self.in_flight:
             # Passthrough: a broker closes the connection of a login it refused, after the answer.
             self.close("authentication_failed", f"{refused}; the upstream closed the connection")
@@ -256,7 +253,7 @@ class Connection:
 
     def _give_up(self, how: str) -> int:
         """Drop what the client left unforwarded; the bytes of a frame it never finished, if that was all."""
-        partial = drop_unforwarded(self.requests, self.awaiting.held_request, self.peer, self.parts.charging.observer,
+        partial = drop_unforwarded(self.requests, self.awaiting.held_request, self.peer, self.wiring.charging.observer,
                                    how)
         self.awaiting.held_request = None
         return partial
@@ -268,9 +265,12 @@ class Connection:
         self.mute(MuteReason.CLOSING)
         self._close_if_done()
 
+    def _close_requested(self, e: ev.CloseRequested) -> None:
+        self.close(e.reason, e.message)
+
     def _idle_check(self, e: ev.IdleCheck) -> None:
         """Kafka's connections.max.idle.ms, whether or not the connection is muted."""
-        idle_ms = self.parts.settings.connections_max_idle_ms
+        idle_ms = self.wiring.settings.connections_max_idle_ms
         if (e.now - self.last_activity) * 1000 > idle_ms:
             self.close("idle", f"idle for more than {idle_ms} ms")
 
@@ -295,9 +295,12 @@ class Connection:
         return self.phase is CONNECTING or self.mutes.blocks_requests
 
     def _timer_fired(self, e: ev.TimerFired) -> None:
+        if (establishing := self.establishing) is not None:   # the way to OPEN's deadline
+            establishing.timer_fired(e)
+            return
         if e.client_gone:   # closed while muted: what it left is dropped before anything more is read
             self._client_eof(e)
-        if self.throttling.timer_fired(e.now, self._out, e.unread):
+        if self.throttling.timer_fired(e.now, e.unread):
             self._pump(e.now)
 
     # -- requests: client -> upstream ----------------------------------------------------------
@@ -320,12 +323,12 @@ class Connection:
     def _on_request(self, head: memoryview, frame: Parts, now: float, looked_up: bool = False) -> None:
         """The dispatcher's request side: the API's handler plans the request, the core carries the
         plan out. `frame` is the slices it arrived in, `head` a contiguous start of it."""
-        p = self.parts
-        clock = p.cpu if p.charging.quotas.handler_cpu else p.perf
+        w = self.wiring
+        clock = w.cpu if w.charging.quotas.handler_cpu else w.perf
         t0 = self._segment_start(clock)
         self.last_activity = now   # a whole request is activity, a trickled byte is not (slowloris)
         hdr = parse_request_header(head)
-        handler = p.handlers[hdr.api_key]
+        handler = w.handlers[hdr.api_key]
         auth = self.auth
         if auth.guarded and (refusal := auth.refusal(hdr.api_key, handler.before_authentication, now)):
             self.close(*refusal)   # as Kafka: no answer, the connection closes
@@ -333,7 +336,7 @@ class Connection:
         principal = auth.principal(hdr.client_id)
         size = sum(map(len, frame))
         if not looked_up:   # handed over again after a topic lookup: counted the first time
-            p.charging.observer.request(principal, hdr.api_key, size)
+            w.charging.observer.request(principal, hdr.api_key, size)
         plan = handler.plan(Request(hdr, head, frame, size, principal, now, auth.authenticated, looked_up,
                                     self.node_id, auth.host))
         if plan is LOOK_UP:
@@ -343,19 +346,26 @@ class Connection:
         if plan.close is not None:   # refused where the broker closes (an acks=0 Produce kqp does not authorize)
             self.close("authorization_failed", plan.close)
             return
-        flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, plan, self.node_id,
-                        counts=RecordCounts() if plan.count_records else None, answer=plan.answer)
         forward = frame if plan.forward is AS_IS else plan.forward
+        answer, close_after = plan.answer, None
         if plan.sasl is not None or plan.software is not None:
-            if not self._authenticate(flight, hdr.client_id):
+            route = self._authenticate(plan)
+            if route is None:
                 return
-            if flight.answer is not None:   # kqp's authentication answers it: nothing goes upstream
+            if (verdict := route.verdict) is not None:
+                if verdict.user is not None:   # the answer already counts as the user it authenticates
+                    principal = auth.principal(hdr.client_id)
+                answer, close_after = verdict.answer, verdict.failure
+            if answer is not None:   # kqp's authentication answers it: nothing goes upstream
                 forward = None
         # The request's handler time so far is what its request quotas are charged; the rest of this
         # segment (charging, forwarding) counts towards the next one.
-        flight.handler_seconds = (mark := clock()) - t0
+        mark = clock()
+        flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now, plan,
+                        Progress(mark - t0, None, RecordCounts() if plan.count_records else None, answer),
+                        self.node_id, close_after)
         self._clock_mark = mark
-        charging = p.charging
+        charging = w.charging
         violations = charging.charge_request(flight, now)
         if not plan.expects_response:
             # acks=0: no response will come, so the request is done; Kafka exempts it from request
@@ -369,8 +379,8 @@ class Connection:
             # now nothing more is read, as a broker reads one request at a time.
             throttling = self.throttling
             if (throttle := throttling.decide(flight, violations, now)) is not None:
-                flight.throttle = throttle
-                throttling.mute(flight, throttle, now, self._out)
+                flight.progress.throttle = throttle
+                throttling.mute(flight, throttle, now)
         if not plan.expects_response:
             return
         if plan.decided_on_response and forward is not None and charging.charges_fetches(principal, True):
@@ -385,36 +395,42 @@ class Connection:
         mark, self._clock_mark = self._clock_mark, NO_MARK
         return clock() if mark == NO_MARK else mark
 
-    def _authenticate(self, flight: Flight, client_id: str | None) -> bool:
-        """What the plan hands the connection's authentication; False when the connection closes."""
-        plan, auth = flight.plan, self.auth
+    def _authenticate(self, plan: Plan) -> Route | None:
+        """What the plan hands the connection's authentication: how its SASL frame is routed, or
+        None when the connection closes."""
+        auth = self.auth
         if plan.software is not None:
             auth.software = plan.software
         if plan.sasl is None:
-            return True
+            return FORWARD
         route = auth.route(plan.sasl)
         if route.refusal is not None:   # as Kafka: no answer, the connection closes
             self.close("authentication_required", route.refusal)
-            return False
-        if (verdict := route.verdict) is not None:
-            if verdict.user is not None:   # the answer already counts as the user it authenticates
-                flight.principal = auth.principal(client_id)
-            flight.answer, flight.close_after = verdict.answer, verdict.failure
-        return True
+            return None
+        return route
 
     def _await(self, flight: Flight, now: float) -> None:
         self.in_flight.append(flight)
-        if (answer := flight.answer) is not None:
+        if (answer := flight.progress.answer) is not None:
             if isinstance(answer, Pending):   # the answer waits for a state file
                 self.awaiting.commit(flight, answer)
             elif flight.close_after is not None:   # read nothing more: the answer goes, then the connection closes
                 self.mute(MuteReason.CLOSING)
             self._flush_local(now)
-        if len(self.in_flight) >= (self.parts.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:
+        if len(self.in_flight) >= (self.wiring.settings.max_in_flight or NO_CAP) and self.phase is not CLOSED:
             self.mute(IN_FLIGHT)
 
     # -- responses: upstream -> client ---------------------------------------------------------
     def _upstream_data(self, e: ev.UpstreamData) -> None:
+        if (establishing := self.establishing) is not None:   # the answers to kqp's own login
+            self._login_data(establishing, e)
+            return
+        if self.awaiting.held_response is not None:   # what follows a response held for its listeners waits
+            self._buffer_responses(e)
+            return
+        self._read_responses(e)
+
+    def _read_responses(self, e: ev.UpstreamData) -> None:
         try:
             self.responses.received(e.data)
             while self.phase is not CLOSED:
@@ -425,7 +441,6 @@ class Connection:
         except ResponseHeld:   # what follows waits behind it until its listeners are ready
             if (held := self.awaiting.held_response) is not None:
                 self.in_flight.appendleft(held[0])
-                self._on_event[ev.UpstreamData] = self._buffer_responses
         except (ProtocolError, BodyError) as exc:
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
@@ -441,18 +456,18 @@ class Connection:
     def _on_response(self, head: memoryview, frame: Parts, now: float, flight: Flight | None = None) -> None:
         """The dispatcher's response side: broker addresses first (any API's), then the request's
         plan. `flight`: the response waited for listeners, and its request was counted already."""
-        p = self.parts
-        clock = p.cpu if p.charging.quotas.handler_cpu else p.perf
+        w = self.wiring
+        clock = w.cpu if w.charging.quotas.handler_cpu else w.perf
         t0 = self._segment_start(clock)
         counted = flight is not None
         if flight is None:
             correlation_id = response_correlation_id(head)
             if not self.in_flight or self.in_flight[0].correlation_id != correlation_id:
                 unawaited(self.in_flight, correlation_id, self.peer)
-                p.charging.observer.upstream_anomaly("unawaited")
+                w.charging.observer.upstream_anomaly("unawaited")
                 return
             flight = self.in_flight.popleft()
-            p.charging.observer.response(flight.principal, flight.api_key, sum(map(len, frame)), now - flight.read_at)
+            w.charging.observer.response(flight.principal, flight.api_key, sum(map(len, frame)), now - flight.read_at)
         api, version = flight.api_key, flight.api_version
         body_offset = response_body_offset(api, version, head)
         if may_carry_addresses(api, version):
@@ -466,14 +481,14 @@ class Connection:
             if reply.sasl_answer:
                 self.auth.on_response(version, frame)
         seconds = (end := clock()) - t0
-        flight.handler_seconds += seconds
+        flight.progress.handler_seconds += seconds
         self._clock_mark = end
         self._deliver(flight, frame, reply, body_offset, now, seconds)
         self._flush_local(now)
-        cap = p.settings.max_in_flight or NO_CAP
-        open_ = self.phase is not CLOSED
-        lifted = open_ and len(self.in_flight) < cap and self.unmute(IN_FLIGHT)
-        if open_ and ((not self.in_flight and self.unmute(RESPONSE_PENDING)) or lifted):
+        if self.phase is CLOSED or not self.mutes.muted(CLIENT):   # nothing to lift: the usual case
+            return
+        lifted = len(self.in_flight) < (w.settings.max_in_flight or NO_CAP) and self.unmute(IN_FLIGHT)
+        if (not self.in_flight and self.unmute(RESPONSE_PENDING)) or lifted:
             self._pump(now)   # back under the in-flight cap, or one at a time and none left: read on
 
     def _deliver(self, flight: Flight, frame: Parts, reply: Reply | None, body_offset: int, now: float,
@@ -481,30 +496,31 @@ class Connection:
         """Charge the response (`seconds`: the handler time spent on it), then KIP-219 for every
         version: the response goes now, carrying the request's throttle where the version has the
         field; the connection is muted for it since it was decided (now, for a charged response)."""
-        charging, throttling = self.parts.charging, self.throttling
+        charging, throttling = self.wiring.charging, self.throttling
         violations = charging.charge_reply(flight, reply, now, seconds)
-        throttle, decided = flight.throttle, False
+        progress = flight.progress
+        throttle, decided = progress.throttle, False
         if flight.plan.decided_on_response and violations:
-            throttle = flight.throttle = throttling.decide(flight, violations, now)
+            throttle = progress.throttle = throttling.decide(flight, violations, now)
             decided = throttle is not None
         if throttle is None:
             self._send_client(frame, now)
             throttling.answered(now)
             return
         if reply is not None and (replier := flight.plan.reply) is not None:
-            withheld = replier.withheld(flight, frame, body_offset, throttle.ms, self.parts.settings)
+            withheld = replier.withheld(flight, frame, body_offset, throttle.ms, self.wiring.settings)
             if withheld is not None:   # as the broker: what is not delivered is not charged either
                 charging.refund(flight, reply, now)
                 frame = withheld
-        frame, told = throttling.patched(flight, frame, body_offset, throttle, now, self._out)
+        frame, told = throttling.patched(flight, frame, body_offset, throttle, now)
         self._send_client(frame, now)
         if decided:   # the response goes first, then the mute (a broker mutes once it has sent it)
-            throttling.mute(flight, throttle, now, self._out)
-        throttling.told(flight, throttle, told, now, self._out)
+            throttling.mute(flight, throttle, now)
+        throttling.told(flight, throttle, told, now)
 
     def _flush_local(self, now: float) -> None:
         """Send kqp's own answers that have reached the front of the in-flight FIFO."""
-        while self.in_flight and isinstance(answer := self.in_flight[0].answer, bytes):
+        while self.in_flight and isinstance(answer := self.in_flight[0].progress.answer, bytes):
             flight = self.in_flight.popleft()
             frame = memoryview(answer)
             self._deliver(flight, (frame,), None, response_body_offset(flight.api_key, flight.api_version, frame),
@@ -531,7 +547,7 @@ class Connection:
         if self.phase is CLOSED:
             return
         self.unmute(MuteReason.COMMIT)
-        if len(self.in_flight) < (self.parts.settings.max_in_flight or NO_CAP):
+        if len(self.in_flight) < (self.wiring.settings.max_in_flight or NO_CAP):
             self.unmute(MuteReason.IN_FLIGHT)
         self._pump(e.now)
 
@@ -541,7 +557,6 @@ class Connection:
             return
         flight, head, frame = held
         self.in_flight.popleft()   # put back at the head when it was held: it is answered now
-        self._on_event[ev.UpstreamData] = self._upstream_data
         self.unmute(MuteReason.LISTENERS)
         try:
             self._on_response(head, frame, e.now, flight)
@@ -550,4 +565,4 @@ class Connection:
         except (ProtocolError, BodyError) as exc:   # as `_upstream_data` (read once already: not expected)
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
             return
-        self._upstream_data(ev.UpstreamData(e.now, b""))   # no new bytes: read on what waited behind it
+        self._read_responses(ev.UpstreamData(e.now, b""))   # no new bytes: read on what waited behind it

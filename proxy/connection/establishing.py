@@ -27,10 +27,10 @@ __all__ = ["Establishing"]
 class Establishing:
     """From `ClientConnected` to OPEN; the core asks `done` after each event it hands over."""
 
-    __slots__ = ("_deadline", "_host", "_login", "_parts", "_responses", "node_id")
+    __slots__ = ("_deadline", "_host", "_login", "_responses", "_wiring", "node_id")
 
-    def __init__(self, host: Host, parts: CoreWiring, node_id: int | None, responses: FrameReader) -> None:
-        self._host, self._parts, self.node_id, self._responses = host, parts, node_id, responses
+    def __init__(self, host: Host, wiring: CoreWiring, node_id: int | None, responses: FrameReader) -> None:
+        self._host, self._wiring, self.node_id, self._responses = host, wiring, node_id, responses
         self._login: UpstreamLogin | None = None
         self._deadline = 0.0   # loop time the connection (then the login) must be done by
 
@@ -39,12 +39,12 @@ class Establishing:
         self._arm(now)
 
     def _arm(self, now: float) -> None:
-        self._deadline = now + self._parts.settings.connect_timeout_ms / 1000
+        self._deadline = now + self._wiring.settings.connect_timeout_ms / 1000
         self._host.emit(SetTimer(self._deadline))
 
     def upstream_connected(self, e: ev.UpstreamConnected) -> Move:
         """`UPSTREAM_UP`: open now; `LOGIN_STARTED`: kqp logs in first."""
-        sasl = self._parts.upstream_sasl
+        sasl = self._wiring.upstream_sasl
         if sasl is None:
             return Move.UPSTREAM_UP
         login = self._login = UpstreamLogin(sasl, e.address)
@@ -56,7 +56,7 @@ class Establishing:
         if e.now < self._deadline:   # woken early: wait for the rest
             self._host.emit(SetTimer(self._deadline))
             return
-        ms = self._parts.settings.connect_timeout_ms
+        ms = self._wiring.settings.connect_timeout_ms
         if self._login is None:
             self._host.close("upstream_unreachable", f"no upstream connection within {ms} ms")
             return

@@ -30,18 +30,16 @@ class MuteState:
         self._client: set[MuteReason] = set()
         self._upstream: set[MuteReason] = set()
 
-    def _side(self, reason: MuteReason) -> set[MuteReason]:
-        return self._upstream if reason in UPSTREAM_REASONS else self._client
-
+    # The side is found inline: a mute and two unmutes on every exchange.
     def mute(self, reason: MuteReason) -> bool:
-        reasons = self._side(reason)
+        reasons = self._upstream if reason in UPSTREAM_REASONS else self._client
         if reason in reasons:
             return False
         reasons.add(reason)
         return True
 
     def unmute(self, reason: MuteReason) -> bool:
-        reasons = self._side(reason)
+        reasons = self._upstream if reason in UPSTREAM_REASONS else self._client
         if reason not in reasons:
             return False
         reasons.discard(reason)

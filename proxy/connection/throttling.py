@@ -3,7 +3,7 @@
 Kafka throttles a channel in one place (ClientQuotaManager.throttle, ThrottledChannel): every quota
 of a request is recorded, the largest throttle wins, the response goes at once telling the client,
 and the channel is muted for the same time. `Throttling` is that place for a connection. `decide`
-takes the request's throttle once (`quotas.throttle.decide`), where its charges are complete: when
+takes the request's throttle once (`quotas.rates.throttle.decide`), where its charges are complete: when
 it is read, or for a Fetch whose response is charged when that response is back; `mute` mutes from
 then, so nothing more is read, as a broker reads one request at a time. `patched` writes
 `throttle_time_ms` into the response (the larger of the upstream's and kqp's: the mute lasts that
@@ -25,9 +25,9 @@ from kqp.quotas.rates.throttle import Throttle, Violation, decide
 
 from .authentication import Authentication
 from .backoff import BackOff, backs_off
-from .events import Action, Mute, MuteReason, Parts, SetTimer, Unmute
+from .events import MuteReason, NoteUnread, Parts, SetTimer
 from .hooks import ProxyObserver
-from .mute import MuteState
+from .host import Host
 from .plans import Flight
 
 __all__ = ["Throttle", "Throttling"]
@@ -41,12 +41,12 @@ def _off() -> bool:
 
 
 class Throttling:
-    __slots__ = ("backoff", "cause", "muted_until", "mutes", "observer", "pacing")
+    __slots__ = ("backoff", "cause", "host", "muted_until", "observer", "pacing")
 
-    def __init__(self, observer: ProxyObserver, mutes: MuteState, auth: Authentication | None = None,
+    def __init__(self, host: Host, observer: ProxyObserver, auth: Authentication | None = None,
                  pacing: Callable[[], bool] = _off) -> None:
+        self.host = host                    # the connection: only this room mutes it for THROTTLED
         self.observer = observer
-        self.mutes = mutes                  # the connection's; only this room touches THROTTLED in it
         self.muted_until = 0.0              # loop time the current mute lasts until
         self.cause: Cause | None = None   # set exactly while the mute is on
         # Whether the client backs off (`auth`: the connection's identity, naming its software; None: not watched).
@@ -68,16 +68,16 @@ class Throttling:
         self.observer.observed_throttled(throttle.principal, throttle.quota_type, throttle.ms / 1000)
         return throttle.enforced
 
-    def mute(self, flight: Flight, throttle: Throttle, now: float, out: list[Action]) -> None:
+    def mute(self, flight: Flight, throttle: Throttle, now: float) -> None:
         """Mute the connection from `now`, the decision, until `throttle` is over. A request without a
         response (acks=0) is told nothing: its throttle counts as told now."""
-        if self._mute_until(throttle.until, (throttle.principal, throttle.quota_type), now, out):
-            out.append(SetTimer(self._wake_at()))
+        if self._mute_until(throttle.until, (throttle.principal, throttle.quota_type), now):
+            self.host.emit(SetTimer(self._wake_at()))
         if not flight.expects_response:
-            self.told(flight, throttle, throttle.ms, now, out)
+            self.told(flight, throttle, throttle.ms, now)
 
-    def patched(self, flight: Flight, frame: Parts, body_offset: int, throttle: Throttle, now: float,
-                out: list[Action]) -> tuple[Parts, int]:
+    def patched(self, flight: Flight, frame: Parts, body_offset: int, throttle: Throttle,
+                now: float) -> tuple[Parts, int]:
         """The response with `throttle_time_ms` filled (KIP-219, every version that has the field) and
         the milliseconds it tells: kqp's throttle, or the upstream's own when that is longer, and
         then the mute lasts that long too, so the client is never told less than it is held."""
@@ -91,26 +91,28 @@ class Throttling:
             return frame, throttle.ms
         if upstream_ms <= throttle.ms:
             return (frame if patched is None else patched), throttle.ms
-        if self._mute_until(now + upstream_ms / 1000, (throttle.principal, throttle.quota_type), now, out):
-            out.append(SetTimer(self._wake_at()))
+        if self._mute_until(now + upstream_ms / 1000, (throttle.principal, throttle.quota_type), now):
+            self.host.emit(SetTimer(self._wake_at()))
         return frame, upstream_ms
 
-    def told(self, flight: Flight, throttle: Throttle, ms: int, now: float, out: list[Action]) -> None:
+    def told(self, flight: Flight, throttle: Throttle, ms: int, now: float) -> None:
         """`throttle` went to the client as `ms` with its response (or, acks=0, was decided): counted
         once, and the back-off probe watches whether the client waits it out."""
         self.observer.throttled(throttle.principal, throttle.quota_type, ms / 1000)
         backoff = self.backoff
         blind = not backs_off(flight.api_key, flight.api_version, flight.expects_response)
         if backoff is not None and backoff.throttled((flight.api_key, flight.api_version), blind, now,
-                                                     self.muted_until, out):
-            out.append(SetTimer(self._wake_at()))
+                                                     self.muted_until):
+            # A probe starts: what the client has sent so far is noted, and read when the probe is due.
+            self.host.emit(NoteUnread())
+            self.host.emit(SetTimer(self._wake_at()))
 
     def answered(self, now: float) -> None:
         """A response went to the client unthrottled (the back-off probe gives it a grace)."""
         if self.backoff is not None:
             self.backoff.answered(now)
 
-    def _mute_until(self, until: float, cause: Cause, now: float, out: list[Action]) -> bool:
+    def _mute_until(self, until: float, cause: Cause, now: float) -> bool:
         """Mute from `now` until `until`; whether that moved the mute's end (the timer then moves)."""
         if until <= self.muted_until:   # an earlier, longer throttle holds the connection already
             return False
@@ -119,8 +121,7 @@ class Throttling:
             self._end(now)
             self.cause = cause
             self.observer.mute_started(*cause, now)
-        if self.mutes.mute(THROTTLED):
-            out.append(Mute(THROTTLED))
+        self.host.mute(THROTTLED)
         return True
 
     def _wake_at(self) -> float:
@@ -128,7 +129,7 @@ class Throttling:
         probe = None if self.backoff is None else self.backoff.probe_at
         return self.muted_until if probe is None or probe >= self.muted_until else probe
 
-    def timer_fired(self, now: float, out: list[Action], unread: int | None = None) -> bool:
+    def timer_fired(self, now: float, unread: int | None = None) -> bool:
         """The connection's timer (`unread`: what the client sent since `NoteUnread`, for the probe):
         True when the mute has ended now (the core reads on)."""
         if self.cause is None:
@@ -136,11 +137,10 @@ class Throttling:
         if self.backoff is not None:
             self.backoff.probe(now, unread, self.muted_until)
         if now < self.muted_until:   # woken early, or for the probe: wait for the rest
-            out.append(SetTimer(self._wake_at()))
+            self.host.emit(SetTimer(self._wake_at()))
             return False
         self._end(self.muted_until)   # counted until it was due, however late the timer fired
-        if self.mutes.unmute(THROTTLED):
-            out.append(Unmute(THROTTLED))
+        self.host.unmute(THROTTLED)
         return True
 
     def closed(self) -> None:

@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
+import importlib.metadata
+import platform
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -33,6 +36,7 @@ from kqp.proxy.connection.events import CLOSE_REASONS
 from kqp.proxy.connection.hooks import ProxyObserver
 from kqp.proxy.observability.client_metrics import ClientHooks, ClientStats, RecentThrottles
 from kqp.proxy.observability.pool_metrics import pool_families
+from kqp.proxy.tools.hot_path import DISTRIBUTION, describe
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import QUOTA_TYPES, Principal, QuotaType
 
@@ -403,6 +407,11 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         yield from self.clients.families()
 
     def _state_families(self) -> Iterator[Metric]:
+        build = GaugeMetricFamily("kqp_build_info", "1: kqp's version, its Python, and whether the request path "
+                                  "runs compiled by mypyc or as Python, and why",
+                                  labels=("version", "python", "request_path", "reason"))
+        build.add_metric(_build_labels(), 1)
+        yield build
         yield GaugeMetricFamily("kqp_entities", "Entity label sets held (the other bucket included)",
                                 value=len(self._entities))
         yield GaugeMetricFamily("kqp_muted_connections", "Client connections muted by a throttle now",
@@ -438,6 +447,17 @@ class PrometheusObserver(ClientHooks, ProxyObserver):
         if self.readiness is not None:
             yield GaugeMetricFamily("kqp_ready", "1 while /readyz answers 200",
                                     value=1.0 if self.readiness()[0] else 0.0)
+
+
+@functools.cache
+def _build_labels() -> tuple[str, str, str, str]:
+    """kqp_build_info's labels: what this process runs, fixed once its modules are imported."""
+    try:
+        version = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    build = describe()
+    return version, platform.python_version(), build.request_path, build.reason
 
 
 class _ScrapeCollector:

@@ -2,29 +2,61 @@
 compile.
 
 Every wrong input is refused with one line on stderr and exit code 2; the proxy itself exits 0 after
-a clean SIGTERM.
+a clean SIGTERM. A flag a subcommand does not know is refused by that subcommand, with its usage and
+the nearest flag it has, rather than by `kqp` with the list of commands. `check-config` also warns,
+exit status still 0, of legal values that may surprise (config/surprises.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from kqp.config.errors import ConfigError
 from kqp.config.loader import load_config, with_overrides
 from kqp.config.model import ProxyConfig
+from kqp.config.surprises import surprises
 from kqp.proxy.runtime import loops
 from kqp.proxy.runtime.logs import setup_logging
 from kqp.proxy.runtime.preflight import preflight
 from kqp.proxy.runtime.workers import WorkerSeat, run_workers
 
-from . import explain_cli, hot_path, quotas_cli, recommend, report, sasl_credential
+from . import explain_cli, hot_path, metrics_endpoint, quotas_cli, recommend, report, sasl_credential
 from .allocator import tune_malloc
 
 EXIT_USAGE = 2
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser that refuses what it does not know itself. argparse hands a
+    subcommand's leftovers up to `kqp`, whose error shows the top-level usage; here the subcommand
+    shows its own, and every error names the flag meant where a given one is close to it."""
+
+    _given: Sequence[str] = ()
+
+    def parse_known_args(self, args: Sequence[str] | None = None,   # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(args or ())
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        super().error(message + self._nearest())
+
+    def _nearest(self) -> str:
+        """`; did you mean --config?` for each given flag that is none of ours (nor a prefix of one)."""
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        given = (word.split("=", 1)[0] for word in self._given if word.startswith("--"))
+        hints = [close[0] for flag in given if not any(f.startswith(flag) for f in flags)
+                 if (close := difflib.get_close_matches(flag, flags, n=1, cutoff=0.6))]
+        return f"; did you mean {', '.join(dict.fromkeys(hints))}?" if hints else ""
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -45,7 +77,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kqp", description="A quota-enforcing Kafka proxy.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=SubcommandParser)
 
     run = sub.add_parser("run", help="run the proxy")
     run.add_argument("--config", "-c", help="YAML config file")
@@ -53,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(run)
 
     check = sub.add_parser("check-config", help="refuse, without starting, whatever `kqp run` would refuse "
-                                                "with this file and these flags")
+                                                "with this file and these flags; warn of surprising values")
     check.add_argument("config")
     _add_run_flags(check)
 
@@ -68,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(demo)
 
     top = sub.add_parser("top", help="live view of a running kqp's entities, rates and throttling")
-    top.add_argument("--url", default="http://127.0.0.1:9404/metrics", help="kqp's metrics endpoint")
+    metrics_endpoint.add_flags(top, "/metrics")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--once", action="store_true", help="print one plain-text frame and exit")
 
@@ -106,9 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
     tune_malloc()  # before any worker is forked: they inherit it
-    compiled = hot_path.state().compiled   # _load refused a stale one
-    logging.getLogger("kqp").info("request path: %s", f"{len(compiled)} modules compiled by mypyc (`kqp compile`)"
-                                  if compiled else "Python")
+    logging.getLogger("kqp").info("request path: %s", hot_path.describe().line)   # _load refused a stale one
     overrides = {"upstream": args.upstream, "listen": args.listen, "advertised_host": args.advertised_host}
 
     def run_one(cfg: ProxyConfig, seat: WorkerSeat | None = None) -> int:
@@ -132,6 +162,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     if (config := _load(args)) is None:
         return EXIT_USAGE
+    for surprise in surprises(config):
+        print(surprise.line(config.source), file=sys.stderr)
     entities = len(config.quotas.entities)
     print(f"{args.config}: ok (listen {config.listen}, {len(config.upstream.bootstrap_servers)} upstream "
           f"bootstrap server(s), {entities} quota entit{'y' if entities == 1 else 'ies'})")
@@ -150,9 +182,14 @@ def cmd_top(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print("--interval: must be a positive number of seconds", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        url = metrics_endpoint.endpoint_url(args, "/metrics")
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
     from .top import run_top
 
-    return run_top(args.url, args.interval, once=args.once)
+    return run_top(url, args.interval, once=args.once)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,14 +1,15 @@
 """`kqp explain --client-id X [--user U]`: why a client is throttled or refused, asked of a running kqp.
 
-It reads `GET /explain?client_id=X&user=U` from kqp's metrics endpoint (the JSON document of
-`kqp.proxy.observability.explain`) and prints it as text: the entity that matched at which level and
-why the others did not, each quota's limit, rate (the fleet's beside it in shared scope) and mode,
-who else shares it, the throttles of the last minutes and their causes (and those observed quotas
-would have given), the client's connections (its software, and whether it honours throttles), its
-requests by API and the group protocols they show (a share or streams group's member), and its
-pools; and where kqp authorizes, what the user may and why its last requests were refused (`--user U`
-alone asks about the user). `--json` prints the document as served. Rendering is a pure function of
-the document, tested without a kqp. Exit 0, 1 when kqp cannot be read, 2 on wrong input.
+It reads `GET /explain?client_id=X&user=U` from kqp's metrics endpoint (`--url`, or `--config` and its
+`metrics.listen`: metrics_endpoint.py), the JSON document of `kqp.proxy.observability.explain`, and
+prints it as text: the entity that matched at which level and why the others did not, each quota's
+limit, rate (the fleet's beside it in shared scope) and mode, who else shares it, the throttles of the
+last minutes and their causes (and those observed quotas would have given), the client's connections
+(its software, and whether it honours throttles), its requests by API and the group protocols they
+show (a share or streams group's member), and its pools; and where kqp authorizes, what the user may
+and why its last requests were refused (`--user U` alone asks about the user). `--json` prints the
+document as served. Rendering is a pure function of the document, tested without a kqp. Exit 0, 1
+when kqp cannot be read, 2 on wrong input.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from kqp.config.errors import ConfigError
+from kqp.proxy.tools import metrics_endpoint
 from kqp.proxy.tools.top import COLUMNS, human
 
 __all__ = ["add_parser", "render", "run"]
 
-DEFAULT_URL = "http://127.0.0.1:9404/explain"
 EXIT_UNREADABLE, EXIT_USAGE = 1, 2
 
 
@@ -33,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:   # type: ignore[type-a
     p = sub.add_parser("explain", help="why a client is throttled or refused: quotas, throttles, ACLs, refusals")
     p.add_argument("--client-id", help="the client id to explain ('' for an empty one; default '' with --user)")
     p.add_argument("--user", help="its user (default: the user its open connections have, else ANONYMOUS)")
-    p.add_argument("--url", default=DEFAULT_URL, help=f"kqp's /explain on its metrics endpoint (default {DEFAULT_URL})")
+    metrics_endpoint.add_flags(p, "/explain")
     p.add_argument("--json", action="store_true", help="print the JSON document as kqp serves it")
 
 
@@ -148,8 +150,13 @@ def run(args: argparse.Namespace) -> int:
     if args.client_id is None and args.user is None:
         print("kqp explain: give --client-id, --user, or both", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        base = metrics_endpoint.endpoint_url(args, "/explain")
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
     query = {"client_id": args.client_id or "", **({"user": args.user} if args.user is not None else {})}
-    url = f"{args.url}?{urllib.parse.urlencode(query)}"
+    url = f"{base}?{urllib.parse.urlencode(query)}"
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             doc = json.loads(response.read().decode("utf-8"))

@@ -1,17 +1,16 @@
-"""`kqp compile`: the request path compiled to C by mypyc, the Python modules staying the fallback.
+"""The request path compiled to C by mypyc (at `pip install`, or by `kqp compile`), the Python modules the fallback.
 
 Every request goes through a few modules: the connection core, framing and headers, the Produce and
 Fetch handlers, the record counts and, where a quota applies, the sensors, their rates, the manager,
-the core's charging and throttling. mypy checks them clean, so mypyc compiles them as they are, into
-extension modules beside their sources. Python imports an extension module before a source module of the same name:
-a compiled kqp runs them, a fresh install (or after `kqp compile --remove`) the Python ones. The
-same tests hold for both (`tests/proxy/test_kqp_compile.py` runs the pure tiers on a compiled copy).
-
-Compiling needs mypy (`pip install 'kafka-quota-proxy[compile]'`) and a C compiler. The sources are
-copied into a temporary tree laid out as the `kqp` namespace (the folders map onto `kqp.*` only when
-installed), compiled there as one group, and the extension modules copied back. A manifest beside
-them keeps each source's hash: a module compiled from an older source would run the old code, so
-`kqp run` and `kqp check-config` refuse to start on one.
+the core's charging and throttling. mypyc compiles them as they are, into extension modules beside
+their sources, which Python imports before a source module of the same name. The same tests hold for
+both (`tests/proxy/test_kqp_compile.py` runs the pure tiers on a compiled copy). setup.py compiles at
+install (`build_at_install`) and, where it cannot, installs the Python modules with a record of why.
+The sources are copied into a temporary tree laid out as the `kqp` namespace (the folders map onto
+`kqp.*` only when installed), compiled there as one group, and the extension modules copied back. A
+manifest beside them keeps each source's hash: a module compiled from an older source would run the
+old code, so `kqp run` and `kqp check-config` refuse to start on one. Standard library only: setup.py
+loads this file, kqp not being importable while it is built.
 """
 
 from __future__ import annotations
@@ -19,16 +18,21 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import unquote, urlparse
 
-__all__ = ["HOT_PATH", "CompileError", "State", "add_parser", "compile_hot_path", "remove", "run", "state"]
+__all__ = ["HOT_PATH", "BuildInfo", "CompileError", "State", "add_parser", "build_at_install", "compile_hot_path",
+           "describe", "remove", "run", "state"]
 
 # The modules compiled: what each request and response runs through, quotas first
 # (`tests/connection/bench_core.py` times them). Left out: `plans` (its dataclasses' annotations
@@ -55,6 +59,10 @@ MANIFEST = "hot_path.json"          # in kqp.quotas's folder: what was compiled,
 PACKAGES = ("proxy", "protocol", "quotas", "config")   # kqp.<name>: what the stage copies
 BUILD_SECONDS = 900
 EXIT_USAGE = 2
+OPT_OUT = "KQP_COMPILE"             # `KQP_COMPILE=0 pip install .`: the Python modules only
+DISTRIBUTION = "kafka-quota-proxy"
+SUMMARY_CHARS = 160                 # of a tool's last line, in the record of a failed install build
+BY_INSTALL, BY_HAND = "install", "kqp compile"   # who compiled: the manifest's `built_by`
 _SETUP = """
 import sys
 from mypyc.build import mypycify
@@ -68,11 +76,19 @@ setup(name="kqp-hot-path", script_args=["build_ext", "--inplace"],
 
 class CompileError(RuntimeError):
     """Compiling is not possible here (`usage`: a tool is missing), or failed: the message says why
-    and what to do."""
+    and what to do, `reason` in a few words (kqp_build_info's label)."""
 
-    def __init__(self, message: str, usage: bool = False) -> None:
+    def __init__(self, message: str, usage: bool = False, reason: str = "mypyc failed") -> None:
         super().__init__(message)
         self.usage = usage
+        self.reason = reason
+
+    def summary(self, width: int = SUMMARY_CHARS) -> str:
+        """One line: the message's first clause and, where it carries a tool's output, its last line, cut."""
+        lines = str(self).splitlines() or [self.reason]
+        last = lines[-1].strip() if len(lines) > 1 else ""
+        return lines[0].split(";")[0].rstrip(":") + (f": {last[:width]}{'...' if len(last) > width else ''}"
+                                                     if last else "")
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,17 @@ class State:
     compiled: tuple[str, ...]
     stale: tuple[str, ...]
     where: Path | None   # the manifest
+    built_by: str = ""   # BY_INSTALL or BY_HAND
+    fallback: str = ""   # an install that could not compile: why, in a few words
+    detail: str = ""     # and in a line
+
+
+class BuildInfo(NamedTuple):
+    """What runs, for kqp's start line and kqp_build_info: `request_path` compiled, python or unknown."""
+
+    request_path: str
+    reason: str
+    line: str
 
 
 def _package_dirs(root: Path | None = None) -> dict[str, Path]:
@@ -116,15 +143,17 @@ def state(root: Path | None = None) -> State:
     dirs = _package_dirs(root)
     manifest = dirs["quotas"] / MANIFEST
     try:
-        sources = json.loads(manifest.read_text())["sources"]
+        record = json.loads(manifest.read_text())
+        sources = dict(record["sources"])
+        built_by, fallback, detail = (str(record.get(k, "")) for k in ("built_by", "fallback", "detail"))
     except FileNotFoundError:
         return State((), (), None)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CompileError(f"{manifest}: unreadable ({exc}); `kqp compile --remove` clears it") from exc
     compiled = tuple(m for m in sources if _extension(m, dirs).exists())
     stale = tuple(m for m in compiled
                   if not _path_of(m, dirs).exists() or _digest(_path_of(m, dirs)) != sources[m])
-    return State(compiled, stale, manifest)
+    return State(compiled, stale, manifest, built_by or BY_HAND, fallback, detail)
 
 
 def refusal(root: Path | None = None) -> str | None:
@@ -136,25 +165,62 @@ def refusal(root: Path | None = None) -> str | None:
     if not found.stale:
         return None
     names = ", ".join(found.stale)
-    return (f"compiled modules older than their sources: {names}; run `kqp compile` again, or "
+    return (f"request path: compiled modules older than their sources: {names}; run `kqp compile` again, or "
             f"`kqp compile --remove` to run the Python modules")
+
+
+def _editable(dirs: dict[str, Path]) -> bool:
+    """Whether the sources run are an editable install's checkout (pip's direct_url.json says so;
+    a checkout's own egg-info, found first from its folder, has none)."""
+    for found in importlib.metadata.distributions(name=DISTRIBUTION):
+        try:
+            origin = json.loads(found.read_text("direct_url.json") or "{}")
+        except ValueError:
+            continue
+        if isinstance(origin, dict) and origin.get("dir_info", {}).get("editable"):
+            checkout = Path(unquote(urlparse(str(origin.get("url", ""))).path)).resolve()
+            return dirs["quotas"].resolve().is_relative_to(checkout)
+    return False
+
+
+def describe(root: Path | None = None) -> BuildInfo:
+    """Whether the request path runs compiled or as Python, and why (a stale build refuses to start
+    first: `refusal`)."""
+    try:
+        found = state(root)
+    except CompileError as exc:
+        return BuildInfo("unknown", "unreadable record", str(exc))   # kqp refuses to start on it
+    if found.compiled:
+        how = "at install" if found.built_by == BY_INSTALL else "by `kqp compile`"
+        return BuildInfo("compiled", found.built_by, f"compiled by mypyc {how} ({len(found.compiled)} modules)")
+    if found.fallback:
+        return BuildInfo("python", found.fallback, f"Python: not compiled at install: {found.detail} "
+                                                   "(`kqp compile` compiles it, or says why not in full)")
+    if _editable(_package_dirs(root)):
+        return BuildInfo("python", "editable install", "Python: an editable install is not compiled at install "
+                                                       "(`kqp compile` compiles its checkout)")
+    return BuildInfo("python", "not compiled", "Python: no build record beside the sources (a checkout, or after "
+                                               "`kqp compile --remove`); `kqp compile` compiles them")
 
 
 def _require_tools() -> None:
     if importlib.util.find_spec("mypyc") is None:
         raise CompileError("mypyc is not installed: pip install 'kafka-quota-proxy[compile]' (it comes with mypy)",
-                           usage=True)
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        raise CompileError("no C compiler (cc or gcc) on PATH: install one (Debian: apt-get install gcc libc6-dev)",
-                           usage=True)
+                           usage=True, reason="no mypyc")
+    cc = os.environ.get("CC", "").split()[:1]   # what setuptools compiles with, where set
+    if not (shutil.which(cc[0]) if cc else shutil.which("cc") or shutil.which("gcc")):
+        named = f"CC={cc[0]}" if cc else "cc or gcc"
+        raise CompileError(f"no C compiler ({named}) on PATH: install one (Debian: apt-get install gcc libc6-dev)",
+                           usage=True, reason="no C compiler")
 
 
-def compile_hot_path(into: Path | None = None, modules: tuple[str, ...] = HOT_PATH) -> list[Path]:
-    """Compile `modules`; their extension modules go next to this installation's sources, or, with
-    `into`, into a whole copy of the kqp packages made there (run it with PYTHONPATH=`into`).
-    Returns the files written."""
+def compile_hot_path(into: Path | None = None, modules: tuple[str, ...] = HOT_PATH, *, sources: Path | None = None,
+                     built_by: str = BY_HAND) -> list[Path]:
+    """Compile `modules` of this installation's sources (or those under `sources`, laid out as
+    `kqp/<package>`); their extension modules go next to them, or, with another `into`, into a
+    whole copy of the kqp packages made there (run it with PYTHONPATH=`into`). Returns the files written."""
     _require_tools()
-    here = _package_dirs()
+    here = _package_dirs(sources)
     with tempfile.TemporaryDirectory(prefix="kqp-compile-") as tmp:
         stage = Path(tmp)
         staged = _package_dirs(stage)
@@ -174,7 +240,7 @@ def compile_hot_path(into: Path | None = None, modules: tuple[str, ...] = HOT_PA
         if missing:
             raise CompileError(f"mypyc reported success but did not build {', '.join(missing)}")
         names = (*modules, GROUP + "__mypyc")
-        if into is not None:   # the whole staged tree, the built modules with it
+        if into is not None and into != sources:   # the whole staged tree, the built modules with it
             target = _package_dirs(into)
             for name, source in staged.items():
                 shutil.copytree(source, target[name], dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -183,10 +249,32 @@ def compile_hot_path(into: Path | None = None, modules: tuple[str, ...] = HOT_PA
             for module, path in zip(names, built, strict=True):
                 shutil.copy2(path, _extension(module, target))
         written = [_extension(m, target) for m in names]
-        manifest = target["quotas"] / MANIFEST
-        manifest.write_text(json.dumps({"group": GROUP, "python": sys.version.split()[0],
-                                        "sources": {m: _digest(_path_of(m, target)) for m in modules}}, indent=1))
+        manifest = _record(target, {"group": GROUP, "built_by": built_by,
+                                    "sources": {m: _digest(_path_of(m, target)) for m in modules}})
         return [*written, manifest]
+
+
+def _record(dirs: dict[str, Path], fields: dict[str, object]) -> Path:
+    manifest = dirs["quotas"] / MANIFEST
+    manifest.write_text(json.dumps({"python": sys.version.split()[0], **fields}, indent=1))
+    return manifest
+
+
+def build_at_install(root: Path) -> str:
+    """Compile the request path in a build's tree (`root`/kqp/<package>, setup.py's build_lib) and
+    say what was done. Never raises: where compiling fails the Python modules are installed, with a
+    record of why that `describe` reads (`KQP_COMPILE=0` in the environment skips compiling)."""
+    remove(root)   # a build folder reused from an earlier build must not ship its modules
+    try:
+        if os.environ.get(OPT_OUT, "").strip() == "0":
+            raise CompileError(f"{OPT_OUT}=0 in the install's environment", reason=f"{OPT_OUT}=0")
+        compile_hot_path(root, sources=root, built_by=BY_INSTALL)
+    except Exception as exc:   # whatever breaks, the install goes on with the Python modules
+        failed = exc if isinstance(exc, CompileError) else CompileError(f"{type(exc).__name__}: {exc}")
+        remove(root)
+        _record(_package_dirs(root), {"sources": {}, "fallback": failed.reason, "detail": failed.summary()})
+        return f"request path left as Python: {failed.summary()}"
+    return f"request path compiled by mypyc: {len(HOT_PATH)} modules"
 
 
 def remove(root: Path | None = None) -> list[Path]:
@@ -220,9 +308,9 @@ def run(args: argparse.Namespace) -> int:
         if args.check:
             found = state()
             if not found.compiled:
-                print("the request path runs as Python (nothing compiled)")
+                print(f"request path: {describe().line}")
                 return 0
-            print(f"compiled ({found.where}): {', '.join(found.compiled)}")
+            print(f"request path: {describe().line} ({found.where}): {', '.join(found.compiled)}")
             if found.stale:
                 print(refusal(), file=sys.stderr)
                 return 1

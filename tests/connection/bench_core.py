@@ -142,7 +142,7 @@ def exchange(quotas: dict | None, request: list[bytes], response: list[bytes],
     observers = {"none": ProxyObserver, "topic_bytes": TopicBytes,
                  "metrics": lambda: PrometheusObserver(clock=lambda: clock[0], process_metrics=False)}
     core = connected_core(quotas, observer=observers[observer]())
-    core.parts.perf, core.parts.cpu = time.perf_counter, time.thread_time   # as the server injects them
+    core.wiring.perf, core.wiring.cpu = time.perf_counter, time.thread_time   # as the server injects them
     first = [a for data in request for a in core.handle(ev.ClientData(NOW, data))]
     first += [a for data in response for a in core.handle(ev.UpstreamData(NOW, data))]
     sends = [a for a in first if isinstance(a, ev.Send)]

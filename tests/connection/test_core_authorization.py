@@ -216,7 +216,7 @@ def open_session(core: Connection, session_id: int, *topics: str) -> None:
 
 
 def acl_state(core: Connection) -> Any:
-    return core.parts.handlers[ApiKey.Fetch].authorization.acls
+    return core.wiring.handlers[ApiKey.Fetch].authorization.acls
 
 
 def test_an_incremental_fetch_goes_on_a_session_kqp_saw_opened_while_the_acls_only_grow() -> None:

@@ -132,7 +132,7 @@ def check(core: Connection, actions: list, closed_before: bool) -> None:
         assert core.closed
     assert core.closed == (closed_before or bool(closes)), "a connection is closed exactly when it said Close"
     assert core.requests.buffered <= MAX_FRAME + 4 + READ
-    limit = core.parts.settings.max_in_flight
+    limit = core.wiring.settings.max_in_flight
     assert limit is None or len(core.in_flight) <= limit
     if core.throttled:
         assert core.muted(Side.CLIENT) and core.throttling.muted_until > 0
@@ -210,7 +210,7 @@ def test_a_soak_of_100k_random_frames_ends_only_the_connections_that_sent_them()
     good = produce_frame("t", 9, 1, "healthy", records=1)   # a client no quota names
     reasons: dict[str, int] = {}
     for i in range(SOAK_FRAMES):
-        core = Connection(healthy.parts, "bootstrap", None)   # the parts a process's connections share
+        core = Connection(healthy.wiring, "bootstrap", None)   # what a process's connections share
         core.handle(ev.ClientConnected(100.0))
         core.handle(ev.UpstreamConnected(100.0))
         frame = mangled(rng.choice(VALID), rng)

@@ -36,7 +36,7 @@ def exchange(quota: dict[str, float]) -> list[float]:
     """One Produce and its response through a core whose wall clock moves 1 s a read, its CPU clock 1 ms."""
     observer = HandlerTimes()
     core = connected_core({"entities": [{"client_id": "c", **quota}]}, observer=observer)
-    core.parts.perf, core.parts.cpu = ticking(1.0), ticking(0.001)
+    core.wiring.perf, core.wiring.cpu = ticking(1.0), ticking(0.001)
     sent = core.handle(ev.ClientData(NOW, produce_frame("t", 9, 1, "c", records=2, acks=1)))
     assert [a.side for a in sent if isinstance(a, ev.Send)] == [ev.Side.UPSTREAM], sent
     back = core.handle(ev.UpstreamData(NOW, produce_response(9, 1)))
@@ -56,8 +56,8 @@ def test_handler_time_is_wall_time_when_no_quota_charges_it() -> None:
 def test_a_reload_that_adds_request_percentage_switches_the_clock() -> None:
     observer = HandlerTimes()
     core = connected_core({"entities": [{"client_id": "c", "producer_byte_rate": 1e12}]}, observer=observer)
-    core.parts.perf, core.parts.cpu = ticking(1.0), ticking(0.001)
-    manager = core.parts.charging.quotas
+    core.wiring.perf, core.wiring.cpu = ticking(1.0), ticking(0.001)
+    manager = core.wiring.charging.quotas
     assert not manager.handler_cpu
     settings = parse_config({"upstream": {"bootstrap_servers": "127.0.0.1:9092"}, "quotas": {
         "algorithm": "sampled", "entities": [{"client_id": "c", "request_percentage": 1e6}]}}).quotas
@@ -74,8 +74,8 @@ def test_frames_of_one_read_share_their_clock_reads() -> None:
     observer = HandlerTimes()
     core = connected_core({"entities": [{"client_id": "c", "request_percentage": 1e6}]}, observer=observer)
     readings: list[float] = []
-    core.parts.perf = ticking(1.0)
-    core.parts.cpu = lambda: readings.append(len(readings) * 0.001) or readings[-1]   # 1 ms a read
+    core.wiring.perf = ticking(1.0)
+    core.wiring.cpu = lambda: readings.append(len(readings) * 0.001) or readings[-1]   # 1 ms a read
     # a first exchange charges the quota: one not yet charged holds a connection to one request at a time
     core.handle(ev.ClientData(NOW, produce_frame("t", 9, 1, "c", records=2, acks=1)))
     core.handle(ev.UpstreamData(NOW, produce_response(9, 1)))

@@ -120,6 +120,6 @@ def test_every_api_the_core_reads_is_one_kqp_never_passes_blindly() -> None:
     handler of its own reads bodies, so the registry says the same; only the quota admin APIs,
     which kqp answers at its own versions whatever the upstream speaks, need not be listed."""
     assert GATED_APIS | SASL_APIS | {ApiKey.Produce, ApiKey.Fetch, ApiKey.ApiVersions} <= BODY_APIS
-    handlers = connected_core(admin=lambda manager: QuotaAdmin(frozenset(), lambda: manager.settings)).parts.handlers
+    handlers = connected_core(admin=lambda manager: QuotaAdmin(frozenset(), lambda: manager.settings)).wiring.handlers
     assert ADMIN_APIS <= handlers.apis
     assert handlers.apis - ADMIN_APIS <= BODY_APIS

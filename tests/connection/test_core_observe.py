@@ -59,7 +59,7 @@ def test_an_observed_produce_over_quota_is_counted_and_neither_told_nor_muted(ve
     assert recorder.observed[1][2] > recorder.observed[0][2]
     assert recorder.throttles == [] and recorder.mutes == [] and not core.throttled
     # Charged exactly as if enforced: the sensor holds both requests.
-    sensor = core.parts.charging.quotas.sensor(BYTES, core.parts.charging.quotas.limits(Principal("ANONYMOUS", "c"))[
+    sensor = core.wiring.charging.quotas.sensor(BYTES, core.wiring.charging.quotas.limits(Principal("ANONYMOUS", "c"))[
         BYTES][0])
     assert sensor is not None and sensor.last_throttle > 0
 
@@ -124,7 +124,7 @@ def test_an_observed_mutation_quota_refuses_no_topic() -> None:
     core = connected_core({"window_size_seconds": 1, "window_count": 2, "entities": [
         {"client_id": "admin", "controller_mutation_rate": 5, "mode": "observe"}]}, observer=recorder)
     admin = Principal("ANONYMOUS", "admin")
-    core.parts.charging.quotas.record_mutations(admin, 30, NOW)     # K = 10 - 30 = -20
+    core.wiring.charging.quotas.record_mutations(admin, 30, NOW)     # K = 10 - 30 = -20
     request = create_topics(1, "fresh")
     play(core, [(ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()])])
     assert topic_cache(core).partitions("fresh") is None
@@ -132,5 +132,5 @@ def test_an_observed_mutation_quota_refuses_no_topic() -> None:
         (ev.TopicsLookedUp(NOW), [to_upstream(request), ev.Unmute(MuteReason.LOOKUP)]),
         (ev.UpstreamData(NOW, created(1, "fresh")), [to_client(created(1, "fresh"))]),
     ])
-    assert core.parts.charging.quotas.mutation_tokens(admin, NOW) == -21
+    assert core.wiring.charging.quotas.mutation_tokens(admin, NOW) == -21
     assert recorder.observed == [("admin", "controller_mutation_rate", 4.2)] and recorder.mutes == []

@@ -112,7 +112,7 @@ def test_a_client_that_cannot_back_off_is_muted_for_its_requests_cost(pacing: bo
     if version < 6:
         assert recorder.ignored == [("unknown", f"Produce v{version}", "version")] * 2
         assert core.throttling.backoff.verdict == IGNORES
-    [state] = core.parts.charging.quotas.snapshot(end + LATENCY)
+    [state] = core.wiring.charging.quotas.snapshot(end + LATENCY)
     assert state.rate * window(end + LATENCY - NOW) == approx(size(scene.a) + size(scene.b) + size(scene.c)), \
         "the full usage is recorded, paced or not"
 

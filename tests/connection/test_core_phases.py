@@ -143,6 +143,6 @@ def test_a_throttled_connection_is_still_closed_when_idle() -> None:
 
 def test_a_reload_changes_the_idle_limit_of_open_connections() -> None:
     core = connected_core(now=NOW, connections_max_idle_ms=IDLE_MS)
-    core.parts.settings = dataclasses.replace(core.parts.settings, connections_max_idle_ms=10_000)
+    core.wiring.settings = dataclasses.replace(core.wiring.settings, connections_max_idle_ms=10_000)
     play(core, [(ev.IdleCheck(NOW + 5.0), []), (ev.IdleCheck(NOW + 10.5), [ev.Close("idle", "idle for more than "
                                                                                           "10000 ms")])])

@@ -102,7 +102,7 @@ def fetch_response(correlation_id: int, topics: dict[str, int], watermark: int =
 
 def test_a_consumer_topic_pool_charges_a_fetch_response_and_empty_answers_refund_it() -> None:
     core = connected_core(topic_pool("consumer_byte_rate"), fetch_throttle="empty")
-    ledger = core.parts.charging.quotas.pools.ledgers[("events", QuotaType.CONSUMER_BYTE_RATE)]
+    ledger = core.wiring.charging.quotas.pools.ledgers[("events", QuotaType.CONSUMER_BYTE_RATE)]
     request = fetch_request(12, 1, "c")
     response = fetch_response(1, {"events": 30, "other": 10})
     core.handle(ev.ClientData(NOW, request))
@@ -134,7 +134,7 @@ def watched_core(node: int = 2) -> Connection:
 
 
 def pool_of(core: Connection, quota_type: QuotaType) -> AdaptivePool:
-    return core.parts.charging.quotas.pools.adaptive[("ingest", quota_type)]
+    return core.wiring.charging.quotas.pools.adaptive[("ingest", quota_type)]
 
 
 def produce_answer(correlation_id: int, throttle_ms: int = 0, errors: tuple[int, ...] = (0,)) -> bytes:

@@ -47,7 +47,7 @@ def s(frame: bytes) -> int:
 
 def sibling(core: Connection, now: float, client: str = "test-client-2") -> Connection:
     """Another connection of the same process (one quota manager), e.g. to another broker."""
-    other = Connection(core.parts, "bootstrap", None, client)
+    other = Connection(core.wiring, "bootstrap", None, client)
     play(other, [connecting(now), connected(now)])
     return other
 

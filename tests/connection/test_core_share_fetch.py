@@ -86,7 +86,7 @@ def test_a_share_fetch_is_capped_charged_and_throttled_as_a_fetch(mode: str) -> 
     sent = delivered(actions)
     body = sent[9:]   # size, correlation id, empty header tags
     assert _I32.unpack_from(body)[0] == round(x * 1000), "throttle_time_ms told"
-    [state] = [s for s in core.parts.charging.quotas.snapshot(NOW) if s.quota_type == "consumer_byte_rate"]
+    [state] = [s for s in core.wiring.charging.quotas.snapshot(NOW) if s.quota_type == "consumer_byte_rate"]
     if mode == "deliver":
         assert len(sent) == len(answer) and state.rate > 0
     else:   # the broker's throttled answer: nothing acquired delivered, nothing charged
@@ -102,7 +102,7 @@ def test_a_share_fetchs_records_and_batches_are_charged(quota: str) -> None:
     core.handle(ev.ClientData(NOW, share_fetch(1)))
     core.handle(ev.UpstreamData(NOW, share_fetch_answer(1, records=7)))
     assert recorder.fetched_records == [7]
-    [state] = core.parts.charging.quotas.snapshot(NOW)
+    [state] = core.wiring.charging.quotas.snapshot(NOW)
     assert state.rate > 0, f"{quota} was charged"
 
 
@@ -165,5 +165,5 @@ def test_a_pool_divides_its_budget_among_share_consumers_as_among_any() -> None:
                                       "members": [{"client_id_prefix": "c"}]}]})
     assert core.handle(ev.ClientData(NOW, share_fetch(1)))[0] == to_upstream(share_fetch(1, max_bytes=10_000))
     core.handle(ev.UpstreamData(NOW, share_fetch_answer(1, records=5)))
-    [member] = core.parts.charging.quotas.pools.ledgers[("queues", QuotaType.CONSUMER_BYTE_RATE)].members.values()
+    [member] = core.wiring.charging.quotas.pools.ledgers[("queues", QuotaType.CONSUMER_BYTE_RATE)].members.values()
     assert sum(member.used) > 0, "the share consumer's bytes are its pool member's"

@@ -208,7 +208,7 @@ def test_over_quota_fetch_in_both_fetch_throttle_modes(mode: str) -> None:
         from kafka.protocol.consumer import FetchResponse
         decoded = FetchResponse.decode(delivered[8:], version=11)
         assert decoded.responses == [] and decoded.session_id == 7
-        [state] = [s for s in core.parts.charging.quotas.snapshot(NOW) if s.quota_type == "consumer_byte_rate"]
+        [state] = [s for s in core.wiring.charging.quotas.snapshot(NOW) if s.quota_type == "consumer_byte_rate"]
         assert state.rate == 0, "an emptied fetch is not charged (Kafka's unrecordQuotaSensor)"
 
 
@@ -224,7 +224,7 @@ def test_a_fetch_responses_records_are_counted_once_when_wanted(version: int, qu
     core.handle(ev.UpstreamData(NOW, fetch_response(version, 1, records=7)))
     assert recorder.fetched_records == [7]
     if quota:
-        [state] = core.parts.charging.quotas.snapshot(NOW)
+        [state] = core.wiring.charging.quotas.snapshot(NOW)
         assert state.rate > 0, "the record quota was charged"
 
 
@@ -257,7 +257,7 @@ def test_a_mutation_waits_for_its_topic_lookup_and_nothing_overtakes_it() -> Non
         (ev.TopicsLookedUp(NOW), [to_upstream(grow(1, "g", 6)), ev.Unmute(MuteReason.LOOKUP),
                                   to_upstream(metadata(2)), to_upstream(grow(3, "g", 8))]),
     ])
-    [state] = core.parts.charging.quotas.snapshot(NOW)
+    [state] = core.wiring.charging.quotas.snapshot(NOW)
     # The cache says g has 2 partitions until the first grow's answer arrives, so the second one
     # is charged 8 - 2 = 6: 10 - 4 - 6 = 0 tokens left.
     assert state.tokens == 0
@@ -286,7 +286,7 @@ def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream()
     which finds it. kqp then answers alone (nothing is admitted): 36 for orders, 89 for fresh,
     throttled 4 s and muted."""
     core = connected_core(MUTATIONS)
-    core.parts.charging.quotas.record_mutations(ADMIN, 30, NOW)     # K = 10 - 30 = -20
+    core.wiring.charging.quotas.record_mutations(ADMIN, 30, NOW)     # K = 10 - 30 = -20
     request = create_topics(1, "orders", "fresh")
     play(core, [(ev.ClientData(NOW, request), [ev.Mute(MuteReason.LOOKUP), ev.LookUpTopics()])])
     topic_cache(core).learn("orders", 3)                   # what the lookup found
@@ -298,7 +298,7 @@ def test_create_if_not_exists_under_debt_gets_36_from_kqp_without_the_upstream()
     assert decoded.throttle_time_ms == 4000
     assert ev.Mute(MuteReason.THROTTLED) in actions and ev.SetTimer(pytest.approx(NOW + 4)) in actions
     assert actions[-1] == ev.Unmute(MuteReason.LOOKUP)
-    assert core.parts.charging.quotas.mutation_tokens(ADMIN, NOW) == -20, "neither topic spent anything"
+    assert core.wiring.charging.quotas.mutation_tokens(ADMIN, NOW) == -20, "neither topic spent anything"
 
 
 def test_a_metadata_request_that_may_auto_create_waits_for_a_lookup_then_charges() -> None:
@@ -324,7 +324,7 @@ def test_a_metadata_request_that_may_auto_create_waits_for_a_lookup_then_charges
     head = struct.pack(">i", 1) + b"\x00"             # Metadata v9: flexible response header
     response = struct.pack(">i", len(head) + len(body)) + head + bytes(body)
     play(core, [(ev.UpstreamData(NOW, response), [to_client(response)])])
-    assert core.parts.charging.quotas.mutation_tokens(ADMIN, NOW) == 6
+    assert core.wiring.charging.quotas.mutation_tokens(ADMIN, NOW) == 6
     assert topic_cache(core).partitions("auto") == 4
 
 

@@ -9,11 +9,11 @@ is muted.
 
 from __future__ import annotations
 
+from helpers.host import PartHost
 from helpers.playbook import Recorder
 
 from kqp.proxy.connection.events import Mute, MuteReason, SetTimer, Unmute
-from kqp.proxy.connection.mute import MuteState
-from kqp.proxy.connection.plans import PASS, Flight, Plan
+from kqp.proxy.connection.plans import PASS, Flight, Plan, Progress
 from kqp.proxy.connection.throttling import Throttle, Throttling
 from kqp.quotas.manager import Violation
 from kqp.quotas.model import Principal, QuotaKey, QuotaType
@@ -25,12 +25,13 @@ BYTES, RATE, MUTATION = QuotaType.PRODUCER_BYTE_RATE, QuotaType.REQUEST_RATE, Qu
 
 
 def entry(api_key: int = 0, version: int | None = None, plan: Plan = PASS) -> Flight:
-    return Flight(1, api_key, (9 if api_key == 0 else 4) if version is None else version, P, NOW, plan)
+    return Flight(1, api_key, (9 if api_key == 0 else 4) if version is None else version, P, NOW, plan,
+                  Progress())
 
 
-def room(pacing: bool = False) -> tuple[Throttling, Recorder, MuteState]:
-    recorder, mutes = Recorder(), MuteState()
-    return Throttling(recorder, mutes, pacing=lambda: pacing), recorder, mutes
+def room(pacing: bool = False) -> tuple[Throttling, Recorder, PartHost]:
+    recorder, host = Recorder(), PartHost()
+    return Throttling(host, recorder, pacing=lambda: pacing), recorder, host
 
 
 def test_the_largest_throttle_wins_and_ties_name_the_request_quota() -> None:
@@ -51,41 +52,38 @@ def test_a_throttle_that_rounds_to_0_ms_is_none_and_the_mute_is_as_long_as_the_m
 
 
 def test_a_throttle_mutes_from_its_decision_until_its_time_is_up_and_is_counted_as_told() -> None:
-    throttling, recorder, mutes = room()
-    out: list = []
+    throttling, recorder, host = room()
     flight = entry()
     throttle = throttling.decide(flight, [Violation(BYTES, 2.0, KEY)], NOW)
     assert throttle is not None
-    throttling.mute(flight, throttle, NOW, out)
-    assert out == [Mute(MuteReason.THROTTLED), SetTimer(NOW + 2.0)] and MuteReason.THROTTLED in mutes
+    throttling.mute(flight, throttle, NOW)
+    assert host.taken() == [Mute(MuteReason.THROTTLED), SetTimer(NOW + 2.0)] and MuteReason.THROTTLED in host.mutes
     assert recorder.mutes == [("start", "c", BYTES)] and recorder.throttles == [], "counted when told"
-    throttling.told(flight, throttle, throttle.ms, NOW + 0.01, out)   # the response went, 10 ms later
+    throttling.told(flight, throttle, throttle.ms, NOW + 0.01)   # the response went, 10 ms later
     assert recorder.throttles == [("c", BYTES, 2.0)] and throttling.muted_until == NOW + 2.0
-    out.clear()
-    assert not throttling.timer_fired(NOW + 1.0, out) and out == [SetTimer(NOW + 2.0)]   # early: wait on
-    out.clear()
-    assert throttling.timer_fired(NOW + 2.0, out) and out == [Unmute(MuteReason.THROTTLED)]
+    host.taken()
+    assert not throttling.timer_fired(NOW + 1.0) and host.taken() == [SetTimer(NOW + 2.0)]   # early: wait on
+    assert throttling.timer_fired(NOW + 2.0) and host.taken() == [Unmute(MuteReason.THROTTLED)]
     assert recorder.mutes == [("start", "c", BYTES), ("end", "c", BYTES)] and not throttling.muted
 
 
 def test_a_request_without_a_response_counts_its_throttle_as_told_when_it_is_decided() -> None:
     throttling, recorder, _ = room()
-    flight, out = entry(plan=Plan(expects_response=False)), []
+    flight = entry(plan=Plan(expects_response=False))
     throttle = throttling.decide(flight, [Violation(BYTES, 1.5, KEY)], NOW)
     assert throttle is not None
-    throttling.mute(flight, throttle, NOW, out)
+    throttling.mute(flight, throttle, NOW)
     assert recorder.throttles == [("c", BYTES, 1.5)]
 
 
 def test_a_longer_throttle_of_another_cause_takes_the_mute_over_and_a_shorter_one_does_not() -> None:
     throttling, recorder, _ = room()
-    out: list = []
 
     def throttled(violation: Violation) -> None:
         flight = entry()
         throttle = throttling.decide(flight, [violation], NOW)
         assert throttle is not None
-        throttling.mute(flight, throttle, NOW, out)
+        throttling.mute(flight, throttle, NOW)
 
     throttled(Violation(RATE, 1.0, KEY))
     throttled(Violation(MUTATION, 0.5, KEY))   # ends sooner
@@ -115,10 +113,10 @@ def test_a_blind_client_is_paced_when_pacing_is_on_and_the_pace_is_shorter() -> 
 
 def test_an_observed_throttle_is_counted_at_its_decision_and_never_muted() -> None:
     """`mode: observe`: decided as if enforced (2 s), counted once, nothing told or muted."""
-    throttling, recorder, mutes = room()
+    throttling, recorder, host = room()
     assert throttling.decide(entry(), [Violation(BYTES, 2.0, KEY, observed=True)], NOW) is None
     assert recorder.observed == [("c", BYTES, 2.0)] and recorder.throttles == [] and recorder.mutes == []
-    assert not mutes.blocks_requests
+    assert not host.mutes.blocks_requests
 
 
 def test_beside_an_enforced_throttle_an_observed_larger_one_is_counted_and_the_enforced_one_acted_on() -> None:

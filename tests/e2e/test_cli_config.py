@@ -1,14 +1,17 @@
-"""The kqp command line as an operator meets it: config errors, check-config, SIGTERM (issue 2).
+"""The kqp command line as an operator meets it: config errors, check-config, SIGTERM, wrong flags.
 
 A wrong config must stop kqp before it listens anywhere, with exit code 2 and exactly one line on
 stderr that names the offending key (or file), for `kqp run` and `kqp check-config` alike: that
 line is all a container log or a CI job shows; `check-config` refuses with the very line `run`
-would. A port another process holds is said with the key that set it. A running kqp must exit 0 on
-SIGTERM even with a client connected, within its shutdown grace time.
+would, and warns of legal values that may surprise (a quota of 0) with exit code 0. A port another
+process holds is said with the key that set it. A running kqp must exit 0 on SIGTERM even with a
+client connected, within its shutdown grace time. A flag a subcommand does not know gets that
+subcommand's usage and the flag meant; `kqp top` and `kqp explain` find kqp through its config file.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import struct
@@ -145,6 +148,67 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(good_config(), sort_keys=False))
     result = run_kqp_cli("check-config", str(path))
     assert result.returncode == 0, result.stderr
+    assert result.stderr == "", f"warnings for a plain file: {result.stderr}"
+
+
+def test_check_config_warns_of_a_zero_quota_and_still_exits_0(tmp_path: Path) -> None:
+    data = good_config()
+    data["quotas"]["entities"].append({"client_id": "paused-job", "producer_byte_rate": 0})
+    path = tmp_path / "kqp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_kqp_cli("check-config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"config warning in {path}: quotas.entities[2].producer_byte_rate: 0 blocks /clients/paused-job: any use "
+        "throttles it for the whole span (11 s); Kafka refuses 0"]
+    assert result.stdout.startswith(f"{path}: ok"), result.stdout
+
+
+# the subcommand's words, what follows them, what it leaves unrecognized (None: argparse refuses something
+# else first), the flag meant
+WRONG_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str | None, str]] = {
+    "run": (("run",), ("--upstrem", "127.0.0.1:9092"), "--upstrem 127.0.0.1:9092", "--upstream"),
+    "check-config": (("check-config",), ("kqp.yaml", "--advertised-hots", "kqp.internal"),
+                     "--advertised-hots kqp.internal", "--advertised-host"),
+    "top": (("top",), ("--confg", "kqp.yaml"), "--confg kqp.yaml", "--config"),
+    "explain": (("explain",), ("--clientid", "etl"), "--clientid etl", "--client-id"),
+    # --bootstrap or --config is required: argparse says so before it looks at what is left over
+    "quotas describe": (("quotas", "describe"), ("--bootstrp", "127.0.0.1:9092"), None, "--bootstrap"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_FLAGS))
+def test_a_wrong_flag_gets_the_subcommands_usage_and_the_flag_meant(case: str) -> None:
+    words, given, unrecognized, meant = WRONG_FLAGS[case]
+    result = run_kqp_cli(*words, *given)
+    lines = result.stderr.strip().splitlines()
+    command = " ".join(("kqp", *words))
+    assert result.returncode == CONFIG_ERROR, result.stderr
+    assert lines[0].startswith(f"usage: {command} "), f"not {command}'s usage:\n{result.stderr}"
+    assert lines[-1].startswith(f"{command}: error: "), result.stderr
+    assert lines[-1].endswith(f"; did you mean {meant}?"), result.stderr
+    if unrecognized is not None:
+        assert f"unrecognized arguments: {unrecognized};" in lines[-1], result.stderr
+
+
+def test_top_and_explain_find_kqp_through_its_config_file(mock_cluster: str, kqp: Any) -> None:
+    port = free_port()
+    proxy = kqp(mock_cluster, metrics={"listen": f"{LOOPBACK}:{port}"})
+    top = run_kqp_cli("top", "--config", str(proxy.config_path), "--once", "--interval", "0.2")
+    assert top.returncode == 0, top.stdout + top.stderr
+    first = top.stdout.splitlines()[0]
+    assert first.startswith(f"kqp top  http://{LOOPBACK}:{port}/metrics ") and first.endswith(" ready"), first
+    explained = run_kqp_cli("explain", "-c", str(proxy.config_path), "--client-id", "nobody-yet", "--json")
+    assert explained.returncode == 0, explained.stderr
+    assert json.loads(explained.stdout)["client_id"] == "nobody-yet"
+
+
+def test_top_without_an_endpoint_in_the_config_file_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "kqp.yaml"
+    path.write_text(yaml.safe_dump(good_config(), sort_keys=False))
+    for command in (("top", "--once"), ("explain", "--client-id", "etl")):
+        result = run_kqp_cli(*command, "--config", str(path))
+        assert_one_line_error(result, "metrics.listen: not set")
 
 
 def test_check_config_accepts_the_shipped_example() -> None:

@@ -18,6 +18,7 @@ from helpers.quota_analysis import (
     average_rate,
     ceiling_slope,
     cumulative_slope,
+    forfeited,
     max_trailing_rate,
     mute_report,
     pair_connections,
@@ -177,3 +178,26 @@ def test_only_old_abandoned_requests_count_as_timeouts() -> None:
     ])
     found = unanswered_closes(tap, ignore=frozenset({1}))       # type: ignore[arg-type]
     assert len(found) == 1 and found[0].startswith("connection 2 ")
+
+
+def test_a_client_at_its_quota_forfeits_nothing() -> None:
+    steady = [(t / 10, 10) for t in range(300)]          # 100 units/s against a quota of 100/s
+    assert forfeited(steady, 100, 2.0, 5.0, 30.0) == 0.0
+
+
+def test_a_pause_longer_than_the_allowance_forfeits_the_rest() -> None:
+    # A burst that empties the bucket (2 s of quota), at the quota after it, then silent from 10 s to
+    # 15 s: the bucket is full again at 12 s, and the 3 s after are lost; a pause of 1.5 s loses nothing.
+    burst = [(0.0, 200)]
+    paused = burst + [(t / 10, 10) for t in range(1, 100)] + [(15 + t / 10, 10) for t in range(100)]
+    assert forfeited(paused, 100, 2.0, 5.0, 25.0) == pytest.approx(3.0, abs=0.11)
+    assert forfeited(paused, 100, 2.0, 13.0, 25.0) == pytest.approx(2.0, abs=0.11)   # clipped to the span
+    short = burst + [(t / 10, 10) for t in range(1, 100)] + [(11.5 + t / 10, 10) for t in range(100)]
+    assert forfeited(short, 100, 2.0, 5.0, 21.0) == 0.0
+
+
+def test_a_client_steadily_under_forfeits_once_its_bucket_is_full() -> None:
+    # After a burst that empties the bucket, 20 s at 0.8 x the quota fill it in 10 s; 0.2 s of quota
+    # a second is lost after that.
+    slow = [(0.0, 200)] + [(t / 10, 8) for t in range(1, 201)]
+    assert forfeited(slow, 100, 2.0, 0.0, 20.0) == pytest.approx(2.0, abs=0.15)

@@ -25,11 +25,11 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from helpers.host import PartHost
 from kqp.protocol.apis import ApiKey
 from kqp.proxy.connection.events import Action, SetTimer
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.mute import MuteState
-from kqp.proxy.connection.plans import PASS, Flight
+from kqp.proxy.connection.plans import PASS, Flight, Progress
 from kqp.proxy.connection.throttling import Throttling
 from kqp.quotas.manager import QuotaManager
 from kqp.quotas.model import EntitySpec, Principal, QuotaSettings
@@ -63,7 +63,8 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
     settings = QuotaSettings(window_size, window_count, {EntitySpec(None, PRINCIPAL.client_id): {
         "producer_byte_rate": quota}}, algorithm=algorithm)
     manager = QuotaManager(settings, 0.0)
-    conns = [_Conn(Throttling(ProxyObserver(), MuteState())) for _ in range(connections)]
+    hosts = [PartHost() for _ in range(connections)]
+    conns = [_Conn(Throttling(host, ProxyObserver())) for host in hosts]
     run = ConnectionsRun([], per_connection=[0] * connections)
     queue: list[tuple[float, int, str, int, Flight | None]] = []
     order = 0
@@ -81,9 +82,8 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
 
     def read(index: int, now: float) -> None:
         conn = conns[index]
-        out: list[Action] = []
         size = request_bytes if not jitter else round(request_bytes * rnd.uniform(1 - jitter, 1 + jitter))
-        entry = Flight(index, PRODUCE, 9, PRINCIPAL, now, PASS)
+        entry = Flight(index, PRODUCE, 9, PRINCIPAL, now, PASS, Progress())
         violations = manager.record_produce(PRINCIPAL, size, 1, 1, now)
         run.per_connection[index] += 1
         assert conn.sent_at is not None
@@ -91,10 +91,10 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
         conn.sent_at = None
         forward(index, entry, size, now)
         # As the core: forwarded, then decided once and muted for from now on.
-        entry.throttle = conn.room.decide(entry, violations, now) if violations else None
-        if entry.throttle is not None:
-            conn.room.mute(entry, entry.throttle, now, out)
-        timers(index, out)
+        throttle = entry.progress.throttle = conn.room.decide(entry, violations, now) if violations else None
+        if throttle is not None:
+            conn.room.mute(entry, throttle, now)
+        timers(index, hosts[index].taken())
 
     def forward(index: int, entry: Flight, size: int, now: float) -> None:
         run.events.append((now, size))
@@ -117,14 +117,13 @@ def simulate(connections: int, quota: float, seconds: float, *, request_bytes: i
         elif kind == "timer":
             if conn.timer != now:   # replaced by a later SetTimer
                 continue
-            out: list[Action] = []
-            ended = conn.room.timer_fired(now, out)
-            timers(index, out)
+            ended = conn.room.timer_fired(now)
+            timers(index, hosts[index].taken())
             if ended and conn.sent_at is not None:
                 push(now + resume, "read", index)
         else:                   # the response: KIP-219, sent at once telling the throttle decided at read
             assert entry is not None
-            throttle = entry.throttle
+            throttle = entry.progress.throttle
             told = throttle.ms / 1000 if throttle is not None else 0.0
             conn.told_until = now + told
             push(now + (told if backs_off else 0.0) + client_gap, "send", index)

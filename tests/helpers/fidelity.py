@@ -42,7 +42,7 @@ from . import client_programs, go_clients, java_clients, node_clients, old_kafka
 from .client_programs import ClientProgram
 from .names import unique_topic
 from .observability import metrics_url, scrape
-from .quota_analysis import ceiling_slope, cumulative_slope
+from .quota_analysis import ceiling_slope, cumulative_slope, forfeited
 from .quota_path import QuotaPath, open_quota_path
 from .raw_client import RawConnection, Tally
 from .raw_flood import RawFlood
@@ -109,6 +109,9 @@ class Verdict:
     connections: int             # the connections its Produce requests reached the upstream on
     burst: float                 # the most the units ran ahead of the quota's line, in seconds of quota
     judged: float                # seconds judged (after the first span and the first throttle)
+    # Seconds of quota the cell left unused while judged beyond what it may carry (Kafka's first
+    # allowance): lost to it by the quota's own arithmetic, its clients' pace or the upstream's.
+    forfeited: float
     throttle_max_ms: int
     told_s: float                # throttle_time_ms the clients were told, in all
     imposed_s: float | None      # the time kqp muted their connections (None: straight to Kafka)
@@ -496,7 +499,7 @@ def judge(run: Run, cell: Cell) -> Verdict:
     for _, r in sorted(answered, key=lambda pair: pair[1].at):
         if r.throttle_ms:
             last[r.connection] = r.throttle_ms
-    ratio, slope, average, judged, burst = None, None, None, 0.0, 0.0
+    ratio, slope, average, judged, burst, lost = None, None, None, 0.0, 0.0, 0.0
     if found:
         t0 = found[0][0]
         total, repaid = 0.0, t0
@@ -519,6 +522,7 @@ def judge(run: Run, cell: Cell) -> Verdict:
             got = sum(units for t, units, _ in found if t <= end) / cell.quota
             average = (got - allowance) / (end - t0)
         units_at = [(t, u) for t, u, _ in found]
+        lost = forfeited(units_at, cell.quota, allowance, start, end)
         with contextlib.suppress(ValueError):
             slope = cumulative_slope(units_at, start, end) / cell.quota
             # A dip deeper than the largest event and one window of quota (kqp's steady ceiling is flat
@@ -533,7 +537,7 @@ def judge(run: Run, cell: Cell) -> Verdict:
     imposed = sum(run.muted.get(cid, 0.0) for cid in cell.client_ids) if cell.via == "kqp" else None
     tap = run.path.upstream_tap
     connections = len({q.connection for q in tap.requests(api_key=ApiKey.Produce) if q.client_id in cell.client_ids})
-    return Verdict(cell, ratio, slope, average, connections, burst, judged, max(throttles, default=0),
+    return Verdict(cell, ratio, slope, average, connections, burst, judged, lost, max(throttles, default=0),
                    sum(throttles) / 1000, imposed, sum(last.values()) / 1000, sum(1 for ms in throttles if ms),
                    errors, timeouts, {cid: amount / whole for cid, amount in units.items()}, reports)
 
@@ -545,12 +549,14 @@ def judge_all(run: Run, cells: Sequence[Cell]) -> list[Verdict]:
 def table(verdicts: Sequence[Verdict]) -> str:
     """One line per cell: what it is, its ratio (and the plain slope), first burst, largest throttle, errors."""
     lines = [f"{'cell':28} {'via':5} {'clients':22} {'quota type':22} {'scope':6} {'ratio':>6} {'slope':>6} "
-             f"{'burst s':>7} {'judged s':>8} {'max throttle ms':>15} {'told s':>7} {'muted s':>7} {'errors':>6}"]
+             f"{'burst s':>7} {'judged s':>8} {'lost s':>6} {'max throttle ms':>15} {'told s':>7} {'muted s':>7} "
+             f"{'errors':>6}"]
     for v in verdicts:
         ratio, slope = ("-" if x is None else f"{x:.3f}" for x in (v.ratio, v.slope))
         muted = "-" if v.imposed_s is None else f"{v.imposed_s:.1f}"
         lines.append(f"{v.cell.name:28} {v.cell.via:5} {v.families[:22]:22} {v.cell.quota_type:22} "
-                     f"{v.cell.scope:6} {ratio:>6} {slope:>6} {v.burst:7.1f} {v.judged:8.1f} {v.throttle_max_ms:15d} "
+                     f"{v.cell.scope:6} {ratio:>6} {slope:>6} {v.burst:7.1f} {v.judged:8.1f} {v.forfeited:6.1f} "
+                     f"{v.throttle_max_ms:15d} "
                      f"{v.told_s:7.1f} {muted:>7} {len(v.errors) + v.timeouts:6d}")
     return "\n".join(lines)
 

@@ -148,7 +148,7 @@ def make_core(quotas: dict[str, Any] | None = None, observer: ProxyObserver | No
 
 def topic_cache(core: Connection) -> TopicMetadata:
     """The topic cache behind a core's mutation gate (what a lookup would fill)."""
-    handler = core.parts.handlers[ApiKey.CreateTopics]
+    handler = core.wiring.handlers[ApiKey.CreateTopics]
     return getattr(handler, "inner", handler).gate.topics   # behind `Authorized` when authorization is on
 
 

@@ -87,6 +87,31 @@ def average_rate(events: Iterable[Event], start: float, end: float) -> float:
     return sum(amount for at, amount in events if start <= at < end) / (end - start)
 
 
+def forfeited(events: Sequence[Event], quota: float, capacity: float, start: float, end: float) -> float:
+    """Seconds of quota a client left unused in [start, end] beyond what it may carry (`capacity`
+    seconds of it: Kafka's first allowance), so lost to it under the quota's own arithmetic: a bucket
+    filled at `quota` per second up to `capacity`, full at the first event, spent by each event."""
+    ordered = sorted(events)
+    if not ordered:
+        return 0.0
+    tokens, last, lost = capacity, ordered[0][0], 0.0
+
+    def refill(until: float) -> None:
+        nonlocal tokens, lost
+        tokens += until - last
+        if tokens > capacity:   # full since `until - (tokens - capacity)`: what came after is lost
+            lost += max(0.0, min(until, end) - max(until - (tokens - capacity), start))
+            tokens = capacity
+
+    for at, amount in ordered:
+        refill(at)
+        last = at
+        tokens -= amount / quota
+    if end > last:
+        refill(end)
+    return lost
+
+
 def max_trailing_rate(events: Sequence[Event], span: float, start: float, end: float) -> float:
     """The most units any `span`-long interval ending at an event in [start, end] held, per second."""
     ordered = sorted(events)

@@ -87,7 +87,7 @@ class Harness:
 
 
 def harness(quotas: dict[str, Any] | None = None, observer: Recorder | None = None, **config: Any) -> Harness:
-    return Harness(make_core(quotas, observer, **config).parts)
+    return Harness(make_core(quotas, observer, **config).wiring)
 
 
 def test_a_client_s_bytes_wait_for_the_upstream_then_go_in_order() -> None:
@@ -118,7 +118,7 @@ def test_an_upstream_that_refuses_closes_the_client() -> None:
 def test_a_bootstrap_connection_tries_the_next_broker_when_one_refuses() -> None:
     # A client has only kqp's bootstrap address: a broker that is down must not refuse it.
     down, up = HostPort("127.0.0.1", 9093), HostPort("127.0.0.1", 9094)
-    h = Harness(make_core().parts, upstream_for=lambda node_id: [down, up])
+    h = Harness(make_core().wiring, upstream_for=lambda node_id: [down, up])
     edge, client = h.accept()
     first = h.loop.connects.pop()
     assert (first.host, first.port) == ("127.0.0.1", 9093)
@@ -133,7 +133,7 @@ def test_a_bootstrap_connection_tries_the_next_broker_when_one_refuses() -> None
 
 
 def test_every_broker_refusing_closes_the_client_naming_each() -> None:
-    h = Harness(make_core(None, recorder := Recorder()).parts,
+    h = Harness(make_core(None, recorder := Recorder()).wiring,
                 upstream_for=lambda node_id: [HostPort("127.0.0.1", 9093), HostPort("127.0.0.1", 9094)])
     _, client = h.accept()
     for _ in range(2):
@@ -234,7 +234,7 @@ def test_a_slow_client_pauses_the_upstream_only_and_the_pause_raised_inside_a_wr
 def test_listeners_are_asked_for_and_the_answer_is_handled_at_once() -> None:
     known: dict[int, tuple[str, int]] = {}
     parts = make_core(listener_for=lambda n, host, port: kqp_listener(n, host, port) if known.get(n) == (host, port)
-                      else None).parts
+                      else None).wiring
     h = Harness(parts, ensure_listeners=lambda brokers: known.update({b.node_id: (b.host, b.port) for b in brokers}))
     edge, client, upstream = h.connected()
     deliver(edge, encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
@@ -245,7 +245,7 @@ def test_listeners_are_asked_for_and_the_answer_is_handled_at_once() -> None:
 
 
 def test_a_listener_kqp_cannot_bind_closes_that_connection() -> None:
-    h = Harness(make_core(listener_for=lambda n, host, port: None, observer=(recorder := Recorder())).parts,
+    h = Harness(make_core(listener_for=lambda n, host, port: None, observer=(recorder := Recorder())).wiring,
                 ensure_listeners=lambda brokers: "broker 2 on 0.0.0.0:9194: Address already in use")
     edge, client, upstream = h.connected()
     deliver(edge, encode_request(ApiKey.Metadata, 9, 1, "c", topics=None, allow_auto_topic_creation=False))
@@ -272,7 +272,7 @@ def test_a_bug_in_an_action_closes_only_that_connection() -> None:
     def broken(brokers: tuple[BrokerAddress, ...]) -> str | None:
         raise RuntimeError("boom")
 
-    h = Harness(make_core(listener_for=lambda n, host, port: None, observer=(recorder := Recorder())).parts,
+    h = Harness(make_core(listener_for=lambda n, host, port: None, observer=(recorder := Recorder())).wiring,
                 ensure_listeners=broken)
     edge, client, upstream = h.connected()
     other, other_client, other_upstream = h.connected()
@@ -294,7 +294,7 @@ def test_a_bug_in_an_effect_s_task_closes_only_that_connection() -> None:
         raise RuntimeError("boom")
 
     quotas = {"entities": [{"client_id": "admin", "controller_mutation_rate": 1}]}
-    h = Harness(make_core(quotas, (recorder := Recorder())).parts, look_up_topics=broken)
+    h = Harness(make_core(quotas, (recorder := Recorder())).wiring, look_up_topics=broken)
     edge, client, _ = h.connected()
     deliver(edge, delete_unknown_topic())
     h.loop.run_ready()
@@ -318,7 +318,7 @@ def test_a_close_cancels_an_effect_under_way_and_closes_both_transports() -> Non
         await waiting[-1]
 
     quotas = {"entities": [{"client_id": "admin", "controller_mutation_rate": 1}]}
-    h = Harness(make_core(quotas).parts, look_up_topics=slow_lookup)
+    h = Harness(make_core(quotas).wiring, look_up_topics=slow_lookup)
     edge, client, upstream = h.connected()
     deliver(edge, delete_unknown_topic())
     h.loop.run_ready()
@@ -337,9 +337,9 @@ def alter_request(correlation_id: int, rate: float) -> bytes:
 
 def admin_harness(tmp_path: Path) -> tuple[Harness, QuotaStore]:
     core = make_core(admin=lambda manager: QuotaAdmin(frozenset({"User:ANONYMOUS"}), lambda: manager.settings))
-    manager = core.parts.charging.quotas
+    manager = core.wiring.charging.quotas
     store = QuotaStore(str(tmp_path / "state.yaml"), manager.settings, lambda s: manager.update_settings(s, NOW))
-    h = Harness(core.parts)
+    h = Harness(core.wiring)
     commit: Callable[..., Awaitable[None]] = partial(store.commit, loop=h.loop)
     h.wiring = EdgeWiring(**{**h.wiring.__dict__, "commit_quotas": commit})
     return h, store

@@ -1,6 +1,8 @@
 """`kqp compile` (proxy/tools/hot_path.py): the request path compiled by mypyc runs the pure tiers'
 tests as the Python modules do, a source changed since compiling stops kqp from starting, and
-`--remove` brings the Python modules back.
+`--remove` brings the Python modules back. An install that does not compile leaves the Python
+modules and a record of why; the suite's own editable install runs the Python modules
+(`test_install_build.py` installs compiled).
 
 The compiled copy is made once (about 15 s) under a temporary folder and used through PYTHONPATH,
 so the checkout every other test imports is never touched.
@@ -9,6 +11,8 @@ so the checkout every other test imports is never touched.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.machinery
 import os
 import shutil
 import subprocess
@@ -90,3 +94,26 @@ def test_without_a_c_compiler_compile_says_what_to_install(monkeypatch: pytest.M
     assert hot_path.run(args) == 2
     assert "no C compiler" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_an_install_that_does_not_compile_leaves_the_python_modules_and_says_why(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    build = tmp_path / "build"   # laid out as setup.py's build folder: kqp/<package>
+    for name in hot_path.PACKAGES:
+        shutil.copytree(importlib.import_module(f"kqp.{name}").__path__[0], build / "kqp" / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", hot_path.MANIFEST))
+    earlier = build / "kqp" / "protocol" / ("frames" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    earlier.write_bytes(b"left by an earlier build in the same folder")
+    monkeypatch.setenv(hot_path.OPT_OUT, "0")
+    assert "KQP_COMPILE=0" in hot_path.build_at_install(build)
+    assert not earlier.exists()
+    found = hot_path.describe(build)
+    assert (found.request_path, found.reason) == ("python", "KQP_COMPILE=0")
+    assert found.line.startswith("Python: not compiled at install: KQP_COMPILE=0")
+    assert hot_path.refusal(build) is None
+
+
+def test_the_suite_runs_the_python_modules_of_its_editable_install() -> None:
+    found = hot_path.describe()
+    assert (found.request_path, found.reason) == ("python", "editable install"), (
+        f"{found.line}: the suite would not test the Python modules; `kqp compile --remove` in the checkout")

@@ -34,7 +34,7 @@ from kqp.protocol.messages import encode_request
 from kqp.protocol.mutations import THROTTLING_QUOTA_EXCEEDED
 from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.hooks import ProxyObserver
-from kqp.proxy.connection.plans import Flight, Plan, Reply
+from kqp.proxy.connection.plans import Flight, Plan, Progress, Reply
 from kqp.proxy.policies.mutation_gate import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -94,7 +94,7 @@ class ChargedGate:
         if gated.needs_lookup:
             return MutationPlan(gated.frame, [], None, None, True)
         flight = Flight(hdr.correlation_id, hdr.api_key, hdr.api_version, principal, now,
-                        Plan(mutations=gated.charges, exempt=True))
+                        Plan(mutations=gated.charges, exempt=True), Progress())
         violations = self.charging.charge_request(flight, now)
         rewrite = None if gated.rewrite is None else self._settling(flight, gated.rewrite)
         return MutationPlan(gated.frame, violations, rewrite, gated.answer, False)

@@ -79,7 +79,7 @@ class FetchReply(Replier):
         if not self.charging.fetch_needs_counts(flight.principal):
             usage = Usage(size, charged)
         else:
-            counts = flight.counts   # counted on the address walk (v16+), else counted now
+            counts = flight.progress.counts   # counted on the address walk (v16+), else counted now
             if counts is None:
                 counts = self.api.counts(flight.api_version, frame, body_offset)
             usage = Usage(size, charged, counts.records, counts.batches)
