@@ -1,7 +1,7 @@
 """A frame as the parts it arrived in, addressed by its own offsets, with copies only of what a cut splits.
 
 A large frame (a Produce request of some hundred KB, a Fetch response of a few MB) usually spans
-several reads. The frame decoder returns it as ``parts``, views whose concatenation is the frame,
+several reads. The frame reader returns it as ``parts``, views whose concatenation is the frame,
 so that it is forwarded with ``transport.writelines`` and never joined. The readers that must look
 into it (record counts, the ``NodeEndpoints`` tag, ``throttle_time_ms``) address it through
 :class:`SplitFrame` by offsets in the whole frame: ``at(pos)`` (the part holding a byte),

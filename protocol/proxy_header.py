@@ -7,7 +7,7 @@ TLS handshake) takes exactly those and leaves the client's first bytes unread. `
 `ProxyHeader`, or `NO_HEADER` when the first byte cannot start either signature (nothing taken).
 
 A header the specification refuses raises `ProxyHeaderError` (a `ProtocolError`, closing that
-connection only), sticky as the frame decoder's errors are. `source` is None where the
+connection only), sticky as the frame reader's errors are. `source` is None where the
 specification says to keep the socket's own peer (v1 `UNKNOWN`, v2 `LOCAL`, `AF_UNSPEC`, `AF_UNIX`,
 UDP). TLVs are checked for shape and skipped; a v2 header is bounded by `MAX_V2_LENGTH`.
 """

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 from kqp.protocol.headers import parse_request_header
 
 MAX_FRAME_BYTES = 1 << 28
@@ -57,7 +57,7 @@ class _Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.upstream: _Upstream | None = None
         self.paused: set[str] = set()     # why reading is paused: "connecting", "queue"
-        self._decoder = FrameDecoder(MAX_FRAME_BYTES)
+        self._frames = FrameReader(MAX_FRAME_BYTES)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -103,8 +103,8 @@ class _Client(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._decoder.feed(data)
-            while (frame := self._decoder.next_frame()) is not None:
+            self._frames.received(data)
+            while (frame := self._frames.next_frame()) is not None:
                 self.relay.enqueue(self, bytes(frame))
         except ProtocolError:   # not Kafka framing: nothing sensible to relay
             if self.transport is not None:

@@ -24,7 +24,7 @@ from typing import Any
 from kqp.protocol.addresses import may_carry_addresses
 from kqp.protocol.apis import API_NAMES
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 from kqp.protocol.headers import parse_request_header, response_body_offset, response_correlation_id
 from kqp.protocol.parts import joined
 from kqp.protocol.records import BodyError, RecordCounts
@@ -63,8 +63,9 @@ class Connection:
 
     def __init__(self, wiring: CoreWiring, listener: str, node_id: int | None, peer: str = "?") -> None:
         self.wiring, self.listener, self.node_id, self.peer = wiring, listener, node_id, peer
-        self.requests = FrameDecoder(wiring.settings.max_frame_bytes)
-        self.responses = FrameDecoder(wiring.settings.max_frame_bytes)
+        # One reader per direction: it says where the edge's next read lands and cuts the frames.
+        self.requests = FrameReader(wiring.settings.max_frame_bytes, wiring.arena)
+        self.responses = FrameReader(wiring.settings.max_frame_bytes, wiring.arena)
         self.in_flight: deque[Flight] = deque()
         self.mutes = MuteState()
         self.last_activity = 0.0
@@ -117,8 +118,8 @@ class Connection:
         return self.mutes.muted(side)
 
     def keep_held(self) -> None:
-        """Frames read but not yet taken (muted, or incomplete) are copied into bytes of their own: the
-        edge hands views of a read buffer shared by every connection, which must not stay alive for them."""
+        """What was read but not yet taken (muted, or incomplete) leaves the read arena every connection
+        shares, which must not stay alive for it (`FrameReader.own`)."""
         if self.requests.buffered:
             self.requests.own()
         if self.responses.buffered:
@@ -288,7 +289,7 @@ class Connection:
     # -- requests: client -> upstream ----------------------------------------------------------
     def _client_data(self, e: ev.ClientData) -> None:
         try:
-            self.requests.feed(e.data)
+            self.requests.received(e.data)
         except ProtocolError as exc:   # the framing itself: a lying or oversized length
             self.close("protocol_error", f"bad frame from client: {exc}")
             return
@@ -414,7 +415,7 @@ class Connection:
 
     def _read_responses(self, e: ev.UpstreamData) -> None:
         try:
-            self.responses.feed(e.data)
+            self.responses.received(e.data)
             while self.phase is not CLOSED:
                 got = self.responses.next_frame_parts(RESPONSE_HEAD_BYTES)
                 if got is None:
@@ -431,7 +432,7 @@ class Connection:
     def _buffer_responses(self, e: ev.UpstreamData) -> None:
         """Bytes that arrive while a response waits for listeners (read before the mute took hold)."""
         try:
-            self.responses.feed(e.data)
+            self.responses.received(e.data)
         except ProtocolError as exc:
             self.close("upstream_protocol_error", f"bad frame from upstream: {exc}")
 

@@ -5,14 +5,14 @@ upstream is ready; the client's requests wait meanwhile under the `CONNECTING` m
 it asks for the upstream connection (`ConnectUpstream`) within `upstream.connect_timeout_ms`
 (`upstream_unreachable` when it passes). LOGGING_IN, with `upstream.sasl` on the forwarding
 connections (none in passthrough): it sends the sans-io login's frames (`upstream_login.py`), reads
-the answers with the core's response decoder and sets the deadline again; a refusal, a login past
+the answers with the core's response reader and sets the deadline again; a refusal, a login past
 the deadline or an upstream that closes mid-login raises `UpstreamAuthError`, which the core turns
 into `upstream_auth_failed`, logged with the upstream, the mechanism and the user.
 """
 
 from __future__ import annotations
 
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 from kqp.proxy.connection.wiring import CoreWiring
 
 from . import events as ev
@@ -29,7 +29,7 @@ class Establishing:
 
     __slots__ = ("_deadline", "_host", "_login", "_responses", "_wiring", "node_id")
 
-    def __init__(self, host: Host, wiring: CoreWiring, node_id: int | None, responses: FrameDecoder) -> None:
+    def __init__(self, host: Host, wiring: CoreWiring, node_id: int | None, responses: FrameReader) -> None:
         self._host, self._wiring, self.node_id, self._responses = host, wiring, node_id, responses
         self._login: UpstreamLogin | None = None
         self._deadline = 0.0   # loop time the connection (then the login) must be done by
@@ -67,7 +67,7 @@ class Establishing:
         response is left over)."""
         login = self._login
         assert login is not None, "upstream bytes before kqp's login began"
-        self._responses.feed(e.data)
+        self._responses.received(e.data)
         while not login.done and (frame := self._responses.next_frame()) is not None:
             if (request := login.receive(frame)) is not None:
                 self._host.emit(Send(Side.UPSTREAM, (request,)))

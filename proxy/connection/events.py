@@ -94,14 +94,18 @@ class UpstreamConnectFailed:
 # twice as much, and nothing writes them after they are made.
 @dataclass(slots=True)
 class ClientData:
+    """Bytes from the client: the bytes, or (a read in place) how many landed where the core's reader said."""
+
     now: float
-    data: Buffer
+    data: Buffer | int
 
 
 @dataclass(slots=True)
 class UpstreamData:
+    """Bytes from the upstream, as `ClientData`."""
+
     now: float
-    data: Buffer
+    data: Buffer | int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """What becomes of the requests a client leaves behind when it goes: a client that gives up.
 
 A client whose request times out closes its connection. The requests it had pipelined behind a
-throttle are then either read but not forwarded (they wait for the mute in the core's decoder) or
+throttle are then either read but not forwarded (they wait for the mute in the core's frame reader) or
 not read at all (they wait in the muted socket). Forwarding them after the client left would write
 records the client has already reported as failed, and a producer that retries would write them
 twice. Kafka's clients never half-close, so a client's EOF is a client that is gone; and a broker
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 
 from .events import Parts
 from .hooks import ProxyObserver
@@ -29,7 +29,7 @@ __all__ = ["drop_unforwarded", "truncated"]
 log = logging.getLogger("kqp.connection")
 
 
-def drop_unforwarded(requests: FrameDecoder, held: Parts | None, peer: str, observer: ProxyObserver, how: str) -> int:
+def drop_unforwarded(requests: FrameReader, held: Parts | None, peer: str, observer: ProxyObserver, how: str) -> int:
     """Empty `requests` of what it holds (and count `held`, a request waiting for a topic lookup):
     they were read but not forwarded, and their client is gone (`how`). Returns the bytes left that
     were no whole request, when no whole request was dropped: a frame the client never finished,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kqp.config.model import UpstreamSasl
+from kqp.protocol.frames import ReadArena
 from kqp.proxy.connection.authentication import Principals
 from kqp.proxy.connection.charging import Charging
 from kqp.proxy.connection.handlers.registry import Handlers
@@ -39,3 +40,4 @@ class CoreWiring:
     sasl: SaslPolicy = field(default_factory=SaslPolicy)   # who authenticates clients (`sasl.mode`) and against what
     upstream_sasl: UpstreamSasl | None = None   # kqp's own login on each upstream connection (LOGGING_IN)
     principals: Principals = field(default_factory=Principals)   # one object per (user, client id), shared
+    arena: ReadArena = field(default_factory=ReadArena)   # where reads land: one buffer for all connections

@@ -1,16 +1,17 @@
 """The asyncio edge of a connection: transport callbacks in, the core's actions carried out.
 
 `ClientEdge` is the `asyncio.BufferedProtocol` of a client socket and owns the upstream socket
-(`UpstreamEdge`): reads land in buffers kqp owns (`kqp.protocol.receive`), and the core hears of
-whole frames only, each callback as one event stamped with the loop's time. The actions it returns
-are carried out in order, an event's writes to one side in one call; once they are done each side's
-`FlowControl` (flow_control.py) pauses or resumes its transport as the core's mute reasons say (the
-`Mute` and `Unmute` actions only say why). Events raised while actions run (a write crossing the
-high-water mark, an effect answered at once) are queued, so the core never sees re-entry. Effects:
-`ConnectUpstream` opens the upstream socket, `LookUpTopics`, `CommitQuotas` and `CommitAcls` run as
-tasks of this connection, `EnsureListeners` binds at once; a task that fails closes this connection
-only. TLS identity, admission (`limits:`) and a PROXY header's real peer come from the listener and
-`EdgeWiring`, whose loop a test replaces with a fake one (`tests/proxy/test_edge.py`)."""
+(`UpstreamEdge`): each read lands where the core's reader for its direction says
+(`kqp.protocol.frames`), and the core hears how many bytes it brought, each callback as one event
+stamped with the loop's time. The actions it returns are carried out in order, an event's writes to
+one side in one call; once they are done each side's `FlowControl` (flow_control.py) pauses or
+resumes its transport as the core's mute reasons say (the `Mute` and `Unmute` actions only say why).
+Events raised while actions run (a write crossing the high-water mark, an effect answered at once)
+are queued, so the core never sees re-entry. Effects: `ConnectUpstream` opens the upstream socket,
+`LookUpTopics`, `CommitQuotas` and `CommitAcls` run as tasks of this connection, `EnsureListeners`
+binds at once; a task that fails closes this connection only. TLS identity, admission (`limits:`)
+and a PROXY header's real peer come from the listener and `EdgeWiring`, whose loop a test replaces
+with a fake one (`tests/proxy/test_edge.py`)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kqp.config.model import HostPort
 from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.receive import ReadArena, ReceiveBuffer
+from kqp.protocol.frames import FrameReader
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
 from kqp.proxy.connection.events import Side
@@ -70,23 +71,17 @@ class EdgeWiring:
     commit_quotas: Callable[[tuple[Change, ...], str], Awaitable[None]] | None = None
     # authorization.state_file: the same for ACL changes
     commit_acls: Callable[[tuple[AclChange, ...], str], Awaitable[None]] | None = None
-    arena: ReadArena = field(default_factory=ReadArena)   # the loop's read buffer, shared by its connections
 
 
 class FrameReads(asyncio.BufferedProtocol):
-    """The buffered-read callbacks both sockets of a connection share: reads land in `reads`
-    (protocol/receive.py) and what completes a frame goes on to `data_received`."""
+    """What both sockets of a connection share: a read lands where the core's reader for its
+    direction (`reads`, protocol/frames.py) says; `buffer_updated` tells the core how much came."""
 
     __slots__ = ()
-    reads: ReceiveBuffer
+    reads: FrameReader
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.reads.get_buffer(sizehint)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        data = self.reads.filled(nbytes)
-        if data is not None:
-            self.data_received(data)
 
 
 class ClientEdge(FrameReads):
@@ -108,9 +103,7 @@ class ClientEdge(FrameReads):
         self._mutes_said = False   # a Mute or Unmute among the actions since reading was last synced
         self._refused = False
         self._pending: deque[ev.Event] = deque()
-        max_frame = wiring.core.settings.max_frame_bytes
-        self.reads = ReceiveBuffer(wiring.arena, max_frame)
-        self.upstream_reads = ReceiveBuffer(wiring.arena, max_frame)
+        self.reads = self.core.requests
         self._writes: dict[Side, list[object]] = {Side.CLIENT: [], Side.UPSTREAM: []}   # this event's, per side
         self._unsent = False   # whether `_writes` holds any
 
@@ -193,25 +186,27 @@ class ClientEdge(FrameReads):
         assert self.client is not None
         self.client.close()
 
-    def data_received(self, data: bytes | bytearray | memoryview) -> None:
-        """Whole frames (or what a transport without buffered reads hands over)."""
-        self.run(ev.ClientData(self.now(), data))
-        self.core.keep_held()   # what waits in the core is copied out of the shared arena
+    def buffer_updated(self, nbytes: int) -> None:
+        """A read put `nbytes` where the core's reader said (`get_buffer`); the core hears of it unless
+        it lies inside an incomplete frame, where nothing comes of it yet (`took`)."""
+        if self.reads.took(nbytes):
+            return
+        self.run(ev.ClientData(self.now(), nbytes))
+        self.core.keep_held()   # what waits in the core leaves the shared arena
 
-    def _flush_reads(self) -> None:
-        """The stream ends: a frame it cut short goes to the core, which says so."""
-        if (held := self.reads.flush()) is not None:
-            self.data_received(held)
+    def data_received(self, data: bytes) -> None:
+        """What a transport without buffered reads hands over."""
+        self.run(ev.ClientData(self.now(), data))
+        self.core.keep_held()
 
     def eof_received(self) -> bool:
-        self._flush_reads()
+        # A frame the client cut short is in the core's reader: the core says so.
         self.run(ev.ClientEof(self.now()))
         return True   # keep the socket half-open: owed responses still go out
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.slot is not None:
             self.slot.release()
-        self._flush_reads()
         self.run(ev.ClientLost(self.now()))
 
     def pause_writing(self) -> None:
@@ -357,16 +352,21 @@ class UpstreamEdge(FrameReads):
 
     def __init__(self, edge: ClientEdge) -> None:
         self.edge = edge
-        self.reads = edge.upstream_reads
+        self.reads = edge.core.responses
 
-    def data_received(self, data: bytes | bytearray | memoryview) -> None:
+    def buffer_updated(self, nbytes: int) -> None:   # as the client's
+        if self.reads.took(nbytes):
+            return
+        edge = self.edge
+        edge.run(ev.UpstreamData(edge.now(), nbytes))
+        edge.core.keep_held()
+
+    def data_received(self, data: bytes) -> None:
         edge = self.edge
         edge.run(ev.UpstreamData(edge.now(), data))
         edge.core.keep_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if (held := self.reads.flush()) is not None:
-            self.data_received(held)
         self.edge.run(ev.UpstreamLost(self.edge.now(), str(exc) if exc else None))
 
     def pause_writing(self) -> None:          # the upstream reads slower than the client sends

@@ -2,7 +2,7 @@
 ("Bounded memory"; the buffers one by one in proxy/README.md, "Memory bound") and the RSS tests
 measure against.
 
-Each direction of a connection holds the frame decoder's buffer (at most one incomplete frame, its
+Each direction of a connection holds the frame reader's buffers (at most one incomplete frame, its
 size prefix checked before a byte of the body is kept, plus what the last read brought beyond it)
 and the write buffer towards the other side (the high-water mark plus what one event may write past
 it, since reading stops after the event that crossed it). A read is at most `READ_CHUNK_BYTES`, so
@@ -24,7 +24,7 @@ IN_FLIGHT_RECORD_BYTES = 512     # a Flight with its plan, principal and throttl
 
 @dataclass(frozen=True, slots=True)
 class ConnectionBound:
-    per_direction: int      # decoder + write buffer of one direction
+    per_direction: int      # frame reader + write buffer of one direction
     in_flight: int          # the in-flight records, at the count given
 
     @property

@@ -24,6 +24,7 @@ from helpers.playbook import (
 
 from kqp.protocol.api_versions import encode_api_versions_response
 from kqp.protocol.apis import kqp_ranges
+from kqp.protocol.frames import FrameReader
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.events import MuteReason, Side
 
@@ -123,6 +124,30 @@ def test_eof_in_the_middle_of_a_frame_is_a_truncated_frame() -> None:
                                                           "mid-frame (100 bytes of it received)")]),
         (ev.UpstreamData(NOW, b"ignored"), []),                # closed: nothing more happens
     ])
+
+
+def read_in_place(reader: FrameReader, data: bytes) -> int:
+    """`data` read as the edge reads: into the reader's buffer, at most what it offers; how much went."""
+    buf = reader.get_buffer()
+    n = min(len(buf), len(data))
+    buf[:n] = data[:n]
+    return n
+
+
+def test_reads_in_place_reach_the_core_as_counts_and_a_frame_left_unfinished_is_truncated() -> None:
+    core = connected_core()
+    large = produce_frame("t", 7, 1, "c", records=600)   # about 400 KB: the arena, then segments of its own
+    small = produce_frame("t", 7, 2, "c")
+    stream, sends, reads = large + small + large[:300_000], [], 0
+    while stream:
+        n = read_in_place(core.requests, stream)
+        stream, reads = stream[n:], reads + 1
+        sends += core.handle(ev.ClientData(NOW, n))
+        core.keep_held()
+    assert reads > 3 and [b"".join(send.parts) for send in sends] == [large, small]
+    assert len(sends[0].parts) > 1   # the large one as the buffers it was read into, never joined
+    play(core, [(ev.ClientEof(NOW), [ev.Close("protocol_error", "truncated frame: the client closed the connection "
+                                                                 "mid-frame (300000 bytes of it received)")])])
 
 
 def test_upstream_loss_closes_and_says_what_was_awaited() -> None:

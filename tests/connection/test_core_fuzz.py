@@ -1,21 +1,20 @@
 """Property-based fuzzing of the sans-io connection core (hypothesis), and a bounded soak.
 
 Any sequence of events must leave a connection consistent: `handle` returns actions and never
-raises; a `Close` is always the last action and nothing follows it; no close is an
-`internal_error` (the top-level guard turns a bug into that reason, so seeing it means a bug); a
-connection that is muted is read no more (the driver below only delivers client bytes while the
-client side is read, as a transport does), and what the core buffers stays bounded by one frame
-plus one read, and the requests awaiting responses by the in-flight cap; a connection is closed
-exactly when it has said `Close` (its phase moves only as its table allows). The runtime's answers
-come at random too (a lookup done, listeners bound or not, a commit done or failed), solicited or
-not: a Metadata answer may name a broker kqp has no listener for (the response is held), an
-AlterClientQuotas waits for its commit. Throttle mutes are told
-to the observer in pairs: while a throttle mutes the connection exactly one `mute_started` is open
-(so its cause is never missing), none while it does not, and once the connection is closed every
-`mute_started` has had its `mute_ended`. Every bad frame ends its own connection only: the soak
-feeds 100k random frames (`KQP_SOAK_FRAMES` raises it, proxy/README.md "Tests"), each to a connection
-of its own, next to one healthy connection that keeps working; their mutes balance too.
-"""
+raises; a `Close` is always the last action and nothing follows it; no close is an `internal_error`
+(the top-level guard turns a bug into that reason, so seeing it means a bug); a connection that is
+muted is read no more (the driver below only delivers client bytes while the client side is read, as
+a transport does, fed or read in place), and what the core buffers stays bounded by one frame plus
+one read, and the requests awaiting responses by the in-flight cap; a connection is closed exactly
+when it has said `Close` (its phase moves only as its table allows). The runtime's answers come at
+random too (a lookup done, listeners bound or not, a commit done or failed), solicited or not: a
+Metadata answer may name a broker kqp has no listener for (the response is held), an
+AlterClientQuotas waits for its commit. Throttle mutes are told to the observer in pairs: while a
+throttle mutes the connection exactly one `mute_started` is open (so its cause is never missing),
+none while it does not, and once the connection is closed every `mute_started` has had its
+`mute_ended`. Every bad frame ends its own connection only: the soak feeds 100k random frames
+(`KQP_SOAK_FRAMES` raises it, proxy/README.md "Tests"), each to a connection of its own, next to one
+healthy connection that keeps working; their mutes balance too."""
 
 from __future__ import annotations
 
@@ -37,6 +36,7 @@ from kafka.protocol.admin import AlterClientQuotasRequest as Alter
 
 from kqp.protocol.addresses import BrokerAddress
 from kqp.protocol.apis import ApiKey
+from kqp.protocol.frames import FrameReader
 from kqp.protocol.messages import encode_request
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
@@ -105,6 +105,17 @@ def mangled(frame: bytes, rng: random.Random) -> bytes:
     return rng.randbytes(rng.randrange(1, 64))
 
 
+def arrived(reader: FrameReader, data: bytes, rng: random.Random) -> bytes | int:
+    """What a data event carries: `data` itself, or (a read in place, as the edge's) how much of it
+    went where the core's reader said."""
+    if rng.random() < 0.5:
+        return data
+    buf = reader.get_buffer()
+    n = min(len(buf), len(data))
+    buf[:n] = data[:n]
+    return n
+
+
 def open_mutes(recorder: Recorder) -> int:
     """`mute_started` calls not yet balanced by a `mute_ended`."""
     return sum(1 if kind == "start" else -1 for kind, _, _ in recorder.mutes)
@@ -148,7 +159,7 @@ def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tup
             frame = rng.choice(VALID)
             data = frame if rng.random() < 0.7 else mangled(frame, rng)
             cut = rng.randrange(1, len(data) + 1) if rng.random() < 0.3 else len(data)
-            event: ev.Event = ev.ClientData(now, data[:min(cut, READ)])
+            event: ev.Event = ev.ClientData(now, arrived(core.requests, data[:min(cut, READ)], rng))
         elif kind == "upstream":
             if core.muted(Side.UPSTREAM):
                 continue     # as for the client: a paused transport delivers nothing
@@ -157,7 +168,7 @@ def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tup
                 data = rng.choice(ANSWERS[due])
             else:
                 data = rng.choice(RESPONSES) if rng.random() < 0.8 else rng.randbytes(rng.randrange(1, 40))
-            event = ev.UpstreamData(now, data)
+            event = ev.UpstreamData(now, arrived(core.responses, data, rng))
         elif kind == "listeners":
             bound = rng.random() < 0.7
             if bound:
@@ -181,6 +192,7 @@ def test_any_sequence_of_events_leaves_the_connection_consistent(steps: list[tup
             event = ev.ShutdownBegun(now)
         closed_before = core.closed
         check(core, core.handle(event), closed_before)
+        core.keep_held()   # as the edge, after every event
         throttled = core.throttled and not core.closed
         assert open_mutes(recorder) == (1 if throttled else 0), \
             f"a throttle mute without its cause, or an unbalanced one: {recorder.mutes}"

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from kqp.protocol.apis import ApiKey
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 from kqp.protocol.messages import encode_request
 
 from .names import unique_topic
@@ -51,10 +51,10 @@ def fake_broker(answer: Answer) -> Iterator[tuple[str, int]]:
 
     class Handler(socketserver.BaseRequestHandler):
         def handle(self) -> None:
-            decoder = FrameDecoder(1 << 20)
+            reader = FrameReader(1 << 20)
             while data := self.request.recv(65536):
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
+                reader.received(data)
+                while (frame := reader.next_frame()) is not None:
                     api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 4)
                     try:
                         body = answer(api_key, version, correlation_id, server.server_address)

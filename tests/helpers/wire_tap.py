@@ -10,7 +10,7 @@ Built from two parts that are tested on their own:
 
 * forwarding: the bench's bare relay (`kqp.proxy.bench.relay.Half`/`ClientHalf`), so the tap has
   the same backpressure both ways and the same close propagation as the benchmark's reference;
-* framing and labels: `kqp.protocol` (`FrameDecoder`, `response_correlation_id`) and
+* framing and labels: `kqp.protocol` (`FrameReader`, `response_correlation_id`) and
   `wire_labels.py`, which keeps the checks that must not share a bug with kqp independent of it:
   `throttle_time_ms` is read by kafka-python's response classes (Fetch, the big one, only has its
   leading field read), and addresses are rewritten by byte substitution, not by kqp's rewriter.
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from kqp.protocol.apis import ApiKey
 from kqp.protocol.errors import ProtocolError
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 from kqp.protocol.headers import response_correlation_id
 from kqp.proxy.bench.relay import ClientHalf, Half
 
@@ -136,7 +136,7 @@ class _FramedHalf(Half):
     def __init__(self) -> None:
         super().__init__()
         self.pair: Pair | None = None
-        self._decoder = FrameDecoder(MAX_FRAME_BYTES)
+        self._frames = FrameReader(MAX_FRAME_BYTES)
 
     def on_frame(self, frame: memoryview) -> bytes | memoryview:
         raise NotImplementedError
@@ -149,8 +149,8 @@ class _FramedHalf(Half):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._decoder.feed(data)
-            while (frame := self._decoder.next_frame()) is not None:
+            self._frames.received(data)
+            while (frame := self._frames.next_frame()) is not None:
                 super().data_received(self.on_frame(frame))
         except ProtocolError:  # not Kafka framing: nothing sensible to relay
             assert self.transport is not None

@@ -11,7 +11,7 @@ import pytest
 
 from kqp.protocol.api_versions import ApiVersionsProbe, intersect_ranges
 from kqp.protocol.apis import ApiKey, kqp_ranges
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 from kqp.protocol.headers import response_correlation_id
 from kqp.protocol.messages import encode_request, metadata_brokers
 
@@ -19,15 +19,15 @@ pytestmark = pytest.mark.e2e
 
 
 def rpc(addr: tuple[str, int], frame: bytes) -> memoryview:
-    decoder = FrameDecoder(1 << 20)
+    reader = FrameReader(1 << 20)
     with socket.create_connection(addr, timeout=5) as sock:
         sock.sendall(frame)
         for _ in range(1000):  # bounded
             chunk = sock.recv(65536)
             if not chunk:
                 raise ConnectionError("upstream closed")
-            decoder.feed(chunk)
-            response = decoder.next_frame()
+            reader.received(chunk)
+            response = reader.next_frame()
             if response is not None:
                 return response
     raise AssertionError("no response")

@@ -2,7 +2,7 @@
 
 Each fast path is checked against the slow, general answer it replaces: the request-header table
 against :mod:`kqp.protocol.apis`, the compiled walk to acks against kafka-python's decode, the
-NodeEndpoints early exit against a response that has the tag, and the frame decoder's
+NodeEndpoints early exit against a response that has the tag, and the frame reader's
 whole-chunk case against the byte stream. Timing lives in ``bench_hot_path.py``.
 """
 
@@ -21,7 +21,7 @@ from kqp.protocol.addresses import rewrite_addresses
 from kqp.protocol.apis import kqp_ranges, request_header_version, response_header_version
 from kqp.protocol.errors import FrameTooLarge, ProtocolError, UnsupportedApi
 from kqp.protocol.fetch import fetch_response_counts
-from kqp.protocol.frames import FrameDecoder
+from kqp.protocol.frames import FrameReader
 from kqp.protocol.headers import (
     RequestHeader,
     encode_request_header,
@@ -158,32 +158,32 @@ def test_produce_response_without_hints_is_not_copied() -> None:
 
 
 def test_a_chunk_that_is_one_frame_comes_back_whole() -> None:
-    decoder = FrameDecoder(1 << 20)
+    reader = FrameReader(1 << 20)
     frame = request(0, 9, body=b"x" * 100).tobytes()
-    decoder.feed(frame)
-    got = decoder.next_frame()
+    reader.received(frame)
+    got = reader.next_frame()
     assert got is not None and got.obj is frame and got == frame
-    assert decoder.next_frame() is None and decoder.buffered == 0 and not decoder.has_partial()
+    assert reader.next_frame() is None and reader.buffered == 0 and not reader.has_partial()
     # then two frames and a half in one chunk, the half completed by the next chunk
-    decoder.feed(frame + frame + frame[:50])
-    assert decoder.next_frame() == frame and decoder.next_frame() == frame
-    assert decoder.next_frame() is None and decoder.has_partial()
-    decoder.feed(frame[50:])
-    assert decoder.next_frame() == frame and decoder.buffered == 0
+    reader.received(frame + frame + frame[:50])
+    assert reader.next_frame() == frame and reader.next_frame() == frame
+    assert reader.next_frame() is None and reader.has_partial()
+    reader.received(frame[50:])
+    assert reader.next_frame() == frame and reader.buffered == 0
     assert got == frame  # views handed out earlier stay valid
 
 
-def test_decoder_errors_stay_sticky_on_the_fast_path() -> None:
-    decoder = FrameDecoder(10)
-    decoder.feed(struct.pack(">i", 4) + b"abcd")
-    assert decoder.next_frame() == struct.pack(">i", 4) + b"abcd"
+def test_reader_errors_stay_sticky_on_the_fast_path() -> None:
+    reader = FrameReader(10)
+    reader.received(struct.pack(">i", 4) + b"abcd")
+    assert reader.next_frame() == struct.pack(">i", 4) + b"abcd"
     with pytest.raises(FrameTooLarge):  # checked as soon as the prefix is in
-        decoder.feed(struct.pack(">i", 11))
+        reader.received(struct.pack(">i", 11))
     for _ in range(2):
         with pytest.raises(FrameTooLarge):
-            decoder.next_frame()
+            reader.next_frame()
     with pytest.raises(FrameTooLarge):
-        decoder.feed(b"more")
+        reader.received(b"more")
 
 
 def test_address_walk_counts_fetch_records_on_the_way() -> None:

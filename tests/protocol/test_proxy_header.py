@@ -158,7 +158,7 @@ def test_a_malformed_header_raises_a_protocol_error_that_sticks(name: str) -> No
     with pytest.raises(ProxyHeaderError) as raised:
         feed_in_pieces(data, [])
     assert isinstance(raised.value, ProtocolError)
-    with pytest.raises(ProxyHeaderError):   # sticky, as the frame decoder's errors are
+    with pytest.raises(ProxyHeaderError):   # sticky, as the frame reader's errors are
         ProxyHeaderParser.receive(_failed(data), b"PROXY UNKNOWN\r\n")
     with pytest.raises(ProxyHeaderError):   # and byte by byte too
         feed_in_pieces(data, list(range(1, len(data))))
