@@ -14,6 +14,7 @@ a fleet instance (cluster scope).
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import time
 from collections import Counter
@@ -48,14 +49,21 @@ def upstream(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
 
 
 def consecutive_free_ports(count: int) -> int:
-    """A port p such that p .. p + count - 1 were all free a moment ago (one metrics port per worker)."""
+    """A port p such that p .. p + count - 1 were all free a moment ago (one metrics port per worker).
+
+    Tried below the kernel's ephemeral range, and bound as the servers will bind them (SO_REUSEADDR):
+    a run inside that range, where a busy machine's closed connections wait in TIME_WAIT, failed a
+    hundred tries in one full run."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
     for _ in range(100):
-        base = free_port()
+        base = rng.randrange(max(1024, low - 12_000), low - count)
         sockets = []
         try:
             for port in range(base, base + count):
                 s = socket.socket()
                 sockets.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind((LOOPBACK, port))
             return base
         except OSError:
