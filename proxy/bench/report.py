@@ -250,7 +250,8 @@ def table(results: dict[str, Any]) -> str:
         for _, workload, metric in columns:
             row.append(_cell(summary.get(name, {}).get(workload, {}).get(metric)))
         rows.append(row)
-    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(len(header))]
+    # An "unavailable" row is two cells wide, wider than a header with no column measured.
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
     lines = ["  ".join(text.rjust(widths[i]) if i else text.ljust(widths[i])
                        for i, text in enumerate(row)) for row in rows]
     lines.insert(1, "-" * len(lines[0]))

@@ -72,6 +72,16 @@ def test_table_lists_every_reference_and_says_why_one_is_missing() -> None:
     assert "produce kqp/direct" in text and "0.733" in text
 
 
+
+def test_table_of_a_run_where_nothing_was_measured_still_says_why() -> None:
+    failed = [{"round": 0, "reference": "kqp", "workload": "spark-assign", "error": "run spark-produce too"}]
+    results = {"summary": report.summarize(failed), "settings": {"rounds": 1},
+               "references": {"kqp": {"status": "unavailable", "reason": "every cell failed"}},
+               "ratios": report.ratios(failed, report.summarize(failed), 10e6, None)}
+    text = report.table(results)
+    assert text.splitlines()[0].strip() == "reference"
+    assert "kqp: unavailable: every cell failed" in text
+
 CPU_MEASUREMENTS = [
     _m(0, "relay", "produce", cpu_s_per_gb=1.0), _m(0, "relay", "consume", cpu_s_per_gb=0.5),
     _m(1, "relay", "produce", cpu_s_per_gb=2.0), _m(1, "relay", "consume", cpu_s_per_gb=1.0),
