@@ -37,6 +37,11 @@ class Resolution(NamedTuple):
 
 Level = tuple[EntitySpec, QuotaKey]
 
+# The levels that name no user or client of their own, made once: a new principal builds only its own.
+_DEFAULT_USER = EntitySpec(DEFAULT, None)
+_DEFAULT_USER_CLIENT = EntitySpec(DEFAULT, DEFAULT)
+_DEFAULT_CLIENT = EntitySpec(None, DEFAULT)
+
 
 def _groups(settings: QuotaSettings, user: str | None, client: str, key_user: str) -> list[Level]:
     """Levels 1p, 4p or 7p: the configured prefixes of `client` under entity user `user`, longest
@@ -61,7 +66,7 @@ def _levels(settings: QuotaSettings, principal: Principal, exact: bool = True) -
     named = user != ""
     if client == "":
         # Kafka's quotaLimit for the tags (user, ""): only the user levels can give a limit.
-        return ([(EntitySpec(user, None), per_user)] if named else []) + [(EntitySpec(DEFAULT, None), per_user)]
+        return ([(EntitySpec(user, None), per_user)] if named else []) + [(_DEFAULT_USER, per_user)]
     per_client = QuotaKey(user, client)
     per_client_id = QuotaKey("", client)
     out: list[Level] = []
@@ -73,11 +78,11 @@ def _levels(settings: QuotaSettings, principal: Principal, exact: bool = True) -
     if exact:
         out.append((EntitySpec(DEFAULT, client), per_client))
     out += _groups(settings, DEFAULT, client, user)
-    out += [(EntitySpec(DEFAULT, DEFAULT), per_client), (EntitySpec(DEFAULT, None), per_user)]
+    out += [(_DEFAULT_USER_CLIENT, per_client), (_DEFAULT_USER, per_user)]
     if exact:
         out.append((EntitySpec(None, client), per_client_id))
     out += _groups(settings, None, client, "")
-    out.append((EntitySpec(None, DEFAULT), per_client_id))
+    out.append((_DEFAULT_CLIENT, per_client_id))
     return out
 
 
@@ -94,11 +99,15 @@ def member_level(settings: QuotaSettings, principal: Principal,
 def _first(settings: QuotaSettings, specs: list[Level]) -> dict[str, Resolution]:
     """Per quota type, the first of `specs` that sets it."""
     found: dict[str, Resolution] = {}
+    last: EntitySpec | None = None   # quota types mostly resolve at one level: its mode is read once
+    observed = False
     for quota_type, limits in settings.by_type.items():
         for spec, key in specs:
             limit = limits.get(spec)
             if limit is not None:
-                found[quota_type] = Resolution(key, limit, spec, settings.observes(spec))
+                if spec is not last:
+                    last, observed = spec, settings.observes(spec)
+                found[quota_type] = Resolution(key, limit, spec, observed)
                 break
     return found
 

@@ -36,7 +36,9 @@ __all__ = ["HOT_PATH", "BuildInfo", "CompileError", "State", "add_parser", "buil
 
 # The modules compiled: what each request and response runs through, quotas first
 # (`tests/connection/bench_core.py` times them). Left out: `plans` (its dataclasses' annotations
-# do not resolve when compiled) and `protocol.parts` (tests count its copies by patching the class).
+# do not resolve when compiled) and `protocol.parts` (tests count its copies by patching the class);
+# `proxy.runtime.edge`: a native class extending asyncio's protocols crashed on a weak reference
+# (mypyc 2.4), and compiled as non-native classes it ran no cheaper per connection (`kqp bench` churn).
 HOT_PATH = (
     "kqp.quotas.rates.token_bucket",
     "kqp.quotas.rates.sampled_rate",

@@ -27,7 +27,8 @@ from helpers.net import free_port
 from kqp.proxy.tools import hot_path
 
 TESTS = Path(__file__).resolve().parents[1]
-PURE_TIERS = ("quotas", "protocol", "connection")   # where the compiled modules' behaviour is pinned
+# Where the compiled modules' behaviour is pinned: the pure tiers, and the asyncio edge on its fake loop.
+PURE_TIERS = ("quotas", "protocol", "connection", "proxy/test_edge.py")
 
 
 @pytest.fixture(scope="module")

@@ -249,3 +249,19 @@ def test_settings_are_frozen_and_indexed() -> None:
 def test_sharing_names_how_an_entity_keys_its_sensor() -> None:
     assert [sharing(e) for e in (EntitySpec("a", None), EntitySpec(None, "c"), EntitySpec("a", "c"))] == [
         "user", "client-id", "client"]
+
+
+def test_each_quota_type_carries_the_mode_of_the_level_it_resolved_at() -> None:
+    # Some types resolve at an observed level, the others at an enforced one: the mode is read once
+    # per level found, and each type must still carry its own level's.
+    observed, enforced = EntitySpec("alice", None), EntitySpec(DEFAULT, DEFAULT)
+    s = QuotaSettings(entities={observed: {"producer_byte_rate": 1.0, "request_rate": 3.0},
+                                enforced: {"consumer_byte_rate": 2.0, "request_rate": 4.0,
+                                           "controller_mutation_rate": 5.0}},
+                      modes={observed: "observe"})
+    found = resolutions(s, ALICE_APP)
+    assert {t: (r.entity, r.observed) for t, r in found.items()} == {
+        "producer_byte_rate": (observed, True), "request_rate": (observed, True),
+        "consumer_byte_rate": (enforced, False), "controller_mutation_rate": (enforced, False)}
+    assert [(r.entity, r.observed) for r in resolutions(s, Principal("bob", "app")).values()] == [
+        (enforced, False)] * 3   # the shared default levels are the same entity for every principal
