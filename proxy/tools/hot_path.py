@@ -283,11 +283,13 @@ def remove(root: Path | None = None) -> list[Path]:
     """Take the compiled modules away (the Python ones run again); the files removed."""
     dirs = _package_dirs(root)
     gone = []
-    for module in (*HOT_PATH, GROUP + "__mypyc"):
-        path = _extension(module, dirs)
-        if path.exists():
-            path.unlink()
-            gone.append(path)
+    # Every extension module in kqp's folders, not only this list's: a build folder reused after the
+    # list changed still holds the modules of the earlier one, which would be imported over the Python.
+    for folder in dirs.values():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            for path in sorted(folder.rglob(f"*{suffix}")):
+                path.unlink()
+                gone.append(path)
     manifest = dirs["quotas"] / MANIFEST
     if manifest.exists():
         manifest.unlink()

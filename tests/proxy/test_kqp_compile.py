@@ -105,9 +105,12 @@ def test_an_install_that_does_not_compile_leaves_the_python_modules_and_says_why
                         ignore=shutil.ignore_patterns("__pycache__", "*.so", hot_path.MANIFEST))
     earlier = build / "kqp" / "protocol" / ("frames" + importlib.machinery.EXTENSION_SUFFIXES[0])
     earlier.write_bytes(b"left by an earlier build in the same folder")
+    # ... and one of a module an earlier list compiled and this one does not
+    retired = build / "kqp" / "proxy" / "runtime" / ("edge" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    retired.write_bytes(b"compiled by an earlier list")
     monkeypatch.setenv(hot_path.OPT_OUT, "0")
     assert "KQP_COMPILE=0" in hot_path.build_at_install(build)
-    assert not earlier.exists()
+    assert not earlier.exists() and not retired.exists()
     found = hot_path.describe(build)
     assert (found.request_path, found.reason) == ("python", "KQP_COMPILE=0")
     assert found.line.startswith("Python: not compiled at install: KQP_COMPILE=0")
