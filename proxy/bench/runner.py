@@ -320,13 +320,7 @@ class Runner:
         jobs = [(spark_like.spark_consume, cell.bootstrap, "bench-spark", "spark-readers", ends, n * each, each,
                  timeout, cell.client_conf) for n in range(CLIENT_PROCESSES)]
         results, cpu = self._sampled(cell, jobs, timeout=timeout + 30)
-        positions, ids = array("Q"), array("Q")
-        for result in results:
-            positions.frombytes(result.pop("positions"))
-            ids.frombytes(result.pop("ids"))
-        taken, redelivered = spark_like.distinct_reads(positions, ids)
-        seconds = max(r["last"] for r in results) - min(r["first"] for r in results)
-        moved = sum(r["bytes_moved"] for r in results)
+        positions, ids, taken, redelivered, seconds, moved = _reads(results)
         metrics = {"seconds": seconds, "records": len(taken), "mb_s": moved / max(seconds, 1e-9) / 1e6,
                    "records_s": len(taken) / max(seconds, 1e-9), "bytes_moved": moved,
                    "errors": sum(r["errors"] for r in results), "rebalances": sum(r["rebalances"] for r in results),
@@ -346,13 +340,7 @@ class Runner:
         jobs = [(spark_like.spark_assign, cell.bootstrap, "bench-spark", ranges[n::CLIENT_PROCESSES], f"{query}-{n}",
                  SPARK_TASKS, timeout, cell.client_conf) for n in range(CLIENT_PROCESSES)]
         results, cpu = self._sampled(cell, jobs, timeout=timeout + 30)
-        positions, ids = array("Q"), array("Q")
-        for result in results:
-            positions.frombytes(result.pop("positions"))
-            ids.frombytes(result.pop("ids"))
-        taken, reread = spark_like.distinct_reads(positions, ids)
-        seconds = max(r["last"] for r in results) - min(r["first"] for r in results)
-        moved = sum(r["bytes_moved"] for r in results)
+        positions, ids, taken, reread, seconds, moved = _reads(results)
         metrics = {"seconds": seconds, "records": len(taken), "mb_s": moved / max(seconds, 1e-9) / 1e6,
                    "bytes_moved": moved, "tasks": len(ranges), "errors": sum(r["errors"] for r in results),
                    **exactly_once(acked, taken)}
@@ -466,6 +454,18 @@ class ProxyCpu:
 
     whole: float
     trace: proc_stats.CpuTrace | None
+
+
+def _reads(results: list[dict[str, Any]]) -> tuple[array[int], array[int], array[int], int, float, int]:
+    """What the reader processes read, together: positions and ids, the distinct reads and how many
+    were read again, the seconds from the first read to the last, and the bytes moved."""
+    positions, ids = array("Q"), array("Q")
+    for result in results:
+        positions.frombytes(result.pop("positions"))
+        ids.frombytes(result.pop("ids"))
+    taken, again = spark_like.distinct_reads(positions, ids)
+    seconds = max(r["last"] for r in results) - min(r["first"] for r in results)
+    return positions, ids, taken, again, seconds, sum(r["bytes_moved"] for r in results)
 
 
 def _cpu_per_gb(cpu: ProxyCpu | None, moved: int, results: list[dict[str, Any]]) -> dict[str, float]:
