@@ -51,18 +51,26 @@ async def test_the_script_answers_as_the_store_does_and_the_fleet_agrees(tmp_pat
         try:
             deadline = time.time() + 3.0
             step = 0
-            while time.time() < deadline:
+
+            async def exchange_round(ended: int | None) -> None:
                 for i, replica in enumerate(replicas):
-                    ended = math.floor(time.time() / W) - 1
-                    while closed[i] < ended:
+                    last = math.floor(time.time() / W) - 1 if ended is None else ended
+                    while closed[i] < last:
                         closed[i] += 1   # slow for the first second, healthy after
                         replica.close_window(closed[i], report(0.3 if step < 20 else 0.02, 100_000 * (i + 1)))
                     request = AdaptiveRequest(f"p{i}", 200, GRACE, KEEP, (replica.collect(),))
                     reply = await backend.exchange(request)
                     assert reply == store.exchange(request, reply.now), f"step {step}, instance {i}"
                     replica.merge(reply.budgets[0], reply.now, 3)
+
+            while time.time() < deadline:
+                await exchange_round(None)
                 step += 1
                 await asyncio.sleep(0.05)
+            # A window may close between one replica's last exchange and the next one's: bring all
+            # three to the same closed window, then let each hear what the others stored.
+            for _ in range(2):
+                await exchange_round(max(closed))
             applied = {r.applied for r in replicas}
             assert len(applied) == 1 and applied.pop() > closed[0] - GRACE - 2
             assert len({r.budget for r in replicas}) == 1
