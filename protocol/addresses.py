@@ -331,9 +331,9 @@ def rewrite_addresses(
     rw = _Rewriter(mapper, api_version)
     if plan.whole:
         return _rewrite_whole(api_key, api_version, frame, body_offset, rw), rw.seen
-    new = None
-    if plan.untagged:
-        new = _rewrite_untagged(plan, frame, body_offset, rw)
+    if plan.tagged and not plan.untagged:   # the walk above found the section: the records are walked once
+        return _rewrite_tagged(plan, frame, start, rw), rw.seen
+    new = _rewrite_untagged(plan, frame, body_offset, rw)
     if plan.tagged:
         view = memoryview(new) if new is not None else frame
         new = _rewrite_tagged(plan, view, _tags_start(plan, view, body_offset), rw) or new
