@@ -44,7 +44,8 @@ LIGHT_RATE = 200.0   # records a second, the light-load workload
 # small requests, 5 in flight per connection, where pipelining matters and kqp's one request at a
 # time for a request quota (`response_pending`) shows (`produce-inflight5`).
 JAVA_PRODUCER = {"max.in.flight.requests.per.connection": 5, "batch.size": 16_384}
-PROFILED = ("produce", "consume", "spark")   # what `kqp bench --profile` can run under py-spy (spark: both halves)
+# What `kqp bench --profile` can run under py-spy (spark: both halves; spark-assign: the reads only).
+PROFILED = ("produce", "consume", "spark", "spark-assign", "churn")
 WORKLOADS = {
     "produce": "batched produce, 1 KB records, librdkafka producer (linger 5 ms, acks=1)",
     "consume": "librdkafka consumer reading seeded 1 KB records from the start of 3 partitions",
@@ -225,7 +226,7 @@ class Runner:
         return results, ProxyCpu(after.cpu_seconds - before.cpu_seconds, trace)
 
     def profile(self, ref: Reference, out: Path, workload: str = "produce") -> dict[str, Any] | None:
-        """One extra run of `workload` (batched produce or consume) with `ref` under py-spy, outside the
+        """One extra run of `workload` (one of `PROFILED`) with `ref` under py-spy, outside the
         measured rounds.
 
         Sampling with native frames (uvloop is C, and its time would otherwise show up as one
@@ -243,6 +244,11 @@ class Runner:
                     self._spark_produce(cell, -1)
                     self._profile_to = out
                     metrics = self._spark_consume(cell, -1)
+                elif workload == "spark-assign":   # it reads what spark-produce wrote, unprofiled
+                    self._profile_to = None
+                    self._spark_produce(cell, -1)
+                    self._profile_to = out
+                    metrics = self._spark_assign(cell, -1)
                 else:
                     metrics = getattr(self, "_" + workload)(cell, -1)
             finally:
