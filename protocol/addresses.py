@@ -273,6 +273,53 @@ def _rewrite_tagged(plan: _Plan, frame: memoryview, start: int, rw: _Rewriter) -
     return _reframe([frame[4:start], *section, frame[end:]])
 
 
+@dataclass(frozen=True, slots=True)
+class _TaggedRewrite:
+    """One tagged endpoint field's rewrite, kept by its bytes: an upstream that names its brokers in
+    every response (Tansu's Fetch v16+ NodeEndpoints) repeats the same bytes, and decoding them with
+    kafka-python's schema costs more than the rest of a response's walk. The rewrite holds as long as
+    the mapper answers for its endpoints as it did (asked again each time: it also notes listeners)."""
+
+    seen: tuple[BrokerAddress, ...]
+    mapped: tuple[tuple[str, int], ...]
+    rewritten: bytes | None   # None: every endpoint kept as it was
+
+    @classmethod
+    def of(cls, field: Any, version: int, value_bytes: bytes | memoryview, rw: _Rewriter) -> _TaggedRewrite:
+        before, first, mapper = rw.changed, len(rw.seen), rw.mapper
+        mapped: list[tuple[str, int]] = []
+
+        def recorded(node: int, host: str, port: int) -> tuple[str, int]:
+            mapped.append(mapper(node, host, port))
+            return mapped[-1]
+
+        rw.changed, rw.mapper = False, recorded
+        try:
+            value = _decode(field.decode, io.BytesIO(value_bytes), version=version, compact=True, tagged=True)
+            rw.visit(value)
+        finally:
+            rw.mapper = mapper
+        rewritten = field.encode(value, version=version, compact=True, tagged=True) if rw.changed else None
+        rw.changed = rw.changed or before
+        return cls(tuple(rw.seen[first:]), tuple(mapped), rewritten)
+
+    def replay(self, rw: _Rewriter) -> bool:
+        """Whether the mapper still answers as it did, so that `rewritten` holds (then `rw` has seen the
+        endpoints, as a walk would have); when not, nothing of this replay is kept in `rw`."""
+        first = len(rw.seen)
+        for broker, was in zip(self.seen, self.mapped, strict=True):
+            rw.seen.append(broker)
+            if rw.mapper(broker.node_id, broker.host, broker.port) != was:
+                del rw.seen[first:]
+                return False
+        rw.changed = rw.changed or self.rewritten is not None
+        return True
+
+
+_TAGGED: dict[tuple[int, int, bytes], _TaggedRewrite] = {}
+_TAGGED_KEPT = 256   # distinct tagged sections remembered (cleared when full: a cluster names few brokers)
+
+
 def _tag_section(plan: _Plan, frame: memoryview, start: int,
                  rw: _Rewriter) -> tuple[list[bytes | memoryview], int] | None:
     """The tag section at ``start`` rewritten, as parts, and where the original ended; None if unchanged."""
@@ -280,19 +327,20 @@ def _tag_section(plan: _Plan, frame: memoryview, start: int,
     entries, end = read_tagged_fields(frame, start)
     if not any(tag in plan.tagged for tag, _, _ in entries):
         return None  # the common case: no new-leader hints, nothing copied
-    section = [write_uvarint(len(entries))]
+    section: list[bytes | memoryview] = [write_uvarint(len(entries))]
     for tag, vstart, vend in entries:
         value_bytes: bytes | memoryview = frame[vstart:vend]
         field = plan.tagged.get(tag)
         if field is not None:
-            before = rw.changed
-            rw.changed = False
-            data = io.BytesIO(value_bytes)
-            value = _decode(field.decode, data, version=walker.version, compact=True, tagged=True)
-            rw.visit(value)
-            if rw.changed:
-                value_bytes = field.encode(value, version=walker.version, compact=True, tagged=True)
-            rw.changed = rw.changed or before
+            key = (id(plan), tag, bytes(value_bytes))
+            memo = _TAGGED.get(key)
+            if memo is None or not memo.replay(rw):
+                memo = _TaggedRewrite.of(field, walker.version, value_bytes, rw)
+                if len(_TAGGED) >= _TAGGED_KEPT:
+                    _TAGGED.clear()
+                _TAGGED[key] = memo
+            if memo.rewritten is not None:
+                value_bytes = memo.rewritten
         section += [write_uvarint(tag), write_uvarint(len(value_bytes)), value_bytes]
     if not rw.changed:
         return None

@@ -157,3 +157,31 @@ def test_recorded_upstream_frames(name: str) -> None:
         assert metadata_brokers(frame, version) == seen
     restored, _ = rewrite_addresses(api_key, version, memoryview(new), offset, lambda n, h, p: ("127.0.0.1", p - 10000))
     assert restored == bytes(frame)
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(0, 10), (1, 16), (1, 17)])
+def test_a_repeated_tag_section_is_rewritten_as_the_mapper_answers_now(api_key: int, version: int) -> None:
+    """Produce v10+ and Fetch v16+ tag sections are kept by their bytes (Tansu names its brokers in
+    every Fetch response); each response still asks the mapper for every endpoint, and a mapper that
+    answers otherwise than it did gets its new answer."""
+    frame = response_frame(api_key, version, sample_message(message_classes(api_key)[1], version))
+    offset = response_body_offset(api_key, version, frame)
+    asked: list[tuple[int, str, int]] = []
+
+    def noting(node_id: int, host: str, port: int) -> tuple[str, int]:
+        asked.append((node_id, host, port))
+        return to_kqp(node_id, host, port)
+
+    first, seen = rewrite_addresses(api_key, version, frame, offset, noting)
+    asked.clear()
+    again, seen_again = rewrite_addresses(api_key, version, frame, offset, noting)
+    assert first is not None and again == first and seen_again == seen
+    # Asked again, once per endpoint: the mapper also notes brokers kqp has no listener for yet.
+    assert asked == [(b.node_id, b.host, b.port) for b in seen]
+
+    moved, seen_moved = rewrite_addresses(api_key, version, frame, offset,
+                                          lambda n, h, p: (f"moved-{n}.local", p + 20000))
+    assert moved is not None and seen_moved == seen
+    text = repr(decode_body(api_key, version, moved, offset))
+    assert "kqp-" not in text and all(f"moved-{b.node_id}.local" in text for b in seen)
+    assert rewrite_addresses(api_key, version, frame, offset, lambda n, h, p: (h, p)) == (None, seen)
