@@ -35,10 +35,11 @@ __all__ = ["HOT_PATH", "BuildInfo", "CompileError", "State", "add_parser", "buil
            "describe", "remove", "run", "state"]
 
 # The modules compiled: what each request and response runs through, quotas first
-# (`tests/connection/bench_core.py` times them). Left out: `plans` (its dataclasses' annotations
-# do not resolve when compiled) and `protocol.parts` (tests count its copies by patching the class);
-# `proxy.runtime.edge`: a native class extending asyncio's protocols crashed on a weak reference
-# (mypyc 2.4), and compiled as non-native classes it ran no cheaper per connection (`kqp bench` churn).
+# (`tests/connection/bench_core.py` times them), and the split-frame walk every Fetch v16+ response
+# takes to its tag section (`varints`, `parts`). Left out: `plans` (its dataclasses' annotations
+# do not resolve when compiled); `proxy.runtime.edge`: a native class extending asyncio's protocols
+# crashed on a weak reference (mypyc 2.4), and compiled as non-native classes it ran no cheaper per
+# connection (`kqp bench` churn).
 HOT_PATH = (
     "kqp.quotas.rates.token_bucket",
     "kqp.quotas.rates.sampled_rate",
@@ -55,6 +56,8 @@ HOT_PATH = (
     "kqp.protocol.records",
     "kqp.protocol.frames",
     "kqp.protocol.headers",
+    "kqp.protocol.varints",
+    "kqp.protocol.parts",
 )
 GROUP = "kqp.quotas.hot_path"       # mypyc's shared library for the group: `<GROUP>__mypyc`
 MANIFEST = "hot_path.json"          # in kqp.quotas's folder: what was compiled, from which sources
