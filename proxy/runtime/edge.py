@@ -28,7 +28,7 @@ from kqp.protocol.errors import ProtocolError
 from kqp.protocol.frames import FrameReader
 from kqp.proxy.connection import events as ev
 from kqp.proxy.connection.core import Connection
-from kqp.proxy.connection.events import Side
+from kqp.proxy.connection.events import Send, Side
 from kqp.proxy.connection.wiring import CoreWiring
 from kqp.proxy.runtime.state.quota_store import CommitFailed
 from kqp.proxy.tls.peers import Refusal, Refused
@@ -75,13 +75,14 @@ class EdgeWiring:
 
 class FrameReads(asyncio.BufferedProtocol):
     """What both sockets of a connection share: a read lands where the core's reader for its
-    direction (`reads`, protocol/frames.py) says; `buffer_updated` tells the core how much came."""
+    direction (`reads`, protocol/frames.py) says; `buffer_updated` tells the core how much came.
+
+    `get_buffer` is the reader's own method, set on each instance: a transport takes it once, when
+    the protocol is set (uvloop; asyncio looks it up per read), so each read calls the reader (compiled
+    with the request path) with no Python frame of the edge's in between."""
 
     __slots__ = ()
     reads: FrameReader
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.reads.get_buffer(sizehint)
 
 
 class ClientEdge(FrameReads):
@@ -104,6 +105,8 @@ class ClientEdge(FrameReads):
         self._refused = False
         self._pending: deque[ev.Event] = deque()
         self.reads = self.core.requests
+        self.get_buffer = self.reads.get_buffer   # type: ignore[method-assign]  # see FrameReads
+        self._time = wiring.loop.time
         self._writes: dict[Side, list[object]] = {Side.CLIENT: [], Side.UPSTREAM: []}   # this event's, per side
         self._unsent = False   # whether `_writes` holds any
 
@@ -118,11 +121,15 @@ class ClientEdge(FrameReads):
             self._pending.append(event)
             return
         self._running = True
-        do = _DO
+        do, writes = _DO, self._writes
         try:
             while True:
                 for action in self.core.handle(event):
-                    do[type(action)](self, action)
+                    if type(action) is Send:   # most actions: carried out here, not through a call
+                        writes[action.side].extend(action.parts)
+                        self._unsent = True
+                    else:
+                        do[type(action)](self, action)
                 if self._unsent:   # most events of a connection's life send nothing
                     self._write()
                 if not self._pending:
@@ -191,7 +198,7 @@ class ClientEdge(FrameReads):
         it lies inside an incomplete frame, where nothing comes of it yet (`took`)."""
         if self.reads.took(nbytes):
             return
-        self.run(ev.ClientData(self.now(), nbytes))
+        self.run(ev.ClientData(self._time(), nbytes))
         self.core.keep_held()   # what waits in the core leaves the shared arena
 
     def data_received(self, data: bytes) -> None:
@@ -282,10 +289,6 @@ class ClientEdge(FrameReads):
         self._flow[Side.UPSTREAM].attach(transport)  # type: ignore[arg-type]
         self.run(ev.UpstreamConnected(self.now(), str(target)))
 
-    def _send(self, action: ev.Send) -> None:
-        self._writes[action.side].extend(action.parts)
-        self._unsent = True
-
     def _write(self) -> None:
         """The event's writes, each side's in one call (one system call for several frames)."""
         self._unsent = False
@@ -348,17 +351,18 @@ class UpstreamEdge(FrameReads):
     """The upstream socket of a connection: its callbacks become the client edge's events (kqp's
     own login on it included: the core reads its answers)."""
 
-    __slots__ = ("edge", "reads")
+    __slots__ = ("edge", "get_buffer", "reads")
 
     def __init__(self, edge: ClientEdge) -> None:
         self.edge = edge
         self.reads = edge.core.responses
+        self.get_buffer = self.reads.get_buffer   # type: ignore[method-assign]  # see FrameReads
 
     def buffer_updated(self, nbytes: int) -> None:   # as the client's
         if self.reads.took(nbytes):
             return
         edge = self.edge
-        edge.run(ev.UpstreamData(edge.now(), nbytes))
+        edge.run(ev.UpstreamData(edge._time(), nbytes))
         edge.core.keep_held()
 
     def data_received(self, data: bytes) -> None:
@@ -386,7 +390,6 @@ def _said(edge: ClientEdge, _action: object) -> None:
 # connection was a reference cycle, left to the cyclic collector at every close).
 _DO: dict[type, Callable[[ClientEdge, Any], None]] = {
     ev.ConnectUpstream: ClientEdge._connect_upstream,
-    ev.Send: ClientEdge._send,
     ev.Mute: _said,     # the core keeps the reasons: `_sync_reading` reads them after an event that changed one
     ev.Unmute: _said,
     ev.SetTimer: ClientEdge._set_timer,
