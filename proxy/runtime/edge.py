@@ -96,7 +96,7 @@ class ClientEdge(FrameReads):
         self.core = Connection(wiring.core, listener, node_id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        self._flow = {Side.CLIENT: FlowControl(), Side.UPSTREAM: FlowControl()}
+        self._flow = {CLIENT: FlowControl(), UPSTREAM: FlowControl()}
         self._timer: object | None = None
         self._unread_mark: int | None = None   # the client's unread bytes at the last NoteUnread
         self._tasks: set[asyncio.Task[None]] = set()
@@ -106,12 +106,9 @@ class ClientEdge(FrameReads):
         self._pending: deque[ev.Event] = deque()
         self.reads = self.core.requests
         self.get_buffer = self.reads.get_buffer   # type: ignore[method-assign]  # see FrameReads
-        self._time = wiring.loop.time
-        self._writes: dict[Side, list[object]] = {Side.CLIENT: [], Side.UPSTREAM: []}   # this event's, per side
+        self.clock = wiring.loop.time   # the loop's time, which stamps every event
+        self._writes: dict[Side, list[object]] = {CLIENT: [], UPSTREAM: []}   # this event's, per side
         self._unsent = False   # whether `_writes` holds any
-
-    def now(self) -> float:
-        return self.w.loop.time()
 
     # -- running the core ----------------------------------------------------------------------
     def run(self, event: ev.Event) -> None:
@@ -140,7 +137,7 @@ class ClientEdge(FrameReads):
         except Exception:
             # A bug in carrying out an action: this connection only, and loudly.
             log.exception("client %s: unexpected error in the connection's edge; closing it", self.core.peer)
-            self.core.handle(ev.CloseRequested(self.now(), "internal_error"))
+            self.core.handle(ev.CloseRequested(self.clock(), "internal_error"))
             self._close(ev.Close("internal_error"))
         finally:
             self._running = False
@@ -158,7 +155,7 @@ class ClientEdge(FrameReads):
     # -- client transport callbacks --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio subclasses
-        self._flow[Side.CLIENT].attach(self.client)  # type: ignore[arg-type]
+        self._flow[CLIENT].attach(self.client)  # type: ignore[arg-type]
         peer = transport.get_extra_info("peername")
         self.core.peer = peer_name(peer)
         if self.real_peer is not None:   # behind a balancer: the client is who its header says
@@ -183,7 +180,7 @@ class ClientEdge(FrameReads):
                 return
         self.client.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.w.open_connections.add(self)
-        self.run(ev.ClientConnected(self.now(), user, peer_ip(peer)))
+        self.run(ev.ClientConnected(self.clock(), user, peer_ip(peer)))
 
     def _refuse(self, refusal: Refusal) -> None:
         """Close a client the core never hears of: nothing is owed to it, and it never counted as open."""
@@ -198,29 +195,29 @@ class ClientEdge(FrameReads):
         it lies inside an incomplete frame, where nothing comes of it yet (`took`)."""
         if self.reads.took(nbytes):
             return
-        self.run(ev.ClientData(self._time(), nbytes))
+        self.run(ev.ClientData(self.clock(), nbytes))
         self.core.keep_held()   # what waits in the core leaves the shared arena
 
     def data_received(self, data: bytes) -> None:
         """What a transport without buffered reads hands over."""
-        self.run(ev.ClientData(self.now(), data))
+        self.run(ev.ClientData(self.clock(), data))
         self.core.keep_held()
 
     def eof_received(self) -> bool:
         # A frame the client cut short is in the core's reader: the core says so.
-        self.run(ev.ClientEof(self.now()))
+        self.run(ev.ClientEof(self.clock()))
         return True   # keep the socket half-open: owed responses still go out
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.slot is not None:
             self.slot.release()
-        self.run(ev.ClientLost(self.now()))
+        self.run(ev.ClientLost(self.clock()))
 
     def pause_writing(self) -> None:
-        self.run(ev.WriteBuffer(self.now(), Side.CLIENT, True))
+        self.run(ev.WriteBuffer(self.clock(), CLIENT, True))
 
     def resume_writing(self) -> None:
-        self.run(ev.WriteBuffer(self.now(), Side.CLIENT, False))
+        self.run(ev.WriteBuffer(self.clock(), CLIENT, False))
 
     def on_delay(self, now: float) -> None:
         """The delay queue's callback (`DelayDriver`): this connection's timer is due."""
@@ -243,7 +240,7 @@ class ClientEdge(FrameReads):
             return
         log.error("client %s: unexpected error in an effect of the connection; closing it", self.core.peer,
                   exc_info=exc)
-        self.run(ev.CloseRequested(self.now(), "internal_error"))
+        self.run(ev.CloseRequested(self.clock(), "internal_error"))
 
     def _connect_upstream(self, action: ev.ConnectUpstream) -> None:
         self._spawn(self._connect(action.node_id))
@@ -266,7 +263,7 @@ class ClientEdge(FrameReads):
         Each target in turn (several only for bootstrap) until one accepts."""
         targets = self.w.upstream_for(node_id)
         if not targets:
-            self.run(ev.UpstreamConnectFailed(self.now(), f"kqp knows no upstream address for broker {node_id}",
+            self.run(ev.UpstreamConnectFailed(self.clock(), f"kqp knows no upstream address for broker {node_id}",
                                               unknown_broker=True))
             return
         failures: list[str] = []
@@ -279,15 +276,15 @@ class ClientEdge(FrameReads):
             except (OSError, ProtocolError) as exc:   # a refusal, a TLS failure (ssl.SSLError is an OSError)
                 failures.append(f"upstream {target} unreachable: {exc or type(exc).__name__}")
         else:
-            self.run(ev.UpstreamConnectFailed(self.now(), "; ".join(failures)))
+            self.run(ev.UpstreamConnectFailed(self.clock(), "; ".join(failures)))
             return
         if self.core.closed:
             transport.close()
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         self.upstream = transport  # type: ignore[assignment]
-        self._flow[Side.UPSTREAM].attach(transport)  # type: ignore[arg-type]
-        self.run(ev.UpstreamConnected(self.now(), str(target)))
+        self._flow[UPSTREAM].attach(transport)  # type: ignore[arg-type]
+        self.run(ev.UpstreamConnected(self.clock(), str(target)))
 
     def _write(self) -> None:
         """The event's writes, each side's in one call (one system call for several frames)."""
@@ -315,11 +312,11 @@ class ClientEdge(FrameReads):
 
     async def _look_up_topics(self) -> None:
         await self.w.look_up_topics()
-        self.run(ev.TopicsLookedUp(self.now()))
+        self.run(ev.TopicsLookedUp(self.clock()))
 
     def _ensure_listeners(self, action: ev.EnsureListeners) -> None:
         # Answered at once: the event is queued and handled right after this one's actions.
-        self.run(ev.ListenersReady(self.now(), self.w.ensure_listeners(action.brokers)))
+        self.run(ev.ListenersReady(self.clock(), self.w.ensure_listeners(action.brokers)))
 
     async def _commit(self, commit: Callable[[Any, str], Awaitable[None]] | None,
                       action: ev.CommitQuotas | ev.CommitAcls) -> None:
@@ -327,9 +324,9 @@ class ClientEdge(FrameReads):
         try:
             await commit(action.changes, action.who)
         except CommitFailed as failed:
-            self.run(ev.Committed(self.now(), str(failed)))
+            self.run(ev.Committed(self.clock(), str(failed)))
             return
-        self.run(ev.Committed(self.now()))
+        self.run(ev.Committed(self.clock()))
 
     def _close(self, action: ev.Close) -> None:
         self._write()   # what the core sent before closing goes first
@@ -362,22 +359,22 @@ class UpstreamEdge(FrameReads):
         if self.reads.took(nbytes):
             return
         edge = self.edge
-        edge.run(ev.UpstreamData(edge._time(), nbytes))
+        edge.run(ev.UpstreamData(edge.clock(), nbytes))
         edge.core.keep_held()
 
     def data_received(self, data: bytes) -> None:
         edge = self.edge
-        edge.run(ev.UpstreamData(edge.now(), data))
+        edge.run(ev.UpstreamData(edge.clock(), data))
         edge.core.keep_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.edge.run(ev.UpstreamLost(self.edge.now(), str(exc) if exc else None))
+        self.edge.run(ev.UpstreamLost(self.edge.clock(), str(exc) if exc else None))
 
     def pause_writing(self) -> None:          # the upstream reads slower than the client sends
-        self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, True))
+        self.edge.run(ev.WriteBuffer(self.edge.clock(), UPSTREAM, True))
 
     def resume_writing(self) -> None:
-        self.edge.run(ev.WriteBuffer(self.edge.now(), Side.UPSTREAM, False))
+        self.edge.run(ev.WriteBuffer(self.edge.clock(), UPSTREAM, False))
 
 
 def _said(edge: ClientEdge, _action: object) -> None:
