@@ -35,11 +35,12 @@ __all__ = ["HOT_PATH", "BuildInfo", "CompileError", "State", "add_parser", "buil
            "describe", "remove", "run", "state"]
 
 # The modules compiled: what each request and response runs through, quotas first
-# (`tests/connection/bench_core.py` times them), and the split-frame walk every Fetch v16+ response
-# takes to its tag section (`varints`, `parts`). Left out: `plans` (its dataclasses' annotations
-# do not resolve when compiled); `proxy.runtime.edge`: a native class extending asyncio's protocols
-# crashed on a weak reference (mypyc 2.4), and compiled as non-native classes it ran no cheaper per
-# connection (`kqp bench` churn).
+# (`tests/connection/bench_core.py` times them), and the varints every Fetch v16+ response's walk to its
+# tag section reads. Left out: `plans` (its dataclasses' annotations do not resolve when compiled),
+# `protocol.parts` (tests count its copies by patching the class: a native class calls its own `copy`
+# past the patch; compiled too, a response's walk took 12.7 -> 8.5 us, which `kqp bench` did not see);
+# `proxy.runtime.edge`: a native class extending asyncio's protocols crashed on a weak reference (mypyc
+# 2.4), and compiled as non-native classes it ran no cheaper per connection (`kqp bench` churn).
 HOT_PATH = (
     "kqp.quotas.rates.token_bucket",
     "kqp.quotas.rates.sampled_rate",
@@ -57,7 +58,6 @@ HOT_PATH = (
     "kqp.protocol.frames",
     "kqp.protocol.headers",
     "kqp.protocol.varints",
-    "kqp.protocol.parts",
 )
 GROUP = "kqp.quotas.hot_path"       # mypyc's shared library for the group: `<GROUP>__mypyc`
 MANIFEST = "hot_path.json"          # in kqp.quotas's folder: what was compiled, from which sources

@@ -84,9 +84,7 @@ def outcome(call: Callable[[], Any]) -> Any:
 
 @pytest.fixture
 def copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The length of every copy a split-frame reader makes. Compiled (`kqp compile`), `SplitFrame`'s
-    own calls to `copy` bypass the patch and only the copies asked for from Python code are seen: the
-    bound below is checked fully on the Python modules, the suite's own tier."""
+    """The length of every copy a split-frame reader makes."""
     made: list[int] = []
     original = SplitFrame.copy
 
@@ -253,7 +251,7 @@ def test_record_counts_over_parts_equal_counts_over_the_joined_bytes(name: str, 
     assert isinstance(expected, RecordCounts) and expected.batches > 0
     for parts in [cut(data, []), byte_by_byte(data), *single_cuts(data)]:
         assert counted_parts(parts, 5) == expected
-    assert max(copies, default=0) <= 61  # a batch header at most: records are never copied
+    assert max(copies) <= 61  # a batch header at most: records are never copied
 
 
 def corrupt(data: bytes, offset: int, value: bytes) -> bytes:
@@ -298,7 +296,7 @@ def test_produce_counts_over_parts(version: int, copies: list[int]) -> None:
     for data in (frame, frame + TRAILING):  # bytes after a whole body are not read
         for parts in [cut(data, []), byte_by_byte(data), *single_cuts(data)]:
             assert produce_request_counts_parts(version, parts, offset) == expected
-    assert max(copies, default=0) <= 61
+    assert max(copies) <= 61
     for stop in range(offset, len(frame)):  # truncated anywhere: a BodyError, as contiguous
         with pytest.raises(BodyError):
             produce_request_counts(version, memoryview(frame)[offset:stop])
@@ -314,7 +312,7 @@ def test_fetch_counts_over_parts(version: int, copies: list[int]) -> None:
     for data in (frame, frame + TRAILING):
         for parts in [cut(data, []), byte_by_byte(data), *single_cuts(data)]:
             assert fetch_response_counts_parts(version, parts, offset) == expected
-    assert max(copies, default=0) <= 61
+    assert max(copies) <= 61
     for stop in range(offset, len(frame)):
         with pytest.raises(BodyError):
             fetch_response_counts_parts(version, cut(frame[:stop], [stop - 3, stop - 1]), offset)
@@ -382,7 +380,7 @@ def test_node_endpoints_over_parts(api_key: int, version: int, endpoints: bool, 
         assert rewritten(api_key, version, parts, offset) == expected
     # Copies: the few bytes a cut splits, and with hints the tag section (which ends the frame).
     section = len(frame) - walker_for(message_classes(api_key)[1], version).tagged_start(memoryview(frame), offset)
-    assert max(copies, default=0) <= max(61, section) and (section < 100 or not endpoints)
+    assert max(copies) <= max(61, section) and (section < 100 or not endpoints)
     for stop in range(offset, len(frame)):  # truncated: the same error as contiguous
         short = frame[:stop]
         error = outcome(lambda s=short: rewrite_addresses(api_key, version, memoryview(s), offset, to_kqp))
